@@ -1,0 +1,73 @@
+"""rlcore.algorithms: the RL math both modes share, as pure tensor functions.
+
+No I/O, no Ray, no config objects: ``[B, T]`` tensors and a 0/1 ``response_mask`` in, tensors out.
+For reasoning T counts response tokens; for embodied it counts time steps. See docs/algorithms.md
+for the formulas and the papers they come from.
+"""
+
+from rlcore.algorithms.advantages import (
+    ADVANTAGES,
+    STANDARD_KWARGS,
+    compute_gae,
+    compute_grpo_advantage,
+    compute_reinforce_plus_plus_advantage,
+    compute_reinforce_plus_plus_baseline_advantage,
+    compute_rloo_advantage,
+    get_advantage_fn,
+    group_score_stats,
+    register_advantage,
+)
+from rlcore.algorithms.aggregation import AGG_MODES, agg_loss, count_seqs, count_tokens
+from rlcore.algorithms.kl import (
+    KL_KINDS,
+    AdaptiveKLController,
+    FixedKLController,
+    build_kl_controller,
+    kl_penalty,
+)
+from rlcore.algorithms.policy_loss import (
+    POLICY_LOSSES,
+    get_policy_loss_fn,
+    policy_loss,
+    register_policy_loss,
+)
+from rlcore.algorithms.stats import (
+    entropy_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
+from rlcore.algorithms.value_loss import value_loss
+
+__all__ = [
+    "ADVANTAGES",
+    "AGG_MODES",
+    "KL_KINDS",
+    "POLICY_LOSSES",
+    "STANDARD_KWARGS",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "agg_loss",
+    "build_kl_controller",
+    "compute_gae",
+    "compute_grpo_advantage",
+    "compute_reinforce_plus_plus_advantage",
+    "compute_reinforce_plus_plus_baseline_advantage",
+    "compute_rloo_advantage",
+    "count_seqs",
+    "count_tokens",
+    "entropy_from_logits",
+    "get_advantage_fn",
+    "get_policy_loss_fn",
+    "group_score_stats",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "policy_loss",
+    "register_advantage",
+    "register_policy_loss",
+    "value_loss",
+]

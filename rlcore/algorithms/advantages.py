@@ -1,0 +1,249 @@
+"""Advantage estimators: ``(token_level_rewards, response_mask, **standard kwargs) -> (A, R)``.
+
+Every estimator takes ``[B, T]`` rewards and a 0/1 ``response_mask`` (T is tokens for reasoning,
+time steps for embodied) and returns ``(advantages, returns)``, both ``[B, T]`` and 0 at masked
+positions. They are called with the keyword arguments in ``STANDARD_KWARGS`` (an estimator ignores
+those it does not use), so the runner can switch estimators by name (``algorithm.adv_type``).
+
+Group-based estimators group rows by ``index`` (one id per row: ints, strings, or a 1-D tensor);
+rows with equal ids answer the same prompt or start from the same state.
+
+Add your own::
+
+    @register_advantage("my_adv")
+    def my_adv(token_level_rewards, response_mask, *, values=None, index=None, gamma=1.0,
+               lam=1.0, epsilon=1e-6, norm_adv_by_std=True):
+        ...
+        return advantages, returns
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rlcore.algorithms.registry import Registry
+from rlcore.algorithms.stats import masked_whiten
+
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_std")
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
+
+
+def register_advantage(
+    name: str, *, needs_values: bool = False, needs_groups: bool = False
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an advantage estimator under ``name`` (the value of ``algorithm.adv_type``).
+
+    ``needs_values``: it reads ``values`` (so a value head or critic must exist).
+    ``needs_groups``: it compares rows within a group (so ``algorithm.group_size`` must be > 1).
+    """
+    return ADVANTAGES.register(name, needs_values=needs_values, needs_groups=needs_groups)
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    """The estimator registered as ``name``; ``KeyError`` naming the close matches otherwise."""
+    return ADVANTAGES.get(name)
+
+
+def _zero_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+@register_advantage("gae", needs_values=True)
+def compute_gae(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+    dones: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016), one reverse scan.
+
+    ``delta_t = r_t + gamma * V_next - V_t``, ``A_t = delta_t + gamma * lam * A_next``,
+    ``returns = A + V``. The scan runs over valid steps only: at a masked step the running value
+    and advantage are carried over unchanged, so left padding, right padding and holes (e.g.
+    tool-output tokens) do not break the chain.
+
+    Args:
+        values: ``[B, T]``, or ``[B, T + 1]`` where the last column is the value of the state
+            reached after the last step, used to bootstrap a row cut off mid-episode (embodied
+            rollouts). With ``[B, T]`` the value after the last step is 0 (a finished response).
+        dones: ``[B, T]`` 0/1, embodied only: 1 where the episode ended at step t, so step t does
+            not bootstrap from step t+1 and the advantage chain restarts. A time-limit
+            truncation also sets it; the runner adds ``gamma * V(s_final)`` to that reward.
+
+    Advantages are not whitened here: the runner does it when ``normalize_advantages`` is set.
+    """
+    if values is None:
+        raise ValueError("gae needs values: a value head (embodied) or a critic (reasoning)")
+    B, T = token_level_rewards.shape
+    if values.shape not in ((B, T), (B, T + 1)):
+        raise ValueError(f"gae: values must be [B, T] or [B, T + 1] = {[B, T]}, got {values.shape}")
+    valid = response_mask.bool()
+    not_done = (
+        torch.ones_like(token_level_rewards)
+        if dones is None
+        else 1.0 - dones.to(token_level_rewards.dtype)
+    )
+    next_value = values[:, T] if values.shape[1] == T + 1 else torch.zeros_like(values[:, 0])
+    next_adv = torch.zeros_like(next_value)
+    advantages = torch.zeros_like(token_level_rewards)
+    for t in reversed(range(T)):
+        delta = token_level_rewards[:, t] + gamma * next_value * not_done[:, t] - values[:, t]
+        adv_t = delta + gamma * lam * not_done[:, t] * next_adv
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        next_adv = torch.where(valid[:, t], adv_t, next_adv)
+        advantages[:, t] = next_adv
+    advantages = _zero_masked(advantages, valid)
+    returns = _zero_masked(advantages + values[:, :T], valid)
+    return advantages, returns
+
+
+def _group_ids(index: Any, batch_size: int, device: torch.device) -> torch.Tensor:
+    """Dense group ids ``[B]`` (0..G-1) from any per-row ids."""
+    if index is None:
+        raise ValueError("group-based advantage estimators need index: one group id per row")
+    if isinstance(index, torch.Tensor):
+        if index.shape != (batch_size,):
+            raise ValueError(f"index must have one id per row ({batch_size}), got {index.shape}")
+        return torch.unique(index, return_inverse=True)[1].to(device)
+    ids = list(index) if not isinstance(index, Sequence) else index
+    if len(ids) != batch_size:
+        raise ValueError(f"index must have one id per row ({batch_size}), got {len(ids)}")
+    dense: dict[Any, int] = {}
+    return torch.tensor([dense.setdefault(i, len(dense)) for i in ids], device=device)
+
+
+def group_score_stats(
+    scores: torch.Tensor, index: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row group mean, unbiased group std and group size, each ``[B]``.
+
+    A group of one has mean 0 and std 1, so its normalised score is the raw score.
+    """
+    gid = _group_ids(index, scores.shape[0], scores.device)
+    num_groups = int(gid.max()) + 1
+    zeros = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device)
+    count = zeros.index_add(0, gid, torch.ones_like(scores))
+    mean = zeros.index_add(0, gid, scores) / count
+    sq_dev = zeros.index_add(0, gid, (scores - mean[gid]) ** 2)
+    std = torch.sqrt(sq_dev / (count - 1).clamp_min(1))
+    single = count == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[gid], std[gid], count[gid]
+
+
+def _sequence_scores(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return _zero_masked(token_level_rewards, valid).sum(dim=-1)
+
+
+@register_advantage("grpo", needs_groups=True)
+def compute_grpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO (Shao et al. 2024): ``(s_i - mean_g) / (std_g + epsilon)`` on every valid token.
+
+    ``s_i`` is the sum of row i's rewards; mean and unbiased std are over i's group. With
+    ``norm_adv_by_std=False`` the advantage is ``s_i - mean_g`` (Dr. GRPO). returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    mean, std, _ = group_score_stats(scores, index)
+    adv = (scores - mean) / (std + epsilon) if norm_adv_by_std else scores - mean
+    advantages = _zero_masked(adv.unsqueeze(-1).expand_as(token_level_rewards), valid)
+    return advantages, advantages
+
+
+@register_advantage("rloo", needs_groups=True)
+def compute_rloo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out (Ahmadian et al. 2024): ``s_i - mean of the others'`` scores.
+
+    Written as ``n / (n - 1) * (s_i - mean_g)``; a group of one keeps ``s_i``. returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    mean, _, count = group_score_stats(scores, index)
+    adv = torch.where(count > 1, count / (count - 1).clamp_min(1) * (scores - mean), scores)
+    advantages = _zero_masked(adv.unsqueeze(-1).expand_as(token_level_rewards), valid)
+    return advantages, advantages
+
+
+@register_advantage("reinforce_plus_plus")
+def compute_reinforce_plus_plus_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (Hu 2025): discounted return-to-go, whitened over the whole batch.
+
+    ``G_t = r_t + gamma * G_next`` along valid steps (carried unchanged through masked ones);
+    returns = G on valid steps, advantages = masked_whiten(returns).
+    """
+    valid = response_mask.bool()
+    T = token_level_rewards.shape[1]
+    returns = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    for t in reversed(range(T)):
+        running = torch.where(valid[:, t], token_level_rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    returns = _zero_masked(returns, valid)
+    return masked_whiten(returns, valid), returns
+
+
+@register_advantage("reinforce_plus_plus_baseline", needs_groups=True)
+def compute_reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline: ``masked_whiten((s_i - mean_g) * mask)``.
+
+    The group-centred score is broadcast over valid tokens, then whitened over the batch.
+    returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    mean, _, _ = group_score_stats(scores, index)
+    centred = _zero_masked((scores - mean).unsqueeze(-1).expand_as(token_level_rewards), valid)
+    advantages = masked_whiten(centred, valid)
+    return advantages, advantages

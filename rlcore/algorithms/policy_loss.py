@@ -1,0 +1,91 @@
+"""Policy losses: ``(old_log_prob, log_prob, advantages, response_mask, ...) -> (loss, metrics)``.
+
+All tensors are ``[B, T]``; log-probs are those of the sampled tokens (actions). ``metrics`` holds
+detached scalar tensors (no host sync per micro-batch; the runner turns them into numbers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rlcore.algorithms.aggregation import agg_loss
+from rlcore.algorithms.registry import Registry
+from rlcore.algorithms.stats import masked_mean
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
+    "policy loss",
+    (
+        "old_log_prob",
+        "log_prob",
+        "advantages",
+        "response_mask",
+        "clip_ratio_low",
+        "clip_ratio_high",
+        "clip_ratio_c",
+        "loss_agg_mode",
+        "num_tokens",
+        "num_seqs",
+    ),
+)
+LOG_RATIO_LIMIT = 20.0
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under ``name`` (the value of ``algorithm.policy_loss``)."""
+    return POLICY_LOSSES.register(name)
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The policy loss registered as ``name``; ``KeyError`` naming the close matches otherwise."""
+    return POLICY_LOSSES.get(name)
+
+
+@register_policy_loss("ppo")
+def policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    num_tokens: int | None = None,
+    num_seqs: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate (Schulman et al. 2017) with asymmetric bounds and optional dual-clip.
+
+    ``r = exp(clamp(log_prob - old_log_prob, -20, 20))``; per token
+    ``max(-A * r, -A * clamp(r, 1 - clip_ratio_low, 1 + clip_ratio_high))``. With
+    ``clip_ratio_c`` set (dual-clip, Ye et al. 2020), tokens with ``A < 0`` are further capped
+    at ``-A * clip_ratio_c``, so a huge ratio on a bad action cannot dominate the batch.
+
+    Metrics:
+        ``pg_clipfrac``: share of valid tokens where the clipped term was taken.
+        ``pg_clipfrac_lower``: share where the dual-clip cap was taken (0 without dual-clip).
+        ``ppo_kl``: masked mean of ``old_log_prob - log_prob``.
+    """
+    valid = response_mask.bool()
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    losses = torch.maximum(unclipped, clipped)
+    took_clipped = clipped > unclipped
+    if clip_ratio_c is None:
+        took_lower = torch.zeros_like(took_clipped)
+    else:
+        cap = -advantages * clip_ratio_c
+        took_lower = (advantages < 0) & (losses > cap)
+        losses = torch.where(took_lower, cap, losses)
+    loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    metrics = {
+        "pg_clipfrac": masked_mean(took_clipped.to(losses.dtype), valid).detach(),
+        "pg_clipfrac_lower": masked_mean(took_lower.to(losses.dtype), valid).detach(),
+        "ppo_kl": masked_mean(-log_ratio, valid).detach(),
+    }
+    return loss, metrics

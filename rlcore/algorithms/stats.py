@@ -1,0 +1,71 @@
+"""Masked statistics over ``[B, T]`` tensors and the entropy of a categorical.
+
+Masks are 0/1 tensors broadcastable to the data. Values at masked positions never reach a result,
+even when they are NaN or inf (padding is often garbage), because they are selected away with
+``torch.where`` rather than multiplied by zero.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WHITEN_EPS = 1e-8
+
+
+def _valid(mask: torch.Tensor) -> torch.Tensor:
+    return mask.bool() if mask.dtype != torch.bool else mask
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``x`` over valid positions (all of them, or along ``dim``)."""
+    kept = torch.where(_valid(mask), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over valid positions; 0 where there is no valid position.
+
+    >>> masked_mean(torch.tensor([[1.0, 3.0, 100.0]]), torch.tensor([[1, 1, 0]]))
+    tensor(2.)
+    """
+    count = torch.broadcast_to(_valid(mask), x.shape).to(x.dtype)
+    count = count.sum() if dim is None else count.sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp_min(1)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``x`` over all valid positions (Bessel-corrected when ``unbiased``)."""
+    n = torch.broadcast_to(_valid(mask), x.shape).sum()
+    if n == 0 or (unbiased and n == 1):
+        # A silent 0 or NaN here would whiten advantages into garbage without a trace.
+        raise ValueError(
+            f"masked_var needs at least {2 if unbiased else 1} valid positions for "
+            f"{'an unbiased' if unbiased else 'a'} variance, got {int(n)}"
+        )
+    centered = x - masked_mean(x, mask)
+    var = masked_mean(centered * centered, mask)
+    return var * n / (n - 1) if unbiased else var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalise ``x`` to unit (unbiased) variance over valid positions; masked positions -> 0.
+
+    ``(x - mean) / sqrt(var + 1e-8)``; with ``shift_mean=False`` the mean is added back, so only
+    the scale changes. Needs at least two valid positions.
+    """
+    mean = masked_mean(x, mask)
+    whitened = (x - mean) * torch.rsqrt(masked_var(x, mask, unbiased=True) + WHITEN_EPS)
+    if not shift_mean:
+        whitened = whitened + mean
+    return torch.where(_valid(mask), whitened, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical given by ``logits`` ``[..., V]``, in nats, shape ``[...]``.
+
+    Computed as ``logsumexp(z) - sum(softmax(z) * z)``, which stays finite for large logits;
+    tokens masked out with ``-inf`` logits contribute 0 (not ``0 * -inf = NaN``).
+    """
+    probs = torch.softmax(logits, dim=-1)
+    finite_logits = logits.masked_fill(probs == 0, 0.0)
+    return torch.logsumexp(logits, dim=-1) - (probs * finite_logits).sum(dim=-1)

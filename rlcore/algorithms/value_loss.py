@@ -1,0 +1,56 @@
+"""Value loss for a critic or a value head: clipped squared error or clipped Huber."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rlcore.algorithms.aggregation import agg_loss
+from rlcore.algorithms.stats import masked_mean
+
+
+def value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    value_clip: float | None = None,
+    huber_delta: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    num_tokens: int | None = None,
+    num_seqs: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Pessimistic clipped value loss, all tensors ``[B, T]``.
+
+    The clipped prediction is ``v_c = clamp(v, old - value_clip, old + value_clip)`` (the
+    prediction itself is clamped, so inside the band ``v_c == v`` exactly). Per token:
+    squared error ``0.5 * max((v - R)**2, (v_c - R)**2)`` when ``huber_delta`` is None, else
+    ``max(huber(R - v), huber(R - v_c))`` with ``huber(x) = 0.5 x**2`` for ``|x| <= delta`` and
+    ``delta * (|x| - delta / 2)`` beyond. ``value_clip=None`` turns clipping off.
+
+    Metrics:
+        ``vf_clipfrac``: share of valid tokens whose prediction lies outside the clip band,
+        measured on the unclamped prediction (where clamping changed it).
+        ``vpred_mean``: masked mean of the predictions.
+    """
+    valid = response_mask.bool()
+    if value_clip is None:
+        clipped = vpreds
+        outside = torch.zeros_like(valid)
+    else:
+        clipped = torch.clamp(vpreds, old_values - value_clip, old_values + value_clip)
+        outside = (vpreds - old_values).abs() > value_clip
+    if huber_delta is None:
+        losses = 0.5 * torch.maximum((vpreds - returns) ** 2, (clipped - returns) ** 2)
+    else:
+        losses = torch.maximum(
+            F.huber_loss(vpreds, returns, reduction="none", delta=huber_delta),
+            F.huber_loss(clipped, returns, reduction="none", delta=huber_delta),
+        )
+    loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    metrics = {
+        "vf_clipfrac": masked_mean(outside.to(losses.dtype), valid).detach(),
+        "vpred_mean": masked_mean(vpreds, valid).detach(),
+    }
+    return loss, metrics

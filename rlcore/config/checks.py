@@ -1,0 +1,203 @@
+"""Cross-field checks: combinations of individually valid keys that cannot work together.
+
+Each check returns problems as one-line strings that name the keys and the fix; they run after
+the per-key validation and before any process starts.
+"""
+
+from __future__ import annotations
+
+from rlcore.algorithms import ADVANTAGES, POLICY_LOSSES
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import (
+    AlgorithmConfig,
+    EmbodiedConfig,
+    ReasoningConfig,
+    RLCoreConfig,
+    UpdateConfig,
+)
+
+
+def check_config(config: RLCoreConfig) -> None:
+    """Raise ``ConfigError`` listing every cross-field problem of ``config``."""
+    problems = check_algorithm(config.algorithm)
+    if isinstance(config, EmbodiedConfig):
+        problems += check_embodied(config)
+    else:
+        problems += check_reasoning(config)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def check_algorithm(alg: AlgorithmConfig) -> list[str]:
+    problems: list[str] = []
+    for name, registry, value in (
+        ("adv_type", ADVANTAGES, alg.adv_type),
+        ("policy_loss", POLICY_LOSSES, alg.policy_loss),
+    ):
+        try:
+            registry.entry(value)
+        except KeyError as unknown:
+            problems.append(f"algorithm.{name}: {unknown.args[0]}")
+    ranges = [
+        ("gamma", alg.gamma, 0.0 <= alg.gamma <= 1.0, "must be in [0, 1]"),
+        ("gae_lambda", alg.gae_lambda, 0.0 <= alg.gae_lambda <= 1.0, "must be in [0, 1]"),
+        (
+            "clip_ratio_low",
+            alg.clip_ratio_low,
+            0.0 <= alg.clip_ratio_low < 1.0,
+            "must be in [0, 1) so that 1 - clip_ratio_low > 0",
+        ),
+        ("clip_ratio_high", alg.clip_ratio_high, alg.clip_ratio_high >= 0.0, "must be >= 0"),
+        (
+            "clip_ratio_c",
+            alg.clip_ratio_c,
+            alg.clip_ratio_c is None or alg.clip_ratio_c > 1.0,
+            "must be > 1 (it caps the loss of negative-advantage tokens at -A * c), or null",
+        ),
+        (
+            "value_clip",
+            alg.value_clip,
+            alg.value_clip is None or alg.value_clip > 0.0,
+            "must be > 0, or null to turn value clipping off",
+        ),
+        (
+            "huber_delta",
+            alg.huber_delta,
+            alg.huber_delta is None or alg.huber_delta > 0.0,
+            "must be > 0, or null for squared error",
+        ),
+        ("value_coef", alg.value_coef, alg.value_coef >= 0.0, "must be >= 0"),
+        ("group_size", alg.group_size, alg.group_size >= 1, "must be >= 1"),
+        ("kl_loss_coef", alg.kl_loss_coef, alg.kl_loss_coef >= 0.0, "must be >= 0"),
+        ("kl_ctrl.kl_coef", alg.kl_ctrl.kl_coef, alg.kl_ctrl.kl_coef >= 0.0, "must be >= 0"),
+        ("kl_ctrl.horizon", alg.kl_ctrl.horizon, alg.kl_ctrl.horizon > 0, "must be > 0"),
+        ("kl_ctrl.target_kl", alg.kl_ctrl.target_kl, alg.kl_ctrl.target_kl > 0.0, "must be > 0"),
+    ]
+    problems += [
+        f"algorithm.{name}: {value!r} {rule}" for name, value, ok, rule in ranges if not ok
+    ]
+    if alg.use_kl_in_reward and alg.use_kl_loss:
+        problems.append(
+            "algorithm.use_kl_in_reward and algorithm.use_kl_loss are both true: the reference KL "
+            "would be penalised twice; keep one"
+        )
+    if alg.kl_penalty == "full" and alg.use_kl_in_reward:
+        problems.append(
+            "algorithm.kl_penalty: 'full' needs the whole vocabulary distribution, not the "
+            "sampled token's log-prob the reward sees; use kl, abs, mse or low_var_kl"
+        )
+    if alg.adv_type in ADVANTAGES:
+        traits = ADVANTAGES.entry(alg.adv_type).traits
+        if traits.get("needs_groups") and alg.group_size < 2:
+            problems.append(
+                f"algorithm.group_size: adv_type {alg.adv_type} compares samples within a group, "
+                f"but group_size is {alg.group_size}; set group_size >= 2"
+            )
+    return problems
+
+
+def _needs_values(alg: AlgorithmConfig) -> bool:
+    return alg.adv_type in ADVANTAGES and ADVANTAGES.entry(alg.adv_type).traits.get(
+        "needs_values", False
+    )
+
+
+def _check_update_sizes(
+    section: str, update: UpdateConfig, batch: int, batch_desc: str, per_mini: int
+) -> list[str]:
+    """``per_mini``: samples (transitions or responses) in one mini-batch."""
+    problems = [
+        f"{section}.{name}: {value} must be >= 1"
+        for name, value in (
+            ("ppo_epochs", update.ppo_epochs),
+            ("ppo_mini_batch_size", update.ppo_mini_batch_size),
+            ("ppo_micro_batch_size", update.ppo_micro_batch_size),
+        )
+        if value is not None and value < 1
+    ]
+    if problems:
+        return problems
+    mini = update.ppo_mini_batch_size
+    if batch % mini:
+        problems.append(
+            f"{section}.ppo_mini_batch_size: {mini} does not divide the batch of {batch} "
+            f"({batch_desc}); pick a divisor of {batch}"
+        )
+    micro = update.ppo_micro_batch_size
+    if micro is not None and per_mini % micro:
+        problems.append(
+            f"{section}.ppo_micro_batch_size: {micro} does not divide the {per_mini} samples of "
+            f"a mini-batch; pick a divisor of {per_mini}"
+        )
+    return problems
+
+
+def check_embodied(config: EmbodiedConfig) -> list[str]:
+    alg, actor = config.algorithm, config.actor
+    problems: list[str] = []
+    if alg.loss_type == "actor_critic" and not actor.model.add_value_head:
+        problems.append(
+            "algorithm.loss_type: actor_critic trains a value head with the policy, but "
+            "actor.model.add_value_head is false; set it to true"
+        )
+    if alg.loss_type == "actor" and actor.model.add_value_head:
+        problems.append(
+            "actor.model.add_value_head: true, but loss_type actor never trains the head; "
+            "use loss_type actor_critic or drop the head"
+        )
+    if _needs_values(alg) and alg.loss_type != "actor_critic":
+        problems.append(
+            f"algorithm.adv_type: {alg.adv_type} needs state values, which embodied mode gets "
+            "from the shared value head; set algorithm.loss_type=actor_critic and "
+            "actor.model.add_value_head=true"
+        )
+    for name, value in (
+        ("env.num_envs", config.env.num_envs),
+        ("runner.rollout_steps", config.runner.rollout_steps),
+    ):
+        if value < 1:
+            problems.append(f"{name}: {value} must be >= 1")
+    if problems:
+        return problems
+    if config.env.num_envs % alg.group_size:
+        problems.append(
+            f"algorithm.group_size: {alg.group_size} does not divide env.num_envs "
+            f"({config.env.num_envs}); each group is a set of envs started from one state"
+        )
+    batch = config.runner.rollout_steps * config.env.num_envs
+    desc = (
+        f"runner.rollout_steps {config.runner.rollout_steps} x env.num_envs {config.env.num_envs}"
+    )
+    return problems + _check_update_sizes("actor", actor, batch, desc, actor.ppo_mini_batch_size)
+
+
+def check_reasoning(config: ReasoningConfig) -> list[str]:
+    alg, actor, critic = config.algorithm, config.actor, config.critic
+    problems: list[str] = []
+    if alg.loss_type != "actor":
+        problems.append(
+            "algorithm.loss_type: reasoning mode trains a separate critic model, so the actor "
+            "and critic cannot share one backward pass; use loss_type actor"
+        )
+    if _needs_values(alg) and not critic.use_critic_model:
+        problems.append(
+            f"critic.use_critic_model: adv_type {alg.adv_type} needs values from a critic; "
+            "set critic.use_critic_model=true, or pick a critic-free adv_type (grpo, rloo, ...)"
+        )
+    if critic.use_critic_model and not _needs_values(alg) and alg.adv_type in ADVANTAGES:
+        problems.append(
+            f"critic.use_critic_model: true, but adv_type {alg.adv_type} never reads values; "
+            "the critic would be trained for nothing: set it to false"
+        )
+    if config.data.train_batch_size < 1:
+        return [*problems, f"data.train_batch_size: {config.data.train_batch_size} must be >= 1"]
+    batch = config.data.train_batch_size
+    desc = "data.train_batch_size prompts"
+    group = alg.group_size
+    problems += _check_update_sizes("actor", actor, batch, desc, actor.ppo_mini_batch_size * group)
+    if critic.use_critic_model:
+        resolved = config.critic_update()
+        problems += _check_update_sizes(
+            "critic", resolved, batch, desc, resolved.ppo_mini_batch_size * group
+        )
+    return problems

@@ -1,0 +1,136 @@
+"""Compose a config with Hydra, apply ``key=value`` overrides, validate it.
+
+Hydra composes the YAML (defaults lists, config groups such as ``cluster=NAME``) and parses the
+override grammar; plain ``key=value`` overrides are then applied here, so a key the YAML leaves at
+its schema default can be overridden without ``+``, and an unknown key gets the same
+"did you mean" error whether it came from a file or from the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rlcore.config.checks import check_config
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import RLCoreConfig
+from rlcore.config.validate import build_config
+from rlcore.did_you_mean import did_you_mean
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Names of the configs under ``config_dir`` (``embodied/cartpole_ppo``, ...)."""
+    return sorted(
+        str(p.relative_to(config_dir).with_suffix("")) for p in config_dir.rglob("*.yaml")
+    )
+
+
+def locate_config(config: str, config_dir: Path = CONFIG_DIR) -> tuple[Path, str]:
+    """``(config dir, config name)`` for a config name under ``config_dir`` or a YAML path."""
+    as_path = Path(config)
+    if as_path.suffix in (".yaml", ".yml"):
+        if not as_path.is_file():
+            raise ConfigError(f"{config}: no such config file")
+        return as_path.resolve().parent, as_path.stem
+    name = config.removesuffix("/")
+    if not (config_dir / f"{name}.yaml").is_file():
+        names = config_names(config_dir)
+        raise ConfigError(
+            f"{config}: no config of that name under {config_dir}{did_you_mean(name, names)}; "
+            f"known: {', '.join(names)}"
+        )
+    return config_dir, name
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        first = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"cannot parse override: {first} (write key=value, e.g. algorithm.gamma=0.99)"
+        ) from None
+    for override in parsed:
+        if override.is_sweep_override():
+            raise ConfigError(
+                f"{override.input_line}: sweeps are not supported; run one value at a time"
+            )
+    return parsed
+
+
+def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = CONFIG_DIR) -> dict:
+    """The composed config as a plain dict, interpolations resolved, not yet validated."""
+    directory, name = locate_config(config, config_dir)
+    parsed = parse_overrides(overrides)
+    is_group = lambda o: (directory / o.key_or_group).is_dir()  # noqa: E731
+    group_overrides = [o.input_line for o in parsed if is_group(o)]
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(directory)):
+            cfg = compose(config_name=name, overrides=group_overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
+    _reject_nested_package(cfg, name, directory)
+    OmegaConf.set_struct(cfg, False)
+    for override in parsed:
+        if not is_group(override):
+            _apply(cfg, override)
+    try:
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{config}: {str(exc).splitlines()[0]}") from None
+    assert isinstance(raw, dict)
+    return raw
+
+
+def _reject_nested_package(cfg: DictConfig, name: str, directory: Path) -> None:
+    folder = name.split("/")[0]
+    if "/" in name and list(cfg.keys()) == [folder]:
+        raise ConfigError(
+            f"{directory / name}.yaml: start the file with the line '# @package _global_' "
+            f"(Hydra otherwise nests a config in a sub-folder under the key '{folder}')"
+        )
+
+
+def _apply(cfg: DictConfig, override: Override) -> None:
+    key = override.key_or_group
+    try:
+        if override.type is OverrideType.DEL:
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            if not isinstance(parent, DictConfig) or leaf not in parent:
+                raise ConfigError(f"{override.input_line}: '{key}' is not set, nothing to delete")
+            parent.pop(leaf)
+            return
+        OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{override.input_line}: {str(exc).splitlines()[0]}") from None
+
+
+def validate_config(raw: dict[str, Any]) -> RLCoreConfig:
+    """Per-key validation, then the cross-field checks; ``ConfigError`` on any problem."""
+    config = build_config(raw)
+    check_config(config)
+    return config
+
+
+def load_config(
+    config: str, overrides: Sequence[str] = (), config_dir: Path = CONFIG_DIR
+) -> RLCoreConfig:
+    """Compose ``config`` (a name under configs/ or a YAML path) with ``overrides``, validated.
+
+    >>> cfg = load_config("embodied/cartpole_ppo", ["algorithm.gamma=0.98"])
+    >>> cfg.algorithm.gamma
+    0.98
+    """
+    return validate_config(compose_raw(config, overrides, config_dir))

@@ -1,0 +1,181 @@
+"""The config schema: every key rlcore reads, declared once, with its type, default and doc.
+
+The top level is one of ``EmbodiedConfig`` / ``ReasoningConfig``, picked by ``mode``. Both share
+``AlgorithmConfig``, whose names follow RLinf (``adv_type``, ``loss_type``, ``clip_ratio_*``) with
+verl's KL options; docs/config.md maps every verl and RLinf seed option onto these keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlcore.config.fields import REQUIRED, key, section
+
+LossAggFunc = Literal[
+    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]
+KLKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
+
+
+@dataclass(kw_only=True)
+class KLCtrlConfig:
+    type: Literal["fixed", "adaptive"] = key(
+        "fixed", doc="in-reward KL coefficient controller: fixed, or adaptive (Ziegler et al.)"
+    )
+    kl_coef: float = key(0.001, doc="(initial) coefficient of the in-reward KL penalty")
+    horizon: int = key(10000, doc="adaptive controller: samples over which the coefficient adapts")
+    target_kl: float = key(0.1, doc="adaptive controller: the per-token KL it steers towards")
+
+
+@dataclass(kw_only=True)
+class AlgorithmConfig:
+    adv_type: str = key(
+        "gae",
+        doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
+        "reinforce_plus_plus_baseline, or one added with register_advantage",
+    )
+    loss_type: Literal["actor", "actor_critic"] = key(
+        "actor",
+        doc="actor: policy loss only (reasoning, separate critic); actor_critic: policy + value "
+        "loss in one backward pass through a shared backbone (embodied)",
+    )
+    policy_loss: str = key(
+        "ppo",
+        doc="policy loss: ppo (clipped surrogate, dual-clip), or one added with "
+        "register_policy_loss",
+    )
+    loss_agg_func: LossAggFunc = key(
+        "token-mean", doc="how per-token losses become a scalar (see docs/algorithms.md)"
+    )
+    normalize_advantages: bool = key(
+        True, doc="whiten advantages over the batch (valid steps) before the policy loss"
+    )
+    norm_adv_by_std: bool = key(
+        True, doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)"
+    )
+    group_size: int = key(
+        1,
+        doc="samples per prompt (reasoning) or envs per initial state (embodied) that "
+        "group-based estimators compare",
+    )
+    gamma: float = key(1.0, doc="discount factor γ")
+    gae_lambda: float = key(1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value")
+    clip_ratio_low: float = key(0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low")
+    clip_ratio_high: float = key(0.2, doc="PPO clip: the ratio is kept <= 1 + clip_ratio_high")
+    clip_ratio_c: float | None = key(
+        None, doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off"
+    )
+    value_clip: float | None = key(
+        0.2, doc="value predictions are clipped to old ± value_clip; null turns clipping off"
+    )
+    huber_delta: float | None = key(
+        None, doc="Huber δ for the value loss; null gives squared error"
+    )
+    value_coef: float = key(0.5, doc="weight of the value loss when loss_type is actor_critic")
+    entropy_bonus: float = key(0.0, doc="weight of the entropy bonus subtracted from the loss")
+    use_kl_in_reward: bool = key(
+        False, doc="subtract kl_ctrl coefficient * KL(policy || reference) from the reward"
+    )
+    kl_penalty: KLKind = key("kl", doc="KL estimator for the in-reward penalty")
+    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, doc="in-reward KL coefficient controller")
+    use_kl_loss: bool = key(
+        False, doc="add kl_loss_coef * KL(policy || reference) to the actor loss"
+    )
+    kl_loss_coef: float = key(0.001, doc="coefficient of the KL loss")
+    kl_loss_type: KLKind = key("low_var_kl", doc="KL estimator for the KL loss")
+
+
+@dataclass(kw_only=True)
+class UpdateConfig:
+    ppo_epochs: int = key(1, doc="passes over each batch of experience")
+    ppo_mini_batch_size: int = key(
+        REQUIRED,
+        doc="samples per optimiser step, global across ranks (embodied: transitions; "
+        "reasoning: prompts, each with its group_size responses, as in verl)",
+    )
+    ppo_micro_batch_size: int | None = key(
+        None,
+        doc="samples per forward/backward pass (transitions or responses), for memory only: "
+        "gradients are accumulated to the mini-batch's; null = the whole mini-batch",
+    )
+
+
+@dataclass(kw_only=True)
+class ActorModelConfig:
+    add_value_head: bool = key(
+        False, doc="put a value head on the policy's backbone (needed by loss_type actor_critic)"
+    )
+
+
+@dataclass(kw_only=True)
+class EmbodiedActorConfig(UpdateConfig):
+    model: ActorModelConfig = section(ActorModelConfig, doc="the policy network")
+
+
+@dataclass(kw_only=True)
+class EnvConfig:
+    id: str = key(REQUIRED, doc="gymnasium env id ('CartPole-v1') or 'module.path:ClassName'")
+    num_envs: int = key(8, doc="environments stepped in parallel")
+
+
+@dataclass(kw_only=True)
+class EmbodiedRunnerConfig:
+    rollout_steps: int = key(128, doc="steps taken in each env per iteration")
+
+
+@dataclass(kw_only=True)
+class EmbodiedConfig:
+    mode: Literal["embodied"] = key(REQUIRED, doc="embodied: policies acting in simulators")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
+    actor: EmbodiedActorConfig = section(EmbodiedActorConfig, doc="policy training")
+    env: EnvConfig = section(EnvConfig, doc="the environment")
+    runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
+
+
+@dataclass(kw_only=True)
+class CriticConfig:
+    use_critic_model: bool = key(
+        False, doc="train a separate critic model (needed by estimators that read values)"
+    )
+    ppo_epochs: int | None = key(None, doc="critic passes per batch; null = actor.ppo_epochs")
+    ppo_mini_batch_size: int | None = key(
+        None, doc="prompts per critic optimiser step; null = actor.ppo_mini_batch_size"
+    )
+    ppo_micro_batch_size: int | None = key(
+        None, doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size"
+    )
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    train_batch_size: int = key(REQUIRED, doc="prompts per iteration, global across ranks")
+
+
+@dataclass(kw_only=True)
+class ReasoningConfig:
+    mode: Literal["reasoning"] = key(REQUIRED, doc="reasoning: an LLM trained on rule rewards")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
+    actor: UpdateConfig = section(UpdateConfig, doc="policy training")
+    critic: CriticConfig = section(CriticConfig, doc="the separate value model")
+    data: DataConfig = section(DataConfig, doc="prompts")
+
+    def critic_update(self) -> UpdateConfig:
+        """The critic's update sizes, each unset one taken from the actor's."""
+
+        def pick(own: int | None, actor: int | None) -> int | None:
+            return actor if own is None else own
+
+        return UpdateConfig(
+            ppo_epochs=pick(self.critic.ppo_epochs, self.actor.ppo_epochs),
+            ppo_mini_batch_size=pick(
+                self.critic.ppo_mini_batch_size, self.actor.ppo_mini_batch_size
+            ),
+            ppo_micro_batch_size=pick(
+                self.critic.ppo_micro_batch_size, self.actor.ppo_micro_batch_size
+            ),
+        )
+
+
+RLCoreConfig = EmbodiedConfig | ReasoningConfig
+SCHEMAS: dict[str, type] = {"embodied": EmbodiedConfig, "reasoning": ReasoningConfig}

@@ -1,0 +1,155 @@
+"""Turn a plain dict (what Hydra composed) into a typed config, or say exactly what is wrong.
+
+Problems are collected, not raised one by one, so a user fixes a bad config in one go; each
+problem is one line that names the full key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.foreign_keys import FOREIGN_KEYS
+from rlcore.config.schema import SCHEMAS
+from rlcore.did_you_mean import closest
+
+
+class _Invalid(Exception):
+    """A value that cannot be used; the message is the problem."""
+
+
+def schema_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """Every key of ``cls`` as ``(dotted path, field, type)``, sections included, depth first."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        path = f"{prefix}{field.name}"
+        tp = hints[field.name]
+        yield path, field, tp
+        if dataclasses.is_dataclass(tp):
+            yield from schema_paths(tp, prefix=f"{path}.")
+
+
+def build_config(raw: Mapping[str, Any]) -> Any:
+    """Validate ``raw`` against the schema its ``mode`` names; the typed config, all defaults in.
+
+    Raises ``ConfigError`` listing every unknown, missing or mistyped key.
+    """
+    mode = raw.get("mode")
+    if mode not in SCHEMAS:
+        hint = "" if mode is None else f" (got {mode!r})"
+        raise ConfigError(f"mode: must be one of {', '.join(SCHEMAS)}{hint}")
+    schema = SCHEMAS[mode]
+    problems: list[str] = []
+    config = _build(schema, raw, "", _Context(schema, mode, problems))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return config
+
+
+@dataclasses.dataclass
+class _Context:
+    schema: type
+    mode: str
+    problems: list[str]
+
+    def unknown_key(self, path: str) -> str:
+        valid = [p for p, _, _ in schema_paths(self.schema)]
+        if path in FOREIGN_KEYS:
+            return f"{path}: unknown key; rlcore calls it '{FOREIGN_KEYS[path]}'"
+        other_modes = [m for m, s in SCHEMAS.items() if m != self.mode]
+        for other in other_modes:
+            if path in {p for p, _, _ in schema_paths(SCHEMAS[other])}:
+                return f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"
+        match = closest(path, valid)
+        hint = f"; did you mean '{match[0]}'?" if match else ""
+        return f"{path}: unknown key{hint}"
+
+
+def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
+    where = prefix[:-1] or "the config"
+    if not isinstance(data, Mapping):
+        ctx.problems.append(f"{where}: expected a section of keys, got {data!r}")
+        return None
+    problems_before = len(ctx.problems)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in data:
+        if name not in fields:
+            ctx.problems.append(ctx.unknown_key(f"{prefix}{name}"))
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        path, tp = f"{prefix}{name}", hints[name]
+        if name in data:
+            value = data[name]
+        elif dataclasses.is_dataclass(tp):
+            value = {}
+        elif field.default is not dataclasses.MISSING:
+            continue
+        else:
+            doc = field.metadata.get("doc", "")
+            ctx.problems.append(f"{path}: missing required key ({doc})")
+            continue
+        if dataclasses.is_dataclass(tp):
+            values[name] = _build(tp, value, f"{path}.", ctx)
+            continue
+        try:
+            values[name] = _convert(tp, value)
+        except _Invalid as problem:
+            ctx.problems.append(f"{path}: {problem}")
+    if len(ctx.problems) > problems_before:
+        return None  # the caller raises with every problem recorded
+    return cls(**values)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        parts = [_describe(a) for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(parts) + " or null"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value)
+            except _Invalid:
+                pass
+        raise _Invalid(f"expected {_describe(tp)}, got {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices and type(value) is type(choices[0]):
+            return value
+        near = closest(str(value), [str(c) for c in choices])
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        raise _Invalid(f"{value!r} is not {_describe(tp)}{hint}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"schema type {tp!r} is not supported by the validator")
+    raise _Invalid(f"expected {_describe(tp)}, got {value!r} ({type(value).__name__})")
