@@ -94,17 +94,28 @@ def compute_gae(
         if dones is None
         else 1.0 - dones.to(token_level_rewards.dtype)
     )
-    next_value = values[:, T] if values.shape[1] == T + 1 else torch.zeros_like(values[:, 0])
-    next_adv = torch.zeros_like(next_value)
-    advantages = torch.zeros_like(token_level_rewards)
-    for t in reversed(range(T)):
-        delta = token_level_rewards[:, t] + gamma * next_value * not_done[:, t] - values[:, t]
-        adv_t = delta + gamma * lam * not_done[:, t] * next_adv
-        next_value = torch.where(valid[:, t], values[:, t], next_value)
-        next_adv = torch.where(valid[:, t], adv_t, next_adv)
-        advantages[:, t] = next_adv
-    advantages = _zero_masked(advantages, valid)
-    returns = _zero_masked(advantages + values[:, :T], valid)
+    step_values = values[:, :T]
+    bootstrap = values[:, T] if values.shape[1] == T + 1 else torch.zeros_like(values[:, 0])
+    # Everything but the recurrence is vectorised: each step's V_next is the value at the next
+    # valid step (or the bootstrap value after the last one), found by a reverse cummin.
+    positions = torch.where(valid, torch.arange(T, device=valid.device), T)
+    after = torch.cat([positions[:, 1:], positions.new_full((B, 1), T)], dim=1)
+    next_index = after.flip(1).cummin(dim=1).values.flip(1)
+    next_value = torch.cat([step_values, bootstrap[:, None]], dim=1).gather(1, next_index)
+    deltas = token_level_rewards + gamma * next_value * not_done - step_values
+    decays = gamma * lam * not_done
+
+    has_holes = not bool(valid.all())
+    running = torch.zeros_like(bootstrap)
+    reversed_advantages = []
+    for delta, decay, keep in zip(
+        deltas.unbind(1)[::-1], decays.unbind(1)[::-1], valid.unbind(1)[::-1], strict=True
+    ):
+        advantage = torch.addcmul(delta, decay, running)
+        running = torch.where(keep, advantage, running) if has_holes else advantage
+        reversed_advantages.append(running)
+    advantages = _zero_masked(torch.stack(reversed_advantages[::-1], dim=1), valid)
+    returns = _zero_masked(advantages + step_values, valid)
     return advantages, returns
 
 

@@ -78,8 +78,8 @@ def check_algorithm(alg: AlgorithmConfig) -> list[str]:
     ]
     if alg.use_kl_in_reward and alg.use_kl_loss:
         problems.append(
-            "algorithm.use_kl_in_reward and algorithm.use_kl_loss are both true: the reference KL "
-            "would be penalised twice; keep one"
+            "algorithm.use_kl_in_reward: true together with algorithm.use_kl_loss: the reference "
+            "KL would be penalised twice; keep one"
         )
     if alg.kl_penalty == "full" and alg.use_kl_in_reward:
         problems.append(
@@ -194,10 +194,17 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
     batch = config.data.train_batch_size
     desc = "data.train_batch_size prompts"
     group = alg.group_size
-    problems += _check_update_sizes("actor", actor, batch, desc, actor.ppo_mini_batch_size * group)
+    actor_problems = _check_update_sizes(
+        "actor", actor, batch, desc, actor.ppo_mini_batch_size * group
+    )
+    problems += actor_problems
     if critic.use_critic_model:
         resolved = config.critic_update()
-        problems += _check_update_sizes(
+        critic_problems = _check_update_sizes(
             "critic", resolved, batch, desc, resolved.ppo_mini_batch_size * group
         )
+        # A size the critic inherits from the actor was already reported under actor.
+        problems += [
+            p for p in critic_problems if p.replace("critic.", "actor.", 1) not in actor_problems
+        ]
     return problems

@@ -1,7 +1,8 @@
-"""verl and RLinf spellings of options rlcore also has, for 'rlcore calls it ...' hints.
+"""Other frameworks' spellings of options rlcore also has, for 'rlcore calls it ...' hints.
 
-Keys are full paths as a verl or RLinf user would write them in an rlcore config; values are
-rlcore key paths. docs/config.md holds the full mapping table, with the options that differ.
+Keys are full paths as a verl, RLinf or CleanRL/Stable-Baselines3 user would write them in an
+rlcore config; values are rlcore key paths. docs/config.md holds the whole mapping, including the
+options rlcore spells the same way and those that arrive with later layers.
 """
 
 FOREIGN_KEYS: dict[str, str] = {
@@ -9,7 +10,7 @@ FOREIGN_KEYS: dict[str, str] = {
     "algorithm.adv_estimator": "algorithm.adv_type",
     "algorithm.lam": "algorithm.gae_lambda",
     "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
-    # verl: actor_rollout_ref.actor.* (rlcore keeps every algorithm knob in one section)
+    # verl: actor_rollout_ref.actor.* and critic.* (rlcore keeps every algorithm knob together)
     "actor.clip_ratio": "algorithm.clip_ratio_low",
     "actor.clip_ratio_low": "algorithm.clip_ratio_low",
     "actor.clip_ratio_high": "algorithm.clip_ratio_high",
@@ -20,12 +21,22 @@ FOREIGN_KEYS: dict[str, str] = {
     "actor.kl_loss_coef": "algorithm.kl_loss_coef",
     "actor.kl_loss_type": "algorithm.kl_loss_type",
     "critic.cliprange_value": "algorithm.value_clip",
-    "algorithm.cliprange_value": "algorithm.value_clip",
+    # the same verl names written under algorithm
+    "algorithm.clip_ratio": "algorithm.clip_ratio_low",
     "algorithm.loss_agg_mode": "algorithm.loss_agg_func",
     "algorithm.entropy_coeff": "algorithm.entropy_bonus",
-    "algorithm.clip_ratio": "algorithm.clip_ratio_low",
-    # RLinf: embodied and reasoning configs
+    "algorithm.cliprange_value": "algorithm.value_clip",
+    "algorithm.ppo_epochs": "actor.ppo_epochs",
+    # RLinf
     "algorithm.update_epoch": "actor.ppo_epochs",
-    "algorithm.value_loss_coef": "algorithm.value_coef",
+    # CleanRL / Stable-Baselines3
+    "algorithm.update_epochs": "actor.ppo_epochs",
+    "algorithm.n_epochs": "actor.ppo_epochs",
+    "algorithm.clip_coef": "algorithm.clip_ratio_low",
+    "algorithm.ent_coef": "algorithm.entropy_bonus",
     "algorithm.vf_coef": "algorithm.value_coef",
+    "algorithm.norm_adv": "algorithm.normalize_advantages",
+    "env.env_id": "env.id",
+    "runner.num_steps": "runner.rollout_steps",
+    "runner.n_steps": "runner.rollout_steps",
 }

@@ -88,7 +88,10 @@ def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = C
     try:
         raw = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{config}: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        if "Interpolation key" in first:
+            first += " (an interpolation sees the keys set in the YAML and overrides, not defaults)"
+        raise ConfigError(f"{config}: {first}") from None
     assert isinstance(raw, dict)
     return raw
 

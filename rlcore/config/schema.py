@@ -96,8 +96,8 @@ class UpdateConfig:
     )
     ppo_micro_batch_size: int | None = key(
         None,
-        doc="samples per forward/backward pass (transitions or responses), for memory only: "
-        "gradients are accumulated to the mini-batch's; null = the whole mini-batch",
+        doc="samples per forward/backward pass on one rank (transitions or responses), for "
+        "memory only: gradients accumulate to the mini-batch's; null = the whole mini-batch",
     )
 
 

@@ -1,0 +1,126 @@
+"""Every bad config is refused before anything starts, with one line naming the key and the fix."""
+
+import pytest
+
+from rlcore.config import ConfigError, load_config
+
+CARTPOLE = "embodied/cartpole_ppo"
+ARITH = "reasoning/tiny_arith_ppo"
+
+# (config, overrides, the key the message must name, a fragment of the fix it must give)
+BAD = [
+    # unknown and misspelled keys
+    (CARTPOLE, ["algorithm.clip_ratio_hi=0.3"], "algorithm.clip_ratio_hi",
+     "did you mean 'algorithm.clip_ratio_high'"),
+    (CARTPOLE, ["+trainer.total_epochs=3"], "trainer", "unknown key"),
+    (CARTPOLE, ["env.idd=CartPole-v1"], "env.idd", "did you mean 'env.id'"),
+    (ARITH, ["algorithm.lam=0.95"], "algorithm.lam", "rlcore calls it 'algorithm.gae_lambda'"),
+    (ARITH, ["algorithm.adv_estimator=grpo"], "algorithm.adv_estimator", "'algorithm.adv_type'"),
+    (CARTPOLE, ["data.train_batch_size=8"], "data", "belongs to mode reasoning"),
+    # mistyped values
+    (CARTPOLE, ["algorithm.gamma=abc"], "algorithm.gamma", "expected a number, got 'abc'"),
+    (CARTPOLE, ["actor.ppo_mini_batch_size=2.5"], "actor.ppo_mini_batch_size",
+     "expected an integer, got 2.5"),
+    (CARTPOLE, ["actor.ppo_epochs=true"], "actor.ppo_epochs", "expected an integer, got True"),
+    (CARTPOLE, ["algorithm.normalize_advantages=yes"], "algorithm.normalize_advantages",
+     "expected true or false"),
+    (CARTPOLE, ["algorithm.loss_type=actor_critc"], "algorithm.loss_type",
+     "did you mean 'actor_critic'"),
+    (ARITH, ["algorithm.kl_ctrl.type=adaptiv"], "algorithm.kl_ctrl.type", "'adaptive'"),
+    (CARTPOLE, ["algorithm=3"], "algorithm", "expected a section of keys"),
+    (CARTPOLE, ["algorithm.clip_ratio_c=high"], "algorithm.clip_ratio_c", "a number or null"),
+    (CARTPOLE, ["mode=embodyed"], "mode", "must be one of embodied, reasoning"),
+    (CARTPOLE, ["~env.id"], "env.id", "missing required key"),
+    # cross-field checks
+    (CARTPOLE, ["algorithm.clip_ratio_c=0.5"], "algorithm.clip_ratio_c", "must be > 1"),
+    (CARTPOLE, ["algorithm.huber_delta=0"], "algorithm.huber_delta", "must be > 0"),
+    (CARTPOLE, ["algorithm.gamma=1.5"], "algorithm.gamma", "must be in [0, 1]"),
+    (CARTPOLE, ["algorithm.clip_ratio_low=1.0"], "algorithm.clip_ratio_low", "[0, 1)"),
+    (CARTPOLE, ["actor.ppo_mini_batch_size=300"], "actor.ppo_mini_batch_size",
+     "does not divide the batch of 1024"),
+    (CARTPOLE, ["actor.ppo_micro_batch_size=100"], "actor.ppo_micro_batch_size",
+     "pick a divisor of 256"),
+    (CARTPOLE, ["actor.model.add_value_head=false"], "algorithm.loss_type",
+     "set it to true"),
+    (CARTPOLE, ["algorithm.adv_type=gea"], "algorithm.adv_type", "did you mean 'gae'"),
+    (CARTPOLE, ["algorithm.policy_loss=pop"], "algorithm.policy_loss", "did you mean 'ppo'"),
+    (CARTPOLE, ["env.num_envs=0"], "env.num_envs", "must be >= 1"),
+    (CARTPOLE, ["algorithm.group_size=3", "algorithm.adv_type=grpo",
+                "algorithm.loss_type=actor", "actor.model.add_value_head=false"],
+     "algorithm.group_size", "does not divide env.num_envs"),
+    (ARITH, ["algorithm.loss_type=actor_critic"], "algorithm.loss_type", "use loss_type actor"),
+    (ARITH, ["critic.use_critic_model=false"], "critic.use_critic_model",
+     "set critic.use_critic_model=true"),
+    (ARITH, ["algorithm.adv_type=grpo", "critic.use_critic_model=false"], "algorithm.group_size",
+     "set group_size >= 2"),
+    (ARITH, ["algorithm.adv_type=grpo", "algorithm.group_size=4"], "critic.use_critic_model",
+     "trained for nothing"),
+    (ARITH, ["algorithm.use_kl_in_reward=true", "algorithm.use_kl_loss=true"],
+     "algorithm.use_kl_in_reward", "keep one"),
+    (ARITH, ["algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"],
+     "algorithm.kl_penalty", "needs the whole vocabulary"),
+    (ARITH, ["data.train_batch_size=24"], "actor.ppo_mini_batch_size",
+     "does not divide the batch of 24"),
+    (ARITH, ["critic.ppo_micro_batch_size=5"], "critic.ppo_micro_batch_size",
+     "pick a divisor of 16"),
+    (ARITH, ["algorithm.kl_ctrl.target_kl=0"], "algorithm.kl_ctrl.target_kl", "must be > 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "overrides", "key", "fix"), BAD, ids=lambda p: str(p))
+def test_bad_config_gives_one_line_naming_the_key(config, overrides, key, fix):
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, overrides)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{key}:") or f" {key} " in message, message
+    assert fix in message
+
+
+def test_every_problem_is_reported_at_once_one_per_line():
+    with pytest.raises(ConfigError) as caught:
+        load_config(CARTPOLE, ["algorithm.gama=0.9", "env.num_envs=many", "runner.steps=3"])
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("algorithm.gama: unknown key; did you mean 'algorithm.gamma'")
+    assert any(line.startswith("env.num_envs: expected an integer") for line in lines)
+    assert any(line.startswith("runner.steps: unknown key") for line in lines)
+
+
+def test_unknown_config_name_suggests_a_known_one():
+    with pytest.raises(ConfigError, match="did you mean 'embodied/cartpole_ppo'"):
+        load_config("embodied/cartpol")
+
+
+def test_missing_yaml_file_is_named():
+    with pytest.raises(ConfigError, match=r"nope\.yaml: no such config file"):
+        load_config("nope.yaml")
+
+
+def test_sweeps_are_refused():
+    with pytest.raises(ConfigError, match="sweeps are not supported"):
+        load_config(CARTPOLE, ["algorithm.gamma=0.9,0.99"])
+
+
+def test_unparsable_override_is_refused():
+    with pytest.raises(ConfigError, match="cannot parse override"):
+        load_config(CARTPOLE, ["algorithm.gamma=]"])
+
+
+def test_yaml_file_errors_name_the_key(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("mode: embodied\nenv: {id: CartPole-v1}\nactor:\n  ppo_mini_batch_sze: 64\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    lines = str(caught.value).splitlines()
+    assert (
+        "actor.ppo_mini_batch_sze: unknown key; did you mean 'actor.ppo_mini_batch_size'?" in lines
+    )
+    assert any(line.startswith("actor.ppo_mini_batch_size: missing required key") for line in lines)
+
+
+def test_subfolder_config_without_global_package_header_says_how_to_fix(tmp_path):
+    (tmp_path / "embodied").mkdir()
+    (tmp_path / "embodied" / "x.yaml").write_text("mode: embodied\n")
+    with pytest.raises(ConfigError, match="'# @package _global_'"):
+        load_config("embodied/x", config_dir=tmp_path)
