@@ -7,7 +7,7 @@ the mini-batch loss (and so do the gradients), whatever the split.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -16,12 +16,7 @@ from rlcore.algorithms.stats import masked_sum
 AggMode = Literal[
     "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]
-AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
+AGG_MODES: tuple[str, ...] = get_args(AggMode)
 
 
 def count_tokens(loss_mask: torch.Tensor) -> int:

@@ -7,7 +7,7 @@ token (both log-probs of the sampled token): k1 is unbiased, k2 and k3 are low-v
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from rlcore.did_you_mean import did_you_mean
 
 KLKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
-KL_KINDS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+KL_KINDS: tuple[str, ...] = get_args(KLKind)
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> torch.Tensor:

@@ -22,7 +22,3 @@ def section(cls: type, *, doc: str) -> Any:
     if has_all_defaults:
         return dataclasses.field(default_factory=cls, metadata={"doc": doc})
     return dataclasses.field(metadata={"doc": doc})
-
-
-def doc_of(field: dataclasses.Field) -> str:
-    return field.metadata.get("doc", "")

@@ -72,7 +72,10 @@ def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = C
     """The composed config as a plain dict, interpolations resolved, not yet validated."""
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
-    is_group = lambda o: (directory / o.key_or_group).is_dir()  # noqa: E731
+
+    def is_group(override: Override) -> bool:
+        return (directory / override.key_or_group).is_dir()
+
     group_overrides = [o.input_line for o in parsed if is_group(o)]
     try:
         with initialize_config_dir(version_base=None, config_dir=str(directory)):

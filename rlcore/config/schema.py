@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlcore.algorithms.aggregation import AggMode
+from rlcore.algorithms.kl import KLKind
 from rlcore.config.fields import REQUIRED, key, section
-
-LossAggFunc = Literal[
-    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-]
-KLKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
 
 
 @dataclass(kw_only=True)
@@ -45,7 +42,7 @@ class AlgorithmConfig:
         doc="policy loss: ppo (clipped surrogate, dual-clip), or one added with "
         "register_policy_loss",
     )
-    loss_agg_func: LossAggFunc = key(
+    loss_agg_func: AggMode = key(
         "token-mean", doc="how per-token losses become a scalar (see docs/algorithms.md)"
     )
     normalize_advantages: bool = key(

@@ -105,12 +105,13 @@ def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
     return cls(**values)
 
 
-def _describe(tp: Any) -> str:
+def describe_type(tp: Any) -> str:
+    """A schema type in words, as error messages and the key reference show it."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
-        parts = [_describe(a) for a in typing.get_args(tp) if a is not type(None)]
+        parts = [describe_type(a) for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(parts) + " or null"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
@@ -130,14 +131,14 @@ def _convert(tp: Any, value: Any) -> Any:
                 return _convert(arg, value)
             except _Invalid:
                 pass
-        raise _Invalid(f"expected {_describe(tp)}, got {value!r}")
+        raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
     if origin is Literal:
         choices = typing.get_args(tp)
         if value in choices and type(value) is type(choices[0]):
             return value
         near = closest(str(value), [str(c) for c in choices])
         hint = f" (did you mean '{near[0]}'?)" if near else ""
-        raise _Invalid(f"{value!r} is not {_describe(tp)}{hint}")
+        raise _Invalid(f"{value!r} is not {describe_type(tp)}{hint}")
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -152,4 +153,4 @@ def _convert(tp: Any, value: Any) -> Any:
             return value
     else:
         raise TypeError(f"schema type {tp!r} is not supported by the validator")
-    raise _Invalid(f"expected {_describe(tp)}, got {value!r} ({type(value).__name__})")
+    raise _Invalid(f"expected {describe_type(tp)}, got {value!r} ({type(value).__name__})")
