@@ -158,6 +158,11 @@ def _sequence_scores(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> 
     return _zero_masked(token_level_rewards, valid).sum(dim=-1)
 
 
+def _on_valid_tokens(per_row: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``[B]`` -> ``[B, T]``: each row's value on its valid tokens, 0 elsewhere."""
+    return _zero_masked(per_row.unsqueeze(-1).expand(valid.shape), valid)
+
+
 @register_advantage("grpo", needs_groups=True)
 def compute_grpo_advantage(
     token_level_rewards: torch.Tensor,
@@ -179,7 +184,7 @@ def compute_grpo_advantage(
     scores = _sequence_scores(token_level_rewards, valid)
     mean, std, _ = group_score_stats(scores, index)
     adv = (scores - mean) / (std + epsilon) if norm_adv_by_std else scores - mean
-    advantages = _zero_masked(adv.unsqueeze(-1).expand_as(token_level_rewards), valid)
+    advantages = _on_valid_tokens(adv, valid)
     return advantages, advantages
 
 
@@ -203,7 +208,7 @@ def compute_rloo_advantage(
     scores = _sequence_scores(token_level_rewards, valid)
     mean, _, count = group_score_stats(scores, index)
     adv = torch.where(count > 1, count / (count - 1).clamp_min(1) * (scores - mean), scores)
-    advantages = _zero_masked(adv.unsqueeze(-1).expand_as(token_level_rewards), valid)
+    advantages = _on_valid_tokens(adv, valid)
     return advantages, advantages
 
 
@@ -255,6 +260,5 @@ def compute_reinforce_plus_plus_baseline_advantage(
     valid = response_mask.bool()
     scores = _sequence_scores(token_level_rewards, valid)
     mean, _, _ = group_score_stats(scores, index)
-    centred = _zero_masked((scores - mean).unsqueeze(-1).expand_as(token_level_rewards), valid)
-    advantages = masked_whiten(centred, valid)
+    advantages = masked_whiten(_on_valid_tokens(scores - mean, valid), valid)
     return advantages, advantages

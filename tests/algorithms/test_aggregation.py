@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlcore.algorithms import AGG_MODES, agg_loss
-from tests.algorithms.microbatching import micro_batch_sum, split_batches
+from tests.algorithms.microbatching import assert_micro_batches_match_full_batch, split_batches
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
 MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # the third sequence is empty
@@ -40,9 +40,4 @@ def test_micro_batches_with_global_counts_sum_to_the_full_batch(batch, mode):
     loss = torch.randn(b, t, generator=gen, dtype=torch.float64, requires_grad=True)
     mask = torch.rand(b, t, generator=gen) < 0.6
 
-    full = agg_loss(loss, mask, mode)
-    (full_grad,) = torch.autograd.grad(full, loss)
-    micro = micro_batch_sum(agg_loss, (loss,), mask, cuts, mode)
-    (micro_grad,) = torch.autograd.grad(micro, loss)
-    assert micro.item() == pytest.approx(full.item(), abs=1e-12)
-    assert torch.allclose(micro_grad, full_grad, atol=1e-12)
+    assert_micro_batches_match_full_batch(agg_loss, (loss,), 0, mask, cuts, mode)
