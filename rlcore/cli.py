@@ -1,10 +1,12 @@
-"""The ``rlcore`` command, and the config handling shared by the example entry points.
+"""The ``rlcore`` command, and the start-up shared by the example entry points.
 
-    rlcore config CONFIG [key=value ...] [--json]   print the validated config, defaults filled in
-    rlcore keys [--write DOC]                        print (or write into DOC) the key reference
+    rlcore config CONFIG [key=value ...] [--json] [--cluster FILE]   the validated config
+    rlcore placement CONFIG [key=value ...] [--json] [--cluster FILE]  the placement plan
+    rlcore keys [--write DOC]                                     the key reference
 
-CONFIG is a config name under configs/ (``embodied/cartpole_ppo``) or a YAML path. A bad config
-prints one line per problem and exits with status 2.
+CONFIG is a config name under configs/ (``embodied/cartpole_ppo``) or a YAML path; ``--cluster``
+replaces the config's cluster section with a file's (docs/placement.md). A bad config or
+placement prints one line per problem and exits with status 2, before anything starts.
 """
 
 from __future__ import annotations
@@ -20,38 +22,69 @@ from omegaconf import OmegaConf
 
 from rlcore.config import ConfigError, RLCoreConfig, load_config
 from rlcore.config.reference import key_reference, write_reference
+from rlcore.placement import PlacementPlan, plan_for_config
 
 EXIT_BAD_CONFIG = 2
 
+# The issue that builds each mode's runner; the entry points stop after planning until then.
+PENDING_RUNNERS = {"embodied": "issue #4, embodied PPO", "reasoning": "issue #5, reasoning PPO"}
 
-def load_or_exit(config: str, overrides: Sequence[str]) -> RLCoreConfig:
-    """The validated config; on a bad one, its problems on stderr and exit status 2."""
+
+def _exit_with(error: ConfigError) -> SystemExit:
+    for line in str(error).splitlines():
+        print(f"rlcore: config error: {line}", file=sys.stderr)
+    return SystemExit(EXIT_BAD_CONFIG)
+
+
+def load_and_plan(
+    config: str, overrides: Sequence[str], cluster_file: Path | None = None
+) -> tuple[RLCoreConfig, PlacementPlan]:
+    """The validated config and its placement plan; on any problem, stderr and exit status 2."""
     try:
-        return load_config(config, overrides)
-    except ConfigError as exc:
-        for line in str(exc).splitlines():
-            print(f"rlcore: config error: {line}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_CONFIG) from None
+        loaded = load_config(config, overrides, cluster_file=cluster_file)
+        return loaded, plan_for_config(loaded)
+    except ConfigError as error:
+        raise _exit_with(error) from None
 
 
 def config_as_yaml(config: RLCoreConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(config)))
 
 
-# The issue that builds each mode's runner; the entry points stop after validation until then.
-PENDING_RUNNERS = {"embodied": "issue #4, embodied PPO", "reasoning": "issue #5, reasoning PPO"}
+def _config_arguments(parser: argparse.ArgumentParser, config_default: str | None) -> None:
+    if config_default is None:
+        parser.add_argument("config", help="config name under configs/ or a YAML path")
+    else:
+        parser.add_argument(
+            "--config", default=config_default, help=f"config name or YAML path ({config_default})"
+        )
+    parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides")
+    parser.add_argument(
+        "--cluster", type=Path, metavar="FILE", help="a cluster file replacing the cluster section"
+    )
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, letting ``key=value`` overrides stand before or after the options."""
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if hasattr(args, "overrides"):
+        args.overrides = [*args.overrides, *extra]
+    return args
 
 
 def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> int:
-    """``[--config NAME|PATH] [key=value ...]``: validate the config, then run its mode's runner."""
+    """``[--config NAME|PATH] [--cluster FILE] [key=value ...]``: validate, plan, run."""
     parser = argparse.ArgumentParser(description="Compose, validate and run an rlcore config.")
-    parser.add_argument(
-        "--config", default=default_config, help=f"config name or YAML path ({default_config})"
-    )
-    parser.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides")
-    args = parser.parse_args(argv)
-    config = load_or_exit(args.config, args.overrides)
-    print(config_as_yaml(config), end="")
+    _config_arguments(parser, default_config)
+    args = _parse(parser, argv)
+    config, plan = load_and_plan(args.config, args.overrides, args.cluster)
+    print(plan.table())
+    if config.runner.dry_run:
+        print("rlcore: dry run: the config and placement are valid; nothing was started.")
+        return 0
     print(
         f"rlcore: config '{args.config}' is valid. No default job yet: the {config.mode} runner "
         f"is not built ({PENDING_RUNNERS[config.mode]}), so nothing is trained."
@@ -63,23 +96,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("config", help="print a validated config with its defaults")
-    show.add_argument("config", help="config name under configs/ or a YAML path")
-    show.add_argument("overrides", nargs="*", help="Hydra-style key=value overrides")
+    _config_arguments(show, None)
     show.add_argument("--json", action="store_true", help="print one JSON object")
+    place = commands.add_parser("placement", help="print the placement plan of a config")
+    _config_arguments(place, None)
+    place.add_argument("--json", action="store_true", help="print one JSON object")
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
 
-    if args.command == "config":
-        config = load_or_exit(args.config, args.overrides)
-        if args.json:
-            print(json.dumps(dataclasses.asdict(config)))
+    if args.command == "keys":
+        if args.write:
+            write_reference(args.write)
         else:
-            print(config_as_yaml(config), end="")
-    elif args.write:
-        write_reference(args.write)
+            print(key_reference(), end="")
+        return 0
+    config, plan = load_and_plan(args.config, args.overrides, args.cluster)
+    if args.command == "config":
+        print(
+            json.dumps(dataclasses.asdict(config)) if args.json else config_as_yaml(config), end=""
+        )
+        if args.json:
+            print()
     else:
-        print(key_reference(), end="")
+        print(json.dumps(plan.to_json()) if args.json else plan.table())
+        for name, why in plan.skipped.items():
+            if args.json:
+                print(f"rlcore: not started: {name} ({why})", file=sys.stderr)
     return 0
 
 

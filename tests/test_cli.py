@@ -43,33 +43,107 @@ def test_keys_prints_every_key(capsys):
     )
 
 
+def run(*args):
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
+
+
 @pytest.mark.parametrize(
     ("script", "mode"),
     [("examples/embodied/main.py", "embodied"), ("examples/reasoning/main.py", "reasoning")],
 )
-def test_entry_points_validate_and_say_no_job_is_built_yet(script, mode):
-    done = subprocess.run(
-        [sys.executable, script, "algorithm.entropy_bonus=0.02"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def test_entry_points_plan_and_say_no_job_is_built_yet(script, mode):
+    done = run(script, "cluster.device=cpu", "cluster.devices_per_node=1")
     assert done.returncode == 0, done.stderr
-    assert "entropy_bonus: 0.02" in done.stdout
+    assert done.stdout.startswith("placement: collocated, 1 node(s) x 1 CPU slot(s)")
     assert f"the {mode} runner is not built" in done.stdout.splitlines()[-1]
 
 
+def test_dry_run_prints_the_plan_and_starts_nothing():
+    done = run("examples/reasoning/main.py", "runner.dry_run=true", "cluster=gpu_2x8_disaggregated")
+    assert done.returncode == 0, done.stderr
+    assert "placement: hybrid, 2 node(s) x 8 GPU(s)" in done.stdout
+    assert "rollout       3    1  6,7" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("rlcore: dry run:")
+
+
 def test_entry_point_with_a_bad_key_exits_2_before_doing_anything():
-    done = subprocess.run(
-        [sys.executable, "examples/embodied/main.py", "env.num_env=4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run("examples/embodied/main.py", "env.num_env=4")
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip() == (
         "rlcore: config error: env.num_env: unknown key; did you mean 'env.num_envs'?"
     )
+
+
+def test_placement_json_is_one_object_in_the_documented_shape(capsys):
+    assert (
+        main(["placement", "reasoning/tiny_arith_ppo", "cluster=gpu_2x8_disaggregated", "--json"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    plan = json.loads(out)
+    assert set(plan) == {"mode", "num_nodes", "devices_per_node", "components"}
+    assert (plan["mode"], plan["num_nodes"], plan["devices_per_node"]) == ("hybrid", 2, 8)
+    assert plan["components"]["rollout"][1] == {"rank": 1, "node": 1, "devices": [2, 3]}
+    assert list(plan["components"]) == ["actor", "critic", "rollout", "reward"]
+    assert "not started: ref" in err
+
+
+def test_invalid_placement_exits_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["placement", "embodied/cartpole_ppo", "cluster.devices_per_node=4",
+              "cluster.component_placement={actor:0-4,rollout:0-3,env:0-3}"])  # fmt: skip
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "rlcore: config error: cluster.component_placement.actor: '0-4' is out of range: "
+        "the cluster has 4 devices (ranks 0-3)\n"
+    )
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_cluster_file_replaces_the_cluster_section(tmp_path, capsys, wrapped):
+    body = (
+        "num_nodes: 1\n"
+        "devices_per_node: 3\n"
+        "device: cpu\n"
+        "component_placement:\n"
+        '  "env": 0\n'
+        '  "actor,rollout": "1-2"\n'
+    )
+    if wrapped:
+        body = "cluster:\n" + "".join(f"  {line}\n" for line in body.splitlines())
+    path = tmp_path / "mine.yaml"
+    path.write_text(body)
+    assert main(["placement", "embodied/cartpole_ppo", "--cluster", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["devices_per_node"] == 3
+    assert plan["components"]["env"] == [{"rank": 0, "node": 0, "devices": [0]}]
+    assert [r["devices"] for r in plan["components"]["actor"]] == [[1], [2]]
+
+
+def test_overrides_apply_after_the_cluster_file(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("num_nodes: 1\ndevices_per_node: 3\ndevice: cpu\n")
+    assert main(["placement", "embodied/cartpole_ppo", "--cluster", str(path),
+                 "cluster.devices_per_node=5", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["devices_per_node"] == 5
+
+
+def test_bad_cluster_files_are_named(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("num_node: 2\n")
+    for cluster, message in [
+        (path, "cluster.num_node: unknown key; did you mean 'cluster.num_nodes'?"),
+        (tmp_path / "missing.yaml", f"{tmp_path / 'missing.yaml'}: no such cluster file"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["placement", "embodied/cartpole_ppo", "--cluster", str(cluster)])
+        assert capsys.readouterr().err == f"rlcore: config error: {message}\n"
+
+
+def test_unknown_cluster_name_suggests_one(capsys):
+    with pytest.raises(SystemExit):
+        main(["placement", "embodied/cartpole_ppo", "cluster=gpu_1x9"])
+    assert "(did you mean 'gpu_1x8'?)" in capsys.readouterr().err

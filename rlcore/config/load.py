@@ -28,11 +28,14 @@ from rlcore.did_you_mean import did_you_mean
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
+# Folders of configs/ that hold alternatives for one section (picked by `cluster=NAME`), not runs.
+GROUP_FOLDERS = ("cluster",)
+
+
 def config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Names of the configs under ``config_dir`` (``embodied/cartpole_ppo``, ...)."""
-    return sorted(
-        str(p.relative_to(config_dir).with_suffix("")) for p in config_dir.rglob("*.yaml")
-    )
+    """Names of the runnable configs under ``config_dir`` (``embodied/cartpole_ppo``, ...)."""
+    names = (str(p.relative_to(config_dir).with_suffix("")) for p in config_dir.rglob("*.yaml"))
+    return sorted(n for n in names if n.split("/")[0] not in GROUP_FOLDERS)
 
 
 def locate_config(config: str, config_dir: Path = CONFIG_DIR) -> tuple[Path, str]:
@@ -68,8 +71,31 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
     return parsed
 
 
-def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = CONFIG_DIR) -> dict:
-    """The composed config as a plain dict, interpolations resolved, not yet validated."""
+def load_cluster_file(path: Path) -> DictConfig:
+    """A cluster file: the cluster keys at the top level, or wrapped in ``cluster:``."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such cluster file")
+    try:
+        loaded = OmegaConf.load(path)
+    except (OmegaConfBaseException, OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path}: a cluster file holds the cluster keys (num_nodes, ...)")
+    if list(loaded.keys()) == ["cluster"]:
+        loaded = loaded.cluster
+    return loaded
+
+
+def compose_raw(
+    config: str,
+    overrides: Sequence[str] = (),
+    config_dir: Path = CONFIG_DIR,
+    cluster_file: Path | None = None,
+) -> dict:
+    """The composed config as a plain dict, interpolations resolved, not yet validated.
+
+    ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it.
+    """
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
 
@@ -77,6 +103,9 @@ def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = C
         return (directory / override.key_or_group).is_dir()
 
     group_overrides = [o.input_line for o in parsed if is_group(o)]
+    for override in parsed:
+        if is_group(override) and override.type is not OverrideType.DEL:
+            _check_group_choice(directory, override)
     try:
         with initialize_config_dir(version_base=None, config_dir=str(directory)):
             cfg = compose(config_name=name, overrides=group_overrides)
@@ -85,6 +114,8 @@ def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = C
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
+    if cluster_file is not None:
+        cfg.cluster = load_cluster_file(cluster_file)
     for override in parsed:
         if not is_group(override):
             _apply(cfg, override)
@@ -97,6 +128,16 @@ def compose_raw(config: str, overrides: Sequence[str] = (), config_dir: Path = C
         raise ConfigError(f"{config}: {first}") from None
     assert isinstance(raw, dict)
     return raw
+
+
+def _check_group_choice(directory: Path, override: Override) -> None:
+    group, choice = override.key_or_group, override.value()
+    if not (directory / group / f"{choice}.yaml").is_file():
+        names = sorted(p.stem for p in (directory / group).glob("*.yaml"))
+        raise ConfigError(
+            f"{override.input_line}: no '{choice}' in {directory / group}"
+            f"{did_you_mean(str(choice), names)}; known: {', '.join(names)}"
+        )
 
 
 def _reject_nested_package(cfg: DictConfig, name: str, directory: Path) -> None:
@@ -131,7 +172,10 @@ def validate_config(raw: dict[str, Any]) -> RLCoreConfig:
 
 
 def load_config(
-    config: str, overrides: Sequence[str] = (), config_dir: Path = CONFIG_DIR
+    config: str,
+    overrides: Sequence[str] = (),
+    config_dir: Path = CONFIG_DIR,
+    cluster_file: Path | None = None,
 ) -> RLCoreConfig:
     """Compose ``config`` (a name under configs/ or a YAML path) with ``overrides``, validated.
 
@@ -139,4 +183,4 @@ def load_config(
     >>> cfg.algorithm.gamma
     0.98
     """
-    return validate_config(compose_raw(config, overrides, config_dir))
+    return validate_config(compose_raw(config, overrides, config_dir, cluster_file))

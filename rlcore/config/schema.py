@@ -84,6 +84,38 @@ class AlgorithmConfig:
 
 
 @dataclass(kw_only=True)
+class ClusterConfig:
+    num_nodes: int = key(1, doc="machines in the Ray cluster")
+    devices_per_node: int | None = key(
+        None,
+        doc="device slots per node; null = detected (GPUs per node, or CPU cores without GPUs)",
+    )
+    device: Literal["auto", "cuda", "cpu"] = key(
+        "auto", doc="what a device slot is: auto = cuda when a GPU is visible, else cpu"
+    )
+    address: str | None = key(
+        None,
+        doc="null = start a local Ray; 'auto' or 'host:port' = join a cluster started with "
+        "`ray start`",
+    )
+    component_placement: dict[str, str | int] | None = key(
+        None,
+        doc="components -> device ranks (docs/placement.md); null = every component the "
+        "config needs on all devices",
+    )
+    fuse_collocated: bool = key(
+        True, doc="components placed on the same slots share one process per rank"
+    )
+
+
+@dataclass(kw_only=True)
+class RunnerConfig:
+    dry_run: bool = key(
+        False, doc="validate the config, print the placement plan and exit without starting"
+    )
+
+
+@dataclass(kw_only=True)
 class UpdateConfig:
     ppo_epochs: int = key(1, doc="passes over each batch of experience")
     ppo_mini_batch_size: int = key(
@@ -117,7 +149,7 @@ class EnvConfig:
 
 
 @dataclass(kw_only=True)
-class EmbodiedRunnerConfig:
+class EmbodiedRunnerConfig(RunnerConfig):
     rollout_steps: int = key(128, doc="steps taken in each env per iteration")
 
 
@@ -128,6 +160,7 @@ class EmbodiedConfig:
     actor: EmbodiedActorConfig = section(EmbodiedActorConfig, doc="policy training")
     env: EnvConfig = section(EnvConfig, doc="the environment")
     runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
+    cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
 
 
 @dataclass(kw_only=True)
@@ -156,6 +189,8 @@ class ReasoningConfig:
     actor: UpdateConfig = section(UpdateConfig, doc="policy training")
     critic: CriticConfig = section(CriticConfig, doc="the separate value model")
     data: DataConfig = section(DataConfig, doc="prompts")
+    runner: RunnerConfig = section(RunnerConfig, doc="the training loop")
+    cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
 
     def critic_update(self) -> UpdateConfig:
         """The critic's update sizes, each unset one taken from the actor's."""

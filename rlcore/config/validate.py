@@ -111,8 +111,11 @@ def describe_type(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
-        parts = [describe_type(a) for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(parts) + " or null"
+        args = typing.get_args(tp)
+        parts = [describe_type(a) for a in args if a is not type(None)]
+        return " or ".join(parts) + (" or null" if type(None) in args else "")
+    if origin is dict:
+        return f"a mapping of names to {describe_type(typing.get_args(tp)[1])}"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -124,9 +127,10 @@ def _convert(tp: Any, value: Any) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        for arg in args:
-            if arg is type(None):
-                continue
+        alternatives = [arg for arg in args if arg is not type(None)]
+        if len(alternatives) == 1 and typing.get_origin(alternatives[0]) is dict:
+            return _convert(alternatives[0], value)  # its message names the bad entry
+        for arg in alternatives:
             try:
                 return _convert(arg, value)
             except _Invalid:
@@ -139,6 +143,19 @@ def _convert(tp: Any, value: Any) -> Any:
         near = closest(str(value), [str(c) for c in choices])
         hint = f" (did you mean '{near[0]}'?)" if near else ""
         raise _Invalid(f"{value!r} is not {describe_type(tp)}{hint}")
+    if origin is dict:
+        key_type, value_type = typing.get_args(tp)
+        if not isinstance(value, Mapping):
+            raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+        converted = {}
+        for name, item in value.items():
+            if not isinstance(name, key_type):
+                raise _Invalid(f"key {name!r} must be {describe_type(key_type)}")
+            try:
+                converted[name] = _convert(value_type, item)
+            except _Invalid as problem:
+                raise _Invalid(f"{name}: {problem}") from None
+        return converted
     if tp is bool:
         if isinstance(value, bool):
             return value

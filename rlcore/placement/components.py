@@ -1,0 +1,47 @@
+"""Which components a config runs: required, optional, and those it does not use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlcore.algorithms import ADVANTAGES
+from rlcore.config.schema import EmbodiedConfig, RLCoreConfig
+
+COMPONENTS = {
+    "embodied": ("actor", "rollout", "env", "reward"),
+    "reasoning": ("actor", "critic", "ref", "rollout", "reward"),
+}
+
+
+@dataclass(frozen=True)
+class ComponentRoles:
+    """``required`` must be placed; ``optional`` may be; ``unused`` maps a name to why it is not."""
+
+    mode: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    unused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def known(self) -> tuple[str, ...]:
+        return COMPONENTS[self.mode]
+
+
+def component_roles(config: RLCoreConfig) -> ComponentRoles:
+    if isinstance(config, EmbodiedConfig):
+        return ComponentRoles("embodied", ("actor", "rollout", "env"), optional=("reward",))
+    alg = config.algorithm
+    required = ["actor", "rollout", "reward"]
+    unused = {}
+    if config.critic.use_critic_model:
+        required.insert(1, "critic")
+    else:
+        needs = ADVANTAGES.entry(alg.adv_type).traits.get("needs_values", False)
+        unused["critic"] = "critic.use_critic_model is false" + (
+            "" if needs else f" (adv_type {alg.adv_type} needs no values)"
+        )
+    if alg.use_kl_in_reward or alg.use_kl_loss:
+        required.insert(2 if "critic" in required else 1, "ref")
+    else:
+        unused["ref"] = "no reference KL (use_kl_in_reward and use_kl_loss are false)"
+    return ComponentRoles("reasoning", tuple(required), unused=unused)
