@@ -1,0 +1,27 @@
+"""rlcore.scheduler: a ``PlacementPlan`` made real on Ray (placement groups, worker processes,
+torch.distributed groups, weight sync). Local and multi-node runs are the same code.
+
+Every worker process imports ``rlcore.scheduler.worker``, and importing a submodule runs this
+file first; so the exports below load on first use, keeping Hydra, the config layer and the
+driver-side code out of the workers (2.7 s of imports each, measured, against 0.7 s for Ray).
+"""
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Scheduler": "rlcore.scheduler.scheduler",
+    "SchedulerError": "rlcore.scheduler.ray_cluster",
+    "SyncReport": "rlcore.scheduler.weight_sync",
+    "WorkerContext": "rlcore.scheduler.worker",
+    "WorkerError": "rlcore.scheduler.worker",
+    "WorkerGroup": "rlcore.scheduler.worker_group",
+    "WorkerProcess": "rlcore.scheduler.worker",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlcore.scheduler' has no attribute '{name}'")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,0 +1,105 @@
+"""Connect to Ray (start a local one or join a cluster) and reserve the plan's slots on it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from rlcore.config.errors import ConfigError
+from rlcore.placement import PlacementPlan
+
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+class SchedulerError(ConfigError):
+    """The cluster cannot host the plan: raised before any worker starts, one line."""
+
+
+def connect(plan: PlacementPlan, address: str | None) -> bool:
+    """Start or join Ray; True when this call started it (and so must shut it down)."""
+    if ray.is_initialized():
+        return False
+    common = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    if address is not None:
+        ray.init(address=address, **common)
+        return True
+    # A CPU slot is a Ray CPU: ask for as many as the plan has, even past the core count.
+    num_cpus = max(os.cpu_count() or 1, plan.devices_per_node) if plan.device == "cpu" else None
+    # "local", not None: with None, Ray joins whatever /tmp/ray/ray_current_cluster names, even
+    # a cluster that died long ago, instead of starting the local one asked for.
+    ray.init(address="local", num_cpus=num_cpus, **common)
+    return True
+
+
+@dataclass(frozen=True)
+class NodeSlots:
+    """The Ray node hosting plan node ``index``, and its placement group (bundle j = device j)."""
+
+    index: int
+    node_id: str
+    ip: str
+    group: PlacementGroup
+
+
+def _resource(plan: PlacementPlan) -> str:
+    return "GPU" if plan.device == "cuda" else "CPU"
+
+
+def pick_nodes(plan: PlacementPlan) -> list[dict[str, Any]]:
+    """The Ray nodes for plan nodes 0..N-1 (head first, then by address); fails fast if too few."""
+    resource = _resource(plan)
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    fit = [n for n in alive if n["Resources"].get(resource, 0) >= plan.devices_per_node]
+    if len(fit) < plan.num_nodes:
+        have = ", ".join(f"{n['Resources'].get(resource, 0):g}" for n in alive) or "none"
+        raise SchedulerError(
+            f"cluster.num_nodes/devices_per_node: the plan needs {plan.num_nodes} node(s) with "
+            f"{plan.devices_per_node} {resource} each, but the Ray cluster's {len(alive)} node(s) "
+            f"have {resource}: {have}; change the cluster keys or add nodes"
+        )
+
+    def order(node: dict[str, Any]) -> tuple:
+        is_head = "node:__internal_head__" in node["Resources"]
+        return (not is_head, node["NodeManagerAddress"], node["NodeID"])
+
+    return sorted(fit, key=order)[: plan.num_nodes]
+
+
+def reserve(plan: PlacementPlan, timeout_s: float) -> list[NodeSlots]:
+    """One placement group per node, pinned to it, one bundle per device slot."""
+    bundle = {_resource(plan): 1.0}
+    slots: list[NodeSlots] = []
+    try:
+        for index, node in enumerate(pick_nodes(plan)):
+            group = placement_group(
+                [dict(bundle) for _ in range(plan.devices_per_node)],
+                strategy="STRICT_PACK",
+                name=f"rlcore-node{index}",
+                bundle_label_selector=[
+                    {NODE_ID_LABEL: node["NodeID"]} for _ in range(plan.devices_per_node)
+                ],
+            )
+            slots.append(NodeSlots(index, node["NodeID"], node["NodeManagerAddress"], group))
+            ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+            if not ready:
+                raise SchedulerError(
+                    f"cluster: could not reserve {plan.devices_per_node} {_resource(plan)} on node "
+                    f"{index} ({node['NodeManagerAddress']}) within {timeout_s:g} s; another job "
+                    "may hold them"
+                )
+    except BaseException:
+        release(slots)
+        raise
+    return slots
+
+
+def release(slots: list[NodeSlots]) -> None:
+    for slot in slots:
+        # The cluster may already be gone (Ctrl-C, crash): then there is nothing to free.
+        with contextlib.suppress(Exception):
+            remove_placement_group(slot.group)

@@ -1,0 +1,211 @@
+"""``Scheduler``: start a placement plan's processes on Ray, one ``WorkerGroup`` per component.
+
+    plan = plan_for_config(config)
+    with Scheduler(plan, address=config.cluster.address) as scheduler:
+        actor = scheduler.launch("actor", ActorWorker, model_config)
+        rollout = scheduler.launch("rollout", RolloutWorker, model_config)
+        actor.call_all("update", batch)
+        scheduler.sync_weights("actor", "rollout")
+
+Local and multi-node runs are the same code: ``address=None`` starts a local Ray (dashboard
+off), ``"auto"`` or ``"host:port"`` joins one. Leaving the ``with`` block, by return, exception,
+Ctrl-C or SIGTERM, stops every process it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rlcore.placement import PlacementPlan, Process
+from rlcore.scheduler.ray_cluster import NodeSlots, SchedulerError, connect, release, reserve
+from rlcore.scheduler.weight_sync import SyncReport, WeightSync
+from rlcore.scheduler.worker import WorkerProcess
+from rlcore.scheduler.worker_group import WorkerGroup
+
+_RemoteProcess = ray.remote(WorkerProcess)
+
+
+class Scheduler:
+    """Owns the Ray connection, the placement groups and the worker processes of one plan.
+
+    Args:
+        plan: where every component's ranks go.
+        address: Ray address to join (``"auto"``, ``"host:port"``); None starts a local Ray.
+        backend: torch.distributed backend of each component's group; None = nccl on cuda, gloo
+            on cpu. ``init_distributed=False`` skips the groups (a plan on simulated GPUs).
+        timeout_s: how long to wait for resources and for group rendezvous before failing.
+    """
+
+    def __init__(
+        self,
+        plan: PlacementPlan,
+        *,
+        address: str | None = None,
+        backend: str | None = None,
+        init_distributed: bool = True,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.plan = plan
+        self.address = address
+        self.backend = backend or ("nccl" if plan.device == "cuda" else "gloo")
+        self.init_distributed = init_distributed
+        self.timeout_s = timeout_s
+        self.info: dict[tuple[str, int], dict[str, Any]] = {}  # (component, rank) -> describe()
+        self._handles: dict[tuple[str, int], Any] = {}  # (component, rank) -> process
+        self._slots: list[NodeSlots] = []
+        self._owns_ray = False
+        self._weights = WeightSync(self)
+        self._previous_sigterm: Any = None
+
+    def __enter__(self) -> Scheduler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # start-up ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._catch_sigterm()
+        try:
+            self._owns_ray = connect(self.plan, self.address)
+            self._slots = reserve(self.plan, self.timeout_s)
+            processes = self.plan.processes()
+            handles = [self._spawn(p) for p in processes]
+            infos = ray.get([h.describe.remote() for h in handles], timeout=self.timeout_s)
+            for process, handle, info in zip(processes, handles, infos, strict=True):
+                self._check_where(process, info)
+                # The address the Ray node runs on (reachable by the other nodes): the
+                # rendezvous address of any group whose rank 0 is here.
+                info["ip"] = self._slots[process.node].ip
+                for name in process.components:
+                    self._handles[(name, process.rank)] = handle
+                    self.info[(name, process.rank)] = info
+            if self.init_distributed:
+                self._init_groups()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _spawn(self, process: Process) -> Any:
+        plan = self.plan
+        first = process.components[0]
+        world = plan.world_size(first)
+        same_node = [r.rank for r in plan.components[first] if r.node == process.node]
+        env = {
+            "RANK": str(process.rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(same_node.index(process.rank)),
+            "LOCAL_WORLD_SIZE": str(len(same_node)),
+            "NODE_RANK": str(process.node),
+        }
+        if plan.device == "cuda" and len(process.devices) > 1:
+            # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in process.devices)
+        slot = self._slots[process.node]
+        return _RemoteProcess.options(
+            num_gpus=process.fraction if plan.device == "cuda" else 0,
+            num_cpus=process.fraction if plan.device == "cpu" else 0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                slot.group, placement_group_bundle_index=process.devices[0]
+            ),
+            name=f"rlcore:{'+'.join(process.components)}:{process.rank}",
+        ).remote(
+            process.components,
+            process.rank,
+            world,
+            int(env["LOCAL_RANK"]),
+            process.node,
+            process.devices,
+            plan.device,
+            env,
+        )
+
+    def _check_where(self, process: Process, info: dict[str, Any]) -> None:
+        """Refuse to go on if Ray put a process anywhere but where the plan says."""
+        slot = self._slots[process.node]
+        where = f"{'+'.join(process.components)} rank {process.rank}"
+        if info["node_id"] != slot.node_id:
+            raise SchedulerError(f"cluster: Ray started {where} on a node the plan did not pick")
+        if self.plan.device == "cuda" and info["gpu_ids"][:1] != [process.devices[0]]:
+            raise SchedulerError(
+                f"cluster: Ray gave {where} GPU {info['gpu_ids']} for slot {process.devices[0]} of "
+                f"node {process.node}; another job may hold some of the node's GPUs"
+            )
+
+    def _init_groups(self) -> None:
+        calls = []
+        for group in self.plan.fused:
+            ranks = self.plan.components[group[0]]
+            handles = [self._handles[(group[0], r.rank)] for r in ranks]
+            addr = self.info[(group[0], 0)]["ip"]
+            port = ray.get(handles[0].free_port.remote())
+            calls += [h.init_distributed.remote(self.backend, addr, port, self.timeout_s)
+                      for h in handles]  # fmt: skip
+        ray.get(calls, timeout=self.timeout_s + 30)
+
+    # use ---------------------------------------------------------------------------------------
+
+    def group(self, component: str) -> WorkerGroup:
+        """The ``WorkerGroup`` of a placed component."""
+        if component not in self.plan.components:
+            placed = ", ".join(self.plan.components)
+            raise KeyError(f"component '{component}' is not in the plan (placed: {placed})")
+        ranks = self.plan.components[component]
+        handles = [self._handles[(component, r.rank)] for r in ranks]
+        return WorkerGroup(component, handles, ranks)
+
+    def launch(self, component: str, cls: type, *args: Any, **kwargs: Any) -> WorkerGroup:
+        """Create ``cls(context, *args, **kwargs)`` on every rank of ``component``."""
+        group = self.group(component)
+        group.get([h.create.remote(component, cls, args, kwargs) for h in group.handles])
+        return group
+
+    def sync_weights(self, src: str, dst: str, method: str = "auto") -> SyncReport:
+        """Copy ``src``'s weights into every rank of ``dst`` (see weight_sync.py)."""
+        return self._weights.sync(src, dst, method)
+
+    def handle(self, component: str, rank: int) -> Any:
+        return self._handles[(component, rank)]
+
+    # shutdown ----------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop every process this scheduler started; safe to call more than once."""
+        handles = list({id(h): h for h in self._handles.values()}.values())
+        if handles and ray.is_initialized():
+            # A dead or hung worker must not stop the clean-up of the others.
+            with contextlib.suppress(Exception):
+                ray.get([h.close.remote() for h in handles], timeout=10)
+            for h in handles:
+                with contextlib.suppress(Exception):
+                    ray.kill(h)
+        self._handles.clear()
+        if ray.is_initialized():
+            release(self._slots)
+        self._slots = []
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False
+        self._restore_sigterm()
+
+    def _catch_sigterm(self) -> None:
+        # SIGTERM would end Python without running `finally`; make it unwind like Ctrl-C.
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

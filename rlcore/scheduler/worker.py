@@ -1,0 +1,200 @@
+"""The process that hosts components on a slot (a Ray actor), and what a component sees of it.
+
+A component is any class whose constructor takes a ``WorkerContext`` first. Components that the
+plan places identically are fused into one ``WorkerProcess`` per rank, so calls between them
+(and weight copies) cost no serialisation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: a worker hosting only torch-free components starts faster.
+
+
+class WorkerError(RuntimeError):
+    """An exception raised inside a worker, re-raised in the driver with where it happened."""
+
+    def __init__(self, component: str, rank: int, node: int, detail: str) -> None:
+        self.component, self.rank, self.node, self.detail = component, rank, node, detail
+        super().__init__(f"{component} rank {rank} on node {node}: {detail}")
+
+    def __reduce__(self):
+        return (WorkerError, (self.component, self.rank, self.node, self.detail))
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Where a component instance runs, and its torch.distributed group."""
+
+    component: str
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    devices: tuple[int, ...]  # node-local device ids from the plan
+    device: str  # cuda | cpu
+    group: Any = None  # the component's torch.distributed ProcessGroup (None if not initialised)
+
+    @property
+    def torch_device(self) -> torch.device:
+        import torch
+
+        # CUDA_VISIBLE_DEVICES holds exactly this process's GPUs, so its first is cuda:0.
+        return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class WorkerProcess:
+    """One OS process: the components it hosts at one rank. Run as a Ray actor."""
+
+    def __init__(
+        self,
+        components: tuple[str, ...],
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        node: int,
+        devices: tuple[int, ...],
+        device: str,
+        env: dict[str, str],
+    ) -> None:
+        os.environ.update(env)
+        self.names = components
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.node, self.devices, self.device = node, devices, device
+        self.instances: dict[str, Any] = {}
+        self.groups: dict[str, Any] = {}
+        self.sync_groups: dict[str, tuple[Any, int]] = {}
+
+    def describe(self) -> dict[str, Any]:
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                   "MASTER_ADDR", "MASTER_PORT")},
+        }  # fmt: skip
+
+    def free_port(self) -> int:
+        return _free_port()
+
+    def init_distributed(self, backend: str, master_addr: str, master_port: int, timeout_s: float):
+        """The default group over this rank's fused components, and one group per component."""
+        import torch.distributed as dist
+
+        os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        for name in self.names:  # every rank creates them in the same order, as torch requires
+            self.groups[name] = (
+                dist.group.WORLD if len(self.names) == 1 else dist.new_group(backend=backend)
+            )
+
+    def create(self, component: str, cls: type, args: tuple, kwargs: dict) -> None:
+        context = WorkerContext(
+            component=component,
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            node=self.node,
+            devices=self.devices,
+            device=self.device,
+            group=self.groups.get(component),
+        )
+        self.instances[component] = self._guard(component, lambda: cls(context, *args, **kwargs))
+
+    def call(self, component: str, method: str, args: tuple, kwargs: dict) -> Any:
+        target = getattr(self.instances[component], method)
+        return self._guard(component, lambda: target(*args, **kwargs))
+
+    def _guard(self, component: str, fn):
+        try:
+            return fn()
+        except Exception as exc:
+            detail = (
+                f"{type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
+            )
+            raise WorkerError(component, self.rank, self.node, detail) from None
+
+    # Weight transfer (see weight_sync.py) ------------------------------------------------------
+
+    def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str]]:
+        weights = self.instances[component].weights()
+        return [(k, tuple(t.shape), str(t.dtype)) for k, t in sorted(weights.items())]
+
+    def export_weights(self, component: str) -> dict[str, torch.Tensor]:
+        return {k: t.detach().cpu().clone() for k, t in self.instances[component].weights().items()}
+
+    def import_weights(self, component: str, weights: dict[str, torch.Tensor]) -> None:
+        import torch
+
+        with torch.no_grad():
+            for name, tensor in self.instances[component].weights().items():
+                tensor.copy_(weights[name])
+
+    def copy_weights(self, src: str, dst: str) -> None:
+        """In-process sync between fused components: one memcpy per tensor."""
+        import torch
+
+        source = self.instances[src].weights()
+        with torch.no_grad():
+            for name, tensor in self.instances[dst].weights().items():
+                tensor.copy_(source[name])
+
+    def open_sync_group(
+        self, name: str, addr: str, port: int, rank: int, size: int, backend: str, timeout_s: float
+    ) -> None:
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore(addr, port, size, rank == 0, timeout=timeout)
+        group = (
+            dist.ProcessGroupNCCL(store, rank, size)
+            if backend == "nccl"
+            else dist.ProcessGroupGloo(store, rank, size, timeout)
+        )
+        self.sync_groups[name] = (group, rank)
+
+    def broadcast_weights(self, name: str, component: str) -> None:
+        """Rank 0 of sync group ``name`` sends its ``component``'s weights; the others receive."""
+        import torch
+        import torch.distributed as dist
+
+        group, _ = self.sync_groups[name]
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        with torch.no_grad():
+            for _, tensor in sorted(self.instances[component].weights().items()):
+                buffer = tensor.contiguous()
+                group.broadcast([buffer], options).wait()
+                if buffer.data_ptr() != tensor.data_ptr():
+                    tensor.copy_(buffer)
+
+    def close(self) -> None:
+        self.sync_groups.clear()
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

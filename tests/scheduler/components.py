@@ -1,0 +1,59 @@
+"""Components the scheduler tests start inside workers (sent to Ray by value)."""
+
+import os
+
+import ray
+import torch
+import torch.distributed as dist
+
+
+class Probe:
+    """Reports, from inside the worker, where it runs."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def where(self):
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "rank": int(os.environ["RANK"]),
+            "world_size": int(os.environ["WORLD_SIZE"]),
+            "local_rank": int(os.environ["LOCAL_RANK"]),
+            "pid": os.getpid(),
+        }
+
+    def fail(self, message):
+        raise ValueError(message)
+
+
+class Model:
+    """A component that owns weights, for weight sync."""
+
+    def __init__(self, ctx, seed, width=8):
+        self.ctx = ctx
+        self.net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 2))
+        self.reseed(seed)
+
+    def reseed(self, seed):
+        """Overwrite every weight with draws from ``seed``, as a training step changes them."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.net.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+
+    def weights(self):
+        return self.net.state_dict()
+
+    def snapshot(self):
+        return {k: v.clone() for k, v in self.net.state_dict().items()}
+
+    def dist_env(self):
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        return {k: os.environ.get(k) for k in keys}
+
+    def rank_sum(self):
+        value = torch.tensor([float(self.ctx.rank)])
+        dist.all_reduce(value, group=self.ctx.group)
+        return value.item()

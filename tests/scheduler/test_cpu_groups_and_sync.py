@@ -1,0 +1,76 @@
+"""On CPU slots: a torch.distributed group per component, and bit-exact weight sync."""
+
+import pytest
+import torch
+
+from rlcore.config import ConfigError
+from rlcore.placement import ComponentRoles, build_plan
+from rlcore.scheduler import Scheduler
+from tests.scheduler.components import Model
+
+ROLES = ComponentRoles("embodied", ("actor", "rollout"))
+
+
+def cpu_plan(placement):
+    return build_plan(placement, ROLES, num_nodes=1, devices_per_node=2, device="cpu")
+
+
+def equal_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_each_component_gets_its_own_gloo_group(local_ray):
+    with Scheduler(cpu_plan({"actor": "0-1", "rollout": "0-1:0-3"})) as scheduler:
+        actor = scheduler.launch("actor", Model, 0)
+        rollout = scheduler.launch("rollout", Model, 0)
+        assert actor.call_all("rank_sum") == [0.0 + 1.0] * 2
+        assert rollout.call_all("rank_sum") == [0.0 + 1.0 + 2.0 + 3.0] * 4
+        env = actor.call_rank(1, "dist_env")
+        assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")
+        assert env["MASTER_ADDR"] and int(env["MASTER_PORT"]) > 0
+        assert rollout.call_rank(0, "dist_env")["MASTER_PORT"] != env["MASTER_PORT"]
+
+
+@pytest.mark.parametrize(
+    ("placement", "method", "expected"),
+    [
+        ({"actor,rollout": "0-1"}, "auto", "in_process"),  # collocated, fused
+        ({"actor": "0", "rollout": "1"}, "auto", "object_store"),  # disaggregated
+        ({"actor": "0", "rollout": "1"}, "collective", "collective"),
+        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective"),  # hybrid, 4 receivers
+    ],
+)
+def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
+    local_ray, placement, method, expected
+):
+    with Scheduler(cpu_plan(placement)) as scheduler:
+        actor = scheduler.launch("actor", Model, 1)
+        rollout = scheduler.launch("rollout", Model, 2)  # another seed: different weights
+        source = actor.call_rank(0, "snapshot")
+        assert not any(equal_weights(source, w) for w in rollout.call_all("snapshot"))
+        report = scheduler.sync_weights("actor", "rollout", method=method)
+        assert report.method == expected
+        assert report.num_tensors == 4 and report.num_bytes == 4 * (8 * 8 + 8 + 8 * 2 + 2)
+        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
+        # a second sync reuses the group and still matches after the actor changes
+        actor.call_all("reseed", 3)
+        scheduler.sync_weights("actor", "rollout", method=method)
+        updated = actor.call_rank(0, "snapshot")
+        assert not equal_weights(source, updated)
+        assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
+
+
+def test_mismatched_weights_are_refused_with_the_tensor_names(local_ray):
+    with Scheduler(cpu_plan({"actor": "0", "rollout": "1"})) as scheduler:
+        scheduler.launch("actor", Model, 1)
+        scheduler.launch("rollout", Model, 1, width=4)
+        with pytest.raises(ConfigError, match=r"weight sync actor -> rollout: .*0\.weight"):
+            scheduler.sync_weights("actor", "rollout")
+
+
+def test_in_process_sync_is_refused_between_separate_processes(local_ray):
+    with Scheduler(cpu_plan({"actor": "0", "rollout": "1"})) as scheduler:
+        scheduler.launch("actor", Model, 1)
+        scheduler.launch("rollout", Model, 1)
+        with pytest.raises(ValueError, match="in_process is impossible"):
+            scheduler.sync_weights("actor", "rollout", method="in_process")

@@ -1,0 +1,135 @@
+"""Ray start-up and shutdown as a user meets them: Ctrl-C, SIGTERM, joining a cluster."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).parent / "ray")
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, time
+    from rlcore.placement import ComponentRoles, build_plan
+    from rlcore.scheduler import Scheduler
+
+    address = None if sys.argv[1] == "local" else sys.argv[1]
+    roles = ComponentRoles("embodied", ("actor", "rollout"))
+    plan = build_plan({"actor": "0", "rollout": "1"}, roles, num_nodes=1, devices_per_node=2,
+                      device="cpu")
+    with Scheduler(plan, address=address) as scheduler:
+        import ray
+        print("READY", ray.get_runtime_context().gcs_address, flush=True)
+        if sys.argv[2] == "wait":
+            time.sleep(600)
+    print("DONE", flush=True)
+    """
+)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(") ", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def start_driver(tmp_path: Path, *args: str) -> subprocess.Popen:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_ready(driver: subprocess.Popen) -> str:
+    for line in driver.stdout:
+        if line.startswith("READY"):
+            return line
+    raise AssertionError(f"the driver exited before starting its workers (rc {driver.wait()})")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_driver_leaves_no_process_behind(tmp_path, sig):
+    driver = start_driver(tmp_path, "local", "wait")
+    try:
+        wait_ready(driver)
+        spawned = descendants(driver.pid)
+        assert len(spawned) >= 4  # Ray's gcs and raylet, two workers, helpers
+        driver.send_signal(sig)
+        driver.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while any(running(p) for p in spawned) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        left = [p for p in spawned if running(p)]
+        assert not left, f"still running after {sig.name}: {left}"
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+
+
+def command_lines() -> list[str]:
+    lines = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmd:
+                    lines.append(cmd.read().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue
+    return lines
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_joins_a_cluster_started_with_ray_start(tmp_path):
+    port = str(free_port())
+    start = [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+    subprocess.run(start, check=True, capture_output=True, timeout=120)
+    try:
+        driver = start_driver(tmp_path, "auto", "exit")
+        out = driver.communicate(timeout=120)[0]
+        assert driver.returncode == 0, out
+        # Ray swaps a loopback node address for the host's own interface address (on purpose,
+        # ray-project/ray#26293), so the job is known to have joined ours by the GCS port.
+        ready = next(line for line in out.splitlines() if line.startswith("READY"))
+        assert ready.endswith(f":{port}") and "DONE" in out
+        # the job left the cluster running: it did not start it, so it does not stop it
+        assert any(f"--gcs_server_port={port}" in cmd for cmd in command_lines())
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
