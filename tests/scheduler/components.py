@@ -34,6 +34,9 @@ class Model:
     def __init__(self, ctx, seed, width=8):
         self.ctx = ctx
         self.net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 2))
+        # LLM weights are bf16, and models carry 0-dim buffers: sync must move both exactly.
+        self.net.register_buffer("scale", torch.zeros(3, dtype=torch.bfloat16))
+        self.net.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self.reseed(seed)
 
     def reseed(self, seed):
@@ -42,6 +45,8 @@ class Model:
         with torch.no_grad():
             for p in self.net.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen))
+            self.net.scale.copy_(torch.randn(3, generator=gen))
+            self.net.step.fill_(seed)
 
     def weights(self):
         return self.net.state_dict()

@@ -35,8 +35,8 @@ def test_each_component_gets_its_own_gloo_group(local_ray):
     ("placement", "method", "expected"),
     [
         ({"actor,rollout": "0-1"}, "auto", "in_process"),  # collocated, fused
-        ({"actor": "0", "rollout": "1"}, "auto", "object_store"),  # disaggregated
-        ({"actor": "0", "rollout": "1"}, "collective", "collective"),
+        ({"actor": "0", "rollout": "1"}, "auto", "collective"),  # disaggregated
+        ({"actor": "0", "rollout": "1"}, "object_store", "object_store"),
         ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective"),  # hybrid, 4 receivers
     ],
 )
@@ -50,7 +50,8 @@ def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
         assert not any(equal_weights(source, w) for w in rollout.call_all("snapshot"))
         report = scheduler.sync_weights("actor", "rollout", method=method)
         assert report.method == expected
-        assert report.num_tensors == 4 and report.num_bytes == 4 * (8 * 8 + 8 + 8 * 2 + 2)
+        floats = 8 * 8 + 8 + 8 * 2 + 2
+        assert report.num_tensors == 6 and report.num_bytes == 4 * floats + 2 * 3 + 8
         assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
         # a second sync reuses the group and still matches after the actor changes
         actor.call_all("reseed", 3)
