@@ -1,7 +1,6 @@
 """``Scheduler``: start a placement plan's processes on Ray, one ``WorkerGroup`` per component.
 
-    plan = plan_for_config(config)
-    with Scheduler(plan, address=config.cluster.address) as scheduler:
+    with Scheduler.from_config(config) as scheduler:   # plan_for_config + cluster.address
         actor = scheduler.launch("actor", ActorWorker, model_config)
         rollout = scheduler.launch("rollout", RolloutWorker, model_config)
         actor.call_all("update", batch)
@@ -22,7 +21,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rlcore.placement import PlacementPlan, Process
+from rlcore.config.schema import RLCoreConfig
+from rlcore.placement import PlacementPlan, Process, plan_for_config
 from rlcore.scheduler.ray_cluster import NodeSlots, SchedulerError, connect, release, reserve
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
 from rlcore.scheduler.worker import WorkerProcess
@@ -62,6 +62,11 @@ class Scheduler:
         self._owns_ray = False
         self._weights = WeightSync(self)
         self._previous_sigterm: Any = None
+
+    @classmethod
+    def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
+        """The scheduler of a validated config: its placement plan, on ``cluster.address``."""
+        return cls(plan_for_config(config), address=config.cluster.address, **options)
 
     def __enter__(self) -> Scheduler:
         self.start()

@@ -75,3 +75,16 @@ def test_in_process_sync_is_refused_between_separate_processes(local_ray):
         scheduler.launch("rollout", Model, 1)
         with pytest.raises(ValueError, match="in_process is impossible"):
             scheduler.sync_weights("actor", "rollout", method="in_process")
+
+
+def test_scatter_futures_and_one_rank_calls(local_ray):
+    with Scheduler(cpu_plan({"actor": "0-1", "rollout": "0-1:0-3"})) as scheduler:
+        rollout = scheduler.launch("rollout", Model, 0)
+        assert rollout.scatter("echo", ["a", "b", "c", "d"], tag="t") == [
+            (0, "a", "t"), (1, "b", "t"), (2, "c", "t"), (3, "d", "t"),
+        ]  # fmt: skip
+        futures = rollout.call_all_async("echo", "x")  # returns at once; work overlaps
+        assert rollout.get(futures) == [(r, "x", "") for r in range(4)]
+        assert rollout.call_rank(2, "echo", "y") == (2, "y", "")
+        with pytest.raises(ValueError, match="one shard per rank \\(4\\), got 3"):
+            rollout.scatter("echo", ["a", "b", "c"])

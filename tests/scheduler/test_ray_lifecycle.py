@@ -17,14 +17,15 @@ RAY = str(Path(sys.executable).parent / "ray")
 DRIVER = textwrap.dedent(
     """
     import sys, time
-    from rlcore.placement import ComponentRoles, build_plan
+    from rlcore.config import load_config
     from rlcore.scheduler import Scheduler
 
-    address = None if sys.argv[1] == "local" else sys.argv[1]
-    roles = ComponentRoles("embodied", ("actor", "rollout"))
-    plan = build_plan({"actor": "0", "rollout": "1"}, roles, num_nodes=1, devices_per_node=2,
-                      device="cpu")
-    with Scheduler(plan, address=address) as scheduler:
+    address = "null" if sys.argv[1] == "local" else sys.argv[1]
+    config = load_config("embodied/cartpole_ppo", [
+        f"cluster.address={address}", "cluster.device=cpu", "cluster.devices_per_node=2",
+        "cluster.component_placement={env:0,actor:1,rollout:1}",
+    ])
+    with Scheduler.from_config(config) as scheduler:
         import ray
         print("READY", ray.get_runtime_context().gcs_address, flush=True)
         if sys.argv[2] == "wait":
