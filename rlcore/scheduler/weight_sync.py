@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 
 import ray
 
-from rlcore.config.errors import ConfigError
-
 if TYPE_CHECKING:
     from rlcore.scheduler.scheduler import Scheduler
 
@@ -40,8 +38,8 @@ class SyncReport:
 class WeightSync:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self._checked: dict[tuple[str, str], list] = {}  # pair -> sender's tensor metadata
-        self._groups: set[tuple[str, str, str]] = set()  # (src, dst, backend) with a group
+        self._layouts: dict[tuple[str, str], list[tuple]] = {}  # checked pair -> tensor layout
+        self._groups: set[str] = set()  # collective groups already opened
 
     def choose(self, src: str, dst: str) -> str:
         plan = self.scheduler.plan
@@ -57,74 +55,62 @@ class WeightSync:
             raise ValueError(
                 f"{src} and {dst} run in different processes: in_process is impossible"
             )
-        meta = self._check_compatible(src, dst)
+        layout = self._check_compatible(src, dst)
+        transfer = {
+            "in_process": self._in_process,
+            "object_store": self._object_store,
+            "collective": self._collective,
+        }[chosen]
         start = time.perf_counter()
-        {"in_process": self._in_process, "object_store": self._object_store,
-         "collective": self._collective}[chosen](src, dst)  # fmt: skip
+        transfer(src, dst)
         seconds = time.perf_counter() - start
-        num_bytes = sum(_numel(shape) * _itemsize(dtype) for _, shape, dtype in meta)
-        return SyncReport(chosen, seconds, len(meta), num_bytes)
+        return SyncReport(chosen, seconds, len(layout), sum(entry[-1] for entry in layout))
 
-    def _check_compatible(self, src: str, dst: str) -> list:
-        if (src, dst) not in self._checked:
-            s = self.scheduler.group(src)
-            d = self.scheduler.group(dst)
-            ours, theirs = (
-                s.get([s.handles[0].weights_meta.remote(src)])[0],
-                d.get([d.handles[0].weights_meta.remote(dst)])[0],
-            )
-            if ours != theirs:
-                diff = sorted(set(ours) ^ set(theirs))[:3]
-                raise ConfigError(
-                    f"weight sync {src} -> {dst}: the two hold different tensors "
-                    f"(names, shapes or dtypes), e.g. {diff}"
+    def _check_compatible(self, src: str, dst: str) -> list[tuple]:
+        """Both sides hold the same names, shapes and dtypes; checked once per pair."""
+        if (src, dst) not in self._layouts:
+            layouts = [
+                group.get([group.handles[0].weights_meta.remote(name)], ranks=[0])[0]
+                for name, group in (
+                    (src, self.scheduler.group(src)),
+                    (dst, self.scheduler.group(dst)),
                 )
-            self._checked[(src, dst)] = ours
-        return self._checked[(src, dst)]
+            ]
+            if layouts[0] != layouts[1]:
+                differ = sorted(set(layouts[0]) ^ set(layouts[1]))[:3]
+                raise ValueError(
+                    f"weight sync {src} -> {dst}: the two hold different tensors (names, shapes "
+                    f"or dtypes), e.g. {differ}"
+                )
+            self._layouts[(src, dst)] = layouts[0]
+        return self._layouts[(src, dst)]
 
     def _in_process(self, src: str, dst: str) -> None:
         group = self.scheduler.group(dst)
         group.get([h.copy_weights.remote(src, dst) for h in group.handles])
 
     def _object_store(self, src: str, dst: str) -> None:
-        sender = self.scheduler.group(src)
-        weights = sender.handles[0].export_weights.remote(src)
+        weights = self.scheduler.group(src).handles[0].export_weights.remote(src)
         group = self.scheduler.group(dst)
         group.get([h.import_weights.remote(dst, weights) for h in group.handles])
 
     def _collective(self, src: str, dst: str) -> None:
         sched = self.scheduler
-        root = sched.group(src).handles[0]
-        receivers = sched.group(dst).handles
-        members = [root, *receivers]
+        sender, receivers = sched.group(src), sched.group(dst)
+        root = sender.handles[0]
+        members = [root, *receivers.handles]
         if len({id(m) for m in members}) != len(members):
             raise ValueError(f"collective sync needs {src} rank 0 apart from every {dst} rank")
-        key = (src, dst, sched.backend)
-        if key not in self._groups:
-            addr = sched.info[(src, 0)]["ip"]
-            port = ray.get(root.free_port.remote())
-            name = f"{src}->{dst}"
-            ray.get(
-                [m.open_sync_group.remote(name, addr, port, i, len(members), sched.backend,
-                                          sched.timeout_s) for i, m in enumerate(members)],
-                timeout=sched.timeout_s + 30,
-            )  # fmt: skip
-            self._groups.add(key)
         name = f"{src}->{dst}"
-        calls = [root.broadcast_weights.remote(name, src)]
-        calls += [r.broadcast_weights.remote(name, dst) for r in receivers]
-        sched.group(dst).get(calls[1:])
-        ray.get(calls[0])
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _itemsize(dtype: str) -> int:
-    import torch
-
-    return torch.empty((), dtype=getattr(torch, dtype.removeprefix("torch."))).element_size()
+        if name not in self._groups:
+            addr, port = sched.info[(src, 0)]["ip"], ray.get(root.free_port.remote())
+            opens = [
+                m.open_sync_group.remote(name, addr, port, i, len(members), sched.backend,
+                                         sched.timeout_s)
+                for i, m in enumerate(members)
+            ]  # fmt: skip
+            ray.get(opens, timeout=sched.timeout_s + 30)
+            self._groups.add(name)
+        sent = root.broadcast_weights.remote(name, src)
+        receivers.get([h.broadcast_weights.remote(name, dst) for h in receivers.handles])
+        sender.get([sent], ranks=[0])

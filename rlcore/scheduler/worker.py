@@ -140,9 +140,13 @@ class WorkerProcess:
 
     # Weight transfer (see weight_sync.py) ------------------------------------------------------
 
-    def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str]]:
+    def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str, int]]:
+        """``(name, shape, dtype, bytes)`` of each tensor, in name order."""
         weights = self.instances[component].weights()
-        return [(k, tuple(t.shape), str(t.dtype)) for k, t in sorted(weights.items())]
+        return [
+            (k, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
+            for k, t in sorted(weights.items())
+        ]
 
     def export_weights(self, component: str) -> dict[str, Any]:
         # Raw bytes as numpy arrays, not tensors: Ray stores them without pickling (6x faster for
