@@ -63,7 +63,7 @@ def test_entry_points_plan_and_say_no_job_is_built_yet(script, mode):
 def test_dry_run_prints_the_plan_and_starts_nothing():
     done = run("examples/reasoning/main.py", "runner.dry_run=true", "cluster=gpu_2x8_disaggregated")
     assert done.returncode == 0, done.stderr
-    assert "placement: hybrid, 2 node(s) x 8 GPU(s)" in done.stdout
+    assert "placement: disaggregated, 2 node(s) x 8 GPU(s)" in done.stdout
     assert "rollout       3    1  6,7" in done.stdout
     assert done.stdout.splitlines()[-1].startswith("rlcore: dry run:")
 
@@ -85,7 +85,7 @@ def test_placement_json_is_one_object_in_the_documented_shape(capsys):
     out, err = capsys.readouterr()
     plan = json.loads(out)
     assert set(plan) == {"mode", "num_nodes", "devices_per_node", "components"}
-    assert (plan["mode"], plan["num_nodes"], plan["devices_per_node"]) == ("hybrid", 2, 8)
+    assert (plan["mode"], plan["num_nodes"], plan["devices_per_node"]) == ("disaggregated", 2, 8)
     assert plan["components"]["rollout"][1] == {"rank": 1, "node": 1, "devices": [2, 3]}
     assert list(plan["components"]) == ["actor", "critic", "rollout", "reward"]
     assert "not started: ref" in err
@@ -147,3 +147,13 @@ def test_unknown_cluster_name_suggests_one(capsys):
     with pytest.raises(SystemExit):
         main(["placement", "embodied/cartpole_ppo", "cluster=gpu_1x9"])
     assert "(did you mean 'gpu_1x8'?)" in capsys.readouterr().err
+
+
+def test_entry_point_takes_a_cluster_file_in_a_dry_run(tmp_path):
+    path = tmp_path / "two_slots.yaml"
+    path.write_text('cluster:\n  device: cpu\n  devices_per_node: 2\n  component_placement:\n'
+                    '    env: 0\n    "actor,rollout": 1\n')  # fmt: skip
+    done = run("examples/embodied/main.py", "--cluster", str(path), "runner.dry_run=true")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")
+    assert "one process per rank for: actor, rollout" in done.stdout

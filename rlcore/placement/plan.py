@@ -106,10 +106,13 @@ class PlacementPlan:
 
 
 def _layout(sets: dict[str, frozenset[int]]) -> str:
-    groups = list(sets.values())
-    if all(s == groups[0] for s in groups):
+    """collocated: one device set for all; disaggregated: the distinct sets are pairwise
+    disjoint (components placed identically count as one, so ``env: 0, actor,rollout: 1`` is
+    disaggregated); hybrid: some sets overlap without being equal."""
+    distinct = list(set(sets.values()))
+    if len(distinct) == 1:
         return "collocated"
-    if all(a.isdisjoint(b) for i, a in enumerate(groups) for b in groups[i + 1 :]):
+    if all(a.isdisjoint(b) for i, a in enumerate(distinct) for b in distinct[i + 1 :]):
         return "disaggregated"
     return "hybrid"
 

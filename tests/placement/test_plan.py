@@ -29,7 +29,9 @@ def test_global_ranks_map_to_nodes_and_local_devices():
 def test_layouts():
     assert plan({"actor,rollout,env": "all"}).layout == "collocated"
     assert plan({"actor": "0-3", "rollout": "4-5", "env": "6-7"}).layout == "disaggregated"
+    assert plan({"env": "0", "actor,rollout": "1"}).layout == "disaggregated"
     assert plan({"env": "0-3", "rollout": "4-7", "actor": "0-7"}).layout == "hybrid"
+    assert plan({"env": "0-1", "rollout": "1-2", "actor": "3"}).layout == "hybrid"
 
 
 def test_default_placement_collocates_the_required_components_on_everything():
@@ -45,7 +47,7 @@ def test_reasoning_rejects_partial_overlap_and_accepts_identical_or_disjoint():
     ):
         plan({"actor,critic,reward": "0-7", "rollout": "4-7"}, roles=REASONING)
     ok = plan({"actor,critic": "0-3", "rollout,reward": "4-7"}, roles=REASONING)
-    assert ok.layout == "hybrid"
+    assert ok.layout == "disaggregated"  # identically placed components count as one
     apart = plan({"actor": "0-1", "critic": "2-3", "rollout": "4-5", "reward": "6"}, REASONING)
     assert apart.layout == "disaggregated"
     mixed = plan({"actor,critic": "0-7", "rollout": "0-7:0-3", "reward": "0-7"}, roles=REASONING)
@@ -116,7 +118,7 @@ def test_processes_sharing_a_device_and_tensor_parallel_processes():
 def test_json_has_exactly_the_documented_shape():
     p = plan({"actor,rollout": "0-1", "env": "4"})
     assert p.to_json() == {
-        "mode": "hybrid",  # actor and rollout share devices, env is apart: neither extreme
+        "mode": "disaggregated",  # actor and rollout together, env apart
         "num_nodes": 2,
         "devices_per_node": 4,
         "components": {

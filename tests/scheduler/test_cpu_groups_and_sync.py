@@ -36,7 +36,7 @@ def test_each_component_gets_its_own_gloo_group(local_ray):
         ({"actor,rollout": "0-1"}, "auto", "in_process"),  # collocated, fused
         ({"actor": "0", "rollout": "1"}, "auto", "collective"),  # disaggregated
         ({"actor": "0", "rollout": "1"}, "object_store", "object_store"),
-        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective"),  # hybrid, 4 receivers
+        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective"),  # hybrid: 4 receivers
     ],
 )
 def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
