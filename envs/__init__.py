@@ -1,4 +1,20 @@
-"""Environment adapters and the env plug-in registry (gymnasium ids, ``module:Class`` entry
-points, ManiSkill). The adapters arrive with the embodied runner (issue #4); docs/architecture.md
-tracks what is built.
+"""Environment adapters and the env plug-in registry.
+
+``env.id`` may be a gymnasium id (``CartPole-v1``), a name registered with ``register_env``, or a
+``module.path:ClassName`` entry point, so users plug in their own env with no change to rlcore.
 """
+
+from envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
+from envs.vector import SpaceSpec, check_finite, make_vector_env, space_spec
+
+__all__ = [
+    "EnvError",
+    "SpaceSpec",
+    "check_finite",
+    "make_env",
+    "make_vector_env",
+    "register_env",
+    "registered_envs",
+    "resolve_env",
+    "space_spec",
+]

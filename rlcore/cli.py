@@ -27,7 +27,7 @@ from rlcore.placement import PlacementPlan, plan_for_config
 EXIT_BAD_CONFIG = 2
 
 # The issue that builds each mode's runner; the entry points stop after planning until then.
-PENDING_RUNNERS = {"embodied": "issue #4, embodied PPO", "reasoning": "issue #5, reasoning PPO"}
+PENDING_RUNNERS = {"reasoning": "issue #5, reasoning PPO"}
 
 
 def _exit_with(error: ConfigError) -> SystemExit:
@@ -85,10 +85,29 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
     if config.runner.dry_run:
         print("rlcore: dry run: the config and placement are valid; nothing was started.")
         return 0
+    if config.mode == "embodied":
+        return _run_embodied(config, plan)
     print(
         f"rlcore: config '{args.config}' is valid. No default job yet: the {config.mode} runner "
         f"is not built ({PENDING_RUNNERS[config.mode]}), so nothing is trained."
     )
+    return 0
+
+
+def _run_embodied(config: RLCoreConfig, plan: PlacementPlan) -> int:
+    from rlcore.runners.embodied import EmbodiedRunner
+
+    if len(plan.processes()) > 1 or config.cluster.address is not None:
+        raise _exit_with(
+            ConfigError(
+                "cluster.component_placement: the embodied runner runs its components in one "
+                f"process so far, and this plan has {len(plan.processes())} (or joins a cluster); "
+                "place env,rollout,actor on one slot, e.g. cluster.component_placement="
+                "{env:0,rollout:0,actor:0}. Multi-rank and disaggregated runs: issue #4"
+            )
+        )
+    summary = EmbodiedRunner(config).run()
+    print(json.dumps(summary))
     return 0
 
 

@@ -49,15 +49,18 @@ def run(*args):
     )
 
 
-@pytest.mark.parametrize(
-    ("script", "mode"),
-    [("examples/embodied/main.py", "embodied"), ("examples/reasoning/main.py", "reasoning")],
-)
-def test_entry_points_plan_and_say_no_job_is_built_yet(script, mode):
-    done = run(script, "cluster.device=cpu", "cluster.devices_per_node=1")
+def test_reasoning_entry_point_plans_and_says_no_job_is_built_yet():
+    done = run("examples/reasoning/main.py", "cluster.device=cpu", "cluster.devices_per_node=1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("placement: collocated, 1 node(s) x 1 CPU slot(s)")
-    assert f"the {mode} runner is not built" in done.stdout.splitlines()[-1]
+    assert "the reasoning runner is not built" in done.stdout.splitlines()[-1]
+
+
+def test_embodied_runs_beyond_one_process_are_refused_before_starting():
+    done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
+               "cluster.component_placement={env:0,actor:1,rollout:1}")  # fmt: skip
+    assert done.returncode == 2
+    assert "runs its components in one process so far, and this plan has 2" in done.stderr
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing():

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 REQUIRED: Any = dataclasses.MISSING
 
 
-def key(default: Any = REQUIRED, *, doc: str) -> Any:
-    """A config key with ``default`` (or none: ``REQUIRED``) and its one-line ``doc``."""
+def key(default: Any = REQUIRED, *, doc: str, factory: Callable[[], Any] | None = None) -> Any:
+    """A config key with ``default`` (or none: ``REQUIRED``) and its one-line ``doc``.
+
+    A mutable default (a list) is given as ``factory``, which makes a fresh one per config.
+    """
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"doc": doc})
     return dataclasses.field(default=default, metadata={"doc": doc})
 
 

@@ -26,7 +26,10 @@ def _default(field: dataclasses.Field) -> str:
             if isinstance(value, bool)
             else str(value)
         )
-    return "(section)" if field.default_factory is not dataclasses.MISSING else "**required**"
+    if field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+        return "(section)" if dataclasses.is_dataclass(value) else str(value)
+    return "**required**"
 
 
 def _table(rows: list[tuple[str, dataclasses.Field, object]]) -> list[str]:

@@ -87,7 +87,10 @@ def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
             value = data[name]
         elif dataclasses.is_dataclass(tp):
             value = {}
-        elif field.default is not dataclasses.MISSING:
+        elif (
+            field.default is not dataclasses.MISSING
+            or field.default_factory is not dataclasses.MISSING
+        ):
             continue
         else:
             doc = field.metadata.get("doc", "")
@@ -116,6 +119,9 @@ def describe_type(tp: Any) -> str:
         return " or ".join(parts) + (" or null" if type(None) in args else "")
     if origin is dict:
         return f"a mapping of names to {describe_type(typing.get_args(tp)[1])}"
+    if origin is list:
+        item = describe_type(typing.get_args(tp)[0]).removeprefix("an ").removeprefix("a ")
+        return f"a list of {item}s"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -156,6 +162,17 @@ def _convert(tp: Any, value: Any) -> Any:
             except _Invalid as problem:
                 raise _Invalid(f"{name}: {problem}") from None
         return converted
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+        (item_type,) = typing.get_args(tp)
+        items = []
+        for i, item in enumerate(value):
+            try:
+                items.append(_convert(item_type, item))
+            except _Invalid as problem:
+                raise _Invalid(f"item {i}: {problem}") from None
+        return items
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -37,7 +37,7 @@ BAD = [
     (CARTPOLE, ["algorithm.gamma=1.5"], "algorithm.gamma", "must be in [0, 1]"),
     (CARTPOLE, ["algorithm.clip_ratio_low=1.0"], "algorithm.clip_ratio_low", "[0, 1)"),
     (CARTPOLE, ["actor.ppo_mini_batch_size=300"], "actor.ppo_mini_batch_size",
-     "does not divide the batch of 1024"),
+     "does not divide the batch of 256"),
     (CARTPOLE, ["actor.ppo_micro_batch_size=100"], "actor.ppo_micro_batch_size",
      "pick a divisor of 256"),
     (CARTPOLE, ["actor.model.add_value_head=false"], "algorithm.loss_type",

@@ -1,0 +1,91 @@
+"""Vectorised environments with gymnasium's next-step autoreset, and the space checks the
+policies need.
+
+With next-step autoreset, the observation returned by a step that ends an episode is the
+episode's final observation; the following step ignores the action, resets that env, and
+returns its first observation with reward 0. The embodied runner masks that reset step out, and
+reads V(final observation) from the policy's forward pass on it (see runners/embodied.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+
+from envs.registry import EnvError, make_env, resolve_env
+
+VectorMode = Literal["auto", "native", "sync", "async"]
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """What a policy needs to know about an env's spaces."""
+
+    obs_shape: tuple[int, ...]
+    action_kind: Literal["discrete", "multi_discrete", "box"]
+    action_dims: tuple[int, ...]  # discrete: (n,); multi_discrete: nvec; box: shape
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+
+
+def make_vector_env(
+    env_id: str, num_envs: int, mode: VectorMode = "auto", **env_kwargs
+) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_id`` stepped together.
+
+    mode: ``native`` uses the env's own vectorised implementation (CartPole has one: no Python
+    loop over envs); ``sync`` steps copies in this process; ``async`` in one subprocess each;
+    ``auto`` takes native when the env has it, else sync.
+    """
+    target = resolve_env(env_id)
+    if isinstance(target, str):
+        spec = gym.spec(target)
+        native = spec.vector_entry_point is not None
+        if mode == "native" and not native:
+            raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
+        chosen = "vector_entry_point" if mode in ("native", "auto") and native else mode
+        chosen = "sync" if chosen == "auto" else chosen
+        envs = gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
+    else:
+        if mode == "native":
+            raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
+
+        def factory() -> gym.Env:
+            return make_env(env_id, **env_kwargs)
+
+        vector_cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
+        envs = vector_cls([factory] * num_envs)
+    autoreset = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
+        raise EnvError(f"env.id: '{env_id}' vectorises with {autoreset}; rlcore needs next-step")
+    return envs
+
+
+def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
+    """The policy-facing description of the spaces; ``EnvError`` for spaces rlcore can't handle."""
+    obs, act = envs.single_observation_space, envs.single_action_space
+    if not isinstance(obs, gym.spaces.Box):
+        raise EnvError(
+            f"env.id: '{env_id}' observes {type(obs).__name__}; rlcore's policies take Box "
+            "observations (vectors or images); flatten it with a gymnasium wrapper"
+        )
+    if isinstance(act, gym.spaces.Discrete):
+        return SpaceSpec(obs.shape, "discrete", (int(act.n),))
+    if isinstance(act, gym.spaces.MultiDiscrete):
+        return SpaceSpec(obs.shape, "multi_discrete", tuple(int(n) for n in act.nvec.ravel()))
+    if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
+        return SpaceSpec(obs.shape, "box", act.shape, act.low.copy(), act.high.copy())
+    raise EnvError(
+        f"env.id: '{env_id}' acts in {act}; rlcore's policies handle Discrete, MultiDiscrete and "
+        "1-D Box action spaces"
+    )
+
+
+def check_finite(env_id: str, obs: np.ndarray, reward: np.ndarray) -> None:
+    """Stop on NaN or inf from an env, naming it, instead of training on garbage."""
+    if not (np.isfinite(obs).all() and np.isfinite(reward).all()):
+        what = "observation" if not np.isfinite(obs).all() else "reward"
+        raise EnvError(f"env.id: '{env_id}' returned a non-finite {what} (NaN or inf)")

@@ -1,0 +1,91 @@
+"""ActorCritic: log-probs and entropies match hand-computed distributions; actions fit the env."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from envs.vector import SpaceSpec
+from rlcore.models import ActorCritic
+
+DISCRETE = SpaceSpec((3,), "discrete", (4,))
+MULTI = SpaceSpec((3,), "multi_discrete", (2, 3))
+BOX = SpaceSpec((3,), "box", (2,), np.array([-1.0, -2.0]), np.array([1.0, 2.0]))
+
+
+def logits_of(model, obs):
+    return model.policy_head(model.policy_trunk(obs))
+
+
+def test_discrete_log_prob_and_entropy_are_the_softmax_ones():
+    torch.manual_seed(0)
+    model = ActorCritic(DISCRETE, [8], ortho_init=False)
+    obs = torch.randn(5, 3)
+    actions = torch.tensor([0, 1, 2, 3, 1])
+    log_prob, entropy, value = model.evaluate(obs, actions)
+    logp_all = torch.log_softmax(logits_of(model, obs), -1)
+    assert torch.allclose(log_prob, logp_all[torch.arange(5), actions])
+    assert torch.allclose(entropy, -(logp_all.exp() * logp_all).sum(-1))
+    assert value.shape == (5,)
+
+
+def test_multi_discrete_sums_the_per_dimension_log_probs():
+    torch.manual_seed(1)
+    model = ActorCritic(MULTI, [8], ortho_init=False)
+    obs = torch.randn(4, 3)
+    actions = torch.tensor([[0, 2], [1, 0], [1, 1], [0, 0]])
+    log_prob, _, _ = model.evaluate(obs, actions)
+    logits = logits_of(model, obs)
+    first, second = torch.log_softmax(logits[:, :2], -1), torch.log_softmax(logits[:, 2:], -1)
+    expected = first[torch.arange(4), actions[:, 0]] + second[torch.arange(4), actions[:, 1]]
+    assert torch.allclose(log_prob, expected)
+
+
+def test_gaussian_log_prob_matches_the_closed_form():
+    torch.manual_seed(2)
+    model = ActorCritic(BOX, [8], ortho_init=False, log_std_init=math.log(0.5))
+    obs = torch.randn(3, 3)
+    actions = torch.randn(3, 2)
+    log_prob, entropy, _ = model.evaluate(obs, actions)
+    mean, std = logits_of(model, obs), 0.5
+    expected = (-((actions - mean) ** 2) / (2 * std**2) - math.log(std)
+                - 0.5 * math.log(2 * math.pi)).sum(-1)  # fmt: skip
+    assert torch.allclose(log_prob, expected, atol=1e-6)
+    assert torch.allclose(
+        entropy, torch.full((3,), 2 * (0.5 + 0.5 * math.log(2 * math.pi) + math.log(std)))
+    )
+
+
+def test_gaussian_actions_are_clipped_only_on_the_way_to_the_env():
+    model = ActorCritic(BOX, [8])
+    raw = torch.tensor([[5.0, -5.0], [0.5, 0.5]])
+    assert model.env_action(raw).tolist() == [[1.0, -2.0], [0.5, 0.5]]
+
+
+def test_deterministic_actions_are_the_mode():
+    torch.manual_seed(3)
+    model = ActorCritic(DISCRETE, [8], ortho_init=False)
+    obs = torch.randn(6, 3)
+    action, _, _ = model.act(obs, deterministic=True)
+    assert torch.equal(action, logits_of(model, obs).argmax(-1))
+    box = ActorCritic(BOX, [8], ortho_init=False)
+    action, _, _ = box.act(obs, deterministic=True)
+    assert torch.equal(action, logits_of(box, obs))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_shared_backbone_shares_parameters_and_separate_does_not(shared):
+    model = ActorCritic(DISCRETE, [8, 8], shared_backbone=shared)
+    assert (model.value_trunk is model.policy_trunk) == shared
+    n_trunk = sum(p.numel() for p in model.policy_trunk.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    heads = (8 * 4 + 4) + (8 + 1)
+    assert total == heads + n_trunk * (1 if shared else 2)
+
+
+def test_orthogonal_init_gives_a_near_uniform_initial_policy():
+    torch.manual_seed(4)
+    model = ActorCritic(DISCRETE, [64, 64])
+    probs = torch.softmax(logits_of(model, torch.randn(32, 3)), -1)
+    assert (probs - 0.25).abs().max() < 0.05  # the 0.01-gain policy head

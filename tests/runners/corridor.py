@@ -1,0 +1,40 @@
+"""Hand-made envs whose returns can be worked out by hand (used through 'module:Class')."""
+
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    """Walk right along a corridor: obs = [position], reward 1 per step.
+
+    Reaching ``goal`` terminates the episode; ``limit`` steps truncate it (a time limit).
+    Action 1 moves right, action 0 stays.
+    """
+
+    observation_space = gym.spaces.Box(-1.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, goal: int = 100, limit: int = 3):
+        self.goal, self.limit = goal, limit
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.steps = 0, 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.position += int(action)
+        self.steps += 1
+        terminated = self.position >= self.goal
+        truncated = not terminated and self.steps >= self.limit
+        return np.array([self.position], np.float32), 1.0, terminated, truncated, {}
+
+
+class NanEnv(Corridor):
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs * np.nan, reward, terminated, truncated, info
+
+
+class DictObs(Corridor):
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (1,))})

@@ -1,0 +1,124 @@
+"""The embodied runner: bootstrapping, masking, env plug-ins and the run summary."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from envs import EnvError, make_vector_env, space_spec
+from rlcore.config import load_config
+from rlcore.runners.embodied import EmbodiedRunner, Rollout
+
+REPO = Path(__file__).resolve().parents[2]
+CORRIDOR = "tests.runners.corridor:Corridor"
+
+
+def corridor_config(tmp_path, *extra):
+    return load_config("embodied/cartpole_ppo", [
+        f"env.id={CORRIDOR}", "env.num_envs=1", "env.vector_mode=sync", "env.solved_threshold=null",
+        "runner.rollout_steps=4", "runner.total_env_steps=8", "runner.eval_episodes=1",
+        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
+        "actor.ppo_mini_batch_size=4", "actor.ppo_epochs=1", *extra,
+    ])  # fmt: skip
+
+
+def one_env_rollout(rewards, values, terminated, truncated, valid):
+    row = lambda x, dtype=torch.float32: torch.tensor([x], dtype=dtype)  # noqa: E731
+    return Rollout(
+        obs=torch.zeros(1, len(rewards), 1), actions=torch.zeros(1, len(rewards)),
+        log_probs=torch.zeros(1, len(rewards)), values=row(values), rewards=row(rewards),
+        terminated=row(terminated, torch.bool), truncated=row(truncated, torch.bool),
+        valid=row(valid, torch.bool),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("ended_by", ["truncated", "terminated"])
+def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_not(
+    tmp_path, ended_by
+):
+    runner = EmbodiedRunner(corridor_config(tmp_path, "algorithm.gamma=0.5",
+                                            "algorithm.gae_lambda=1.0"))  # fmt: skip
+    # Steps: 0 and 1 end an episode at 1; step 2 only resets (masked); step 3 starts anew.
+    # values[2] is V(final obs of the episode); values[4] bootstraps after the rollout.
+    truncated = [False, ended_by == "truncated", False, False]
+    terminated = [False, ended_by == "terminated", False, False]
+    rollout = one_env_rollout(
+        rewards=[1.0, 1.0, 0.0, 1.0],
+        values=[0.2, 0.4, 8.0, 0.3, 6.0],
+        terminated=terminated,
+        truncated=truncated,
+        valid=[True, True, False, True],
+    )
+    advantages, returns = runner.advantages(rollout)
+    tail = 1.0 + 0.5 * 8.0 if ended_by == "truncated" else 1.0  # r1 (+ gamma V(s_final))
+    expected_returns = [1.0 + 0.5 * tail, tail, 0.0, 1.0 + 0.5 * 6.0]
+    assert returns[0].tolist() == pytest.approx(expected_returns)
+    assert advantages[0].tolist() == pytest.approx(
+        [expected_returns[0] - 0.2, expected_returns[1] - 0.4, 0.0, expected_returns[3] - 0.3]
+    )
+
+
+def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_path):
+    runner = EmbodiedRunner(
+        corridor_config(tmp_path, "runner.rollout_steps=7", "actor.ppo_mini_batch_size=7")
+    )
+    rollout = runner.collect()
+    # limit 3: steps 0-2 are an episode, 3 only resets, 4-6 the next episode
+    assert rollout.valid[0].tolist() == [True, True, True, False, True, True, True]
+    assert rollout.truncated[0].tolist() == [False, False, True, False, False, False, True]
+    final_obs = rollout.obs[0, 3]  # the reset step starts from the episode's final observation
+    assert final_obs.item() == rollout.obs[0, 2].item() + rollout.actions[0, 2].item()
+    with torch.no_grad():
+        assert rollout.values[0, 3].item() == pytest.approx(runner.model.value(final_obs).item())
+    assert runner.finished == [(3.0, 3), (3.0, 3)]
+
+
+def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
+    config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
+                             "actor.ppo_mini_batch_size=8", "runner.run_name=plug-in")  # fmt: skip
+    summary = EmbodiedRunner(config).run()
+    assert summary["env_steps"] == 64 and summary["iterations"] == 8
+    assert summary["eval_return_mean"] == 3.0  # the corridor's 3-step time limit, reward 1/step
+    assert summary["time_to_threshold_s"] is None and summary["steps_to_threshold"] is None
+    written = json.loads((tmp_path / "plug-in" / "summary.json").read_text())
+    assert written == summary
+
+
+@pytest.mark.parametrize(
+    ("env_id", "message"),
+    [
+        ("CartPole-v2", "no environment 'CartPole-v2'; did you mean 'CartPole-v1'"),
+        ("tests.runners.corridor:Coridor", "has no 'Coridor' (did you mean "
+         "'tests.runners.corridor:Corridor'?)"),
+        ("tests.runners.corridor:DictObs", "observes Dict; rlcore's policies take Box"),
+    ],
+)  # fmt: skip
+def test_bad_envs_are_named_with_the_fix(env_id, message):
+    with pytest.raises(EnvError) as caught:
+        envs = make_vector_env(env_id, 1, "sync")
+        space_spec(envs, env_id)
+    assert str(caught.value).startswith("env.id: ") and message in str(caught.value)
+
+
+def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path):
+    runner = EmbodiedRunner(corridor_config(tmp_path, "env.id=tests.runners.corridor:NanEnv"))
+    with pytest.raises(EnvError, match="NanEnv' returned a non-finite observation"):
+        runner.collect()
+
+
+def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "examples/embodied/main.py", "runner.total_env_steps=2560",
+         "runner.progress=false", f"runner.output_dir={tmp_path}", "runner.eval_every=5"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    keys = {"eval_return_mean", "eval_return_std", "env_steps", "wall_s", "time_to_threshold_s",
+            "steps_to_threshold"}  # fmt: skip
+    assert keys <= set(summary) and summary["env_steps"] == 2560
+    assert (Path(summary["run_dir"]) / "summary.json").is_file()
+    assert list((Path(summary["run_dir"]) / "tensorboard").iterdir())
