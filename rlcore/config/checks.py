@@ -151,12 +151,21 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             "from the shared value head; set algorithm.loss_type=actor_critic and "
             "actor.model.add_value_head=true"
         )
+    if config.env.vector_mode == "async" and (
+        config.runner.checkpoint_every or config.runner.resume_dir
+    ):
+        problems.append(
+            "runner.checkpoint_every: checkpoints save the envs, which subprocess envs "
+            "(env.vector_mode=async) cannot; use vector_mode sync or native, or checkpoint_every=0"
+        )
     for name, value in (
         ("env.num_envs", config.env.num_envs),
         ("runner.rollout_steps", config.runner.rollout_steps),
     ):
         if value < 1:
             problems.append(f"{name}: {value} must be >= 1")
+    if config.runner.checkpoint_every < 0:
+        problems.append(f"runner.checkpoint_every: {config.runner.checkpoint_every} must be >= 0")
     if problems:
         return problems
     if config.env.num_envs % alg.group_size:

@@ -188,6 +188,12 @@ class EmbodiedRunnerConfig(RunnerConfig):
     eval_episodes: int = key(10, doc="episodes per evaluation")
     torch_threads: int = key(1, doc="torch CPU threads (1 is fastest for small MLPs here)")
     progress: bool = key(True, doc="show a progress bar on stderr")
+    checkpoint_every: int = key(
+        50, doc="iterations between checkpoints (and one at the end); 0 = no checkpoints"
+    )
+    resume_dir: str | None = key(
+        None, doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run's latest one"
+    )
 
 
 @dataclass(kw_only=True)
