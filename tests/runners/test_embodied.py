@@ -122,3 +122,14 @@ def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
     assert keys <= set(summary) and summary["env_steps"] == 2560
     assert (Path(summary["run_dir"]) / "summary.json").is_file()
     assert list((Path(summary["run_dir"]) / "tensorboard").iterdir())
+
+
+def test_the_custom_env_example_trains_by_config_alone(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "main.py", "env.id=custom_env:PointReach", "env.vector_mode=sync",
+         "runner.total_env_steps=512", "runner.progress=false", f"runner.output_dir={tmp_path}"],
+        cwd=REPO / "examples" / "embodied", capture_output=True, text=True, check=False,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["env_id"] == "custom_env:PointReach"
