@@ -175,6 +175,12 @@ class EnvConfig:
     solved_threshold: float | None = key(
         None, doc="eval return counted as solved, for time_to_threshold_s; null = none"
     )
+    normalize_obs: bool = key(False, doc="feed the policy running-normalised observations")
+    normalize_reward: bool = key(
+        False, doc="train on rewards divided by the running std of the discounted return"
+    )
+    clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this")
+    clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this")
 
 
 @dataclass(kw_only=True)

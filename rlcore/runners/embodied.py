@@ -43,6 +43,7 @@ from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from rlcore.runners.metrics import MetricsLogger
+from rlcore.runners.normalization import ObsNormalizer, RewardScaler
 
 # Keys that may differ between a run and its resumption: they do not change what is computed.
 RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
@@ -119,6 +120,15 @@ class EmbodiedRunner:
         self.episode_return = np.zeros(config.env.num_envs)
         self.episode_length = np.zeros(config.env.num_envs, dtype=np.int64)
         self.finished: list[tuple[float, int]] = []
+        env = config.env
+        self.obs_norm = (
+            ObsNormalizer(self.spec.obs_shape, env.clip_obs) if env.normalize_obs else None
+        )
+        self.reward_scaler = (
+            RewardScaler(env.num_envs, config.algorithm.gamma, env.clip_reward)
+            if env.normalize_reward
+            else None
+        )
         # Progress the loop carries; a checkpoint saves it, a resume restores it.
         self.progress = {"iteration": 0, "env_steps": 0, "elapsed_s": 0.0, "reached": None,
                          "eval_returns": np.zeros(0)}  # fmt: skip
@@ -135,7 +145,12 @@ class EmbodiedRunner:
         return {
             "obs": self.obs, "prev_done": self.prev_done, "finished": self.finished,
             "episode_return": self.episode_return, "episode_length": self.episode_length,
+            "obs_norm": self.obs_norm, "reward_scaler": self.reward_scaler,
         }  # fmt: skip
+
+    def policy_obs(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+        """What the policy sees: the observation, normalised when ``env.normalize_obs``."""
+        return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
     def save(self) -> Path:
         state = {
@@ -172,21 +187,23 @@ class EmbodiedRunner:
         )
         valid = torch.empty(T, N, dtype=torch.bool)
         for t in range(T):
-            obs[t] = self.obs
+            obs[t] = self.policy_obs(self.obs, update=True)
             with torch.no_grad():
-                action, log_prob, values[t] = self.model.act(self.obs)
+                action, log_prob, values[t] = self.model.act(obs[t])
             next_obs, reward, term, trunc, _ = self.envs.step(self.model.env_action(action))
             check_finite(self.env_id, next_obs, reward)
             actions.append(action)
             log_probs.append(log_prob)
-            rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
             terminated[t], truncated[t] = torch.as_tensor(term), torch.as_tensor(trunc)
             valid[t] = ~self.prev_done
+            rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
+            if self.reward_scaler is not None:
+                rewards[t] = self.reward_scaler(rewards[t], terminated[t] | truncated[t], valid[t])
             self._track_episodes(reward, term | trunc, valid[t].numpy())
             self.prev_done = terminated[t] | truncated[t]
             self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
         with torch.no_grad():
-            values[T] = self.model.value(self.obs)
+            values[T] = self.model.value(self.policy_obs(self.obs))
         nt = lambda x: x.transpose(0, 1)  # noqa: E731  [T, N, ...] -> [N, T, ...]
         return Rollout(
             obs=nt(obs),
@@ -307,7 +324,8 @@ class EmbodiedRunner:
         returns, done = np.zeros(n), np.zeros(n, dtype=bool)
         for _ in range(1_000_000):
             with torch.no_grad():
-                action, _, _ = self.model.act(torch.as_tensor(obs, dtype=torch.float32), True)
+                seen = self.policy_obs(torch.as_tensor(obs, dtype=torch.float32))
+                action, _, _ = self.model.act(seen, deterministic=True)
             obs, reward, term, trunc, _ = self.eval_envs.step(self.model.env_action(action))
             returns += reward * ~done
             done |= term | trunc

@@ -133,3 +133,15 @@ def test_the_custom_env_example_trains_by_config_alone(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["env_id"] == "custom_env:PointReach"
+
+
+@pytest.mark.parametrize("name", ["mujoco_halfcheetah_ppo", "mujoco_hopper_ppo"])
+def test_mujoco_configs_run(tmp_path, name):
+    pytest.importorskip("mujoco", reason="MuJoCo configs need the 'mujoco' extra")
+    config = load_config(f"embodied/{name}", [
+        "runner.rollout_steps=64", "runner.total_env_steps=128", "actor.ppo_mini_batch_size=32",
+        "runner.eval_episodes=1", "runner.progress=false", f"runner.output_dir={tmp_path}",
+        "logger.tensorboard=false",
+    ])  # fmt: skip
+    summary = EmbodiedRunner(config).run()
+    assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None

@@ -21,8 +21,13 @@ def config(tmp_path, *extra):
 
 
 @pytest.mark.parametrize(
-    "env", [["env.id=CartPole-v1"], ["env.id=Pendulum-v1", "env.vector_mode=sync"]]
-)
+    "env",
+    [
+        ["env.id=CartPole-v1"],
+        ["env.id=Pendulum-v1", "env.vector_mode=sync", "env.normalize_obs=true",
+         "env.normalize_reward=true"],
+    ],
+)  # fmt: skip
 def test_resumed_run_ends_with_bit_identical_parameters(tmp_path, env):
     full = EmbodiedRunner(config(tmp_path, *env, "runner.run_name=full")).run()
     assert full["iterations"] == 6

@@ -1,0 +1,36 @@
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlcore.runners.normalization import RewardScaler, RunningMeanStd
+
+
+@given(st.lists(st.integers(1, 20), min_size=1, max_size=6), st.integers(0, 2**16))
+def test_running_moments_equal_the_moments_of_everything_seen(sizes, seed):
+    gen = torch.Generator().manual_seed(seed)
+    batches = [torch.randn(n, 3, generator=gen, dtype=torch.float64) * 4 + 2 for n in sizes]
+    stats = RunningMeanStd((3,))
+    for batch in batches:
+        stats.update(batch)
+    everything = torch.cat(batches)
+    assert torch.allclose(stats.mean, everything.mean(0), atol=1e-6)
+    assert torch.allclose(stats.var, everything.var(0, unbiased=False), atol=1e-6)
+
+
+def test_reward_scaler_divides_by_the_std_of_discounted_returns_hand_case():
+    scaler = RewardScaler(num_envs=1, gamma=0.5, clip=10.0)
+    valid, not_done = torch.tensor([True]), torch.tensor([False])
+    first = scaler(torch.tensor([2.0]), not_done, valid)  # G = 2: one sample, variance ~0
+    assert first.item() == 10.0  # 2 / ~0, clipped
+    second = scaler(torch.tensor([2.0]), not_done, valid)  # G = 0.5 * 2 + 2 = 3
+    # returns seen: 2, 3 -> population variance 0.25 -> std 0.5
+    assert second.item() == pytest.approx(2.0 / 0.5, rel=1e-6)
+
+
+def test_reward_scaler_ignores_reset_steps_and_restarts_returns_at_episode_ends():
+    scaler = RewardScaler(num_envs=1, gamma=1.0, clip=100.0)
+    scaler(torch.tensor([1.0]), torch.tensor([True]), torch.tensor([True]))  # episode ends
+    assert scaler.returns.item() == 0.0
+    scaler(torch.tensor([0.0]), torch.tensor([False]), torch.tensor([False]))  # reset step
+    assert scaler.stats.count < 1.5  # only the one real transition was counted
