@@ -114,6 +114,10 @@ class ActorCritic(nn.Module):
         log_prob, entropy = self._log_prob_entropy(self._distribution(out), actions)
         return log_prob, entropy, value
 
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor):
+        """``evaluate``: training goes through ``forward`` so that DDP sees it."""
+        return self.evaluate(obs, actions)
+
     def env_action(self, action: torch.Tensor) -> np.ndarray:
         """What the env receives: Gaussian samples clipped to the space, indices as ints."""
         if self.spec.action_kind == "box":

@@ -29,21 +29,14 @@ import torch
 from tqdm import tqdm
 
 from envs import check_finite, make_vector_env, space_spec
-from rlcore.algorithms import (
-    agg_loss,
-    compute_gae,
-    count_seqs,
-    count_tokens,
-    get_policy_loss_fn,
-    masked_whiten,
-    value_loss,
-)
+from rlcore.algorithms import compute_gae
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.normalization import ObsNormalizer, RewardScaler
+from rlcore.workers.embodied_actor import EmbodiedActor
 
 # Keys that may differ between a run and its resumption: they do not change what is computed.
 RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
@@ -101,13 +94,8 @@ class EmbodiedRunner:
         self.model = ActorCritic(
             self.spec, m.hidden_sizes, m.activation, m.shared_backbone, m.ortho_init, m.log_std_init
         )
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
-            lr=config.actor.optim.lr,
-            eps=config.actor.optim.adam_eps,
-            fused=True,  # one kernel for all parameters: 10% off a CartPole update, measured
-        )
-        self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
+        self.actor = EmbodiedActor(None, config, self.model)
+        self.shuffle = torch.Generator().manual_seed(run.seed)  # mini-batch order
         self.batch = run.rollout_steps * config.env.num_envs
         self.iterations = max(1, run.total_env_steps // self.batch)
         name = (
@@ -155,8 +143,9 @@ class EmbodiedRunner:
     def save(self) -> Path:
         state = {
             "config": dataclasses.asdict(self.config),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.actor.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            "shuffle_rng": self.shuffle.get_state(),
             "progress": self.progress,
             "carry": self._carry(),
         }
@@ -168,7 +157,8 @@ class EmbodiedRunner:
         _check_same_run(state["config"], dataclasses.asdict(self.config), checkpoint)
         self.envs.close()
         self.envs = envs
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.actor.optimizer.load_state_dict(state["optimizer"])
+        self.shuffle.set_state(state["shuffle_rng"])
         self.progress = state["progress"]
         for name, value in state["carry"].items():
             setattr(self, name, value)
@@ -244,76 +234,13 @@ class EmbodiedRunner:
     # 3. update ---------------------------------------------------------------------------------
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor) -> dict:
-        alg, actor = self.config.algorithm, self.config.actor
         flat = lambda x: x.reshape(self.batch, *x.shape[2:])  # noqa: E731
-        obs, actions = flat(rollout.obs), flat(rollout.actions)
-        old_log_probs, old_values = flat(rollout.log_probs), flat(rollout.values[:, :-1])
-        mask, returns = flat(rollout.valid), flat(returns)
-        if alg.normalize_advantages:
-            advantages = masked_whiten(advantages, rollout.valid)
-        advantages = flat(advantages)
-        mini, micro = (
-            actor.ppo_mini_batch_size,
-            actor.ppo_micro_batch_size or actor.ppo_mini_batch_size,
-        )
-        stats: dict[str, list[float]] = {}
-        for _ in range(actor.ppo_epochs):
-            order = torch.randperm(self.batch)
-            for start in range(0, self.batch, mini):
-                index = order[start : start + mini]
-                counts = {"num_tokens": count_tokens(mask[index, None]),
-                          "num_seqs": count_seqs(mask[index, None])}  # fmt: skip
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro_start in range(0, mini, micro):
-                    i = index[micro_start : micro_start + micro]
-                    metrics = self._loss(obs[i], actions[i], old_log_probs[i], old_values[i],
-                                         advantages[i], returns[i], mask[i], counts)  # fmt: skip
-                    for name, value in metrics.items():
-                        stats.setdefault(name, []).append(float(value))
-                norm = self._step()
-                stats.setdefault("grad_norm", []).append(norm)
-        result = {name: float(np.mean(values)) for name, values in stats.items()}
-        predicted = old_values[mask]
-        target = returns[mask]
-        result["explained_variance"] = float(
-            1 - (target - predicted).var() / target.var().clamp_min(1e-8)
-        )
-        return result
-
-    def _loss(self, obs, actions, old_log_probs, old_values, advantages, returns, mask, counts):
-        alg = self.config.algorithm
-        col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
-        log_probs, entropy, values = self.model.evaluate(obs, actions)
-        pg_loss, pg_metrics = self.policy_loss(
-            col(old_log_probs), col(log_probs), col(advantages), col(mask),
-            clip_ratio_low=alg.clip_ratio_low, clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c, loss_agg_mode=alg.loss_agg_func, **counts,
-        )  # fmt: skip
-        v_loss, v_metrics = value_loss(
-            col(values), col(returns), col(old_values), col(mask),
-            value_clip=alg.value_clip, huber_delta=alg.huber_delta,
-            loss_agg_mode=alg.loss_agg_func, **counts,
-        )  # fmt: skip
-        entropy_loss = agg_loss(col(entropy), col(mask), alg.loss_agg_func, **counts)
-        loss = pg_loss + alg.value_coef * v_loss - alg.entropy_bonus * entropy_loss
-        loss.backward()
-        return {
-            "policy_loss": pg_loss.detach(),
-            "value_loss": v_loss.detach(),
-            "entropy": entropy_loss.detach(),
-            "pg_clipfrac": pg_metrics["pg_clipfrac"],
-            "approx_kl": pg_metrics["ppo_kl"],
-            "vf_clipfrac": v_metrics["vf_clipfrac"],
-        }
-
-    def _step(self) -> float:
-        max_norm = self.config.actor.optim.max_grad_norm
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(
-            params, max_norm if max_norm is not None else float("inf")
-        )
-        self.optimizer.step()
-        return float(norm)
+        batch = {
+            "obs": flat(rollout.obs), "actions": flat(rollout.actions),
+            "log_probs": flat(rollout.log_probs), "values": flat(rollout.values[:, :-1]),
+            "advantages": flat(advantages), "returns": flat(returns), "valid": flat(rollout.valid),
+        }  # fmt: skip
+        return self.actor.update(batch, self.shuffle)
 
     # 4. evaluate -------------------------------------------------------------------------------
 
@@ -376,8 +303,7 @@ class EmbodiedRunner:
         """One PPO iteration (steps 1-3); its metrics."""
         optim = self.config.actor.optim
         if optim.lr_schedule == "linear":
-            for group in self.optimizer.param_groups:
-                group["lr"] = optim.lr * (1.0 - (iteration - 1) / self.iterations)
+            self.actor.set_lr(optim.lr * (1.0 - (iteration - 1) / self.iterations))
         timer = time.perf_counter()
         rollout = self.collect()
         t_collect = time.perf_counter() - timer

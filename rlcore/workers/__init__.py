@@ -1,0 +1,1 @@
+"""Components that own a model or an env and expose a few batch methods (see docs/architecture)."""
