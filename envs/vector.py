@@ -24,11 +24,12 @@ VectorMode = Literal["auto", "native", "sync", "async"]
 class SpaceSpec:
     """What a policy needs to know about an env's spaces."""
 
-    obs_shape: tuple[int, ...]
+    obs_shape: tuple[int, ...]  # (D,) vectors or (H, W, C) images
     action_kind: Literal["discrete", "multi_discrete", "box"]
     action_dims: tuple[int, ...]  # discrete: (n,); multi_discrete: nvec; box: shape
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
+    obs_scale: float = 1.0  # 1/255 for uint8 images, so the network sees [0, 1]
 
 
 def make_vector_env(
@@ -67,17 +68,19 @@ def make_vector_env(
 def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     """The policy-facing description of the spaces; ``EnvError`` for spaces rlcore can't handle."""
     obs, act = envs.single_observation_space, envs.single_action_space
-    if not isinstance(obs, gym.spaces.Box):
+    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
         raise EnvError(
-            f"env.id: '{env_id}' observes {type(obs).__name__}; rlcore's policies take Box "
-            "observations (vectors or images); flatten it with a gymnasium wrapper"
+            f"env.id: '{env_id}' observes {obs}; rlcore's policies take Box observations, "
+            "vectors (D,) or images (H, W, C); flatten others with a gymnasium wrapper"
         )
+    scale = 1.0 / 255.0 if obs.dtype == np.uint8 else 1.0
     if isinstance(act, gym.spaces.Discrete):
-        return SpaceSpec(obs.shape, "discrete", (int(act.n),))
+        return SpaceSpec(obs.shape, "discrete", (int(act.n),), obs_scale=scale)
     if isinstance(act, gym.spaces.MultiDiscrete):
-        return SpaceSpec(obs.shape, "multi_discrete", tuple(int(n) for n in act.nvec.ravel()))
+        dims = tuple(int(n) for n in act.nvec.ravel())
+        return SpaceSpec(obs.shape, "multi_discrete", dims, obs_scale=scale)
     if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
-        return SpaceSpec(obs.shape, "box", act.shape, act.low.copy(), act.high.copy())
+        return SpaceSpec(obs.shape, "box", act.shape, act.low.copy(), act.high.copy(), scale)
     raise EnvError(
         f"env.id: '{env_id}' acts in {act}; rlcore's policies handle Discrete, MultiDiscrete and "
         "1-D Box action spaces"

@@ -1,5 +1,5 @@
-"""MLP actor-critic for state observations: a trunk (shared, or one per head), a policy head and
-a value head.
+"""Actor-critic: a trunk (shared, or one per head), a policy head and a value head. The trunk is
+an MLP for vector observations and the Nature-DQN CNN for (H, W, C) images.
 
 Policy heads: Categorical (Discrete), one Categorical per dimension (MultiDiscrete), and a
 Gaussian with a state-independent log-std (1-D Box). Gaussian actions are sampled unbounded and
@@ -29,9 +29,38 @@ def _mlp(sizes: list[int], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class ImageEncoder(nn.Module):
+    """The Nature-DQN convolutions (Mnih et al. 2015) on (H, W, C) images, then a dense layer."""
+
+    def __init__(self, shape: tuple[int, int, int], scale: float, width: int) -> None:
+        super().__init__()
+        height, wide, channels = shape
+        self.scale = scale
+        self.convs = nn.Sequential(
+            nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
+        )  # fmt: skip
+        if min(height, wide) < 36:
+            raise ValueError(f"the CNN policy needs images of at least 36x36, got {height}x{wide}")
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, channels, height, wide)).shape[1]
+        self.dense = nn.Sequential(nn.Linear(flat, width), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        images = obs.movedim(-1, -3) * self.scale  # (..., H, W, C) -> (..., C, H, W)
+        return self.dense(self.convs(images))
+
+
+def _encoder(spec: SpaceSpec, hidden_sizes: list[int], activation: str) -> nn.Module:
+    if len(spec.obs_shape) == 3:
+        return ImageEncoder(spec.obs_shape, spec.obs_scale, hidden_sizes[-1])
+    return _mlp([spec.obs_shape[0], *hidden_sizes], activation)
+
+
 def _orthogonal(module: nn.Module, gain: float) -> None:
     for layer in module.modules():
-        if isinstance(layer, nn.Linear):
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(layer.weight, gain)
             nn.init.zeros_(layer.bias)
 
@@ -49,15 +78,12 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
-        if len(spec.obs_shape) != 1:
-            raise ValueError(
-                f"the MLP policy takes vector observations, got shape {spec.obs_shape}"
-            )
         self.spec = spec
-        sizes = [spec.obs_shape[0], *hidden_sizes]
-        self.policy_trunk = _mlp(sizes, activation)
-        self.value_trunk = self.policy_trunk if shared_backbone else _mlp(sizes, activation)
-        width = sizes[-1]
+        self.policy_trunk = _encoder(spec, hidden_sizes, activation)
+        self.value_trunk = (
+            self.policy_trunk if shared_backbone else _encoder(spec, hidden_sizes, activation)
+        )
+        width = hidden_sizes[-1]
         n_out = sum(spec.action_dims) if spec.action_kind != "box" else spec.action_dims[0]
         self.policy_head = nn.Linear(width, n_out)
         self.value_head = nn.Linear(width, 1)

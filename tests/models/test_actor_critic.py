@@ -89,3 +89,21 @@ def test_orthogonal_init_gives_a_near_uniform_initial_policy():
     model = ActorCritic(DISCRETE, [64, 64])
     probs = torch.softmax(logits_of(model, torch.randn(32, 3)), -1)
     assert (probs - 0.25).abs().max() < 0.05  # the 0.01-gain policy head
+
+
+def test_images_get_the_cnn_trunk_scaled_to_unit_range():
+    spec = SpaceSpec((40, 40, 3), "discrete", (2,), obs_scale=1 / 255)
+    model = ActorCritic(spec, [32])
+    assert any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    obs = torch.full((2, 40, 40, 3), 255.0)
+    action, _, value = model.act(obs)
+    assert action.shape == (2,) and value.shape == (2,)
+    # the encoder sees obs / 255: an all-255 image equals an all-1 image without the scaling
+    encoder = model.policy_trunk
+    expected = encoder.dense(encoder.convs(torch.ones(2, 3, 40, 40)))
+    assert torch.allclose(encoder(obs), expected, atol=1e-5)
+
+
+def test_too_small_images_are_refused_with_the_size_needed():
+    with pytest.raises(ValueError, match="at least 36x36, got 20x20"):
+        ActorCritic(SpaceSpec((20, 20, 3), "discrete", (2,)), [32])

@@ -38,3 +38,26 @@ class NanEnv(Corridor):
 
 class DictObs(Corridor):
     observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (1,))})
+
+
+class Pixels(gym.Env):
+    """A 40x40 RGB image whose brightness is the position; same dynamics as Corridor."""
+
+    observation_space = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, limit: int = 4):
+        self.limit = limit
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.steps = 0, 0
+        return self._image(), {}
+
+    def step(self, action):
+        self.position += int(action)
+        self.steps += 1
+        return self._image(), float(action), False, self.steps >= self.limit, {}
+
+    def _image(self):
+        return np.full((40, 40, 3), min(255, 60 * self.position), np.uint8)

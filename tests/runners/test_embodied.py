@@ -93,7 +93,7 @@ def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
         ("CartPole-v2", "no environment 'CartPole-v2'; did you mean 'CartPole-v1'"),
         ("tests.runners.corridor:Coridor", "has no 'Coridor' (did you mean "
          "'tests.runners.corridor:Corridor'?)"),
-        ("tests.runners.corridor:DictObs", "observes Dict; rlcore's policies take Box"),
+        ("tests.runners.corridor:DictObs", "rlcore's policies take Box observations"),
     ],
 )  # fmt: skip
 def test_bad_envs_are_named_with_the_fix(env_id, message):
@@ -145,3 +145,10 @@ def test_mujoco_configs_run(tmp_path, name):
     ])  # fmt: skip
     summary = EmbodiedRunner(config).run()
     assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None
+
+
+def test_an_image_env_trains_through_the_cnn(tmp_path):
+    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Pixels",
+                             "actor.model.hidden_sizes=[32]")  # fmt: skip
+    summary = EmbodiedRunner(config).run()
+    assert summary["env_steps"] == 8 and summary["eval_return_mean"] is not None
