@@ -58,3 +58,32 @@ def load_checkpoint(directory: Path, model: torch.nn.Module) -> tuple[dict[str, 
     state = torch.load(directory / "state.pt", weights_only=False)
     envs = cloudpickle.loads((directory / "envs.pkl").read_bytes())
     return state, envs
+
+
+# Keys that may differ between a run and its resumption: they do not change what is computed.
+RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
+                    "runner.total_env_steps", "runner.checkpoint_every", "logger.tensorboard",
+                    "logger.wandb"}  # fmt: skip
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and key != "component_placement":
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_same_run(saved: dict, current: dict, checkpoint: Path) -> None:
+    """Refuse to resume with a config that computes something else, naming the keys."""
+    before, now = _flatten(saved), _flatten(current)
+    changed = sorted(k for k in before.keys() | now.keys()
+                     if k not in RESUME_FREE_KEYS and before.get(k) != now.get(k))  # fmt: skip
+    if changed:
+        raise ConfigError(
+            f"runner.resume_dir: {checkpoint} was trained with other values of "
+            f"{', '.join(changed[:5])}; resume with the same config (only "
+            f"{', '.join(sorted(RESUME_FREE_KEYS))} may change)"
+        )

@@ -30,40 +30,17 @@ from tqdm import tqdm
 
 from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
-from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
-from rlcore.runners.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from rlcore.runners.checkpoint import (
+    check_same_run,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.normalization import ObsNormalizer, RewardScaler
 from rlcore.workers.embodied_actor import EmbodiedActor
-
-# Keys that may differ between a run and its resumption: they do not change what is computed.
-RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
-                    "runner.total_env_steps", "runner.checkpoint_every", "logger.tensorboard",
-                    "logger.wandb"}  # fmt: skip
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and key != "component_placement":
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _check_same_run(saved: dict, current: dict, checkpoint: Path) -> None:
-    before, now = _flatten(saved), _flatten(current)
-    changed = sorted(k for k in before.keys() | now.keys()
-                     if k not in RESUME_FREE_KEYS and before.get(k) != now.get(k))  # fmt: skip
-    if changed:
-        raise ConfigError(
-            f"runner.resume_dir: {checkpoint} was trained with other values of "
-            f"{', '.join(changed[:5])}; resume with the same config (only "
-            f"{', '.join(sorted(RESUME_FREE_KEYS))} may change)"
-        )
 
 
 @dataclass
@@ -136,10 +113,6 @@ class EmbodiedRunner:
             "obs_norm": self.obs_norm, "reward_scaler": self.reward_scaler,
         }  # fmt: skip
 
-    def policy_obs(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
-        """What the policy sees: the observation, normalised when ``env.normalize_obs``."""
-        return obs if self.obs_norm is None else self.obs_norm(obs, update)
-
     def save(self) -> Path:
         state = {
             "config": dataclasses.asdict(self.config),
@@ -154,7 +127,7 @@ class EmbodiedRunner:
 
     def _resume(self, checkpoint: Path) -> None:
         state, envs = load_checkpoint(checkpoint, self.model)
-        _check_same_run(state["config"], dataclasses.asdict(self.config), checkpoint)
+        check_same_run(state["config"], dataclasses.asdict(self.config), checkpoint)
         self.envs.close()
         self.envs = envs
         self.actor.optimizer.load_state_dict(state["optimizer"])
@@ -166,6 +139,10 @@ class EmbodiedRunner:
         self.run_dir = checkpoint.parent.parent
 
     # 1. collect --------------------------------------------------------------------------------
+
+    def policy_obs(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+        """What the policy sees: the observation, normalised when ``env.normalize_obs``."""
+        return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
     def collect(self) -> Rollout:
         T, N = self.config.runner.rollout_steps, self.config.env.num_envs
