@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -152,3 +153,17 @@ def test_an_image_env_trains_through_the_cnn(tmp_path):
                              "actor.model.hidden_sizes=[32]")  # fmt: skip
     summary = EmbodiedRunner(config).run()
     assert summary["env_steps"] == 8 and summary["eval_return_mean"] is not None
+
+
+def test_async_subprocess_envs_step_like_in_process_ones():
+    pendulum = [make_vector_env("Pendulum-v1", 2, mode) for mode in ("sync", "async")]
+    try:
+        first = [envs.reset(seed=3)[0] for envs in pendulum]
+        assert (first[0] == first[1]).all()
+        action = np.full((2, 1), 0.5, dtype=np.float32)
+        for _ in range(5):
+            (a, ra, *_), (b, rb, *_) = (envs.step(action) for envs in pendulum)
+            assert (a == b).all() and (ra == rb).all()
+    finally:
+        for envs in pendulum:
+            envs.close()
