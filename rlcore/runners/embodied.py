@@ -248,6 +248,7 @@ class EmbodiedRunner:
                    dynamic_ncols=True)  # fmt: skip
         start = time.perf_counter() - progress["elapsed_s"]  # wall time counts across resumes
         threshold = cfg.env.solved_threshold
+        shown: dict[str, float] = {}  # the latest episode and eval returns, for the progress bar
         try:
             for iteration in range(progress["iteration"] + 1, self.iterations + 1):
                 metrics = self.iterate(iteration)
@@ -267,8 +268,10 @@ class EmbodiedRunner:
                     self.save()
                 logger.log(progress["env_steps"], metrics)
                 bar.update(self.batch)
-                bar.set_postfix(ret=metrics.get("episode_return"), eval=metrics.get("eval_return"),
-                                refresh=False)  # fmt: skip
+                for key, name in (("episode_return", "ret"), ("eval_return", "eval")):
+                    if key in metrics:
+                        shown[name] = round(metrics[key], 1)
+                bar.set_postfix(shown, refresh=False)
         finally:
             bar.close()
             logger.close()
