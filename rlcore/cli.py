@@ -95,18 +95,18 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
 
 
 def _run_embodied(config: RLCoreConfig, plan: PlacementPlan) -> int:
+    """One process on this machine: no Ray at all. More ranks: through the scheduler."""
+    from rlcore.runners.data_parallel import check_data_parallel, run_data_parallel
     from rlcore.runners.embodied import EmbodiedRunner
 
-    if len(plan.processes()) > 1 or config.cluster.address is not None:
-        raise _exit_with(
-            ConfigError(
-                "cluster.component_placement: the embodied runner runs its components in one "
-                f"process so far, and this plan has {len(plan.processes())} (or joins a cluster); "
-                "place env,rollout,actor on one slot, e.g. cluster.component_placement="
-                "{env:0,rollout:0,actor:0}. Multi-rank and disaggregated runs: issue #4"
-            )
-        )
-    summary = EmbodiedRunner(config).run()
+    if len(plan.processes()) == 1 and config.cluster.address is None:
+        summary = EmbodiedRunner(config).run()
+    else:
+        try:
+            check_data_parallel(config, plan)
+        except ConfigError as error:
+            raise _exit_with(error) from None
+        summary = run_data_parallel(config, plan)
     print(json.dumps(summary))
     return 0
 

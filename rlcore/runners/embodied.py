@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
+from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import (
@@ -38,7 +38,7 @@ from rlcore.runners.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rlcore.runners.metrics import MetricsLogger
+from rlcore.runners.loop import new_progress, run_name, train
 from rlcore.runners.normalization import ObsNormalizer, RewardScaler
 from rlcore.workers.embodied_actor import EmbodiedActor
 
@@ -58,49 +58,63 @@ class Rollout:
 
 
 class EmbodiedRunner:
-    def __init__(self, config: EmbodiedConfig) -> None:
+    """PPO in this process, or one data-parallel rank of it when ``ctx`` comes from a scheduler.
+
+    A rank steps ``env.num_envs / world_size`` envs seeded apart from the other ranks', updates
+    through ``EmbodiedActor``'s DDP, and (rank 0) evaluates; the driver runs the loop.
+    """
+
+    def __init__(self, config: EmbodiedConfig, ctx: Any = None) -> None:
         self.config = config
         run = config.runner
+        rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+        if config.env.num_envs % world:
+            raise ConfigError(
+                f"env.num_envs: {config.env.num_envs} envs cannot be shared by {world} actor ranks"
+            )
         torch.set_num_threads(run.torch_threads)
-        torch.manual_seed(run.seed)
+        torch.manual_seed(run.seed)  # the same initial weights on every rank
         self.env_id = config.env.id
-        self.envs = make_vector_env(self.env_id, config.env.num_envs, config.env.vector_mode)
-        self.eval_envs = make_vector_env(self.env_id, run.eval_episodes, config.env.vector_mode)
+        self.num_envs = config.env.num_envs // world
+        self.envs = make_vector_env(self.env_id, self.num_envs, config.env.vector_mode)
+        self.eval_envs = (
+            make_vector_env(self.env_id, run.eval_episodes, config.env.vector_mode)
+            if rank == 0
+            else None
+        )
         self.spec = space_spec(self.envs, self.env_id)
         m = config.actor.model
         self.model = ActorCritic(
             self.spec, m.hidden_sizes, m.activation, m.shared_backbone, m.ortho_init, m.log_std_init
         )
-        self.actor = EmbodiedActor(None, config, self.model)
+        self.actor = EmbodiedActor(ctx, config, self.model)
+        if rank:  # same initial weights, but each rank samples its own actions
+            torch.manual_seed(run.seed + 7919 * rank)
         self.shuffle = torch.Generator().manual_seed(run.seed)  # mini-batch order
-        self.batch = run.rollout_steps * config.env.num_envs
-        self.iterations = max(1, run.total_env_steps // self.batch)
-        name = (
-            run.run_name
-            or f"{self.env_id.replace(':', '.')}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        obs, _ = self.envs.reset(seed=run.seed)
+        self.batch = run.rollout_steps * self.num_envs  # this rank's
+        self.iterations = max(1, run.total_env_steps // (run.rollout_steps * config.env.num_envs))
+        obs, _ = self.envs.reset(seed=run.seed + 1000 * rank)
         self.obs = torch.as_tensor(obs, dtype=torch.float32)
-        self.prev_done = torch.zeros(config.env.num_envs, dtype=torch.bool)
-        self.episode_return = np.zeros(config.env.num_envs)
-        self.episode_length = np.zeros(config.env.num_envs, dtype=np.int64)
+        self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self.finished: list[tuple[float, int]] = []
         env = config.env
         self.obs_norm = (
             ObsNormalizer(self.spec.obs_shape, env.clip_obs) if env.normalize_obs else None
         )
         self.reward_scaler = (
-            RewardScaler(env.num_envs, config.algorithm.gamma, env.clip_reward)
+            RewardScaler(self.num_envs, config.algorithm.gamma, env.clip_reward)
             if env.normalize_reward
             else None
         )
-        # Progress the loop carries; a checkpoint saves it, a resume restores it.
-        self.progress = {"iteration": 0, "env_steps": 0, "elapsed_s": 0.0, "reached": None,
-                         "eval_returns": np.zeros(0)}  # fmt: skip
+        self.progress = new_progress()
+        if ctx is not None:  # a rank: the driver owns the run folder and the loop
+            return
         if run.resume_dir is not None:
             self._resume(find_checkpoint(run.resume_dir))
         else:
-            self.run_dir = Path(run.output_dir) / name
+            self.run_dir = Path(run.output_dir) / run_name(config)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
 
@@ -145,7 +159,7 @@ class EmbodiedRunner:
         return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
     def collect(self) -> Rollout:
-        T, N = self.config.runner.rollout_steps, self.config.env.num_envs
+        T, N = self.config.runner.rollout_steps, self.num_envs
         obs = torch.empty((T, N, *self.spec.obs_shape))
         actions, log_probs, values, rewards = [], [], torch.empty(T + 1, N), torch.empty(T, N)
         terminated, truncated = (
@@ -239,48 +253,8 @@ class EmbodiedRunner:
 
     # the loop ----------------------------------------------------------------------------------
 
-    def run(self) -> dict:
-        cfg, run, progress = self.config, self.config.runner, self.progress
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.logger.tensorboard,
-                               wandb=cfg.logger.wandb, config=dataclasses.asdict(cfg))  # fmt: skip
-        bar = tqdm(total=self.iterations * self.batch, initial=progress["env_steps"],
-                   disable=not run.progress, file=sys.stderr, unit="step",
-                   dynamic_ncols=True)  # fmt: skip
-        start = time.perf_counter() - progress["elapsed_s"]  # wall time counts across resumes
-        threshold = cfg.env.solved_threshold
-        shown: dict[str, float] = {}  # the latest episode and eval returns, for the progress bar
-        try:
-            for iteration in range(progress["iteration"] + 1, self.iterations + 1):
-                metrics = self.iterate(iteration)
-                progress["iteration"] = iteration
-                progress["env_steps"] += self.batch
-                last = iteration == self.iterations
-                if (run.eval_every and iteration % run.eval_every == 0) or last:
-                    timer = time.perf_counter()
-                    progress["eval_returns"] = self.evaluate(seed=run.seed + 10_000 + iteration)
-                    mean = float(progress["eval_returns"].mean())
-                    metrics["eval_return"] = mean
-                    metrics["time/eval_s"] = time.perf_counter() - timer
-                    if threshold is not None and progress["reached"] is None and mean >= threshold:
-                        progress["reached"] = (time.perf_counter() - start, progress["env_steps"])
-                progress["elapsed_s"] = time.perf_counter() - start
-                if run.checkpoint_every and (iteration % run.checkpoint_every == 0 or last):
-                    self.save()
-                logger.log(progress["env_steps"], metrics)
-                bar.update(self.batch)
-                for key, name in (("episode_return", "ret"), ("eval_return", "eval")):
-                    if key in metrics:
-                        shown[name] = round(metrics[key], 1)
-                bar.set_postfix(shown, refresh=False)
-        finally:
-            bar.close()
-            logger.close()
-            self.envs.close()
-            self.eval_envs.close()
-        return self._summary(time.perf_counter() - start)
-
     def iterate(self, iteration: int) -> dict:
-        """One PPO iteration (steps 1-3); its metrics."""
+        """One PPO iteration (steps 1-3) on this rank's envs; its metrics."""
         optim = self.config.actor.optim
         if optim.lr_schedule == "linear":
             self.actor.set_lr(optim.lr * (1.0 - (iteration - 1) / self.iterations))
@@ -291,29 +265,29 @@ class EmbodiedRunner:
         t_gae = time.perf_counter() - timer - t_collect
         metrics = self.update(rollout, advantages, returns)
         t_update = time.perf_counter() - timer - t_collect - t_gae
-        metrics.update({"time/collect_s": t_collect, "time/gae_s": t_gae, "time/update_s": t_update,
-                        "sps": self.batch / (time.perf_counter() - timer)})  # fmt: skip
+        metrics.update(
+            {"time/collect_s": t_collect, "time/gae_s": t_gae, "time/update_s": t_update}
+        )
         if self.finished:
             metrics["episode_return"] = float(np.mean([r for r, _ in self.finished]))
             metrics["episode_length"] = float(np.mean([n for _, n in self.finished]))
             self.finished.clear()
         return metrics
 
-    def _summary(self, wall: float) -> dict:
-        progress, reached = self.progress, self.progress["reached"]
-        eval_returns = progress["eval_returns"]
-        summary = {
-            "env_id": self.env_id,
-            "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
-            "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
-            "env_steps": progress["env_steps"],
-            "iterations": progress["iteration"],
-            "wall_s": round(wall, 3),
-            "sps": round(progress["env_steps"] / wall, 1),
-            "solved_threshold": self.config.env.solved_threshold,
-            "time_to_threshold_s": None if reached is None else round(reached[0], 3),
-            "steps_to_threshold": None if reached is None else reached[1],
-            "run_dir": str(self.run_dir),
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        return summary
+    def run(self) -> dict:
+        """Train in this process to ``runner.total_env_steps``; the run's summary."""
+        try:
+            return train(self.config, iterate=self.iterate, evaluate=self.evaluate,
+                         save=self.save, run_dir=self.run_dir, progress=self.progress)  # fmt: skip
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.envs.close()
+        if self.eval_envs is not None:
+            self.eval_envs.close()
+
+
+def make_rank(ctx: Any, config: EmbodiedConfig) -> EmbodiedRunner:
+    """The component each data-parallel rank hosts (``Scheduler.launch`` passes ``ctx``)."""
+    return EmbodiedRunner(config, ctx)
