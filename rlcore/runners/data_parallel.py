@@ -4,6 +4,7 @@ its share of the envs and updates through DDP; this driver runs the loop (``loop
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -56,4 +57,7 @@ def run_data_parallel(config: EmbodiedConfig, plan: PlacementPlan) -> dict:
                 ranks=ranks.world_size,
             )
         finally:
-            ranks.call_all("close")
+            # Close the ranks' envs (async ones own subprocesses); if a rank already failed,
+            # its error is the one to see, not this one's.
+            with contextlib.suppress(Exception):
+                ranks.call_all("close")
