@@ -56,11 +56,11 @@ def test_reasoning_entry_point_plans_and_says_no_job_is_built_yet():
     assert "the reasoning runner is not built" in done.stdout.splitlines()[-1]
 
 
-def test_disaggregated_embodied_runs_are_refused_before_starting():
+def test_a_rollout_apart_from_the_actor_is_refused_before_starting():
     done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
-               "cluster.component_placement={env:0,actor:1,rollout:1}")  # fmt: skip
+               "cluster.component_placement={env:0,actor:1,rollout:0}")  # fmt: skip
     assert done.returncode == 2
-    assert "need env, rollout and actor placed together" in done.stderr
+    assert "rollout and actor must be placed together" in done.stderr
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing():
@@ -180,3 +180,15 @@ def test_checkpoints_of_multi_rank_runs_are_refused_until_built():
     done = run("examples/embodied/main.py", *TWO_RANKS)
     assert done.returncode == 2
     assert "checkpoints of multi-rank embodied runs are not built yet" in done.stderr
+
+
+def test_disaggregated_env_and_policy_exchange_steps_through_ray(tmp_path):
+    done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
+               "cluster.component_placement={env:0,rollout:1,actor:1}",
+               "runner.checkpoint_every=0", "runner.total_env_steps=2560",
+               "runner.progress=false", f"runner.output_dir={tmp_path}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["env_steps"] == 2560 and summary["eval_return_mean"] > 0
+    assert "not writable" not in done.stderr

@@ -1,5 +1,6 @@
-"""Embodied PPO over data-parallel ranks: every rank hosts env, rollout and actor (fused), steps
-its share of the envs and updates through DDP; this driver runs the loop (``loop.train``).
+"""Embodied PPO over several processes: data-parallel ranks of rollout and actor (fused), each
+stepping its share of the envs (in-process when env is placed with them, else through Ray to its
+own env rank) and updating through DDP; this driver runs the loop (``loop.train``).
 """
 
 from __future__ import annotations
@@ -15,18 +16,23 @@ from rlcore.placement import PlacementPlan
 from rlcore.runners.embodied import make_rank
 from rlcore.runners.loop import new_progress, run_name, train
 from rlcore.scheduler import Scheduler
+from rlcore.workers.env_worker import EnvWorker
 
 
 def check_data_parallel(config: EmbodiedConfig, plan: PlacementPlan) -> None:
-    """What this driver can run: env, rollout and actor fused, no checkpoints yet."""
-    fused = {"actor", "rollout", "env"}
-    if not any(fused <= set(group) for group in plan.fused):
+    """What this driver can run: rollout and actor fused, env with them or apart rank for rank;
+    no checkpoints yet."""
+    if not any({"actor", "rollout"} <= set(group) for group in plan.fused):
         raise ConfigError(
-            "cluster.component_placement: embodied runs over several processes need env, "
-            "rollout and actor placed together (e.g. cluster.component_placement="
-            "{env:0-1,rollout:0-1,actor:0-1}); disaggregated layouts: issue #4"
+            "cluster.component_placement: rollout and actor must be placed together (e.g. "
+            "'actor,rollout': 1); a rollout apart from the actor: issue #4"
         )
     world = plan.world_size("actor")
+    if plan.world_size("env") != world:
+        raise ConfigError(
+            f"cluster.component_placement: env has {plan.world_size('env')} rank(s) and actor "
+            f"{world}; each rollout rank steps the envs of one env rank, so give them as many"
+        )
     if config.env.num_envs % world:
         raise ConfigError(
             f"env.num_envs: {config.env.num_envs} envs cannot be shared by {world} actor ranks; "
@@ -45,7 +51,13 @@ def run_data_parallel(config: EmbodiedConfig, plan: PlacementPlan) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     with Scheduler(plan, address=config.cluster.address) as scheduler:
-        ranks = scheduler.launch("actor", make_rank, config)
+        env_handles = None
+        if not any({"env", "actor"} <= set(group) for group in plan.fused):
+            per_rank = config.env.num_envs // plan.world_size("env")
+            env = config.env
+            envs = scheduler.launch("env", EnvWorker, env.id, per_rank, env.vector_mode)
+            env_handles = envs.handles
+        ranks = scheduler.launch("actor", make_rank, config, env_handles)
         try:
             return train(
                 config,

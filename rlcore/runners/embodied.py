@@ -41,6 +41,7 @@ from rlcore.runners.checkpoint import (
 from rlcore.runners.loop import new_progress, run_name, train
 from rlcore.runners.normalization import ObsNormalizer, RewardScaler
 from rlcore.workers.embodied_actor import EmbodiedActor
+from rlcore.workers.env_worker import RemoteVectorEnv
 
 
 @dataclass
@@ -64,7 +65,7 @@ class EmbodiedRunner:
     through ``EmbodiedActor``'s DDP, and (rank 0) evaluates; the driver runs the loop.
     """
 
-    def __init__(self, config: EmbodiedConfig, ctx: Any = None) -> None:
+    def __init__(self, config: EmbodiedConfig, ctx: Any = None, env_handle: Any = None) -> None:
         self.config = config
         run = config.runner
         rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
@@ -76,7 +77,11 @@ class EmbodiedRunner:
         torch.manual_seed(run.seed)  # the same initial weights on every rank
         self.env_id = config.env.id
         self.num_envs = config.env.num_envs // world
-        self.envs = make_vector_env(self.env_id, self.num_envs, config.env.vector_mode)
+        self.envs = (
+            make_vector_env(self.env_id, self.num_envs, config.env.vector_mode)
+            if env_handle is None
+            else RemoteVectorEnv(env_handle)  # the env component runs in its own process
+        )
         self.eval_envs = (
             make_vector_env(self.env_id, run.eval_episodes, config.env.vector_mode)
             if rank == 0
@@ -288,6 +293,11 @@ class EmbodiedRunner:
             self.eval_envs.close()
 
 
-def make_rank(ctx: Any, config: EmbodiedConfig) -> EmbodiedRunner:
-    """The component each data-parallel rank hosts (``Scheduler.launch`` passes ``ctx``)."""
-    return EmbodiedRunner(config, ctx)
+def make_rank(ctx: Any, config: EmbodiedConfig, env_handles: list | None = None) -> EmbodiedRunner:
+    """The component each data-parallel rank hosts (``Scheduler.launch`` passes ``ctx``).
+
+    ``env_handles``: the processes of the ``env`` component when it is placed apart, one per
+    rank; rank r steps the envs of env rank r.
+    """
+    handle = None if env_handles is None else env_handles[ctx.rank]
+    return EmbodiedRunner(config, ctx, handle)
