@@ -29,7 +29,6 @@ import torch
 
 from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
-from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import (
@@ -38,7 +37,7 @@ from rlcore.runners.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rlcore.runners.loop import new_progress, run_name, train
+from rlcore.runners.loop import new_progress, num_iterations, run_name, train
 from rlcore.runners.normalization import ObsNormalizer, RewardScaler
 from rlcore.workers.embodied_actor import EmbodiedActor
 from rlcore.workers.env_worker import RemoteVectorEnv
@@ -68,11 +67,8 @@ class EmbodiedRunner:
     def __init__(self, config: EmbodiedConfig, ctx: Any = None, env_handle: Any = None) -> None:
         self.config = config
         run = config.runner
+        # Ranks come from data_parallel.run_data_parallel, which checked that they share the envs.
         rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
-        if config.env.num_envs % world:
-            raise ConfigError(
-                f"env.num_envs: {config.env.num_envs} envs cannot be shared by {world} actor ranks"
-            )
         torch.set_num_threads(run.torch_threads)
         torch.manual_seed(run.seed)  # the same initial weights on every rank
         self.env_id = config.env.id
@@ -97,7 +93,7 @@ class EmbodiedRunner:
             torch.manual_seed(run.seed + 7919 * rank)
         self.shuffle = torch.Generator().manual_seed(run.seed)  # mini-batch order
         self.batch = run.rollout_steps * self.num_envs  # this rank's
-        self.iterations = max(1, run.total_env_steps // (run.rollout_steps * config.env.num_envs))
+        self.iterations = num_iterations(config)  # for the learning-rate schedule
         obs, _ = self.envs.reset(seed=run.seed + 1000 * rank)
         self.obs = torch.as_tensor(obs, dtype=torch.float32)
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
@@ -181,12 +177,13 @@ class EmbodiedRunner:
             actions.append(action)
             log_probs.append(log_prob)
             terminated[t], truncated[t] = torch.as_tensor(term), torch.as_tensor(trunc)
+            done = terminated[t] | truncated[t]
             valid[t] = ~self.prev_done
             rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
             if self.reward_scaler is not None:
-                rewards[t] = self.reward_scaler(rewards[t], terminated[t] | truncated[t], valid[t])
-            self._track_episodes(reward, term | trunc, valid[t].numpy())
-            self.prev_done = terminated[t] | truncated[t]
+                rewards[t] = self.reward_scaler(rewards[t], done, valid[t])
+            self._track_episodes(reward, done.numpy(), valid[t].numpy())
+            self.prev_done = done
             self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
         with torch.no_grad():
             values[T] = self.model.value(self.policy_obs(self.obs))

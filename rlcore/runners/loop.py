@@ -28,6 +28,13 @@ def new_progress() -> dict[str, Any]:
             "eval_returns": np.zeros(0)}  # fmt: skip
 
 
+def num_iterations(config: EmbodiedConfig) -> int:
+    """Iterations to reach ``runner.total_env_steps``, all ranks' envs together."""
+    return max(
+        1, config.runner.total_env_steps // (config.runner.rollout_steps * config.env.num_envs)
+    )
+
+
 def run_name(config: EmbodiedConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return (
@@ -47,7 +54,7 @@ def train(
 ) -> dict:
     run = config.runner
     batch = run.rollout_steps * config.env.num_envs  # all ranks together
-    iterations = max(1, run.total_env_steps // batch)
+    iterations = num_iterations(config)
     logger = MetricsLogger(
         run_dir,
         tensorboard=config.logger.tensorboard,

@@ -88,9 +88,7 @@ class WorkerProcess:
             "pid": os.getpid(),
             "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                   "MASTER_ADDR", "MASTER_PORT")},
-        }  # fmt: skip
+        }
 
     def free_port(self) -> int:
         return _free_port()
