@@ -1,0 +1,258 @@
+"""ManiSkill3 tasks as rlcore envs: ``env.id: maniskill/PickCube-v1``.
+
+Each task in ``MANISKILL_TASKS`` is a gymnasium id in the ``maniskill/`` namespace, so
+``env.vector_mode`` picks how its copies run (envs/vector.py):
+
+- ``async`` (or ``sync``): one ManiSkill env per copy on SAPIEN's CPU PhysX, each in its own
+  subprocess, unbatched and in numpy through ManiSkill's ``CPUGymWrapper``;
+- ``native`` (and ``auto``): ManiSkill's own batched env, every copy in one GPU PhysX scene
+  stepped by ``ManiSkillVectorEnv``, when CUDA is visible; without CUDA this falls back to the
+  async CPU copies above, so ``auto`` works on any machine.
+
+Defaults follow ManiSkill's PPO baseline: state observations, ``pd_joint_delta_pos`` control and
+the ``normalized_dense`` reward. ``make_vector_env(..., control_mode="pd_ee_delta_pos")`` or
+``sim_backend="cpu"`` overrides them; ``register_maniskill_task`` adds other tasks.
+
+``mani_skill`` (the ``maniskill`` extra) is imported only when such an env is made. SAPIEN needs
+a Vulkan driver even on the CPU and with nothing rendered (Mesa >= 25 lavapipe on Debian 12:
+``.ci/install_vulkan.sh``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.registry import EnvError
+
+NAMESPACE = "maniskill"
+# Single-arm Panda tasks with flat state observations and a Box action space, no asset download.
+MANISKILL_TASKS = (
+    "PickCube-v1",
+    "PushCube-v1",
+    "PullCube-v1",
+    "StackCube-v1",
+    "PegInsertionSide-v1",
+)
+DEFAULTS: dict[str, Any] = {
+    "obs_mode": "state",
+    "control_mode": "pd_joint_delta_pos",
+    "reward_mode": "normalized_dense",
+    "sim_backend": "auto",  # auto: GPU for the native vector env when CUDA is visible, else CPU
+    "ignore_terminations": False,  # True: episodes end only at the time limit, not on success
+}
+_CPU_NAMES = ("cpu", "physx_cpu")
+_GPU_NAMES = ("gpu", "cuda", "physx_cuda")
+
+
+def register_maniskill_task(task: str, **defaults: Any) -> str:
+    """Register ManiSkill's ``task`` as the gymnasium id ``maniskill/<task>``; returns the id.
+
+    ``defaults`` override ``DEFAULTS`` and reach ``gym.make(task, ...)`` of ManiSkill; a second
+    call for the same task keeps the first registration.
+    """
+    env_id = f"{NAMESPACE}/{task}"
+    if env_id not in gym.registry:
+        gym.register(
+            env_id,
+            entry_point=f"{__name__}:make_maniskill_env",
+            vector_entry_point=f"{__name__}:make_maniskill_vector_env",
+            kwargs={"task": task, **DEFAULTS, **defaults},
+            disable_env_checker=True,  # ManiSkill's spaces and infos are checked by its wrappers
+        )
+    return env_id
+
+
+def make_maniskill_env(
+    task: str,
+    *,
+    sim_backend: str = "auto",
+    ignore_terminations: bool = False,
+    **kwargs: Any,
+) -> gym.Env:
+    """One ManiSkill env on the CPU with the plain gymnasium API (numpy, unbatched).
+
+    kwargs go to ManiSkill's ``gym.make(task, ...)``: obs_mode, control_mode, reward_mode,
+    max_episode_steps, ...
+    """
+    if _backend(sim_backend, gpu_available=False) != "cpu":
+        raise EnvError(
+            f"env.id: 'maniskill/{task}' with sim_backend={sim_backend} runs ManiSkill's batched "
+            "GPU env, which is a whole vector env: use env.vector_mode native (or auto)"
+        )
+    _import_mani_skill(task)
+    from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
+
+    env = _vulkan_checked(
+        task, lambda: gym.make(task, num_envs=1, sim_backend="physx_cpu", **_ms_kwargs(kwargs))
+    )
+    return CPUGymWrapper(env, ignore_terminations=ignore_terminations)
+
+
+def make_maniskill_vector_env(
+    num_envs: int,
+    task: str,
+    *,
+    sim_backend: str = "auto",
+    ignore_terminations: bool = False,
+    **kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``task``: one batched GPU scene, or CPU envs in subprocesses.
+
+    The GPU one is ManiSkill's documented ``ManiSkillVectorEnv(env, auto_reset=False, ...)``
+    over ``gym.make(task, num_envs=num_envs, sim_backend="physx_cuda", ...)``, wrapped by
+    ``NextStepVectorEnv`` for rlcore's next-step autoreset and numpy arrays.
+    """
+    gpu_available = torch.cuda.is_available()
+    if _backend(sim_backend, gpu_available) == "cpu":
+        factory = functools.partial(
+            make_maniskill_env,
+            task,
+            sim_backend="cpu",
+            ignore_terminations=ignore_terminations,
+            **kwargs,
+        )
+        return gym.vector.AsyncVectorEnv([factory] * num_envs)
+    if not gpu_available:
+        raise EnvError(
+            f"env.id: 'maniskill/{task}' with sim_backend={sim_backend} needs CUDA, and torch "
+            "sees none: use sim_backend cpu (or auto)"
+        )
+    _import_mani_skill(task)
+    from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+
+    backend = "physx_cuda" if sim_backend == "auto" else sim_backend
+    env = _vulkan_checked(
+        task, lambda: gym.make(task, num_envs=num_envs, sim_backend=backend, **_ms_kwargs(kwargs))
+    )
+    batched = ManiSkillVectorEnv(
+        env, auto_reset=False, ignore_terminations=ignore_terminations, record_metrics=False
+    )
+    return NextStepVectorEnv(batched)
+
+
+class NextStepVectorEnv(gym.vector.VectorEnv):
+    """A batched ManiSkill env (``ManiSkillVectorEnv`` with ``auto_reset=False``) with
+    gymnasium's next-step autoreset and numpy arrays on the CPU, as rlcore's runner expects.
+
+    ManiSkill's own autoreset is same-step. Here the step after an episode ends resets just the
+    envs that ended (a partial reset of the GPU scene) and returns their first observation with
+    reward 0, terminated and truncated False; those envs' actions are ignored. The other envs
+    step as usual.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.num_envs = int(env.num_envs)
+        self.device = env.device
+        self.single_observation_space = env.single_observation_space
+        self.single_action_space = env.single_action_space
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {
+            **env.metadata,
+            "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP,
+        }
+        self.render_mode = getattr(env, "render_mode", None)
+        self._ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._ended[:] = False
+        return _numpy(obs), _numpy(info)
+
+    def step(
+        self, actions: np.ndarray | torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        reward = torch.as_tensor(reward, device=self.device).clone()
+        terminated = torch.as_tensor(terminated, device=self.device).clone()
+        truncated = torch.as_tensor(truncated, device=self.device).clone()
+        ended = self._ended
+        if ended.any():
+            # The whole scene stepped; the envs that had ended start anew from a reset instead.
+            obs, _ = self.env.reset(options={"env_idx": ended.nonzero().flatten()})
+            reward[ended] = 0.0
+            terminated[ended] = False
+            truncated[ended] = False
+        self._ended = terminated | truncated
+        return (
+            _numpy(obs),
+            _numpy(reward).astype(np.float32),
+            _numpy(terminated).astype(bool),
+            _numpy(truncated).astype(bool),
+            _numpy(info),
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.env.close()
+
+
+def _backend(sim_backend: str, gpu_available: bool) -> Literal["cpu", "gpu"]:
+    """The simulator ``sim_backend`` names; ``auto`` is the GPU where CUDA is available."""
+    if sim_backend == "auto":
+        return "gpu" if gpu_available else "cpu"
+    if sim_backend in _CPU_NAMES:
+        return "cpu"
+    if sim_backend in _GPU_NAMES or sim_backend.startswith("cuda:"):
+        return "gpu"
+    raise EnvError(f"env.id: ManiSkill sim_backend '{sim_backend}': use auto, cpu, gpu or cuda:N")
+
+
+def _ms_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """ManiSkill's gym.make kwargs; no renderer unless something is rendered (faster)."""
+    out = dict(kwargs)
+    if out.get("obs_mode", "state") in ("state", "state_dict") and out.get("render_mode") is None:
+        out.setdefault("render_backend", "none")
+    return out
+
+
+def _import_mani_skill(task: str) -> None:
+    """Import ManiSkill and register its tasks with gymnasium; ``EnvError`` if not installed."""
+    try:
+        import mani_skill.envs  # noqa: F401  (registers the tasks)
+    except ImportError as exc:
+        raise EnvError(
+            f"env.id: 'maniskill/{task}' needs ManiSkill, the 'maniskill' extra: "
+            f"pip install -e '.[maniskill]' ({exc})"
+        ) from None
+
+
+def _vulkan_checked(task: str, make: Callable[[], gym.Env]) -> gym.Env:
+    """``make()``, turning SAPIEN's Vulkan failures into an ``EnvError`` that says what to do."""
+    try:
+        return make()
+    except RuntimeError as exc:
+        text = str(exc)
+        if "vk::" in text or "rendering device" in text or "Vulkan" in text:
+            raise EnvError(
+                f"env.id: 'maniskill/{task}': SAPIEN found no working Vulkan driver ({text}). "
+                "Install one: Mesa >= 25 lavapipe on a CPU (.ci/install_vulkan.sh on Debian 12), "
+                "the NVIDIA driver's Vulkan ICD on a GPU"
+            ) from None
+        raise
+
+
+def _numpy(x: Any) -> Any:
+    """Torch tensors (also in dicts, lists and tuples) as numpy arrays on the CPU."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if isinstance(x, dict):
+        return {k: _numpy(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_numpy(v) for v in x)
+    return x
+
+
+for _task in MANISKILL_TASKS:
+    register_maniskill_task(_task)
