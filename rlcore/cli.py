@@ -26,9 +26,6 @@ from rlcore.placement import PlacementPlan, plan_for_config
 
 EXIT_BAD_CONFIG = 2
 
-# The issue that builds each mode's runner; the entry points stop after planning until then.
-PENDING_RUNNERS = {"reasoning": "issue #5, reasoning PPO"}
-
 
 def _exit_with(error: ConfigError) -> SystemExit:
     for line in str(error).splitlines():
@@ -87,10 +84,19 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
         return 0
     if config.mode == "embodied":
         return _run_embodied(config, plan)
-    print(
-        f"rlcore: config '{args.config}' is valid. No default job yet: the {config.mode} runner "
-        f"is not built ({PENDING_RUNNERS[config.mode]}), so nothing is trained."
-    )
+    return _run_reasoning(config, plan)
+
+
+def _run_reasoning(config: RLCoreConfig, plan: PlacementPlan) -> int:
+    """Bad data or model paths are reported like bad configs: one line, status 2."""
+    from rlcore.data import DataError
+    from rlcore.runners.reasoning import ReasoningRunner
+
+    try:
+        runner = ReasoningRunner(config, plan)
+    except (ConfigError, DataError) as error:
+        raise _exit_with(ConfigError(str(error))) from None
+    print(json.dumps(runner.run()))
     return 0
 
 

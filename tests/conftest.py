@@ -10,3 +10,17 @@ from hypothesis import settings
 settings.register_profile("rlcore", derandomize=True, deadline=None, max_examples=60)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlcore"))
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory):
+    """``(config, model_dirs)``: the tiny reasoning model, built once for the session."""
+    from rlcore.models.warmup import prepare_models
+    from tests.lm_fixtures import tiny_config
+
+    root = tmp_path_factory.mktemp("tiny_lm")
+    config = tiny_config(root / "cache", root / "outputs")
+    return config, prepare_models(config, log=lambda message: None)

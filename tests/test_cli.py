@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.cli import main
+from rlcore.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,7 +22,7 @@ def test_config_prints_the_validated_config_as_json(capsys):
 
 def test_config_prints_yaml_by_default(capsys):
     assert main(["config", "reasoning/tiny_arith_ppo"]) == 0
-    assert "train_batch_size: 32" in capsys.readouterr().out
+    assert "train_batch_size: 128" in capsys.readouterr().out
 
 
 def test_bad_config_exits_2_with_one_line_per_problem_and_no_traceback(capsys):
@@ -49,11 +50,17 @@ def run(*args):
     )
 
 
-def test_reasoning_entry_point_plans_and_says_no_job_is_built_yet():
-    done = run("examples/reasoning/main.py", "cluster.device=cpu", "cluster.devices_per_node=1")
+def test_the_reasoning_default_job_is_one_cpu_process():
+    done = run("examples/reasoning/main.py", "runner.dry_run=true")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("placement: collocated, 1 node(s) x 1 CPU slot(s)")
-    assert "the reasoning runner is not built" in done.stdout.splitlines()[-1]
+    assert done.stdout.startswith("placement: collocated, 1 node(s) x ")
+    assert "one process per rank for: actor, critic, rollout, reward" in done.stdout
+    assert "actor         0    0  0            1" in done.stdout  # a single rank, on slot 0
+
+
+def test_a_cluster_file_that_places_components_replaces_the_configs_placement():
+    config = load_config("reasoning/tiny_arith_ppo", ["cluster=gpu_2x8_disaggregated"])
+    assert "actor,critic,ref,rollout,reward" not in config.cluster.component_placement
 
 
 def test_a_rollout_apart_from_the_actor_is_refused_before_starting():

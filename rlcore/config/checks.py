@@ -198,6 +198,25 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
             f"critic.use_critic_model: true, but adv_type {alg.adv_type} never reads values; "
             "the critic would be trained for nothing: set it to false"
         )
+    if config.rollout.backend == "sglang":
+        problems.append(
+            "rollout.backend: the sglang engine is not built yet (a later issue adds it); use hf"
+        )
+    reward = config.reward
+    if reward.kind == "custom" and reward.custom_fn is None:
+        problems.append(
+            "reward.custom_fn: reward.kind is custom, so name the function: "
+            "reward.custom_fn=path/to/file.py:function"
+        )
+    if reward.kind != "custom" and reward.custom_fn is not None:
+        problems.append(
+            f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
+        )
+    if config.warmup.steps and config.actor.model.path is not None:
+        problems.append(
+            "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 when "
+            "actor.model.path is set"
+        )
     if config.data.train_batch_size < 1:
         return [*problems, f"data.train_batch_size: {config.data.train_batch_size} must be >= 1"]
     batch = config.data.train_batch_size

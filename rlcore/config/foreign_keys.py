@@ -27,6 +27,19 @@ FOREIGN_KEYS: dict[str, str] = {
     "algorithm.entropy_coeff": "algorithm.entropy_bonus",
     "algorithm.cliprange_value": "algorithm.value_clip",
     "algorithm.ppo_epochs": "actor.ppo_epochs",
+    # verl: the rest of actor_rollout_ref.*, critic.*, trainer.*, written under rlcore's sections
+    "rollout.n": "algorithm.group_size",
+    "rollout.name": "rollout.backend",
+    "rollout.response_length": "data.max_response_length",
+    "rollout.prompt_length": "data.max_prompt_length",
+    "actor.ppo_micro_batch_size_per_gpu": "actor.ppo_micro_batch_size",
+    "critic.ppo_micro_batch_size_per_gpu": "critic.ppo_micro_batch_size",
+    "critic.model.path": "critic.model_path",
+    "model.path": "actor.model.path",
+    "trainer.total_training_steps": "runner.total_iterations",
+    "trainer.test_freq": "runner.val_every",
+    "trainer.save_freq": "runner.checkpoint_every",
+    "trainer.critic_warmup": "critic.critic_warmup",
     # RLinf
     "algorithm.update_epoch": "actor.ppo_epochs",
     # CleanRL / Stable-Baselines3

@@ -114,6 +114,7 @@ def compose_raw(
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
+    _placement_from_cluster_choice(cfg, directory, parsed)
     if cluster_file is not None:
         cfg.cluster = load_cluster_file(cluster_file)
     for override in parsed:
@@ -128,6 +129,21 @@ def compose_raw(
         raise ConfigError(f"{config}: {first}") from None
     assert isinstance(raw, dict)
     return raw
+
+
+def _placement_from_cluster_choice(
+    cfg: DictConfig, directory: Path, parsed: list[Override]
+) -> None:
+    """``cluster=NAME`` whose file places the components replaces the config's placement.
+
+    Hydra merges dicts, so a mode config's own placement (``actor,critic,...: 0`` for one CPU
+    process) would otherwise be mixed with the cluster file's, placing components twice.
+    """
+    for override in parsed:
+        if override.key_or_group == "cluster" and override.type is not OverrideType.DEL:
+            chosen = load_cluster_file(directory / "cluster" / f"{override.value()}.yaml")
+            if "component_placement" in chosen:
+                cfg.cluster.component_placement = chosen.component_placement
 
 
 def _check_group_choice(directory: Path, override: Override) -> None:

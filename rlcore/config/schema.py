@@ -219,51 +219,9 @@ class EmbodiedConfig:
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
 
 
-@dataclass(kw_only=True)
-class CriticConfig:
-    use_critic_model: bool = key(
-        False, doc="train a separate critic model (needed by estimators that read values)"
-    )
-    ppo_epochs: int | None = key(None, doc="critic passes per batch; null = actor.ppo_epochs")
-    ppo_mini_batch_size: int | None = key(
-        None, doc="prompts per critic optimiser step; null = actor.ppo_mini_batch_size"
-    )
-    ppo_micro_batch_size: int | None = key(
-        None, doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size"
-    )
-
-
-@dataclass(kw_only=True)
-class DataConfig:
-    train_batch_size: int = key(REQUIRED, doc="prompts per iteration, global across ranks")
-
-
-@dataclass(kw_only=True)
-class ReasoningConfig:
-    mode: Literal["reasoning"] = key(REQUIRED, doc="reasoning: an LLM trained on rule rewards")
-    algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
-    actor: UpdateConfig = section(UpdateConfig, doc="policy training")
-    critic: CriticConfig = section(CriticConfig, doc="the separate value model")
-    data: DataConfig = section(DataConfig, doc="prompts")
-    runner: RunnerConfig = section(RunnerConfig, doc="the training loop")
-    cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
-
-    def critic_update(self) -> UpdateConfig:
-        """The critic's update sizes, each unset one taken from the actor's."""
-
-        def pick(own: int | None, actor: int | None) -> int | None:
-            return actor if own is None else own
-
-        return UpdateConfig(
-            ppo_epochs=pick(self.critic.ppo_epochs, self.actor.ppo_epochs),
-            ppo_mini_batch_size=pick(
-                self.critic.ppo_mini_batch_size, self.actor.ppo_mini_batch_size
-            ),
-            ppo_micro_batch_size=pick(
-                self.critic.ppo_micro_batch_size, self.actor.ppo_micro_batch_size
-            ),
-        )
-
+# The reasoning sections live in schema_reasoning.py; imported here, after the shared sections
+# they build on are defined, so that every schema class is reachable from this module.
+from rlcore.config.schema_reasoning import ReasoningConfig  # noqa: E402
 
 RLCoreConfig = EmbodiedConfig | ReasoningConfig
 SCHEMAS: dict[str, type] = {"embodied": EmbodiedConfig, "reasoning": ReasoningConfig}

@@ -62,7 +62,8 @@ def load_checkpoint(directory: Path, model: torch.nn.Module) -> tuple[dict[str, 
 
 # Keys that may differ between a run and its resumption: they do not change what is computed.
 RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
-                    "runner.total_env_steps", "runner.checkpoint_every", "logger.tensorboard",
+                    "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
+                    "runner.val_every", "logger.tensorboard",
                     "logger.wandb"}  # fmt: skip
 
 

@@ -62,7 +62,12 @@ BAD = [
     (ARITH, ["data.train_batch_size=24"], "actor.ppo_mini_batch_size",
      "does not divide the batch of 24"),
     (ARITH, ["critic.ppo_micro_batch_size=5"], "critic.ppo_micro_batch_size",
-     "pick a divisor of 16"),
+     "pick a divisor of 64"),
+    (ARITH, ["rollout.backend=sglang"], "rollout.backend", "not built yet"),
+    (ARITH, ["reward.kind=custom"], "reward.custom_fn", "name the function"),
+    (ARITH, ["reward.custom_fn=a.py:f"], "reward.custom_fn", "set reward.kind=custom"),
+    (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
+    (ARITH, ["rollout.n=4"], "rollout.n", "algorithm.group_size"),
     (ARITH, ["algorithm.kl_ctrl.target_kl=0"], "algorithm.kl_ctrl.target_kl", "must be > 0"),
 ]  # fmt: skip
 

@@ -66,10 +66,12 @@ def test_yaml_path_outside_configs(tmp_path):
 
 
 def test_critic_update_sizes_fall_back_to_the_actor():
-    config = load_config("reasoning/tiny_arith_ppo", ["critic.ppo_mini_batch_size=8"])
+    config = load_config(
+        "reasoning/tiny_arith_ppo", ["critic.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size=4"]
+    )
     update = config.critic_update()
     assert update.ppo_mini_batch_size == 8
-    assert update.ppo_micro_batch_size == config.actor.ppo_micro_batch_size == 8
+    assert update.ppo_micro_batch_size == config.actor.ppo_micro_batch_size == 4
     assert update.ppo_epochs == config.actor.ppo_epochs
 
 

@@ -1,0 +1,204 @@
+"""The reasoning-mode schema: PPO on a causal language model with rule rewards.
+
+Names follow verl where verl has the knob (``max_prompt_length``, ``ppo_mini_batch_size``,
+``critic_warmup``, ``kl_ctrl``); verl's ``rollout.n`` is ``algorithm.group_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlcore.config.fields import REQUIRED, key, section
+from rlcore.config.schema import (
+    AlgorithmConfig,
+    ClusterConfig,
+    LoggerConfig,
+    RunnerConfig,
+    UpdateConfig,
+)
+
+GSM8K_SUFFIX = ' Let\'s think step by step and output the final answer after "####".'
+
+
+@dataclass(kw_only=True)
+class SyntheticConfig:
+    num_train: int = key(20_000, doc="training problems generated")
+    num_val: int = key(200, doc="validation problems generated (disjoint from the training set)")
+    digits: int = key(2, doc="digits of each operand (1 to 6)")
+    operations: list[str] = key(factory=lambda: ["+"], doc="operators drawn from: + - *")
+    seed: int = key(0, doc="the generator's seed: the same seed gives the same problems")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    train_files: list[str] = key(
+        factory=list, doc="parquet or jsonl files of training prompts; empty = the synthetic task"
+    )
+    val_files: list[str] = key(
+        factory=list, doc="parquet or jsonl files of validation prompts; empty = the synthetic task"
+    )
+    prompt_key: str = key("question", doc="the field that holds the prompt text")
+    answer_key: str = key("answer", doc="the field that holds the reference answer")
+    answer_format: Literal["gsm8k", "plain"] = key(
+        "gsm8k", doc="gsm8k: the answer is the number after '####' (commas removed); plain: as is"
+    )
+    max_prompt_length: int = key(
+        64, doc="prompts longer than this many tokens are dropped (and counted), never truncated"
+    )
+    max_response_length: int = key(16, doc="tokens generated per response at most")
+    train_batch_size: int = key(REQUIRED, doc="prompts per iteration, global across ranks")
+    val_max_samples: int | None = key(None, doc="validate on at most this many prompts; null = all")
+    chat_template: bool = key(
+        False, doc="wrap each prompt in the tokenizer's chat template as a user turn"
+    )
+    prompt_suffix: str = key(GSM8K_SUFFIX, doc="appended to every prompt (GSM8K's convention)")
+    shuffle: bool = key(True, doc="shuffle the training prompts each epoch (seeded)")
+    synthetic: SyntheticConfig = section(SyntheticConfig, doc="the shipped arithmetic task")
+
+
+@dataclass(kw_only=True)
+class TinyLMConfig:
+    hidden_size: int = key(128, doc="width of the tiny Qwen2-architecture model")
+    num_layers: int = key(2, doc="decoder layers")
+    num_heads: int = key(4, doc="attention heads (2 key/value heads when divisible)")
+    intermediate_size: int = key(512, doc="MLP width")
+
+
+@dataclass(kw_only=True)
+class LMConfig:
+    path: str | None = key(
+        None, doc="a local Hugging Face model directory; null = the tiny model built (and cached)"
+    )
+    dtype: Literal["float32", "bfloat16"] = key("float32", doc="parameter dtype")
+    tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
+
+
+@dataclass(kw_only=True)
+class LMOptimConfig:
+    lr: float = key(1e-6, doc="AdamW learning rate (verl's actor default)")
+    weight_decay: float = key(0.0, doc="AdamW weight decay")
+    lr_warmup_steps: int = key(0, doc="optimiser steps of linear learning-rate warm-up")
+    max_grad_norm: float | None = key(1.0, doc="clip the gradient norm to this; null = no clip")
+
+
+@dataclass(kw_only=True)
+class ReasoningActorConfig(UpdateConfig):
+    model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
+    optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
+    strategy: Literal["ddp", "fsdp"] = key(
+        "ddp", doc="data-parallel training with several ranks: torch DDP or FSDP2 fully_shard"
+    )
+
+
+@dataclass(kw_only=True)
+class CriticOptimConfig(LMOptimConfig):
+    lr: float = key(1e-5, doc="AdamW learning rate of the critic (verl's critic default)")
+
+
+@dataclass(kw_only=True)
+class CriticConfig:
+    use_critic_model: bool = key(
+        False, doc="train a separate critic model (needed by estimators that read values)"
+    )
+    model_path: str | None = key(
+        None, doc="the critic's own model directory; null = start from the actor's weights"
+    )
+    ppo_epochs: int | None = key(None, doc="critic passes per batch; null = actor.ppo_epochs")
+    ppo_mini_batch_size: int | None = key(
+        None, doc="prompts per critic optimiser step; null = actor.ppo_mini_batch_size"
+    )
+    ppo_micro_batch_size: int | None = key(
+        None, doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size"
+    )
+    optim: CriticOptimConfig = section(CriticOptimConfig, doc="the critic's optimiser")
+    critic_warmup: int = key(
+        0, doc="iterations that train only the critic before the actor starts updating"
+    )
+
+
+@dataclass(kw_only=True)
+class RolloutConfig:
+    backend: Literal["hf", "sglang"] = key(
+        "hf", doc="generation engine: hf (transformers generate, any device) or sglang (GPU)"
+    )
+    temperature: float = key(1.0, doc="sampling temperature while training")
+    top_p: float = key(1.0, doc="nucleus sampling: keep the smallest set with this much mass")
+    top_k: int = key(0, doc="sample from the k most likely tokens; 0 = no limit")
+    micro_batch_size: int | None = key(
+        None, doc="sequences per generate call on one rank; null = all of the rank's at once"
+    )
+
+
+@dataclass(kw_only=True)
+class RewardConfig:
+    kind: Literal["gsm8k", "math", "custom"] = key(
+        "gsm8k", doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom"
+    )
+    gsm8k_mode: Literal["strict", "flexible"] = key(
+        "strict", doc="strict: '#### N' is required; flexible: the last number in the response"
+    )
+    correct_score: float = key(1.0, doc="reward of a correct answer")
+    format_score: float = key(0.0, doc="reward of a well-formed but wrong answer")
+    custom_fn: str | None = key(
+        None, doc="kind custom: 'path/to/file.py:function' taking (response, answer) -> float"
+    )
+    timeout_s: float = key(2.0, doc="parsing one response may take this long; then it scores 0")
+
+
+@dataclass(kw_only=True)
+class WarmupConfig:
+    steps: int = key(0, doc="supervised steps on the synthetic task before PPO; 0 = none")
+    lr: float = key(1e-3, doc="AdamW learning rate of the warm-up")
+    batch_size: int = key(64, doc="examples per warm-up step")
+    cache_dir: str = key(
+        ".cache/rlcore", doc="the tiny model, tokenizer and warmed-up weights are cached here"
+    )
+
+
+@dataclass(kw_only=True)
+class ReasoningRunnerConfig(RunnerConfig):
+    total_iterations: int = key(20, doc="PPO iterations (one batch of prompts each)")
+    seed: int = key(1, doc="seeds torch, the data order and the sampling")
+    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
+    run_name: str | None = key(None, doc="the run's folder name; null = CONFIG-SEED-TIMESTAMP")
+    val_every: int = key(0, doc="iterations between greedy validations (0 = before and after)")
+    torch_threads: int = key(2, doc="torch CPU threads per process")
+    progress: bool = key(True, doc="show a progress bar on stderr")
+    checkpoint_every: int = key(
+        0, doc="iterations between checkpoints (the last one included); 0 = none"
+    )
+    resume_dir: str | None = key(
+        None, doc="resume from this run folder's latest checkpoint (or a checkpoint folder)"
+    )
+
+
+@dataclass(kw_only=True)
+class ReasoningConfig:
+    mode: Literal["reasoning"] = key(REQUIRED, doc="reasoning: an LLM trained on rule rewards")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
+    actor: ReasoningActorConfig = section(ReasoningActorConfig, doc="policy training")
+    critic: CriticConfig = section(CriticConfig, doc="the separate value model")
+    rollout: RolloutConfig = section(RolloutConfig, doc="response generation")
+    reward: RewardConfig = section(RewardConfig, doc="rule-based scoring")
+    data: DataConfig = section(DataConfig, doc="prompts")
+    warmup: WarmupConfig = section(WarmupConfig, doc="supervised warm-up of the tiny model")
+    runner: ReasoningRunnerConfig = section(ReasoningRunnerConfig, doc="the training loop")
+    logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
+    cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
+
+    def critic_update(self) -> UpdateConfig:
+        """The critic's update sizes, each unset one taken from the actor's."""
+
+        def pick(own: int | None, actor: int | None) -> int | None:
+            return actor if own is None else own
+
+        return UpdateConfig(
+            ppo_epochs=pick(self.critic.ppo_epochs, self.actor.ppo_epochs),
+            ppo_mini_batch_size=pick(
+                self.critic.ppo_mini_batch_size, self.actor.ppo_mini_batch_size
+            ),
+            ppo_micro_batch_size=pick(
+                self.critic.ppo_micro_batch_size, self.actor.ppo_micro_batch_size
+            ),
+        )

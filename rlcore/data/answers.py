@@ -1,0 +1,46 @@
+"""Numbers in answers: GSM8K's ``#### N`` convention, compared as numbers, not strings.
+
+``parse_number("1,000") == parse_number("1000.")`` and ``parse_number("$72") == Decimal(72)``: a
+reference answer and a model's answer match when they are the same number, however written.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+# A number as people write it: optional sign and currency, digits with thousands commas, an
+# optional decimal part, and a trailing period (end of sentence). No nested quantifiers: linear.
+NUMBER = r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\.?|-?\$?\s?\.\d+"
+_NUMBER_RE = re.compile(NUMBER)
+_STRICT_RE = re.compile(r"####\s*(" + NUMBER + r")")
+
+
+def parse_number(text: str) -> Decimal | None:
+    """The number ``text`` spells (``"$1,000."`` -> 1000), or None when it is not one."""
+    cleaned = text.strip().replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
+    if not cleaned or cleaned in ("-", "."):
+        return None
+    try:
+        value = Decimal(cleaned)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def extract_gsm8k_answer(text: str) -> str | None:
+    """The number after the last ``####`` in ``text`` as written, or None when there is none.
+
+    >>> extract_gsm8k_answer("She pays 3 * 24 = 72 dollars.\\n#### 72")
+    '72'
+    >>> extract_gsm8k_answer("#### 1,000.")
+    '1,000.'
+    """
+    matches = _STRICT_RE.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def last_number(text: str) -> str | None:
+    """The last number written anywhere in ``text`` (GSM8K's flexible extraction)."""
+    matches = _NUMBER_RE.findall(text)
+    return matches[-1].strip() if matches else None

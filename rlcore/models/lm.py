@@ -1,0 +1,155 @@
+"""Causal language models for reasoning runs: loading a local Hugging Face directory, and the tiny
+Qwen2-architecture model with a tokenizer trained here (model hubs are unreachable on CPU CI).
+
+The driver resolves every model to a local directory before any worker starts (``prepare``
+in ``rlcore.models.warmup``), so a bad path fails first, naming its key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.config.errors import ConfigError
+
+SPECIALS = ("<|endoftext|>", "<|user|>", "<|assistant|>")
+# The tiny tokenizer's chat template: one user turn, then the assistant's reply.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}"
+    "{% else %}<|assistant|>{{ m['content'] }}<|endoftext|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def check_model_dir(path: str, setting: str) -> Path:
+    """``path`` as a directory holding a Hugging Face model, or a ConfigError naming ``setting``."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise ConfigError(
+            f"{setting}: {path} is not a directory; give a local Hugging Face model folder "
+            "(model hubs are not downloaded from here)"
+        )
+    if not (directory / "config.json").is_file():
+        raise ConfigError(f"{setting}: {path} has no config.json, so it is not a model folder")
+    return directory
+
+
+def _quiet_transformers() -> None:
+    """Load reports and shard progress bars say nothing a run needs; errors still show."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """PPO compares the same forward pass before and after an update (the ratio starts at 1,
+    old values are the values being clipped against), so no module may be random. The token
+    classification head ships with dropout 0.1 when the config names none."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:  # many causal LMs ship none; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    _quiet_transformers()
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    model.config.use_cache = True
+    return _no_dropout(model)
+
+
+def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:
+    """The critic: the causal LM's trunk with a scalar head per token (``num_labels=1``)."""
+    from transformers import AutoModelForTokenClassification
+
+    _quiet_transformers()
+    model = AutoModelForTokenClassification.from_pretrained(
+        str(path), num_labels=1, dtype=DTYPES[dtype]
+    )
+    # A zero head starts every value at 0: the first advantages are the returns themselves,
+    # not returns minus noise from a random projection.
+    head = model.score if hasattr(model, "score") else model.classifier
+    torch.nn.init.zeros_(head.weight)
+    if getattr(head, "bias", None) is not None:
+        torch.nn.init.zeros_(head.bias)
+    return _no_dropout(model)
+
+
+def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``, digits split one per token (so numbers
+    are read digit by digit), with an end-of-text token that also pads."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=SPECIALS[0],
+        pad_token=SPECIALS[0],
+        additional_special_tokens=list(SPECIALS[1:]),
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_lm(
+    tokenizer: Any,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    seed: int,
+) -> torch.nn.Module:
+    """A randomly initialised Qwen2-architecture causal LM sized for a CPU."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    _quiet_transformers()
+    if hidden_size % num_heads:
+        raise ConfigError(
+            f"actor.model.tiny.num_heads: {num_heads} does not divide hidden_size {hidden_size}"
+        )
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=2 if num_heads % 2 == 0 else num_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)

@@ -1,0 +1,167 @@
+"""Resolve a reasoning run's models to local directories, building and warming up the tiny model
+when ``actor.model.path`` is null.
+
+The tiny model is a Qwen2-architecture LM with a BPE tokenizer trained on the synthetic task's
+text, then ``warmup.steps`` supervised steps on that task, so that PPO starts from a policy that
+answers in the ``#### N`` format and is sometimes right. The result is cached under
+``warmup.cache_dir`` by a hash of everything that shapes it: the second run starts at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import ReasoningConfig
+from rlcore.data.arith import arithmetic_problems
+from rlcore.models.lm import build_tiny_lm, check_model_dir, train_tiny_tokenizer
+
+
+@dataclass(frozen=True)
+class ModelDirs:
+    """Where each model of the run is read from: the actor (and the reference), the critic."""
+
+    actor: Path
+    critic: Path
+    built: bool  # the tiny model, built here
+
+
+def prepare_models(config: ReasoningConfig, log: Any = print) -> ModelDirs:
+    """The run's model directories; builds (or finds cached) the tiny model when no path is set."""
+    model = config.actor.model
+    if model.path is not None:
+        if config.warmup.steps:
+            raise ConfigError(
+                "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 "
+                "when actor.model.path is set"
+            )
+        actor = check_model_dir(model.path, "actor.model.path")
+        built = False
+    else:
+        actor = _tiny_model_dir(config, log)
+        built = True
+    critic = actor
+    if config.critic.model_path is not None:
+        critic = check_model_dir(config.critic.model_path, "critic.model_path")
+    return ModelDirs(actor=actor, critic=critic, built=built)
+
+
+def _fingerprint(config: ReasoningConfig) -> str:
+    shape = {
+        "tiny": dataclasses.asdict(config.actor.model.tiny),
+        "synthetic": dataclasses.asdict(config.data.synthetic),
+        "suffix": config.data.prompt_suffix,
+        "chat": config.data.chat_template,
+        "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
+        "version": 2,  # bump when the recipe below changes
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
+    directory = Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
+    if (directory / "config.json").is_file():
+        log(f"tiny model: cached at {directory}")
+        return directory
+    syn = config.data.synthetic
+    rows = arithmetic_problems(
+        syn.num_train, digits=syn.digits, operations=syn.operations, seed=syn.seed
+    )
+    suffix = config.data.prompt_suffix
+    corpus = [row["question"] + suffix + " " + row["answer"] for row in rows]
+    tokenizer = train_tiny_tokenizer(corpus)
+    tiny = config.actor.model.tiny
+    model = build_tiny_lm(
+        tokenizer,
+        hidden_size=tiny.hidden_size,
+        num_layers=tiny.num_layers,
+        num_heads=tiny.num_heads,
+        intermediate_size=tiny.intermediate_size,
+        seed=syn.seed,
+    )
+    if config.warmup.steps:
+        examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template)
+        log(f"tiny model: {config.warmup.steps} warm-up steps on {len(examples)} problems")
+        supervised_warmup(model, tokenizer.pad_token_id, examples, config, seed=syn.seed)
+    staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)  # atomic: a crash mid-save leaves no half-written cache entry
+    log(f"tiny model: saved to {directory}")
+    return directory
+
+
+def sft_examples(
+    rows: list[dict[str, str]], tokenizer: Any, suffix: str, chat: bool
+) -> list[tuple[list[int], list[int]]]:
+    """``(prompt_ids, target_ids)`` pairs, the prompt tokenised exactly as the runner does."""
+    examples = []
+    for row in rows:
+        text = row["question"] + suffix
+        if chat:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+        prompt = tokenizer(text, add_special_tokens=not chat)["input_ids"]
+        target = tokenizer(("" if chat else " ") + row["answer"], add_special_tokens=False)
+        examples.append((prompt, target["input_ids"] + [tokenizer.eos_token_id]))
+    return examples
+
+
+def supervised_warmup(
+    model: torch.nn.Module,
+    pad_id: int,
+    examples: list[tuple[list[int], list[int]]],
+    config: ReasoningConfig,
+    seed: int,
+) -> list[float]:
+    """``warmup.steps`` AdamW steps of next-token loss on the targets only; returns the losses."""
+    warm = config.warmup
+    generator = torch.Generator().manual_seed(seed)
+    # A constant learning rate: the warm-up is meant to stop part-way (the model answers in the
+    # right format and is sometimes right), and PPO goes on from there.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=warm.lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    bar = tqdm(
+        range(warm.steps), desc="warm-up", file=sys.stderr, disable=not config.runner.progress
+    )
+    for _ in bar:
+        picked = torch.randint(len(examples), (warm.batch_size,), generator=generator)
+        ids, labels, mask = _right_padded([examples[i] for i in picked.tolist()], pad_id)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=round(losses[-1], 3), refresh=False)
+    model.eval()
+    return losses
+
+
+def _right_padded(
+    pairs: list[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(p) + len(t) for p, t in pairs)
+    ids = torch.full((len(pairs), width), pad_id)
+    labels = torch.full((len(pairs), width), -100)  # -100: no loss on the prompt and the padding
+    mask = torch.zeros((len(pairs), width), dtype=torch.long)
+    for row, (prompt, target) in enumerate(pairs):
+        n = len(prompt) + len(target)
+        ids[row, :n] = torch.tensor(prompt + target)
+        labels[row, len(prompt) : n] = torch.tensor(target)
+        mask[row, :n] = 1
+    return ids, labels, mask

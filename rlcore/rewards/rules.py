@@ -1,0 +1,76 @@
+"""Whether a response's answer is right: each rule returns True/False, or None when the response
+has no answer in the expected form (the reward worker turns these into scores).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+from rlcore.config.errors import ConfigError
+from rlcore.data.answers import extract_gsm8k_answer, last_number, parse_number
+
+# Answers are read from the end of a response; a runaway response is cut here first, which also
+# bounds the regex work per response.
+MAX_CHARS = 4000
+
+
+def gsm8k_correct(response: str, answer: str, mode: str = "strict") -> bool | None:
+    """GSM8K scoring, numeric: ``#### 72.``, ``#### 72`` and ``#### $72`` all equal ``72``.
+
+    ``strict``: the number after the last ``####``; ``flexible``: the last number anywhere.
+
+    >>> gsm8k_correct("3 * 24 = 72\\n#### $72.", "72")
+    True
+    >>> gsm8k_correct("#### 1,000", "1000")
+    True
+    >>> gsm8k_correct("it is 72", "72") is None  # strict needs '####'
+    True
+    >>> gsm8k_correct("it is 72", "72", mode="flexible")
+    True
+    """
+    response = response[-MAX_CHARS:]
+    written = extract_gsm8k_answer(response) if mode == "strict" else last_number(response)
+    if written is None:
+        return None
+    got, want = parse_number(written), parse_number(answer)
+    if got is None or want is None:
+        return None if got is None else False
+    return got == want
+
+
+def math_correct(response: str, answer: str) -> bool | None:
+    """``\\boxed{}`` (or any final expression) equivalence by math-verify: ``\\frac{1}{2}`` = 0.5.
+
+    The timeouts math-verify implements with signals work only in a main thread; this runs in a
+    thread of the reward worker, which enforces ``reward.timeout_s`` itself.
+    """
+    from math_verify import parse, verify
+
+    predicted = parse(response[-MAX_CHARS:], parsing_timeout=None)
+    if not predicted:
+        return None
+    gold = parse(
+        answer if "\\boxed" in answer or "$" in answer else f"${answer}$", parsing_timeout=None
+    )
+    return bool(verify(gold, predicted, timeout_seconds=None))
+
+
+def load_custom_fn(spec: str) -> Callable[[str, str], float]:
+    """``path/to/file.py:function`` -> the function; errors name ``reward.custom_fn``."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ConfigError(f"reward.custom_fn: '{spec}' is not 'path/to/file.py:function'")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"reward.custom_fn: {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location(f"rlcore_user_reward_{file.stem}", file)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"reward.custom_fn: {path} cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(f"reward.custom_fn: {path} defines no function '{name}'")
+    return fn

@@ -1,0 +1,80 @@
+"""Reading prompt files: formats, and errors that name the file and the key."""
+
+import json
+
+import pytest
+
+from rlcore.data import DataError, PromptSet, load_prompt_rows
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def load(path, **options):
+    args = {"prompt_key": "question", "answer_key": "answer", "answer_format": "gsm8k"} | options
+    return load_prompt_rows([path], "data.train_files", **args)
+
+
+def test_gsm8k_jsonl_and_parquet_give_the_same_rows(tmp_path):
+    import datasets
+
+    rows = [{"question": "2+2?", "answer": "2 + 2 = 4\n#### 4"},
+            {"question": "Big?", "answer": "#### 1,000"}]  # fmt: skip
+    jsonl = write_jsonl(tmp_path / "a.jsonl", rows)
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "a.parquet"))
+    expected = [{"prompt": "2+2?", "answer": "4"}, {"prompt": "Big?", "answer": "1,000"}]
+    assert load(jsonl) == expected
+    assert load(str(tmp_path / "a.parquet")) == expected
+
+
+def test_a_missing_field_names_the_file_the_key_and_the_fields_there(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"problem": "x", "answer": "#### 1"}])
+    fields = r"\(data.prompt_key\); its fields: answer, problem"
+    with pytest.raises(DataError, match=r"q.jsonl: row 0 has no field 'question' " + fields):
+        load(path)
+
+
+def test_an_empty_file_and_a_missing_file_are_named(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(DataError, match=r"empty.jsonl is empty"):
+        load(str(tmp_path / "empty.jsonl"))
+    with pytest.raises(DataError, match=r"nope.jsonl does not exist"):
+        load(str(tmp_path / "nope.jsonl"))
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match=r"neither .parquet nor .jsonl"):
+        load(str(tmp_path / "x.csv"))
+
+
+def test_a_non_numeric_gsm8k_answer_names_the_row(tmp_path):
+    rows = [{"question": "a", "answer": "#### 3"}, {"question": "b", "answer": "#### three"}]
+    path = write_jsonl(tmp_path / "g.jsonl", rows)
+    with pytest.raises(DataError, match=r"g.jsonl: row 1: the answer field has no number"):
+        load(path)
+    assert load(path, answer_format="plain")[1]["answer"] == "#### three"
+
+
+class CharTokenizer:
+    """One token per character: lengths are known by hand."""
+
+    chat_template = None
+
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [[ord(c) for c in t] for t in texts]}
+
+
+def test_over_long_prompts_are_dropped_and_counted_not_truncated():
+    rows = [{"prompt": "abc", "answer": "1"}, {"prompt": "abcdefgh", "answer": "2"},
+            {"prompt": "ab", "answer": "3"}]  # fmt: skip
+    built = PromptSet.build(rows, CharTokenizer(), suffix="!", chat_template=False,
+                            max_length=4, what="data.train_files")  # fmt: skip
+    assert built.dropped == 1
+    assert built.answers == ["1", "3"]
+    assert built.prompts == [[ord(c) for c in "abc!"], [ord(c) for c in "ab!"]]
+    with pytest.raises(DataError, match=r"every prompt is longer than data.max_prompt_length=1"):
+        PromptSet.build(rows, CharTokenizer(), suffix="", chat_template=False, max_length=1,
+                        what="data.train_files")  # fmt: skip
+    with pytest.raises(DataError, match=r"no chat template"):
+        PromptSet.build(rows, CharTokenizer(), suffix="", chat_template=True, max_length=9,
+                        what="data.train_files")  # fmt: skip

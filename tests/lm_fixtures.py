@@ -1,0 +1,23 @@
+"""A tiny reasoning config and model shared by the reasoning tests (built once per session)."""
+
+from pathlib import Path
+
+from rlcore.config import load_config
+from rlcore.config.schema import ReasoningConfig
+
+# Small enough that a PPO iteration takes well under a second on one core.
+TINY = [
+    "actor.model.tiny.hidden_size=32", "actor.model.tiny.num_layers=1",
+    "actor.model.tiny.num_heads=2", "actor.model.tiny.intermediate_size=64",
+    "data.synthetic.num_train=512", "data.synthetic.num_val=16", "data.train_batch_size=8",
+    "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size=2", "warmup.steps=5",
+    "runner.total_iterations=2", "runner.val_every=0", "runner.progress=false",
+    "logger.tensorboard=false",
+]  # fmt: skip
+
+
+def tiny_config(cache: Path, output: Path, *overrides: str) -> ReasoningConfig:
+    return load_config(
+        "reasoning/tiny_arith_ppo",
+        [*TINY, f"warmup.cache_dir={cache}", f"runner.output_dir={output}", *overrides],
+    )

@@ -1,0 +1,95 @@
+"""Rule rewards: numeric GSM8K comparison, math-verify, user functions and the time limit."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlcore.config.errors import ConfigError
+from rlcore.rewards import RewardWorker, gsm8k_correct, load_custom_fn, math_correct
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "strict", "flexible"),
+    [
+        ("so 72 in all.\n#### 72", "72", True, True),
+        ("#### 72.", "72", True, True),  # the anchors' string compare gets these three wrong
+        ("#### 1,000", "1000", True, True),
+        ("#### $72", "72", True, True),
+        ("#### 71", "72", False, False),
+        ("the answer is 72", "72", None, True),  # strict needs the marker
+        ("#### 72 or maybe 73", "72", True, False),
+        ("#### 0.5", "0.50", True, True),
+        ("nothing here", "72", None, None),
+    ],
+)
+def test_gsm8k_compares_numbers_not_strings(response, answer, strict, flexible):
+    assert gsm8k_correct(response, answer, "strict") is strict
+    assert gsm8k_correct(response, answer, "flexible") is flexible
+
+
+def test_math_answers_are_compared_as_math():
+    assert math_correct("so the answer is $\\boxed{\\frac{1}{2}}$", "0.5") is True
+    assert math_correct("$\\boxed{3}$", "\\frac{6}{2}") is True
+    assert math_correct("$\\boxed{4}$", "3") is False
+
+
+def test_custom_function_from_a_file(tmp_path):
+    (tmp_path / "mine.py").write_text("def score(response, answer):\n    return len(response)\n")
+    assert load_custom_fn(f"{tmp_path}/mine.py:score")("abc", "x") == 3
+    with pytest.raises(ConfigError, match=r"reward.custom_fn: .* defines no function 'nope'"):
+        load_custom_fn(f"{tmp_path}/mine.py:nope")
+    with pytest.raises(ConfigError, match=r"reward.custom_fn: .*missing.py does not exist"):
+        load_custom_fn(f"{tmp_path}/missing.py:score")
+    with pytest.raises(ConfigError, match=r"is not 'path/to/file.py:function'"):
+        load_custom_fn("just_a_name")
+
+
+class Letters:
+    """Decodes token i to chr(i); the pad (0) disappears."""
+
+    pad_token_id = 0
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return ["".join(chr(int(t)) for t in row if t) for row in rows]
+
+
+def worker(**reward) -> RewardWorker:
+    w = RewardWorker.__new__(RewardWorker)
+    defaults = {"kind": "gsm8k", "gsm8k_mode": "strict", "correct_score": 1.0, "format_score": 0.1,
+                "custom_fn": None, "timeout_s": 2.0}  # fmt: skip
+    w.config = SimpleNamespace(**(defaults | reward))
+    w.tokenizer = Letters()
+    w.custom = load_custom_fn(w.config.custom_fn) if w.config.custom_fn else None
+    import concurrent.futures
+
+    w.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    return w
+
+
+def encode(texts, width=12):
+    rows = [[ord(c) for c in t] + [0] * (width - len(t)) for t in texts]
+    responses = torch.tensor(rows)
+    return {"responses": responses, "response_mask": (responses != 0).long()}
+
+
+def test_reward_worker_scores_right_wrong_and_unparsed_responses():
+    batch = encode(["#### 4", "#### 5", "four"]) | {"answers": ["4", "4", "4"]}
+    out = worker().score(batch)
+    assert out["scores"].tolist() == pytest.approx([1.0, 0.1, 0.0])
+    assert out["correct"].tolist() == [True, False, False]
+    assert out["unparsed"] == 1 and out["timeouts"] == 0
+
+
+def test_a_scorer_that_hangs_scores_zero_after_the_timeout(tmp_path):
+    (tmp_path / "slow.py").write_text(
+        "import time\n"
+        "def score(r, a):\n    if r == 'slow':\n        time.sleep(3)\n    return 1.0\n"
+    )
+    w = worker(kind="custom", custom_fn=f"{tmp_path}/slow.py:score", timeout_s=0.3)
+    start = time.perf_counter()
+    out = w.score(encode(["slow", "fast"]) | {"answers": ["x", "x"]})
+    assert time.perf_counter() - start < 2.0
+    assert out["scores"].tolist() == [0.0, 1.0]
+    assert out["timeouts"] == 1

@@ -1,0 +1,128 @@
+"""The reasoning runner end to end on the tiny model: in one process, resumed, and spread over
+Ray processes; bad model paths and data fail before anything starts."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcore.cli import run_entry_point
+from rlcore.config.errors import ConfigError
+from rlcore.placement import plan_for_config
+from rlcore.runners.reasoning import ReasoningRunner
+from tests.lm_fixtures import TINY, tiny_config
+
+
+def length_reward(tmp_path):
+    """A barely trained model is never right; a reward on the text's length gives a signal."""
+    (tmp_path / "length.py").write_text(
+        "def score(response, answer):\n    return len(response) % 3\n"
+    )
+    return ("reward.kind=custom", f"reward.custom_fn={tmp_path}/length.py:score")
+
+
+def run(config):
+    return ReasoningRunner(config, plan_for_config(config)).run()
+
+
+def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
+    _, dirs = tiny_lm
+    cache = dirs.actor.parent
+    code = run_entry_point("reasoning/tiny_arith_ppo", [*TINY, f"warmup.cache_dir={cache}",
+                           f"runner.output_dir={tmp_path}", "runner.run_name=r"])  # fmt: skip
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    assert summary == json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["iterations"] == 2 and summary["wall_s"] > 0
+    for key in ("val_accuracy_before", "val_accuracy_after"):
+        assert 0.0 <= summary[key] <= 1.0
+
+
+def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, "algorithm.adv_type=grpo",
+                         "algorithm.group_size=4", "critic.use_critic_model=false",
+                         "actor.ppo_micro_batch_size=4")  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    assert runner.placed == {"actor", "rollout", "reward"}
+    assert runner.run()["iterations"] == 2
+
+
+def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
+              "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+              *length_reward(tmp_path))  # fmt: skip
+    cache = dirs.actor.parent
+    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
+    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=2", "runner.run_name=cut"))
+    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3",
+                    f"runner.resume_dir={tmp_path / 'cut'}"))  # fmt: skip
+    for name in ("actor", "critic"):
+        full = load_file(tmp_path / "full/checkpoints/iter_000003" / f"{name}.safetensors")
+        resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / f"{name}.safetensors")
+        start = load_file(tmp_path / "full/checkpoints/iter_000001" / f"{name}.safetensors")
+        assert full.keys() == resumed.keys()
+        assert any(not torch.equal(full[k], start[k]) for k in full)
+        for key in full:
+            assert torch.equal(full[key], resumed[key]), f"{name}.{key} differs after resuming"
+
+
+def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    placement = "{actor:0,critic:1,rollout:2,reward:2}"
+    config = tiny_config(dirs.actor.parent, tmp_path, f"cluster.component_placement={placement}",
+                         "cluster.devices_per_node=3", *length_reward(tmp_path))  # fmt: skip
+    plan = plan_for_config(config)
+    assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
+    runner = ReasoningRunner(config, plan)
+    groups = runner.components.groups
+    before = groups["rollout"].call_rank(0, "weights")
+    runner.iterate(1)
+    trained = groups["actor"].call_rank(0, "weights")
+    synced = groups["rollout"].call_rank(0, "weights")
+    assert any(not torch.equal(trained[k], before[k]) for k in trained)
+    assert all(torch.equal(trained[k], synced[k]) for k in trained)
+    summary = runner.run()
+    assert summary["iterations"] == 2
+    assert 0.0 <= summary["val_accuracy_after"] <= 1.0
+
+
+def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, "cluster.devices_per_node=2",
+                         "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
+                         *length_reward(tmp_path))  # fmt: skip
+    plan = plan_for_config(config)
+    assert plan.world_size("actor") == plan.world_size("rollout") == 2
+    runner = ReasoningRunner(config, plan)
+    runner.iterate(1)
+    weights = [runner.components.groups["actor"].call_rank(r, "weights") for r in (0, 1)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # DDP in step
+    assert runner.run()["iterations"] == 2
+
+
+def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_entry_point("reasoning/tiny_arith_ppo",
+                        [f"actor.model.path={tmp_path}/nope", "warmup.steps=0"])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert f"actor.model.path: {tmp_path}/nope is not a directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"has no config.json"):
+        from rlcore.models.warmup import prepare_models
+
+        prepare_models(tiny_config(tmp_path, tmp_path, f"actor.model.path={tmp_path}/empty",
+                                   "warmup.steps=0"))  # fmt: skip
+
+
+def test_bad_data_is_reported_with_the_file(tiny_lm, tmp_path, capsys):
+    _, dirs = tiny_lm
+    (tmp_path / "train.jsonl").write_text('{"problem": "1+1?", "answer": "#### 2"}\n')
+    with pytest.raises(SystemExit):
+        run_entry_point("reasoning/tiny_arith_ppo", [*TINY, f"warmup.cache_dir={dirs.actor.parent}",
+                        f"data.train_files=[{tmp_path}/train.jsonl]"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "train.jsonl: row 0 has no field 'question' (data.prompt_key)" in err
