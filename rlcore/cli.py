@@ -106,7 +106,11 @@ def _run_embodied(config: RLCoreConfig, plan: PlacementPlan) -> int:
     from rlcore.runners.embodied import EmbodiedRunner
 
     if len(plan.processes()) == 1 and config.cluster.address is None:
-        summary = EmbodiedRunner(config).run()
+        try:
+            runner = EmbodiedRunner(config)
+        except ConfigError as error:
+            raise _exit_with(error) from None
+        summary = runner.run()
     else:
         try:
             check_data_parallel(config, plan)

@@ -38,6 +38,19 @@ def save_checkpoint(
     return directory
 
 
+def check_envs_can_be_saved(envs: Any, env_id: str) -> None:
+    """Fail before training, not at the first checkpoint, when the envs cannot be pickled
+    (subprocess envs, simulators holding native handles such as SAPIEN's)."""
+    try:
+        cloudpickle.dumps(envs)
+    except Exception as error:  # pickling raises whatever the object's reducer raises
+        raise ConfigError(
+            f"runner.checkpoint_every: the envs of {env_id} cannot be saved in a checkpoint "
+            f"({type(error).__name__}: {str(error)[:120]}); set runner.checkpoint_every=0, or "
+            "env.vector_mode=sync if the env itself can be pickled"
+        ) from None
+
+
 def find_checkpoint(path: str) -> Path:
     """``path`` itself if it is a checkpoint, else the latest checkpoint of the run at ``path``."""
     where = Path(path)

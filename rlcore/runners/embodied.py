@@ -29,9 +29,11 @@ import torch
 
 from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
+from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import (
+    check_envs_can_be_saved,
     check_same_run,
     find_checkpoint,
     load_checkpoint,
@@ -112,6 +114,12 @@ class EmbodiedRunner:
         self.progress = new_progress()
         if ctx is not None:  # a rank: the driver owns the run folder and the loop
             return
+        if run.checkpoint_every:
+            try:
+                check_envs_can_be_saved(self.envs, self.env_id)
+            except ConfigError:
+                self.close()
+                raise
         if run.resume_dir is not None:
             self._resume(find_checkpoint(run.resume_dir))
         else:

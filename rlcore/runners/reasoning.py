@@ -92,6 +92,7 @@ class ReasoningRunner:
         )
         self.advantage_fn = get_advantage_fn(alg.adv_type)
         self.progress: dict[str, Any] = {"iteration": 0, "elapsed_s": 0.0, "val_before": None}
+        self.timings: list[dict[str, float]] = []  # this process's iterations: time/ and perf/
         resume = find_checkpoint(run.resume_dir) if run.resume_dir else None
         self.run_dir = resume.parent.parent if resume else Path(run.output_dir) / self._name()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +283,9 @@ class ReasoningRunner:
                 timer = time.perf_counter()
                 metrics = self.iterate(iteration)
                 metrics["time/iteration_s"] = time.perf_counter() - timer
+                self.timings.append(
+                    {k: v for k, v in metrics.items() if k.startswith(("time/", "perf/"))}
+                )
                 if (
                     run.val_every
                     and iteration % run.val_every == 0
@@ -312,6 +316,15 @@ class ReasoningRunner:
             "val_prompts": len(self.val_set),
             "iterations": self.progress["iteration"],
             "wall_s": round(wall, 3),
+            # Means over this process's iterations (a resumed run: since it resumed).
+            "seconds_per_stage": {
+                k.removeprefix("time/").removesuffix("_s"): round(float(np.mean(v)), 4)
+                for k, v in _columns(self.timings, "time/").items()
+            },
+            "tokens_per_s": {
+                k.removeprefix("perf/"): round(float(np.mean(v)), 1)
+                for k, v in _columns(self.timings, "perf/").items()
+            },
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),
@@ -319,3 +332,12 @@ class ReasoningRunner:
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+
+def _columns(rows: list[dict[str, float]], prefix: str) -> dict[str, list[float]]:
+    columns: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        for name, value in row.items():
+            if name.startswith(prefix):
+                columns[name].append(value)
+    return columns

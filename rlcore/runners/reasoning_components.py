@@ -130,15 +130,28 @@ def check_placement(config: ReasoningConfig, plan: PlacementPlan, placed: set[st
                 f"{name}.ppo_mini_batch_size: {update.ppo_mini_batch_size} prompts x group_size "
                 f"{group} cannot be shared by {world} {name} ranks; use a multiple of {world}"
             )
+    if not runs_in_driver(config, plan) and (
+        config.runner.checkpoint_every or config.runner.resume_dir
+    ):
+        problems.append(
+            "runner.checkpoint_every: checkpoints of runs spread over several processes are not "
+            "built yet; set runner.checkpoint_every=0 (and no runner.resume_dir), or place every "
+            "component in one process"
+        )
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def runs_in_driver(config: ReasoningConfig, plan: PlacementPlan) -> bool:
+    """One process and no cluster to join: every component runs here, no Ray at all."""
+    return len(plan.processes()) == 1 and config.cluster.address is None
 
 
 def make_components(
     config: ReasoningConfig, dirs: ModelDirs, plan: PlacementPlan, placed: set[str]
 ) -> LocalComponents | RayComponents:
-    """In this process when the plan has one process and no cluster to join (the CPU default:
-    no Ray at all), else in Ray workers."""
-    if len(plan.processes()) == 1 and config.cluster.address is None:
+    """In this process when the plan has one process and no cluster to join (the CPU default),
+    else in Ray workers."""
+    if runs_in_driver(config, plan):
         return LocalComponents(config, dirs, plan, placed)
     return RayComponents(config, dirs, plan, placed)

@@ -1,5 +1,7 @@
 """Hand-made envs whose returns can be worked out by hand (used through 'module:Class')."""
 
+import threading
+
 import gymnasium as gym
 import numpy as np
 
@@ -61,3 +63,11 @@ class Pixels(gym.Env):
 
     def _image(self):
         return np.full((40, 40, 3), min(255, 60 * self.position), np.uint8)
+
+
+class LockedCartPole(gym.Wrapper):
+    """CartPole holding a lock, which no pickler can save (like a simulator's native handle)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.lock = threading.Lock()

@@ -126,3 +126,12 @@ def test_bad_data_is_reported_with_the_file(tiny_lm, tmp_path, capsys):
                         f"data.train_files=[{tmp_path}/train.jsonl]"])  # fmt: skip
     err = capsys.readouterr().err
     assert "train.jsonl: row 0 has no field 'question' (data.prompt_key)" in err
+
+
+def test_checkpoints_of_multi_process_runs_are_refused_before_starting(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, "cluster.devices_per_node=2",
+                         "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
+                         "runner.checkpoint_every=1")  # fmt: skip
+    with pytest.raises(ConfigError, match="checkpoints of runs spread over several processes"):
+        ReasoningRunner(config, plan_for_config(config))

@@ -56,3 +56,13 @@ def test_resuming_with_another_config_names_the_changed_keys(tmp_path):
 def test_resume_from_a_folder_without_checkpoints_says_what_to_give(tmp_path):
     with pytest.raises(ConfigError, match=r"runner\.resume_dir: no checkpoint at"):
         EmbodiedRunner(config(tmp_path, f"runner.resume_dir={tmp_path}"))
+
+
+def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
+    unpicklable = "env.id=tests.runners.corridor:LockedCartPole"
+    with pytest.raises(
+        ConfigError, match=r"runner.checkpoint_every: the envs of .* cannot be saved"
+    ):
+        EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync"))
+    assert EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync",
+                                 "runner.checkpoint_every=0")).run()["iterations"] == 6  # fmt: skip
