@@ -310,6 +310,7 @@ class ReasoningRunner:
         return self._summary(after, time.perf_counter() - start)
 
     def _summary(self, after: float, wall: float) -> dict:
+        perf = _columns(self.timings, "perf/")
         summary = {
             "val_accuracy_before": round(self.progress["val_before"], 4),
             "val_accuracy_after": round(after, 4),
@@ -321,9 +322,14 @@ class ReasoningRunner:
                 k.removeprefix("time/").removesuffix("_s"): round(float(np.mean(v)), 4)
                 for k, v in _columns(self.timings, "time/").items()
             },
+            # all: prompt and response tokens over the iteration; generated: over generation.
             "tokens_per_s": {
-                k.removeprefix("perf/"): round(float(np.mean(v)), 1)
-                for k, v in _columns(self.timings, "perf/").items()
+                name: round(float(np.mean(perf[f"perf/{metric}"])), 1)
+                for name, metric in (
+                    ("all", "tokens_per_s"),
+                    ("generated", "generated_tokens_per_s"),
+                )
+                if perf
             },
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
