@@ -86,9 +86,6 @@ class LMOptimConfig:
 class ReasoningActorConfig(UpdateConfig):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
     optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
-    strategy: Literal["ddp", "fsdp"] = key(
-        "ddp", doc="data-parallel training with several ranks: torch DDP or FSDP2 fully_shard"
-    )
 
 
 @dataclass(kw_only=True)

@@ -47,12 +47,8 @@ class _Trainer:
             torch.set_num_threads(config.runner.torch_threads)
         self.model = model.to(self.device)
         self.model.train()
-        if self.world_size > 1 and config.actor.strategy == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            fully_shard(self.model, process_group=self.group)  # type: ignore[call-arg]
-            self.trained = self.model
-        elif self.world_size > 1:
+        # Several ranks train data-parallel with DDP (FSDP2 sharding is not built yet).
+        if self.world_size > 1:
             self.trained = torch.nn.parallel.DistributedDataParallel(
                 self.model, process_group=self.group
             )

@@ -135,3 +135,18 @@ def test_checkpoints_of_multi_process_runs_are_refused_before_starting(tiny_lm, 
                          "runner.checkpoint_every=1")  # fmt: skip
     with pytest.raises(ConfigError, match="checkpoints of runs spread over several processes"):
         ReasoningRunner(config, plan_for_config(config))
+
+
+def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, "critic.critic_warmup=1",
+                         *length_reward(tmp_path))  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    actor, critic = runner.components.objects["actor"], runner.components.objects["critic"]
+    snapshot = lambda m: {k: v.clone() for k, v in m.state_dict().items()}  # noqa: E731
+    actor_start, critic_start = snapshot(actor.model), snapshot(critic.model)
+    metrics = runner.iterate(1)
+    assert "actor/pg_loss" not in metrics and "critic/value_loss" in metrics
+    assert all(torch.equal(v, actor_start[k]) for k, v in actor.model.state_dict().items())
+    assert any(not torch.equal(v, critic_start[k]) for k, v in critic.model.state_dict().items())
+    assert "actor/pg_loss" in runner.iterate(2)
