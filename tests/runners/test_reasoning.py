@@ -150,3 +150,17 @@ def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
     assert all(torch.equal(v, actor_start[k]) for k, v in actor.model.state_dict().items())
     assert any(not torch.equal(v, critic_start[k]) for k, v in critic.model.state_dict().items())
     assert "actor/pg_loss" in runner.iterate(2)
+
+
+def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    rows = [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"}
+            for a in range(10, 30) for b in (7, 991)]  # fmt: skip
+    for name, part in (("train", rows[:32]), ("test", rows[32:])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    config = tiny_config(dirs.actor.parent, tmp_path, f"data.train_files=[{tmp_path}/train.jsonl]",
+                         f"data.val_files=[{tmp_path}/test.jsonl]", "runner.run_name=g")  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    assert len(runner.train_set) == 32 and len(runner.val_set) == 8
+    assert "1,017" in runner.val_set.answers  # as written; the reward compares it as a number
+    assert runner.run()["iterations"] == 2
