@@ -23,6 +23,7 @@ from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
 from rlcore.workers.lm_batch import Batch, split
 from rlcore.workers.rollout import make_rollout
 
+TRAINED = ("actor", "critic")  # the components a checkpoint holds weights and optimisers of
 FACTORIES = {"actor": LMActor, "critic": LMCritic, "ref": LMReference, "reward": RewardWorker}
 
 
@@ -69,9 +70,18 @@ class LocalComponents:
     def sync(self) -> float:
         return 0.0  # one module serves both
 
-    def state(self) -> dict[str, Any]:
-        """The trained models and optimisers, for checkpoints."""
-        return {name: self.objects[name] for name in ("actor", "critic") if name in self.objects}
+    def save(self, directory: str) -> dict[str, Any]:
+        """Write the trained models and optimisers; return the rest to keep (RNG states)."""
+        for name in TRAINED:
+            if name in self.objects:
+                self.objects[name].save(directory, name)
+        return {"torch_rng": torch.get_rng_state()}
+
+    def load(self, directory: str, kept: dict[str, Any]) -> None:
+        for name in TRAINED:
+            if name in self.objects:
+                self.objects[name].load(directory, name)
+        torch.set_rng_state(kept["torch_rng"])
 
     def close(self) -> None:
         pass
@@ -107,6 +117,21 @@ class RayComponents:
         self.scheduler.sync_weights("actor", "rollout")
         return time.perf_counter() - start
 
+    def save(self, directory: str) -> dict[str, Any]:
+        for name in TRAINED:
+            if name in self.groups:
+                self.groups[name].call_all("save", directory, name)
+        return {"rollout_rng": self.groups["rollout"].call_all("rng_state")}
+
+    def load(self, directory: str, kept: dict[str, Any]) -> None:
+        for name in TRAINED:
+            if name in self.groups:
+                self.groups[name].call_all("load", directory, name)
+        self.sync()  # the rollout holds the weights it had at the checkpoint: the actor's
+        rollout = self.groups["rollout"]
+        for rank, state in enumerate(kept["rollout_rng"]):
+            rollout.call_rank(rank, "set_rng_state", state)
+
     def close(self) -> None:
         self.scheduler.shutdown()
 
@@ -130,14 +155,6 @@ def check_placement(config: ReasoningConfig, plan: PlacementPlan, placed: set[st
                 f"{name}.ppo_mini_batch_size: {update.ppo_mini_batch_size} prompts x group_size "
                 f"{group} cannot be shared by {world} {name} ranks; use a multiple of {world}"
             )
-    if not runs_in_driver(config, plan) and (
-        config.runner.checkpoint_every or config.runner.resume_dir
-    ):
-        problems.append(
-            "runner.checkpoint_every: checkpoints of runs spread over several processes are not "
-            "built yet; set runner.checkpoint_every=0 (and no runner.resume_dir), or place every "
-            "component in one process"
-        )
     if problems:
         raise ConfigError("\n".join(problems))
 

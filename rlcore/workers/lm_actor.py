@@ -42,6 +42,7 @@ class _Trainer:
         self.config = config
         self.group = getattr(ctx, "group", None)
         self.world_size = getattr(ctx, "world_size", 1)
+        self.rank = getattr(ctx, "rank", 0)
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
         if ctx is not None:
             torch.set_num_threads(config.runner.torch_threads)
@@ -105,6 +106,28 @@ class _Trainer:
 
     def weights(self) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())
+
+    # Checkpoints: DDP keeps every rank's weights and optimiser identical, so rank 0 writes them
+    # and every rank reads them back (the folder must be shared storage on a multi-node cluster).
+
+    def save(self, directory: str, name: str) -> None:
+        if self.rank:
+            return
+        from safetensors.torch import save_model
+
+        save_model(self.model, str(Path(directory) / f"{name}.safetensors"))
+        state = {"optimizer": self.optimizer.state_dict(), "shuffle": self.shuffle.get_state(),
+                 "steps": self.steps}  # fmt: skip
+        torch.save(state, Path(directory) / f"{name}_state.pt")
+
+    def load(self, directory: str, name: str) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.model, str(Path(directory) / f"{name}.safetensors"))
+        state = torch.load(Path(directory) / f"{name}_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.shuffle.set_state(state["shuffle"])
+        self.steps = state["steps"]
 
 
 class LMActor(_Trainer):

@@ -42,8 +42,9 @@ class HFRollout:
     ) -> None:
         self.config = config
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
-        if ctx is not None:
+        if ctx is not None:  # its own process: its own sampling seed
             torch.set_num_threads(config.runner.torch_threads)
+            torch.manual_seed(config.runner.seed + 7919 * (ctx.rank + 1))
         self.tokenizer = load_tokenizer(model_dir)
         self.model = (
             model if model is not None else load_causal_lm(model_dir, config.actor.model.dtype)
@@ -54,10 +55,16 @@ class HFRollout:
         if self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
-        self.sample_generator_seed = config.runner.seed
 
     def weights(self) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())
+
+    def rng_state(self) -> torch.Tensor:
+        """The sampler's RNG state, for checkpoints of runs where the rollout has a process."""
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        torch.set_rng_state(state)
 
     def _generation_config(self, greedy: bool) -> Any:
         from transformers import GenerationConfig

@@ -50,11 +50,17 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     assert runner.run()["iterations"] == 2
 
 
-def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path):
+@pytest.mark.parametrize(
+    "placement",
+    [[], ["cluster.devices_per_node=3", "cluster.component_placement={actor:0,critic:1,"
+          "ref:2,rollout:2,reward:2}"]],
+    ids=["one-process", "disaggregated"],
+)  # fmt: skip
+def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, placement):
     _, dirs = tiny_lm
     common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
               "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
-              *length_reward(tmp_path))  # fmt: skip
+              *length_reward(tmp_path), *placement)  # fmt: skip
     cache = dirs.actor.parent
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=2", "runner.run_name=cut"))
@@ -128,15 +134,6 @@ def test_bad_data_is_reported_with_the_file(tiny_lm, tmp_path, capsys):
     assert "train.jsonl: row 0 has no field 'question' (data.prompt_key)" in err
 
 
-def test_checkpoints_of_multi_process_runs_are_refused_before_starting(tiny_lm, tmp_path):
-    _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, tmp_path, "cluster.devices_per_node=2",
-                         "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
-                         "runner.checkpoint_every=1")  # fmt: skip
-    with pytest.raises(ConfigError, match="checkpoints of runs spread over several processes"):
-        ReasoningRunner(config, plan_for_config(config))
-
-
 def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
     _, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, tmp_path, "critic.critic_warmup=1",
@@ -158,8 +155,11 @@ def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
             for a in range(10, 30) for b in (7, 991)]  # fmt: skip
     for name, part in (("train", rows[:32]), ("test", rows[32:])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    config = tiny_config(dirs.actor.parent, tmp_path, f"data.train_files=[{tmp_path}/train.jsonl]",
-                         f"data.val_files=[{tmp_path}/test.jsonl]", "runner.run_name=g")  # fmt: skip
+    files = (
+        f"data.train_files=[{tmp_path}/train.jsonl]",
+        f"data.val_files=[{tmp_path}/test.jsonl]",
+    )
+    config = tiny_config(dirs.actor.parent, tmp_path, *files, "runner.run_name=g")
     runner = ReasoningRunner(config, plan_for_config(config))
     assert len(runner.train_set) == 32 and len(runner.val_set) == 8
     assert "1,017" in runner.val_set.answers  # as written; the reward compares it as a number
