@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from ray import cloudpickle
+from safetensors.torch import load_model, save_model
 
 from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
-from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import (
@@ -71,6 +72,7 @@ class EmbodiedRunner:
         run = config.runner
         # Ranks come from data_parallel.run_data_parallel, which checked that they share the envs.
         rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+        self.rank = rank
         torch.set_num_threads(run.torch_threads)
         torch.manual_seed(run.seed)  # the same initial weights on every rank
         self.env_id = config.env.id
@@ -112,14 +114,17 @@ class EmbodiedRunner:
             else None
         )
         self.progress = new_progress()
-        if ctx is not None:  # a rank: the driver owns the run folder and the loop
-            return
         if run.checkpoint_every:
             try:
-                check_envs_can_be_saved(self.envs, self.env_id)
-            except ConfigError:
+                if isinstance(self.envs, RemoteVectorEnv):
+                    self.envs.check_saveable(self.env_id)
+                else:
+                    check_envs_can_be_saved(self.envs, self.env_id)
+            except Exception:
                 self.close()
                 raise
+        if ctx is not None:  # a rank: the driver owns the run folder and the loop
+            return
         if run.resume_dir is not None:
             self._resume(find_checkpoint(run.resume_dir))
         else:
@@ -147,6 +152,39 @@ class EmbodiedRunner:
         }
         where = self.run_dir / "checkpoints" / f"iter_{self.progress['iteration']:06d}"
         return save_checkpoint(where, self.model, state, self.envs)
+
+    # A data-parallel rank's share of a checkpoint (data_parallel.py writes the rest): rank 0
+    # the weights (DDP keeps them equal on every rank); every rank its optimiser, RNGs, carry-over
+    # and envs, which differ between ranks.
+
+    def save_rank(self, directory: str) -> None:
+        where = Path(directory)
+        if self.rank == 0:
+            save_model(self.model, str(where / "model.safetensors"))
+        state = {"optimizer": self.actor.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "shuffle_rng": self.shuffle.get_state(), "carry": self._carry()}  # fmt: skip
+        torch.save(state, where / f"rank{self.rank}.pt")
+        envs = where / f"envs_rank{self.rank}.pkl"
+        if isinstance(self.envs, RemoteVectorEnv):
+            self.envs.save(str(envs))
+        else:
+            envs.write_bytes(cloudpickle.dumps(self.envs))
+
+    def load_rank(self, directory: str) -> None:
+        where = Path(directory)
+        load_model(self.model, str(where / "model.safetensors"))
+        state = torch.load(where / f"rank{self.rank}.pt", weights_only=False)
+        self.actor.optimizer.load_state_dict(state["optimizer"])
+        self.shuffle.set_state(state["shuffle_rng"])
+        for name, value in state["carry"].items():
+            setattr(self, name, value)
+        envs = where / f"envs_rank{self.rank}.pkl"
+        if isinstance(self.envs, RemoteVectorEnv):
+            self.envs.load(str(envs))
+        else:
+            self.envs.close()
+            self.envs = cloudpickle.loads(envs.read_bytes())
+        torch.set_rng_state(state["torch_rng"])
 
     def _resume(self, checkpoint: Path) -> None:
         state, envs = load_checkpoint(checkpoint, self.model)

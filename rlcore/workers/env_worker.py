@@ -5,10 +5,12 @@ local (one round trip per step).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
+from ray import cloudpickle
 
 from envs import make_vector_env
 
@@ -30,6 +32,20 @@ class EnvWorker:
 
     def close(self) -> None:
         self.envs.close()
+
+    # checkpoints: the envs themselves, pickled where they live
+
+    def check_saveable(self, env_id: str) -> None:
+        from rlcore.runners.checkpoint import check_envs_can_be_saved
+
+        check_envs_can_be_saved(self.envs, env_id)
+
+    def save(self, path: str) -> None:
+        Path(path).write_bytes(cloudpickle.dumps(self.envs))
+
+    def load(self, path: str) -> None:
+        self.envs.close()
+        self.envs = cloudpickle.loads(Path(path).read_bytes())
 
 
 class RemoteVectorEnv:
@@ -53,3 +69,12 @@ class RemoteVectorEnv:
 
     def close(self) -> None:
         self._call("close")
+
+    def check_saveable(self, env_id: str) -> None:
+        self._call("check_saveable", env_id)
+
+    def save(self, path: str) -> None:
+        self._call("save", path)
+
+    def load(self, path: str) -> None:
+        self._call("load", path)

@@ -66,3 +66,27 @@ def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
         EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync"))
     assert EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync",
                                  "runner.checkpoint_every=0")).run()["iterations"] == 6  # fmt: skip
+
+
+def test_multi_process_runs_resume_bit_for_bit(tmp_path):
+    """2 data-parallel ranks, each stepping the envs of its own env process: weights and
+    optimiser from rank 0, RNGs and carry-over from each rank, envs from the env processes."""
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.data_parallel import run_data_parallel
+
+    placement = "{env:0-1,rollout:2-3,actor:2-3}"
+    cluster = ("cluster.devices_per_node=4", f"cluster.component_placement={placement}")
+
+    def run(*extra):
+        cfg = config(tmp_path, *cluster, *extra)
+        return run_data_parallel(cfg, plan_for_config(cfg))
+
+    assert run("runner.run_name=full")["actor_ranks"] == 2
+    stopped = tmp_path / "stopped" / "checkpoints"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped / "iter_000003")
+    run(f"runner.resume_dir={stopped.parent}")
+    a = load_file(tmp_path / "full" / "checkpoints" / "iter_000006" / "model.safetensors")
+    b = load_file(stopped / "iter_000006" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].equal(b[key]), key
