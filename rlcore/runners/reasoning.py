@@ -167,7 +167,9 @@ class ReasoningRunner:
             "input_ids": input_ids,
             "attention_mask": mask,
             "answers": [prompts.answers[i] for i in rows for _ in range(repeat)],
-            "index": [i for i in rows for _ in range(repeat)],
+            # Groups are this batch's prompts by position: a prompt drawn twice (at an epoch's
+            # end and the next one's start) makes two groups, not one of twice the size.
+            "index": [k for k in range(len(rows)) for _ in range(repeat)],
         }
 
     # one iteration -----------------------------------------------------------------------------
