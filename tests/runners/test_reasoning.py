@@ -47,6 +47,8 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
                          "actor.ppo_micro_batch_size=4")  # fmt: skip
     runner = ReasoningRunner(config, plan_for_config(config))
     assert runner.placed == {"actor", "rollout", "reward"}
+    # A prompt drawn twice in one batch (across an epoch boundary) forms two groups.
+    assert runner._prompt_batch([3, 3], runner.train_set, 4)["index"] == [0] * 4 + [1] * 4
     assert runner.run()["iterations"] == 2
 
 
