@@ -183,12 +183,6 @@ def test_embodied_trains_on_two_data_parallel_ranks_through_ray(tmp_path):
     assert summary["eval_return_mean"] > 0
 
 
-def test_checkpoints_of_multi_rank_runs_are_refused_until_built():
-    done = run("examples/embodied/main.py", *TWO_RANKS)
-    assert done.returncode == 2
-    assert "checkpoints of multi-rank embodied runs are not built yet" in done.stderr
-
-
 def test_disaggregated_env_and_policy_exchange_steps_through_ray(tmp_path):
     done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
                "cluster.component_placement={env:0,rollout:1,actor:1}",
