@@ -13,7 +13,9 @@ previous checkpoint intact.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +26,25 @@ from safetensors.torch import load_model, save_model
 from rlcore.config.errors import ConfigError
 
 
-def save_checkpoint(
-    directory: Path, model: torch.nn.Module, state: dict[str, Any], envs: Any
-) -> Path:
+@contextlib.contextmanager
+def written_atomically(directory: Path) -> Iterator[Path]:
+    """A fresh temporary folder to fill, renamed to ``directory`` when the block ends without
+    error: a crash mid-write leaves the previous checkpoint whole."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save(state, tmp / "state.pt")
-    (tmp / "envs.pkl").write_bytes(cloudpickle.dumps(envs))
+    yield tmp
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
+
+
+def save_checkpoint(
+    directory: Path, model: torch.nn.Module, state: dict[str, Any], envs: Any
+) -> Path:
+    with written_atomically(directory) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "state.pt")
+        (tmp / "envs.pkl").write_bytes(cloudpickle.dumps(envs))
     return directory
 
 

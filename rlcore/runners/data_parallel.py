@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -16,7 +15,7 @@ import torch
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.placement import PlacementPlan
-from rlcore.runners.checkpoint import check_same_run, find_checkpoint
+from rlcore.runners.checkpoint import check_same_run, find_checkpoint, written_atomically
 from rlcore.runners.embodied import make_rank
 from rlcore.runners.loop import new_progress, run_name, train
 from rlcore.scheduler import Scheduler, WorkerGroup
@@ -48,14 +47,10 @@ def _save(ranks: WorkerGroup, config: EmbodiedConfig, progress: dict, run_dir: P
     written to a temporary folder and renamed into place. On several machines the run folder
     must be on storage every rank sees."""
     where = run_dir / "checkpoints" / f"iter_{progress['iteration']:06d}"
-    tmp = where.with_name(where.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    ranks.call_all("save_rank", str(tmp.resolve()))
-    torch.save({"config": dataclasses.asdict(config), "progress": progress, "ranks":
-                ranks.world_size}, tmp / "state.pt")  # fmt: skip
-    shutil.rmtree(where, ignore_errors=True)
-    tmp.rename(where)
+    with written_atomically(where) as tmp:
+        ranks.call_all("save_rank", str(tmp.resolve()))
+        torch.save({"config": dataclasses.asdict(config), "progress": progress, "ranks":
+                    ranks.world_size}, tmp / "state.pt")  # fmt: skip
     return where
 
 

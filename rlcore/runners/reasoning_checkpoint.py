@@ -9,13 +9,12 @@ several processes on several machines the run folder must be on storage they sha
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from rlcore.runners.checkpoint import check_same_run, find_checkpoint
+from rlcore.runners.checkpoint import check_same_run, find_checkpoint, written_atomically
 
 if TYPE_CHECKING:
     from rlcore.runners.reasoning import ReasoningRunner
@@ -25,22 +24,18 @@ __all__ = ["find_checkpoint", "load_state", "save_state"]
 
 def save_state(runner: ReasoningRunner) -> Path:
     where = runner.run_dir / "checkpoints" / f"iter_{runner.progress['iteration']:06d}"
-    tmp = where.with_name(where.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    kept = runner.components.save(str(tmp.resolve()))
-    state = {
-        "config": dataclasses.asdict(runner.config),
-        "progress": runner.progress,
-        "queue": runner.queue,
-        "order": runner.order.bit_generator.state,
-        "kl_ctrl": runner.kl_ctrl.state_dict(),
-        "driver_rng": torch.get_rng_state(),
-        "components": kept,
-    }
-    torch.save(state, tmp / "state.pt")
-    shutil.rmtree(where, ignore_errors=True)
-    tmp.rename(where)
+    with written_atomically(where) as tmp:
+        kept = runner.components.save(str(tmp.resolve()))
+        state = {
+            "config": dataclasses.asdict(runner.config),
+            "progress": runner.progress,
+            "queue": runner.queue,
+            "order": runner.order.bit_generator.state,
+            "kl_ctrl": runner.kl_ctrl.state_dict(),
+            "driver_rng": torch.get_rng_state(),
+            "components": kept,
+        }
+        torch.save(state, tmp / "state.pt")
     return where
 
 
