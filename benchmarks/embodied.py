@@ -3,8 +3,9 @@
     python benchmarks/embodied.py [--config embodied/cartpole_ppo] [--seeds 1 2 3] [k=v ...]
 
 Each line: time and env steps to the solved threshold (first eval whose mean reaches
-``env.solved_threshold``, evals included in the time), training throughput (env steps per
-second, updates and evals included), and the final deterministic eval.
+``env.solved_threshold``, evals included in the time), throughput (env steps per second:
+``sps`` over the whole run with evals, ``train_sps`` over collection and updates only), and the
+final deterministic eval.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import tempfile
 from rlcore.config import load_config
 from rlcore.runners.embodied import EmbodiedRunner
 
-KEYS = ("time_to_threshold_s", "steps_to_threshold", "sps", "wall_s", "eval_return_mean")
+KEYS = (
+    "time_to_threshold_s",
+    "steps_to_threshold",
+    "sps",
+    "train_sps",
+    "wall_s",
+    "eval_return_mean",
+)
 
 
 def main() -> None:

@@ -4,6 +4,10 @@ an MLP for vector observations and the Nature-DQN CNN for (H, W, C) images.
 Policy heads: Categorical (Discrete), one Categorical per dimension (MultiDiscrete), and a
 Gaussian with a state-independent log-std (1-D Box). Gaussian actions are sampled unbounded and
 clipped to the space's bounds only when sent to the env, so log-probs stay those of the sample.
+
+The heads compute log-probs and entropies in closed form rather than through
+``torch.distributions``: building a validated ``Categorical`` costs ~100 us, more than the
+64x64 MLP's forward pass on 16 observations (measured on these 2-core CPUs).
 """
 
 from __future__ import annotations
@@ -15,11 +19,47 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Normal
 
 from envs.vector import SpaceSpec
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x * 2).mul_(2).sub_(1)
+
+
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh(x) as 2 sigmoid(2x) - 1, with tanh's own backward ``g (1 - y^2)`` (one kernel)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = _sigmoid_tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)  # the kernel of torch.tanh's own backward
+
+
+class Tanh(nn.Module):
+    """``nn.Tanh``, computed through a sigmoid on CPU.
+
+    On these AMD EPYC CPUs ``torch.tanh`` on 256 x 64 floats takes ~50 us and its backward ~30 us
+    (a precise vector kernel), the sigmoid form ~20 us and ~10 us: a fifth of a CartPole PPO
+    update step, measured. The two agree to float32 rounding (|error| < 1e-6); GPUs keep
+    ``torch.tanh``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return torch.tanh(x)
+        return _SigmoidTanh.apply(x) if torch.is_grad_enabled() else _sigmoid_tanh(x)
+
+
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 def _mlp(sizes: list[int], activation: str) -> nn.Sequential:
@@ -106,38 +146,52 @@ class ActorCritic(nn.Module):
         value = self.value_head(features if shared else self.value_trunk(obs)).squeeze(-1)
         return self.policy_head(features), value
 
-    def _distribution(self, out: torch.Tensor) -> list[torch.distributions.Distribution]:
+    def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
+        """Log-prob of ``actions`` and (when asked) entropy under the head's output ``out``."""
         if self.spec.action_kind == "box":
-            return [Normal(out, self.log_std.exp().expand_as(out))]
-        return [Categorical(logits=part) for part in out.split(list(self.spec.action_dims), -1)]
-
-    def _log_prob_entropy(self, dists, actions: torch.Tensor):
-        if self.spec.action_kind == "box":
-            return dists[0].log_prob(actions).sum(-1), dists[0].entropy().sum(-1)
+            log_std = self.log_std.expand_as(out)
+            z = (actions - out) * torch.exp(-log_std)
+            log_prob = (-0.5 * z * z - log_std - HALF_LOG_2PI).sum(-1)
+            return log_prob, (0.5 + HALF_LOG_2PI + log_std).sum(-1) if entropy else None
         if self.spec.action_kind == "discrete":
-            return dists[0].log_prob(actions), dists[0].entropy()
-        log_prob = sum(d.log_prob(actions[..., i]) for i, d in enumerate(dists))
-        return log_prob, sum(d.entropy() for d in dists)
+            return self._categorical(out, actions, entropy)
+        parts = out.split(list(self.spec.action_dims), -1)
+        pairs = [self._categorical(p, actions[..., i], entropy) for i, p in enumerate(parts)]
+        log_prob = sum(p[0] for p in pairs)
+        return log_prob, sum(p[1] for p in pairs) if entropy else None
+
+    @staticmethod
+    def _categorical(logits: torch.Tensor, actions: torch.Tensor, entropy: bool):
+        log_p = logits.log_softmax(-1)
+        log_prob = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return log_prob, -(log_p.exp() * log_p).sum(-1) if entropy else None
+
+    def _sample(self, out: torch.Tensor) -> torch.Tensor:
+        if self.spec.action_kind == "box":
+            return torch.normal(out, self.log_std.exp().expand_as(out))
+        parts = out.split(list(self.spec.action_dims), -1)
+        picks = [torch.multinomial(p.softmax(-1), 1) for p in parts]
+        action = torch.cat(picks, -1)
+        return action.squeeze(-1) if self.spec.action_kind == "discrete" else action
+
+    def _mode(self, out: torch.Tensor) -> torch.Tensor:
+        if self.spec.action_kind == "box":
+            return out
+        parts = out.split(list(self.spec.action_dims), -1)
+        action = torch.stack([p.argmax(-1) for p in parts], -1)
+        return action.squeeze(-1) if self.spec.action_kind == "discrete" else action
 
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """``(action, log_prob, value)`` for a batch of observations."""
         out, value = self._heads(obs)
-        dists = self._distribution(out)
-        if self.spec.action_kind == "box":
-            action = out if deterministic else dists[0].sample()
-        elif deterministic:
-            action = torch.stack([d.probs.argmax(-1) for d in dists], -1)
-        else:
-            action = torch.stack([d.sample() for d in dists], -1)
-        if self.spec.action_kind == "discrete":
-            action = action.squeeze(-1)
-        log_prob, _ = self._log_prob_entropy(dists, action)
+        action = self._mode(out) if deterministic else self._sample(out)
+        log_prob, _ = self._log_prob_entropy(out, action, entropy=False)
         return action, log_prob, value
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """``(log_prob, entropy, value)`` of stored ``actions`` under the current parameters."""
         out, value = self._heads(obs)
-        log_prob, entropy = self._log_prob_entropy(self._distribution(out), actions)
+        log_prob, entropy = self._log_prob_entropy(out, actions)
         return log_prob, entropy, value
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):

@@ -24,7 +24,7 @@ from rlcore.runners.metrics import MetricsLogger
 
 def new_progress() -> dict[str, Any]:
     """What the loop carries from iteration to iteration; checkpoints save it."""
-    return {"iteration": 0, "env_steps": 0, "elapsed_s": 0.0, "reached": None,
+    return {"iteration": 0, "env_steps": 0, "elapsed_s": 0.0, "train_s": 0.0, "reached": None,
             "eval_returns": np.zeros(0)}  # fmt: skip
 
 
@@ -70,7 +70,9 @@ def train(
         for iteration in range(progress["iteration"] + 1, iterations + 1):
             timer = time.perf_counter()
             metrics = iterate(iteration)
-            metrics["sps"] = batch / (time.perf_counter() - timer)
+            seconds = time.perf_counter() - timer
+            metrics["sps"] = batch / seconds
+            progress["train_s"] += seconds
             progress["iteration"] = iteration
             progress["env_steps"] += batch
             last = iteration == iterations
@@ -113,6 +115,8 @@ def write_summary(
         "iterations": progress["iteration"],
         "wall_s": round(wall, 3),
         "sps": round(progress["env_steps"] / wall, 1),
+        # Training throughput: collection and updates only, without evals and checkpoints.
+        "train_sps": round(progress["env_steps"] / max(progress["train_s"], 1e-9), 1),
         "solved_threshold": config.env.solved_threshold,
         "time_to_threshold_s": None if reached is None else round(reached[0], 3),
         "steps_to_threshold": None if reached is None else reached[1],

@@ -38,6 +38,7 @@ class EmbodiedActor:
         self.group = getattr(ctx, "group", None)
         self.world_size = getattr(ctx, "world_size", 1)
         self.model = model
+        self.params = list(model.parameters())
         self.trained = (
             torch.nn.parallel.DistributedDataParallel(model, process_group=self.group)
             if self.world_size > 1
@@ -84,19 +85,21 @@ class EmbodiedActor:
         mini = actor.ppo_mini_batch_size // self.world_size
         micro = actor.ppo_micro_batch_size or mini
         stats: dict[str, list[float]] = {}
+        batch = {**batch, "advantages": advantages}
         for _ in range(actor.ppo_epochs):
+            # Shuffle once per epoch; mini- and micro-batches are then slices (views, no copy).
             order = torch.randperm(size, generator=generator)
+            shuffled = {k: v[order] for k, v in batch.items()}
             for start in range(0, size, mini):
-                index = order[start : start + mini]
-                tokens, seqs = self._sum(
-                    [count_tokens(mask[index, None]), count_seqs(mask[index, None])]
-                )
+                minibatch = {k: v[start : start + mini] for k, v in shuffled.items()}
+                valid = minibatch["valid"][:, None]
+                tokens, seqs = self._sum([count_tokens(valid), count_seqs(valid)])
                 counts = {"num_tokens": int(tokens), "num_seqs": int(seqs)}
                 self.optimizer.zero_grad(set_to_none=True)
                 shares = dict.fromkeys(ADDITIVE, 0.0)
                 for micro_start in range(0, mini, micro):
-                    i = index[micro_start : micro_start + micro]
-                    metrics = self._loss({k: v[i] for k, v in batch.items()}, advantages[i], counts)
+                    part = {k: v[micro_start : micro_start + micro] for k, v in minibatch.items()}
+                    metrics = self._loss(part, counts)
                     for name, value in metrics.items():
                         if name in ADDITIVE:  # shares of the mini-batch loss: they add up
                             shares[name] += float(value)
@@ -117,13 +120,13 @@ class EmbodiedActor:
         )
         return result
 
-    def _loss(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, counts: dict):
+    def _loss(self, batch: dict[str, torch.Tensor], counts: dict):
         alg = self.config.algorithm
         col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
         mask = col(batch["valid"])
         log_probs, entropy, values = self.trained(batch["obs"], batch["actions"])
         pg_loss, pg_metrics = self.policy_loss(
-            col(batch["log_probs"]), col(log_probs), col(advantages), mask,
+            col(batch["log_probs"]), col(log_probs), col(batch["advantages"]), mask,
             clip_ratio_low=alg.clip_ratio_low, clip_ratio_high=alg.clip_ratio_high,
             clip_ratio_c=alg.clip_ratio_c, loss_agg_mode=alg.loss_agg_func, **counts,
         )  # fmt: skip
@@ -147,8 +150,7 @@ class EmbodiedActor:
 
     def _step(self) -> float:
         max_norm = self.config.actor.optim.max_grad_norm
-        params = [p for p in self.model.parameters() if p.grad is not None]
         limit = max_norm if max_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, limit)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, limit)  # skips params with no grad
         self.optimizer.step()
         return float(norm)

@@ -107,3 +107,42 @@ def test_images_get_the_cnn_trunk_scaled_to_unit_range():
 def test_too_small_images_are_refused_with_the_size_needed():
     with pytest.raises(ValueError, match="at least 36x36, got 20x20"):
         ActorCritic(SpaceSpec((20, 20, 3), "discrete", (2,)), [32])
+
+
+def test_tanh_activation_matches_torch_tanh_and_its_gradient():
+    from rlcore.models.actor_critic import Tanh
+
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float32, requires_grad=True)
+    y = Tanh()(x)
+    assert torch.allclose(y, torch.tanh(x.detach()), atol=1e-6, rtol=0)
+    y.sum().backward()
+    expected = 1 - torch.tanh(x.detach()) ** 2  # d tanh / dx
+    assert torch.allclose(x.grad, expected, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, MULTI])
+def test_sampled_categorical_actions_follow_the_softmax(spec):
+    torch.manual_seed(5)
+    model = ActorCritic(spec, [8], ortho_init=False)
+    obs = torch.randn(1, 3).expand(20000, 3)
+    action, log_prob, _ = model.act(obs)
+    logits = logits_of(model, obs[:1])[0]
+    parts = logits.split(list(spec.action_dims))
+    picks = action.reshape(20000, -1)
+    for dim, part in enumerate(parts):
+        probs = torch.softmax(part, -1)
+        freq = torch.bincount(picks[:, dim], minlength=len(probs)).float() / 20000
+        assert (freq - probs).abs().max() < 0.015  # ~4 standard errors at n=20000
+    # the log-prob returned is the one of the action returned
+    again, _, _ = model.evaluate(obs, action)
+    assert torch.allclose(log_prob, again)
+
+
+def test_sampled_gaussian_actions_have_the_head_mean_and_std():
+    torch.manual_seed(6)
+    model = ActorCritic(BOX, [8], ortho_init=False, log_std_init=math.log(0.3))
+    obs = torch.randn(1, 3).expand(20000, 3)
+    action, _, _ = model.act(obs)
+    mean = logits_of(model, obs[:1])[0]
+    assert torch.allclose(action.mean(0), mean, atol=0.015)  # se 0.3 / sqrt(20000) = 0.002
+    assert torch.allclose(action.std(0), torch.full((2,), 0.3), atol=0.01)
