@@ -15,7 +15,8 @@ For each seed it runs CleanRL (its defaults: 4 envs x 128 steps, 4 epochs of 4 m
 and then rlcore's config, alternating so that both see the same machine load. CleanRL's figure
 is the last ``SPS:`` it prints (env steps / seconds since its loop started, updates included,
 no evaluation); rlcore's is ``train_sps`` from the summary (collection and updates, evals and
-checkpoints excluded). One JSON line per seed, then a median line with the ratio.
+checkpoints excluded; the run goes on past the solved threshold, to the same step count as
+CleanRL's). One JSON line per seed, then a median line with the ratio.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def cleanrl_sps(python: str, script: str, seed: int, steps: int, workdir: str) -
 def rlcore_sps(config_name: str, overrides: list[str], seed: int, steps: int, out: str) -> float:
     config = load_config(config_name, [
         *overrides, f"runner.seed={seed}", f"runner.total_env_steps={steps}",
-        "runner.progress=false", f"runner.output_dir={out}", "logger.tensorboard=false",
+        "runner.stop_at_threshold=false", "runner.progress=false", f"runner.output_dir={out}",
+        "logger.tensorboard=false",
     ])  # fmt: skip
     return EmbodiedRunner(config).run()["train_sps"]
 

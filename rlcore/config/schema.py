@@ -192,6 +192,11 @@ class EmbodiedRunnerConfig(RunnerConfig):
     run_name: str | None = key(None, doc="the run's folder name; null = ENV-SEED-TIMESTAMP")
     eval_every: int = key(10, doc="iterations between deterministic evaluations (0 = at the end)")
     eval_episodes: int = key(10, doc="episodes per evaluation")
+    stop_at_threshold: bool = key(
+        False,
+        doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
+        "(the learning-rate schedule still spans total_env_steps)",
+    )
     torch_threads: int = key(1, doc="torch CPU threads (1 is fastest for small MLPs here)")
     progress: bool = key(True, doc="show a progress bar on stderr")
     checkpoint_every: int = key(

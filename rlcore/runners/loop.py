@@ -84,6 +84,7 @@ def train(
                 metrics["time/eval_s"] = time.perf_counter() - timer
                 if threshold is not None and progress["reached"] is None and mean >= threshold:
                     progress["reached"] = (time.perf_counter() - start, progress["env_steps"])
+                    last = last or run.stop_at_threshold
             progress["elapsed_s"] = time.perf_counter() - start
             if (
                 save is not None
@@ -97,6 +98,8 @@ def train(
                 if key in metrics:
                     shown[name] = round(metrics[key], 1)
             bar.set_postfix(shown, refresh=False)
+            if last:
+                break
     finally:
         bar.close()
         logger.close()

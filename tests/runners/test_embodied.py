@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from envs import EnvError, make_vector_env, space_spec
-from rlcore.config import load_config
+from rlcore.config import ConfigError, load_config
 from rlcore.runners.embodied import EmbodiedRunner, Rollout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,6 +86,24 @@ def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
     assert summary["time_to_threshold_s"] is None and summary["steps_to_threshold"] is None
     written = json.loads((tmp_path / "plug-in" / "summary.json").read_text())
     assert written == summary
+
+
+def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_path):
+    config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
+                             "actor.ppo_mini_batch_size=8", "runner.run_name=stops",
+                             "env.solved_threshold=3", "runner.stop_at_threshold=true",
+                             "runner.eval_every=2")  # fmt: skip
+    summary = EmbodiedRunner(config).run()
+    # every corridor episode returns 3, so the first eval (iteration 2, 16 steps) reaches it
+    assert summary["iterations"] == 2 and summary["env_steps"] == 16
+    assert summary["steps_to_threshold"] == 16 and summary["eval_return_mean"] == 3.0
+    checkpoints = tmp_path / "stops" / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["iter_000002"]  # the stop is saved
+
+
+def test_stop_at_threshold_without_a_threshold_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"runner\.stop_at_threshold: true, but env\.solved_thr"):
+        corridor_config(tmp_path, "runner.stop_at_threshold=true")
 
 
 @pytest.mark.parametrize(
