@@ -166,11 +166,6 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             problems.append(f"{name}: {value} must be >= 1")
     if config.runner.checkpoint_every < 0:
         problems.append(f"runner.checkpoint_every: {config.runner.checkpoint_every} must be >= 0")
-    if config.runner.stop_at_threshold and config.env.solved_threshold is None:
-        problems.append(
-            "runner.stop_at_threshold: true, but env.solved_threshold is not set; "
-            "set the threshold (e.g. env.solved_threshold=475) or stop_at_threshold=false"
-        )
     if problems:
         return problems
     if config.env.num_envs % alg.group_size:

@@ -195,7 +195,8 @@ class EmbodiedRunnerConfig(RunnerConfig):
     stop_at_threshold: bool = key(
         False,
         doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
-        "(the learning-rate schedule still spans total_env_steps)",
+        "(never, when no threshold is set); the learning-rate schedule still spans "
+        "total_env_steps",
     )
     torch_threads: int = key(1, doc="torch CPU threads (1 is fastest for small MLPs here)")
     progress: bool = key(True, doc="show a progress bar on stderr")

@@ -29,7 +29,7 @@ def test_shipped_configs_are_found():
 def test_yaml_values_and_schema_defaults_are_both_applied():
     config = load_config("embodied/cartpole_ppo")
     assert isinstance(config, EmbodiedConfig)
-    assert config.algorithm.gamma == 0.98  # from the YAML
+    assert config.algorithm.gamma == 0.99  # from the YAML
     assert config.algorithm.kl_ctrl.horizon == AlgorithmConfig().kl_ctrl.horizon  # schema default
     assert config.env.id == "CartPole-v1"
 

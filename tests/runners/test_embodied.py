@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from envs import EnvError, make_vector_env, space_spec
-from rlcore.config import ConfigError, load_config
+from rlcore.config import load_config
 from rlcore.runners.embodied import EmbodiedRunner, Rollout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +80,7 @@ def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_p
 def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
     config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
                              "actor.ppo_mini_batch_size=8", "runner.run_name=plug-in")  # fmt: skip
+    assert config.runner.stop_at_threshold  # from the CartPole config, but no threshold: no stop
     summary = EmbodiedRunner(config).run()
     assert summary["env_steps"] == 64 and summary["iterations"] == 8
     assert summary["eval_return_mean"] == 3.0  # the corridor's 3-step time limit, reward 1/step
@@ -99,11 +100,6 @@ def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_pa
     assert summary["steps_to_threshold"] == 16 and summary["eval_return_mean"] == 3.0
     checkpoints = tmp_path / "stops" / "checkpoints"
     assert [p.name for p in checkpoints.iterdir()] == ["iter_000002"]  # the stop is saved
-
-
-def test_stop_at_threshold_without_a_threshold_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"runner\.stop_at_threshold: true, but env\.solved_thr"):
-        corridor_config(tmp_path, "runner.stop_at_threshold=true")
 
 
 @pytest.mark.parametrize(
