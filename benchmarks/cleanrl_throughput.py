@@ -28,8 +28,7 @@ import statistics
 import subprocess
 import tempfile
 
-from rlcore.config import load_config
-from rlcore.runners.embodied import EmbodiedRunner
+from embodied import train_seed  # benchmarks/embodied.py: this script's folder is on sys.path
 
 
 def cleanrl_sps(python: str, script: str, seed: int, steps: int, workdir: str) -> float:
@@ -44,12 +43,8 @@ def cleanrl_sps(python: str, script: str, seed: int, steps: int, workdir: str) -
 
 
 def rlcore_sps(config_name: str, overrides: list[str], seed: int, steps: int, out: str) -> float:
-    config = load_config(config_name, [
-        *overrides, f"runner.seed={seed}", f"runner.total_env_steps={steps}",
-        "runner.stop_at_threshold=false", "runner.progress=false", f"runner.output_dir={out}",
-        "logger.tensorboard=false",
-    ])  # fmt: skip
-    return EmbodiedRunner(config).run()["train_sps"]
+    more = [f"runner.total_env_steps={steps}", "runner.stop_at_threshold=false"]
+    return train_seed(config_name, [*overrides, *more], seed, out)["train_sps"]
 
 
 def main() -> None:

@@ -28,6 +28,16 @@ KEYS = (
 )
 
 
+def train_seed(config_name: str, overrides: list[str], seed: int, out: str) -> dict:
+    """One quiet run of ``config_name`` (no progress bar, no tensorboard) under ``out``; its
+    summary. ``overrides`` come first, so the seed and output folder given here win."""
+    config = load_config(config_name, [
+        *overrides, f"runner.seed={seed}", "runner.progress=false",
+        f"runner.output_dir={out}", "logger.tensorboard=false",
+    ])  # fmt: skip
+    return EmbodiedRunner(config).run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="embodied/cartpole_ppo")
@@ -37,11 +47,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for seed in args.seeds:
-            config = load_config(args.config, [
-                *args.overrides, f"runner.seed={seed}", "runner.progress=false",
-                f"runner.output_dir={out}", "logger.tensorboard=false",
-            ])  # fmt: skip
-            summary = EmbodiedRunner(config).run()
+            summary = train_seed(args.config, args.overrides, seed, out)
             row = {"config": args.config, "seed": seed, **{k: summary[k] for k in KEYS}}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -164,6 +164,7 @@ class ActorCritic(nn.Module):
         # Trunks: one shared; or two, run as one TwinMLP for vectors, two CNNs for images.
         self.shared_backbone = shared_backbone
         images = len(spec.obs_shape) == 3
+        self.trunks: TwinMLP | None = None
         if shared_backbone or images:
             self.policy_trunk = _encoder(spec, hidden_sizes, activation)
             self.value_trunk = (
@@ -186,7 +187,7 @@ class ActorCritic(nn.Module):
             _orthogonal(self.value_head, 1.0)
 
     def _trunk_modules(self) -> list[nn.Module]:
-        if hasattr(self, "trunks"):
+        if self.trunks is not None:
             return [self.trunks]
         return (
             [self.policy_trunk] if self.shared_backbone else [self.policy_trunk, self.value_trunk]
@@ -194,7 +195,7 @@ class ActorCritic(nn.Module):
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The trunks' outputs: ``(policy features, value features)``."""
-        if hasattr(self, "trunks"):
+        if self.trunks is not None:
             both = self.trunks(obs)
             return both[0], both[1]
         policy = self.policy_trunk(obs)
@@ -230,16 +231,18 @@ class ActorCritic(nn.Module):
     def _sample(self, out: torch.Tensor) -> torch.Tensor:
         if self.spec.action_kind == "box":
             return torch.normal(out, self.log_std.exp().expand_as(out))
-        parts = out.split(list(self.spec.action_dims), -1)
-        picks = [torch.multinomial(p.softmax(-1), 1) for p in parts]
-        action = torch.cat(picks, -1)
-        return action.squeeze(-1) if self.spec.action_kind == "discrete" else action
+        return self._per_dimension(out, lambda logits: torch.multinomial(logits.softmax(-1), 1))
 
     def _mode(self, out: torch.Tensor) -> torch.Tensor:
         if self.spec.action_kind == "box":
             return out
+        return self._per_dimension(out, lambda logits: logits.argmax(-1, keepdim=True))
+
+    def _per_dimension(self, out: torch.Tensor, pick) -> torch.Tensor:
+        """One index per Categorical (``pick`` maps ``[..., n]`` logits to ``[..., 1]``):
+        ``[...]`` for Discrete, ``[..., dims]`` for MultiDiscrete."""
         parts = out.split(list(self.spec.action_dims), -1)
-        action = torch.stack([p.argmax(-1) for p in parts], -1)
+        action = torch.cat([pick(part) for part in parts], -1)
         return action.squeeze(-1) if self.spec.action_kind == "discrete" else action
 
     def act(self, obs: torch.Tensor, deterministic: bool = False):
