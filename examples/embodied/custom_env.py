@@ -5,7 +5,7 @@
 
 ``env.id`` names ``module.path:ClassName``; any importable gymnasium.Env class works (here the
 module sits next to main.py, which Python puts on its path). To use a short name instead,
-decorate a factory with ``envs.register_env("point_reach")`` in a module you import.
+decorate a factory with ``rlcore.envs.register_env("point_reach")`` in a module you import.
 """
 
 import gymnasium as gym

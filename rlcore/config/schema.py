@@ -1,233 +1,48 @@
 """The config schema: every key rlcore reads, declared once, with its type, default and doc.
 
 The top level is one of ``EmbodiedConfig`` / ``ReasoningConfig``, picked by ``mode``. Both share
-``AlgorithmConfig``, whose names follow RLinf (``adv_type``, ``loss_type``, ``clip_ratio_*``) with
-verl's KL options; docs/config.md maps every verl and RLinf seed option onto these keys.
+the sections of ``sections.py`` (``AlgorithmConfig``, whose names follow RLinf (``adv_type``,
+``loss_type``, ``clip_ratio_*``) with verl's KL options); docs/config.md maps every verl and RLinf
+seed option onto these keys. This module gathers every schema class in one namespace.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-from rlcore.algorithms.aggregation import AggMode
-from rlcore.algorithms.kl import KLKind
-from rlcore.config.fields import REQUIRED, key, section
-
-
-@dataclass(kw_only=True)
-class KLCtrlConfig:
-    type: Literal["fixed", "adaptive"] = key(
-        "fixed", doc="in-reward KL coefficient controller: fixed, or adaptive (Ziegler et al.)"
-    )
-    kl_coef: float = key(0.001, doc="(initial) coefficient of the in-reward KL penalty")
-    horizon: int = key(10000, doc="adaptive controller: samples over which the coefficient adapts")
-    target_kl: float = key(0.1, doc="adaptive controller: the per-token KL it steers towards")
-
-
-@dataclass(kw_only=True)
-class AlgorithmConfig:
-    adv_type: str = key(
-        "gae",
-        doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
-        "reinforce_plus_plus_baseline, or one added with register_advantage",
-    )
-    loss_type: Literal["actor", "actor_critic"] = key(
-        "actor",
-        doc="actor: policy loss only (reasoning, separate critic); actor_critic: policy + value "
-        "loss in one backward pass through a shared backbone (embodied)",
-    )
-    policy_loss: str = key(
-        "ppo",
-        doc="policy loss: ppo (clipped surrogate, dual-clip), or one added with "
-        "register_policy_loss",
-    )
-    loss_agg_func: AggMode = key(
-        "token-mean", doc="how per-token losses become a scalar (see docs/algorithms.md)"
-    )
-    normalize_advantages: bool = key(
-        True, doc="whiten advantages over the batch (valid steps) before the policy loss"
-    )
-    norm_adv_by_std: bool = key(
-        True, doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)"
-    )
-    group_size: int = key(
-        1,
-        doc="samples per prompt (reasoning) or envs per initial state (embodied) that "
-        "group-based estimators compare",
-    )
-    gamma: float = key(1.0, doc="discount factor γ")
-    gae_lambda: float = key(1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value")
-    clip_ratio_low: float = key(0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low")
-    clip_ratio_high: float = key(0.2, doc="PPO clip: the ratio is kept <= 1 + clip_ratio_high")
-    clip_ratio_c: float | None = key(
-        None, doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off"
-    )
-    value_clip: float | None = key(
-        0.2, doc="value predictions are clipped to old ± value_clip; null turns clipping off"
-    )
-    huber_delta: float | None = key(
-        None, doc="Huber δ for the value loss; null gives squared error"
-    )
-    value_coef: float = key(0.5, doc="weight of the value loss when loss_type is actor_critic")
-    entropy_bonus: float = key(0.0, doc="weight of the entropy bonus subtracted from the loss")
-    use_kl_in_reward: bool = key(
-        False, doc="subtract kl_ctrl coefficient * KL(policy || reference) from the reward"
-    )
-    kl_penalty: KLKind = key("kl", doc="KL estimator for the in-reward penalty")
-    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, doc="in-reward KL coefficient controller")
-    use_kl_loss: bool = key(
-        False, doc="add kl_loss_coef * KL(policy || reference) to the actor loss"
-    )
-    kl_loss_coef: float = key(0.001, doc="coefficient of the KL loss")
-    kl_loss_type: KLKind = key("low_var_kl", doc="KL estimator for the KL loss")
-
-
-@dataclass(kw_only=True)
-class ClusterConfig:
-    num_nodes: int = key(1, doc="machines in the Ray cluster")
-    devices_per_node: int | None = key(
-        None,
-        doc="device slots per node; null = detected (GPUs per node, or CPU cores without GPUs)",
-    )
-    device: Literal["auto", "cuda", "cpu"] = key(
-        "auto", doc="what a device slot is: auto = cuda when a GPU is visible, else cpu"
-    )
-    address: str | None = key(
-        None,
-        doc="null = start a local Ray; 'auto' or 'host:port' = join a cluster started with "
-        "`ray start`",
-    )
-    component_placement: dict[str, str | int] | None = key(
-        None,
-        doc="components -> device ranks (docs/placement.md); null = every component the "
-        "config needs on all devices",
-    )
-    fuse_collocated: bool = key(
-        True, doc="components placed on the same slots share one process per rank"
-    )
-
-
-@dataclass(kw_only=True)
-class RunnerConfig:
-    dry_run: bool = key(
-        False, doc="validate the config, print the placement plan and exit without starting"
-    )
-
-
-@dataclass(kw_only=True)
-class UpdateConfig:
-    ppo_epochs: int = key(1, doc="passes over each batch of experience")
-    ppo_mini_batch_size: int = key(
-        REQUIRED,
-        doc="samples per optimiser step, global across ranks (embodied: transitions; "
-        "reasoning: prompts, each with its group_size responses, as in verl)",
-    )
-    ppo_micro_batch_size: int | None = key(
-        None,
-        doc="samples per forward/backward pass on one rank (transitions or responses), for "
-        "memory only: gradients accumulate to the mini-batch's; null = the whole mini-batch",
-    )
-
-
-@dataclass(kw_only=True)
-class ActorModelConfig:
-    add_value_head: bool = key(
-        False, doc="put a value head on the policy's backbone (needed by loss_type actor_critic)"
-    )
-    hidden_sizes: list[int] = key(factory=lambda: [64, 64], doc="widths of the MLP trunk")
-    activation: Literal["tanh", "relu"] = key("tanh", doc="activation of the MLP trunk")
-    shared_backbone: bool = key(
-        True, doc="policy and value heads share one trunk; false gives each its own"
-    )
-    ortho_init: bool = key(True, doc="orthogonal init (gain sqrt 2; 0.01 policy, 1 value head)")
-    log_std_init: float = key(0.0, doc="initial log-std of Gaussian policies (Box actions)")
-
-
-@dataclass(kw_only=True)
-class OptimConfig:
-    lr: float = key(3e-4, doc="Adam learning rate")
-    lr_schedule: Literal["constant", "linear"] = key(
-        "constant", doc="constant, or linear decay to 0 over the run"
-    )
-    adam_eps: float = key(1e-5, doc="Adam epsilon")
-    max_grad_norm: float | None = key(0.5, doc="clip the gradient norm to this; null = no clip")
-
-
-@dataclass(kw_only=True)
-class EmbodiedActorConfig(UpdateConfig):
-    model: ActorModelConfig = section(ActorModelConfig, doc="the policy network")
-    optim: OptimConfig = section(OptimConfig, doc="the optimiser")
-
-
-@dataclass(kw_only=True)
-class EnvConfig:
-    id: str = key(
-        REQUIRED,
-        doc="gymnasium id ('CartPole-v1'), a name from envs.register_env, or "
-        "'module.path:ClassName'",
-    )
-    num_envs: int = key(8, doc="environments stepped in parallel")
-    vector_mode: Literal["auto", "native", "sync", "async"] = key(
-        "auto",
-        doc="native vector env if the env has one (auto), in-process copies, or subprocesses",
-    )
-    solved_threshold: float | None = key(
-        None, doc="eval return counted as solved, for time_to_threshold_s; null = none"
-    )
-    normalize_obs: bool = key(False, doc="feed the policy running-normalised observations")
-    normalize_reward: bool = key(
-        False, doc="train on rewards divided by the running std of the discounted return"
-    )
-    clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this")
-    clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this")
-
-
-@dataclass(kw_only=True)
-class EmbodiedRunnerConfig(RunnerConfig):
-    rollout_steps: int = key(128, doc="steps taken in each env per iteration")
-    total_env_steps: int = key(100_000, doc="env steps to train for, summed over envs")
-    seed: int = key(1, doc="seeds torch, the envs and the action sampling")
-    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
-    run_name: str | None = key(None, doc="the run's folder name; null = ENV-SEED-TIMESTAMP")
-    eval_every: int = key(10, doc="iterations between deterministic evaluations (0 = at the end)")
-    eval_episodes: int = key(10, doc="episodes per evaluation")
-    stop_at_threshold: bool = key(
-        False,
-        doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
-        "(never, when no threshold is set); the learning-rate schedule still spans "
-        "total_env_steps",
-    )
-    torch_threads: int = key(1, doc="torch CPU threads (1 is fastest for small MLPs here)")
-    progress: bool = key(True, doc="show a progress bar on stderr")
-    checkpoint_every: int = key(
-        50, doc="iterations between checkpoints (and one at the end); 0 = no checkpoints"
-    )
-    resume_dir: str | None = key(
-        None, doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run's latest one"
-    )
-
-
-@dataclass(kw_only=True)
-class LoggerConfig:
-    tensorboard: bool = key(True, doc="write tensorboard events to the run folder")
-    wandb: bool = key(False, doc="log to Weights & Biases (offline unless WANDB_API_KEY is set)")
-
-
-@dataclass(kw_only=True)
-class EmbodiedConfig:
-    mode: Literal["embodied"] = key(REQUIRED, doc="embodied: policies acting in simulators")
-    algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
-    actor: EmbodiedActorConfig = section(EmbodiedActorConfig, doc="policy training")
-    env: EnvConfig = section(EnvConfig, doc="the environment")
-    runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
-    logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
-    cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
-
-
-# The reasoning sections live in schema_reasoning.py; imported here, after the shared sections
-# they build on are defined, so that every schema class is reachable from this module.
-from rlcore.config.schema_reasoning import ReasoningConfig  # noqa: E402
+from rlcore.config.schema_embodied import (
+    ActorModelConfig,
+    EmbodiedActorConfig,
+    EmbodiedConfig,
+    EmbodiedRunnerConfig,
+    EnvConfig,
+    OptimConfig,
+)
+from rlcore.config.schema_reasoning import ReasoningConfig
+from rlcore.config.sections import (
+    AlgorithmConfig,
+    ClusterConfig,
+    KLCtrlConfig,
+    LoggerConfig,
+    RunnerConfig,
+    UpdateConfig,
+)
 
 RLCoreConfig = EmbodiedConfig | ReasoningConfig
 SCHEMAS: dict[str, type] = {"embodied": EmbodiedConfig, "reasoning": ReasoningConfig}
+
+__all__ = [
+    "SCHEMAS",
+    "ActorModelConfig",
+    "AlgorithmConfig",
+    "ClusterConfig",
+    "EmbodiedActorConfig",
+    "EmbodiedConfig",
+    "EmbodiedRunnerConfig",
+    "EnvConfig",
+    "KLCtrlConfig",
+    "LoggerConfig",
+    "OptimConfig",
+    "RLCoreConfig",
+    "ReasoningConfig",
+    "RunnerConfig",
+    "UpdateConfig",
+]

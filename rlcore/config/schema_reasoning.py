@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlcore.config.fields import REQUIRED, key, section
-from rlcore.config.schema import (
+from rlcore.config.sections import (
     AlgorithmConfig,
     ClusterConfig,
     LoggerConfig,

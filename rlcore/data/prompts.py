@@ -77,7 +77,6 @@ class PromptSet:
 
     prompts: list[list[int]]
     answers: list[str]
-    texts: list[str]
     dropped: int
 
     def __len__(self) -> int:
@@ -117,6 +116,5 @@ class PromptSet:
         return cls(
             prompts=[ids[i] for i in kept],
             answers=[rows[i]["answer"] for i in kept],
-            texts=[texts[i] for i in kept],
             dropped=len(rows) - len(kept),
         )

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs.vector import SpaceSpec
+from rlcore.envs.vector import SpaceSpec
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -34,7 +34,6 @@ class ModelDirs:
 
     actor: Path
     critic: Path
-    built: bool  # the tiny model, built here
 
 
 def prepare_models(config: ReasoningConfig, log: Any = print) -> ModelDirs:
@@ -47,14 +46,12 @@ def prepare_models(config: ReasoningConfig, log: Any = print) -> ModelDirs:
                 "when actor.model.path is set"
             )
         actor = check_model_dir(model.path, "actor.model.path")
-        built = False
     else:
         actor = _tiny_model_dir(config, log)
-        built = True
     critic = actor
     if config.critic.model_path is not None:
         critic = check_model_dir(config.critic.model_path, "critic.model_path")
-    return ModelDirs(actor=actor, critic=critic, built=built)
+    return ModelDirs(actor=actor, critic=critic)
 
 
 def _fingerprint(config: ReasoningConfig) -> str:

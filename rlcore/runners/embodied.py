@@ -29,9 +29,9 @@ import torch
 from ray import cloudpickle
 from safetensors.torch import load_model, save_model
 
-from envs import check_finite, make_vector_env, space_spec
 from rlcore.algorithms import compute_gae
 from rlcore.config.schema import EmbodiedConfig
+from rlcore.envs import check_finite, make_vector_env, space_spec
 from rlcore.models import ActorCritic
 from rlcore.runners.checkpoint import (
     check_envs_can_be_saved,

@@ -59,8 +59,8 @@ class Scheduler:
         self.info: dict[tuple[str, int], dict[str, Any]] = {}  # (component, rank) -> describe()
         self._handles: dict[tuple[str, int], Any] = {}  # (component, rank) -> process
         self._slots: list[NodeSlots] = []
+        self._weights: WeightSync | None = None
         self._owns_ray = False
-        self._weights = WeightSync(self)
         self._previous_sigterm: Any = None
 
     @classmethod
@@ -95,6 +95,8 @@ class Scheduler:
                     self.info[(name, process.rank)] = info
             if self.init_distributed:
                 self._init_groups()
+            self._weights = WeightSync(self.plan, self.group, self.info, self.backend,
+                                       self.timeout_s)  # fmt: skip
         except BaseException:
             self.shutdown()
             raise
@@ -175,10 +177,9 @@ class Scheduler:
 
     def sync_weights(self, src: str, dst: str, method: str = "auto") -> SyncReport:
         """Copy ``src``'s weights into every rank of ``dst`` (see weight_sync.py)."""
+        if self._weights is None:
+            raise RuntimeError("the scheduler has not started: call start() or use `with`")
         return self._weights.sync(src, dst, method)
-
-    def handle(self, component: str, rank: int) -> Any:
-        return self._handles[(component, rank)]
 
     # shutdown ----------------------------------------------------------------------------------
 

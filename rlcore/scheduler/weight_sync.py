@@ -16,13 +16,14 @@ How, chosen by placement (``method="auto"``):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import ray
 
-if TYPE_CHECKING:
-    from rlcore.scheduler.scheduler import Scheduler
+from rlcore.placement import PlacementPlan
+from rlcore.scheduler.worker_group import WorkerGroup
 
 METHODS = ("auto", "in_process", "collective", "object_store")
 
@@ -36,13 +37,27 @@ class SyncReport:
 
 
 class WeightSync:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
+    """Weight copies between the components of one plan.
+
+    ``group(name)`` gives a component's ``WorkerGroup``; ``info[(name, rank)]["ip"]`` where each
+    rank runs; ``backend`` / ``timeout_s`` those of the collective groups it opens.
+    """
+
+    def __init__(
+        self,
+        plan: PlacementPlan,
+        group: Callable[[str], WorkerGroup],
+        info: dict[tuple[str, int], dict[str, Any]],
+        backend: str,
+        timeout_s: float,
+    ) -> None:
+        self.plan, self.group, self.info = plan, group, info
+        self.backend, self.timeout_s = backend, timeout_s
         self._layouts: dict[tuple[str, str], list[tuple]] = {}  # checked pair -> tensor layout
         self._groups: set[str] = set()  # collective groups already opened
 
     def choose(self, src: str, dst: str) -> str:
-        plan = self.scheduler.plan
+        plan = self.plan
         if any(src in group and dst in group for group in plan.fused):
             return "in_process"
         return "collective"
@@ -71,10 +86,7 @@ class WeightSync:
         if (src, dst) not in self._layouts:
             layouts = [
                 group.get([group.handles[0].weights_meta.remote(name)], ranks=[0])[0]
-                for name, group in (
-                    (src, self.scheduler.group(src)),
-                    (dst, self.scheduler.group(dst)),
-                )
+                for name, group in ((src, self.group(src)), (dst, self.group(dst)))
             ]
             if layouts[0] != layouts[1]:
                 differ = sorted(set(layouts[0]) ^ set(layouts[1]))[:3]
@@ -86,30 +98,29 @@ class WeightSync:
         return self._layouts[(src, dst)]
 
     def _in_process(self, src: str, dst: str) -> None:
-        group = self.scheduler.group(dst)
+        group = self.group(dst)
         group.get([h.copy_weights.remote(src, dst) for h in group.handles])
 
     def _object_store(self, src: str, dst: str) -> None:
-        weights = self.scheduler.group(src).handles[0].export_weights.remote(src)
-        group = self.scheduler.group(dst)
+        weights = self.group(src).handles[0].export_weights.remote(src)
+        group = self.group(dst)
         group.get([h.import_weights.remote(dst, weights) for h in group.handles])
 
     def _collective(self, src: str, dst: str) -> None:
-        sched = self.scheduler
-        sender, receivers = sched.group(src), sched.group(dst)
+        sender, receivers = self.group(src), self.group(dst)
         root = sender.handles[0]
         members = [root, *receivers.handles]
         if len({id(m) for m in members}) != len(members):
             raise ValueError(f"collective sync needs {src} rank 0 apart from every {dst} rank")
         name = f"{src}->{dst}"
         if name not in self._groups:
-            addr, port = sched.info[(src, 0)]["ip"], ray.get(root.free_port.remote())
+            addr, port = self.info[(src, 0)]["ip"], ray.get(root.free_port.remote())
             opens = [
-                m.open_sync_group.remote(name, addr, port, i, len(members), sched.backend,
-                                         sched.timeout_s)
+                m.open_sync_group.remote(name, addr, port, i, len(members), self.backend,
+                                         self.timeout_s)
                 for i, m in enumerate(members)
             ]  # fmt: skip
-            ray.get(opens, timeout=sched.timeout_s + 30)
+            ray.get(opens, timeout=self.timeout_s + 30)
             self._groups.add(name)
         sent = root.broadcast_weights.remote(name, src)
         receivers.get([h.broadcast_weights.remote(name, dst) for h in receivers.handles])

@@ -12,7 +12,7 @@ import numpy as np
 import ray
 from ray import cloudpickle
 
-from envs import make_vector_env
+from rlcore.envs import make_vector_env
 
 
 class EnvWorker:

@@ -1,4 +1,4 @@
-"""ManiSkill3 tasks (envs/maniskill.py): the CPU env, PPO on it, and the GPU path's autoreset.
+"""ManiSkill3 tasks (rlcore/envs/maniskill.py): the CPU env, PPO on it, the GPU path's autoreset.
 
 Tests that simulate skip without ManiSkill (the 'maniskill' extra) or a Vulkan driver that SAPIEN
 can use (.ci/install_vulkan.sh); the others run everywhere.
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from envs import EnvError, make_vector_env, space_spec
-from envs.maniskill import NextStepVectorEnv, make_maniskill_env, make_maniskill_vector_env
 from rlcore.config import load_config
+from rlcore.envs import EnvError, make_vector_env, space_spec
+from rlcore.envs.maniskill import NextStepVectorEnv, make_maniskill_env, make_maniskill_vector_env
 from rlcore.runners.embodied import EmbodiedRunner
 
 PICKCUBE = "maniskill/PickCube-v1"

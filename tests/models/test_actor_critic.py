@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.vector import SpaceSpec
+from rlcore.envs.vector import SpaceSpec
 from rlcore.models import ActorCritic
 
 DISCRETE = SpaceSpec((3,), "discrete", (4,))

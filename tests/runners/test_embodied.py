@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from envs import EnvError, make_vector_env, space_spec
 from rlcore.config import load_config
+from rlcore.envs import EnvError, make_vector_env, space_spec
 from rlcore.runners.embodied import EmbodiedRunner, Rollout
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from envs.vector import SpaceSpec
 from rlcore.config import load_config
+from rlcore.envs.vector import SpaceSpec
 from rlcore.models import ActorCritic
 from rlcore.workers.embodied_actor import EmbodiedActor
 

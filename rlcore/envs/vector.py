@@ -15,7 +15,7 @@ from typing import Literal
 import gymnasium as gym
 import numpy as np
 
-from envs.registry import EnvError, make_env, resolve_env
+from rlcore.envs.registry import EnvError, make_env, resolve_env
 
 VectorMode = Literal["auto", "native", "sync", "async"]
 

@@ -2,13 +2,13 @@
 
 ``env.id`` may be a gymnasium id (``CartPole-v1``), a name registered with ``register_env``, or a
 ``module.path:ClassName`` entry point, so users plug in their own env with no change to rlcore.
-ManiSkill3 tasks are gymnasium ids ``maniskill/<Task>`` (envs/maniskill.py, which imports
+ManiSkill3 tasks are gymnasium ids ``maniskill/<Task>`` (rlcore/envs/maniskill.py, which imports
 ``mani_skill`` only when one is made).
 """
 
-from envs import maniskill  # registers the maniskill/ ids
-from envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
-from envs.vector import SpaceSpec, check_finite, make_vector_env, space_spec
+from rlcore.envs import maniskill  # registers the maniskill/ ids
+from rlcore.envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
+from rlcore.envs.vector import SpaceSpec, check_finite, make_vector_env, space_spec
 
 __all__ = [
     "EnvError",

@@ -1,7 +1,7 @@
 """ManiSkill3 tasks as rlcore envs: ``env.id: maniskill/PickCube-v1``.
 
 Each task in ``MANISKILL_TASKS`` is a gymnasium id in the ``maniskill/`` namespace, so
-``env.vector_mode`` picks how its copies run (envs/vector.py):
+``env.vector_mode`` picks how its copies run (rlcore/envs/vector.py):
 
 - ``async`` (or ``sync``): one ManiSkill env per copy on SAPIEN's CPU PhysX, each in its own
   subprocess, unbatched and in numpy through ManiSkill's ``CPUGymWrapper``;
@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.registry import EnvError
+from rlcore.envs.registry import EnvError
 
 NAMESPACE = "maniskill"
 # Single-arm Panda tasks with flat state observations and a Box action space, no asset download.

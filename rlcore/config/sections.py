@@ -1,0 +1,132 @@
+"""The config sections both modes share: the algorithm (RLinf names, verl's KL options), the
+cluster, the loop's common keys, PPO update sizes and the loggers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlcore.algorithms.aggregation import AggMode
+from rlcore.algorithms.kl import KLKind
+from rlcore.config.fields import REQUIRED, key, section
+
+
+@dataclass(kw_only=True)
+class KLCtrlConfig:
+    type: Literal["fixed", "adaptive"] = key(
+        "fixed", doc="in-reward KL coefficient controller: fixed, or adaptive (Ziegler et al.)"
+    )
+    kl_coef: float = key(0.001, doc="(initial) coefficient of the in-reward KL penalty")
+    horizon: int = key(10000, doc="adaptive controller: samples over which the coefficient adapts")
+    target_kl: float = key(0.1, doc="adaptive controller: the per-token KL it steers towards")
+
+
+@dataclass(kw_only=True)
+class AlgorithmConfig:
+    adv_type: str = key(
+        "gae",
+        doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
+        "reinforce_plus_plus_baseline, or one added with register_advantage",
+    )
+    loss_type: Literal["actor", "actor_critic"] = key(
+        "actor",
+        doc="actor: policy loss only (reasoning, separate critic); actor_critic: policy + value "
+        "loss in one backward pass through a shared backbone (embodied)",
+    )
+    policy_loss: str = key(
+        "ppo",
+        doc="policy loss: ppo (clipped surrogate, dual-clip), or one added with "
+        "register_policy_loss",
+    )
+    loss_agg_func: AggMode = key(
+        "token-mean", doc="how per-token losses become a scalar (see docs/algorithms.md)"
+    )
+    normalize_advantages: bool = key(
+        True, doc="whiten advantages over the batch (valid steps) before the policy loss"
+    )
+    norm_adv_by_std: bool = key(
+        True, doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)"
+    )
+    group_size: int = key(
+        1,
+        doc="samples per prompt (reasoning) or envs per initial state (embodied) that "
+        "group-based estimators compare",
+    )
+    gamma: float = key(1.0, doc="discount factor γ")
+    gae_lambda: float = key(1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value")
+    clip_ratio_low: float = key(0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low")
+    clip_ratio_high: float = key(0.2, doc="PPO clip: the ratio is kept <= 1 + clip_ratio_high")
+    clip_ratio_c: float | None = key(
+        None, doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off"
+    )
+    value_clip: float | None = key(
+        0.2, doc="value predictions are clipped to old ± value_clip; null turns clipping off"
+    )
+    huber_delta: float | None = key(
+        None, doc="Huber δ for the value loss; null gives squared error"
+    )
+    value_coef: float = key(0.5, doc="weight of the value loss when loss_type is actor_critic")
+    entropy_bonus: float = key(0.0, doc="weight of the entropy bonus subtracted from the loss")
+    use_kl_in_reward: bool = key(
+        False, doc="subtract kl_ctrl coefficient * KL(policy || reference) from the reward"
+    )
+    kl_penalty: KLKind = key("kl", doc="KL estimator for the in-reward penalty")
+    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, doc="in-reward KL coefficient controller")
+    use_kl_loss: bool = key(
+        False, doc="add kl_loss_coef * KL(policy || reference) to the actor loss"
+    )
+    kl_loss_coef: float = key(0.001, doc="coefficient of the KL loss")
+    kl_loss_type: KLKind = key("low_var_kl", doc="KL estimator for the KL loss")
+
+
+@dataclass(kw_only=True)
+class ClusterConfig:
+    num_nodes: int = key(1, doc="machines in the Ray cluster")
+    devices_per_node: int | None = key(
+        None,
+        doc="device slots per node; null = detected (GPUs per node, or CPU cores without GPUs)",
+    )
+    device: Literal["auto", "cuda", "cpu"] = key(
+        "auto", doc="what a device slot is: auto = cuda when a GPU is visible, else cpu"
+    )
+    address: str | None = key(
+        None,
+        doc="null = start a local Ray; 'auto' or 'host:port' = join a cluster started with "
+        "`ray start`",
+    )
+    component_placement: dict[str, str | int] | None = key(
+        None,
+        doc="components -> device ranks (docs/placement.md); null = every component the "
+        "config needs on all devices",
+    )
+    fuse_collocated: bool = key(
+        True, doc="components placed on the same slots share one process per rank"
+    )
+
+
+@dataclass(kw_only=True)
+class RunnerConfig:
+    dry_run: bool = key(
+        False, doc="validate the config, print the placement plan and exit without starting"
+    )
+
+
+@dataclass(kw_only=True)
+class UpdateConfig:
+    ppo_epochs: int = key(1, doc="passes over each batch of experience")
+    ppo_mini_batch_size: int = key(
+        REQUIRED,
+        doc="samples per optimiser step, global across ranks (embodied: transitions; "
+        "reasoning: prompts, each with its group_size responses, as in verl)",
+    )
+    ppo_micro_batch_size: int | None = key(
+        None,
+        doc="samples per forward/backward pass on one rank (transitions or responses), for "
+        "memory only: gradients accumulate to the mini-batch's; null = the whole mini-batch",
+    )
+
+
+@dataclass(kw_only=True)
+class LoggerConfig:
+    tensorboard: bool = key(True, doc="write tensorboard events to the run folder")
+    wandb: bool = key(False, doc="log to Weights & Biases (offline unless WANDB_API_KEY is set)")
