@@ -16,6 +16,7 @@ import statistics
 import tempfile
 
 from rlcore.config import load_config
+from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 
 KEYS = (
@@ -35,7 +36,7 @@ def train_seed(config_name: str, overrides: list[str], seed: int, out: str) -> d
         *overrides, f"runner.seed={seed}", "runner.progress=false",
         f"runner.output_dir={out}", "logger.tensorboard=false",
     ])  # fmt: skip
-    return EmbodiedRunner(config).run()
+    return EmbodiedRunner(config, plan_for_config(config)).run()
 
 
 def main() -> None:

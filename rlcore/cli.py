@@ -101,23 +101,14 @@ def _run_reasoning(config: RLCoreConfig, plan: PlacementPlan) -> int:
 
 
 def _run_embodied(config: RLCoreConfig, plan: PlacementPlan) -> int:
-    """One process on this machine: no Ray at all. More ranks: through the scheduler."""
-    from rlcore.runners.data_parallel import check_data_parallel, run_data_parallel
+    """One process on this machine: no Ray at all. More processes: through the scheduler."""
     from rlcore.runners.embodied import EmbodiedRunner
 
-    if len(plan.processes()) == 1 and config.cluster.address is None:
-        try:
-            runner = EmbodiedRunner(config)
-        except ConfigError as error:
-            raise _exit_with(error) from None
-        summary = runner.run()
-    else:
-        try:
-            check_data_parallel(config, plan)
-        except ConfigError as error:
-            raise _exit_with(error) from None
-        summary = run_data_parallel(config, plan)
-    print(json.dumps(summary))
+    try:
+        runner = EmbodiedRunner(config, plan)
+    except ConfigError as error:
+        raise _exit_with(error) from None
+    print(json.dumps(runner.run()))
     return 0
 
 

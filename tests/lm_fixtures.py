@@ -4,6 +4,11 @@ from pathlib import Path
 
 from rlcore.config import load_config
 from rlcore.config.schema import ReasoningConfig
+from rlcore.scheduler.worker import WorkerContext
+
+# A component alone in this process, as the driver builds it for a one-process plan.
+SOLO = WorkerContext(component="test", rank=0, world_size=1, local_rank=0, node=0, devices=(0,),
+                     device="cpu")  # fmt: skip
 
 # Small enough that a PPO iteration takes well under a second on one core.
 TINY = [

@@ -63,13 +63,6 @@ def test_a_cluster_file_that_places_components_replaces_the_configs_placement():
     assert "actor,critic,ref,rollout,reward" not in config.cluster.component_placement
 
 
-def test_a_rollout_apart_from_the_actor_is_refused_before_starting():
-    done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
-               "cluster.component_placement={env:0,actor:1,rollout:0}")  # fmt: skip
-    assert done.returncode == 2
-    assert "rollout and actor must be placed together" in done.stderr
-
-
 def test_dry_run_prints_the_plan_and_starts_nothing():
     done = run("examples/reasoning/main.py", "runner.dry_run=true", "cluster=gpu_2x8_disaggregated")
     assert done.returncode == 0, done.stderr
@@ -119,7 +112,7 @@ def test_cluster_file_replaces_the_cluster_section(tmp_path, capsys, wrapped):
         "devices_per_node: 3\n"
         "device: cpu\n"
         "component_placement:\n"
-        '  "env": 0\n'
+        '  "env": "0-1"\n'
         '  "actor,rollout": "1-2"\n'
     )
     if wrapped:
@@ -129,7 +122,10 @@ def test_cluster_file_replaces_the_cluster_section(tmp_path, capsys, wrapped):
     assert main(["placement", "embodied/cartpole_ppo", "--cluster", str(path), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["devices_per_node"] == 3
-    assert plan["components"]["env"] == [{"rank": 0, "node": 0, "devices": [0]}]
+    assert plan["components"]["env"] == [
+        {"rank": 0, "node": 0, "devices": [0]},
+        {"rank": 1, "node": 0, "devices": [1]},
+    ]
     assert [r["devices"] for r in plan["components"]["actor"]] == [[1], [2]]
 
 
@@ -137,8 +133,8 @@ def test_overrides_apply_after_the_cluster_file(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("num_nodes: 1\ndevices_per_node: 3\ndevice: cpu\n")
     assert main(["placement", "embodied/cartpole_ppo", "--cluster", str(path),
-                 "cluster.devices_per_node=5", "--json"]) == 0  # fmt: skip
-    assert json.loads(capsys.readouterr().out)["devices_per_node"] == 5
+                 "cluster.devices_per_node=4", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["devices_per_node"] == 4
 
 
 def test_bad_cluster_files_are_named(tmp_path, capsys):
@@ -167,29 +163,3 @@ def test_entry_point_takes_a_cluster_file_in_a_dry_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")
     assert "one process per rank for: actor, rollout" in done.stdout
-
-
-TWO_RANKS = ["cluster.device=cpu", "cluster.devices_per_node=2",
-             "cluster.component_placement={env:0-1,rollout:0-1,actor:0-1}"]  # fmt: skip
-
-
-def test_embodied_trains_on_two_data_parallel_ranks_through_ray(tmp_path):
-    done = run("examples/embodied/main.py", *TWO_RANKS, "runner.checkpoint_every=0",
-               "runner.total_env_steps=2560", "runner.progress=false",
-               f"runner.output_dir={tmp_path}")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["actor_ranks"] == 2 and summary["env_steps"] == 2560
-    assert summary["eval_return_mean"] > 0
-
-
-def test_disaggregated_env_and_policy_exchange_steps_through_ray(tmp_path):
-    done = run("examples/embodied/main.py", "cluster.device=cpu", "cluster.devices_per_node=2",
-               "cluster.component_placement={env:0,rollout:1,actor:1}",
-               "runner.checkpoint_every=0", "runner.total_env_steps=2560",
-               "runner.progress=false", f"runner.output_dir={tmp_path}")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["env_steps"] == 2560 and summary["eval_return_mean"] > 0
-    assert "not writable" not in done.stderr

@@ -8,6 +8,8 @@ for the formulas and the papers they come from.
 from rlcore.algorithms.advantages import (
     ADVANTAGES,
     STANDARD_KWARGS,
+    bootstrap_truncations,
+    compute_advantages,
     compute_gae,
     compute_grpo_advantage,
     compute_reinforce_plus_plus_advantage,
@@ -22,9 +24,12 @@ from rlcore.algorithms.kl import (
     KL_KINDS,
     AdaptiveKLController,
     FixedKLController,
+    apply_kl_penalty,
     build_kl_controller,
     kl_penalty,
+    scores_to_token_rewards,
 )
+from rlcore.algorithms.loss import LOSS_SHARES, ppo_loss
 from rlcore.algorithms.policy_loss import (
     POLICY_LOSSES,
     get_policy_loss_fn,
@@ -33,6 +38,7 @@ from rlcore.algorithms.policy_loss import (
 )
 from rlcore.algorithms.stats import (
     entropy_from_logits,
+    explained_variance,
     masked_mean,
     masked_sum,
     masked_var,
@@ -44,12 +50,16 @@ __all__ = [
     "ADVANTAGES",
     "AGG_MODES",
     "KL_KINDS",
+    "LOSS_SHARES",
     "POLICY_LOSSES",
     "STANDARD_KWARGS",
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",
+    "apply_kl_penalty",
+    "bootstrap_truncations",
     "build_kl_controller",
+    "compute_advantages",
     "compute_gae",
     "compute_grpo_advantage",
     "compute_reinforce_plus_plus_advantage",
@@ -58,6 +68,7 @@ __all__ = [
     "count_seqs",
     "count_tokens",
     "entropy_from_logits",
+    "explained_variance",
     "get_advantage_fn",
     "get_policy_loss_fn",
     "group_score_stats",
@@ -67,7 +78,9 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "policy_loss",
+    "ppo_loss",
     "register_advantage",
     "register_policy_loss",
+    "scores_to_token_rewards",
     "value_loss",
 ]

@@ -34,14 +34,28 @@ ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWA
 
 
 def register_advantage(
-    name: str, *, needs_values: bool = False, needs_groups: bool = False
+    name: str,
+    *,
+    needs_values: bool = False,
+    needs_groups: bool = False,
+    episodic: bool = False,
+    normalizes: bool = False,
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under ``name`` (the value of ``algorithm.adv_type``).
 
     ``needs_values``: it reads ``values`` (so a value head or critic must exist).
     ``needs_groups``: it compares rows within a group (so ``algorithm.group_size`` must be > 1).
+    ``episodic``: it also takes ``dones`` (episodes ending inside a row: embodied rollouts).
+    ``normalizes``: its advantages are already whitened over the batch, so
+    ``normalize_advantages`` does not whiten them again.
     """
-    return ADVANTAGES.register(name, needs_values=needs_values, needs_groups=needs_groups)
+    return ADVANTAGES.register(
+        name,
+        needs_values=needs_values,
+        needs_groups=needs_groups,
+        episodic=episodic,
+        normalizes=normalizes,
+    )
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:
@@ -53,7 +67,7 @@ def _zero_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-@register_advantage("gae", needs_values=True)
+@register_advantage("gae", needs_values=True, episodic=True)
 def compute_gae(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -212,7 +226,7 @@ def compute_rloo_advantage(
     return advantages, advantages
 
 
-@register_advantage("reinforce_plus_plus")
+@register_advantage("reinforce_plus_plus", normalizes=True)
 def compute_reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -240,7 +254,7 @@ def compute_reinforce_plus_plus_advantage(
     return masked_whiten(returns, valid), returns
 
 
-@register_advantage("reinforce_plus_plus_baseline", needs_groups=True)
+@register_advantage("reinforce_plus_plus_baseline", needs_groups=True, normalizes=True)
 def compute_reinforce_plus_plus_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -262,3 +276,49 @@ def compute_reinforce_plus_plus_baseline_advantage(
     mean, _, _ = group_score_stats(scores, index)
     advantages = masked_whiten(_on_valid_tokens(scores - mean, valid), valid)
     return advantages, advantages
+
+
+def compute_advantages(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    normalize: bool,
+    dones: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The advantages and returns of estimator ``name``, whitened when ``normalize``.
+
+    The one place both modes get their advantages: ``kwargs`` are the standard ones
+    (``STANDARD_KWARGS``); ``dones`` goes to episodic estimators (embodied rollouts, where an
+    episode may end inside a row). Whitening (``masked_whiten`` over the valid positions of the
+    whole batch, i.e. with global moments: the driver holds every rank's rows) is skipped for an
+    estimator that already whitens its output (REINFORCE++).
+    """
+    entry = ADVANTAGES.entry(name)
+    if dones is not None:
+        if not entry.traits.get("episodic"):
+            raise ValueError(f"advantage estimator '{name}' cannot take episode ends (dones)")
+        kwargs["dones"] = dones
+    advantages, returns = entry.fn(token_level_rewards, response_mask, **kwargs)
+    if normalize and not entry.traits.get("normalizes"):
+        advantages = masked_whiten(advantages, response_mask)
+    return advantages, returns
+
+
+def bootstrap_truncations(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """``r_t + gamma * V(s_final)`` where an episode was cut by a time limit, else ``r_t``.
+
+    A time limit is not a terminal state: the return goes on past it, so the step that hit it
+    is credited with the value of where the episode stopped (Pardo et al. 2018). All ``[B, T]``;
+    ``next_values[:, t]`` is V of the observation after step t (for a truncated step, the
+    episode's final observation).
+    """
+    cut = truncated.bool() & ~terminated.bool()
+    return rewards + gamma * next_values * cut

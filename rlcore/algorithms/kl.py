@@ -106,3 +106,29 @@ def build_kl_controller(
     if kind == "adaptive":
         return AdaptiveKLController(kl_coef, target_kl, horizon)
     raise ValueError(f"unknown kl_ctrl type '{kind}'; known: fixed, adaptive")
+
+
+def scores_to_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` rewards with each sequence's score ``[B]`` on its last valid token."""
+    last = (response_mask.sum(-1) - 1).clamp(min=0)
+    rewards = torch.zeros(response_mask.shape, dtype=torch.float32, device=scores.device)
+    rewards[torch.arange(len(scores), device=scores.device), last] = scores.float()
+    return rewards
+
+
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl: FixedKLController | AdaptiveKLController,
+    kl_penalty_kind: str,
+) -> tuple[torch.Tensor, float]:
+    """The KL in the reward (Ziegler et al. 2019, verl's ``use_kl_in_reward``): every valid token
+    pays ``kl_ctrl.value * KL(policy || reference)``; then the controller adapts to the batch's
+    mean per-sequence KL. Returns the rewards and that mean KL."""
+    kl = kl_penalty(old_log_prob, ref_log_prob, kl_penalty_kind) * response_mask
+    rewards = token_level_scores - kl_ctrl.value * kl
+    per_sequence = (kl.sum(-1) / response_mask.sum(-1).clamp(min=1)).mean().item()
+    kl_ctrl.update(per_sequence, n_steps=len(response_mask))
+    return rewards, per_sequence

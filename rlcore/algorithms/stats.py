@@ -69,3 +69,14 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     probs = torch.softmax(logits, dim=-1)
     finite_logits = logits.masked_fill(probs == 0, 0.0)
     return torch.logsumexp(logits, dim=-1) - (probs * finite_logits).sum(dim=-1)
+
+
+def explained_variance(
+    predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``1 - Var(target - predicted) / Var(target)`` over valid positions (as SB3 and verl log
+    it): 1 is a perfect value function, 0 no better than a constant; ``Var(target)`` is clamped
+    at 1e-8, so constant targets give a finite number."""
+    valid = _valid(mask)
+    residual, kept = (target - predicted)[valid], target[valid]
+    return 1 - residual.var() / kept.var().clamp_min(1e-8)

@@ -16,10 +16,10 @@ import itertools
 import math
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import nn
 
+from rlcore.algorithms.stats import entropy_from_logits
 from rlcore.envs.vector import SpaceSpec
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -178,8 +178,6 @@ class ActorCritic(nn.Module):
         self.value_head = nn.Linear(width, 1)
         if spec.action_kind == "box":
             self.log_std = nn.Parameter(torch.full((spec.action_dims[0],), log_std_init))
-            self.register_buffer("low", torch.as_tensor(spec.action_low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(spec.action_high, dtype=torch.float32))
         if ortho_init:  # the gains of Andrychowicz et al. 2021 / CleanRL: small policy output
             for trunk in self._trunk_modules():
                 _orthogonal(trunk, math.sqrt(2))
@@ -224,14 +222,15 @@ class ActorCritic(nn.Module):
 
     @staticmethod
     def _categorical(logits: torch.Tensor, actions: torch.Tensor, entropy: bool):
-        log_p = logits.log_softmax(-1)
-        log_prob = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return log_prob, -(log_p.exp() * log_p).sum(-1) if entropy else None
+        log_prob = logits.log_softmax(-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return log_prob, entropy_from_logits(logits) if entropy else None
 
-    def _sample(self, out: torch.Tensor) -> torch.Tensor:
+    def _sample(self, out: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         if self.spec.action_kind == "box":
-            return torch.normal(out, self.log_std.exp().expand_as(out))
-        return self._per_dimension(out, lambda logits: torch.multinomial(logits.softmax(-1), 1))
+            return torch.normal(out, self.log_std.exp().expand_as(out), generator=generator)
+        return self._per_dimension(
+            out, lambda logits: torch.multinomial(logits.softmax(-1), 1, generator=generator)
+        )
 
     def _mode(self, out: torch.Tensor) -> torch.Tensor:
         if self.spec.action_kind == "box":
@@ -245,10 +244,16 @@ class ActorCritic(nn.Module):
         action = torch.cat([pick(part) for part in parts], -1)
         return action.squeeze(-1) if self.spec.action_kind == "discrete" else action
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """``(action, log_prob, value)`` for a batch of observations."""
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ):
+        """``(action, log_prob, value)`` for a batch of observations; samples are drawn from
+        ``generator`` (torch's global one when None)."""
         out, value = self._heads(obs)
-        action = self._mode(out) if deterministic else self._sample(out)
+        action = self._mode(out) if deterministic else self._sample(out, generator)
         log_prob, _ = self._log_prob_entropy(out, action, entropy=False)
         return action, log_prob, value
 
@@ -261,9 +266,3 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):
         """``evaluate``: training goes through ``forward`` so that DDP sees it."""
         return self.evaluate(obs, actions)
-
-    def env_action(self, action: torch.Tensor) -> np.ndarray:
-        """What the env receives: Gaussian samples clipped to the space, indices as ints."""
-        if self.spec.action_kind == "box":
-            return torch.clamp(action, self.low, self.high).numpy()
-        return action.numpy()

@@ -8,7 +8,7 @@ from rlcore.algorithms import ADVANTAGES
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig
 
 COMPONENTS = {
-    "embodied": ("actor", "rollout", "env", "reward"),
+    "embodied": ("actor", "rollout", "env"),
     "reasoning": ("actor", "critic", "ref", "rollout", "reward"),
 }
 
@@ -29,7 +29,7 @@ class ComponentRoles:
 
 def component_roles(config: RLCoreConfig) -> ComponentRoles:
     if isinstance(config, EmbodiedConfig):
-        return ComponentRoles("embodied", ("actor", "rollout", "env"), optional=("reward",))
+        return ComponentRoles("embodied", ("actor", "rollout", "env"))
     alg = config.algorithm
     required = ["actor", "rollout", "reward"]
     unused = {}

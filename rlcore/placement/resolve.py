@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlcore.config.schema import ClusterConfig, RLCoreConfig
+from rlcore.placement.checks import check_plan
 from rlcore.placement.components import component_roles
 from rlcore.placement.grammar import PlacementError
 from rlcore.placement.plan import PlacementPlan, build_plan
@@ -52,9 +53,10 @@ def resolve_cluster(cluster: ClusterConfig, gpus: Callable[[], int] = visible_gp
 
 
 def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus) -> PlacementPlan:
-    """The placement plan of ``config`` on the cluster it describes; ``PlacementError`` if none."""
+    """The placement plan of ``config`` on the cluster it describes, checked against the run's
+    batch sizes (``checks.py``); ``PlacementError`` if there is none."""
     spec = resolve_cluster(config.cluster, gpus)
-    return build_plan(
+    plan = build_plan(
         config.cluster.component_placement,
         component_roles(config),
         num_nodes=spec.num_nodes,
@@ -62,3 +64,5 @@ def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus
         device=spec.device,
         fuse=config.cluster.fuse_collocated,
     )
+    check_plan(config, plan)
+    return plan

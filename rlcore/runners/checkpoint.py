@@ -1,29 +1,58 @@
-"""Checkpoints that resume a run exactly: weights, optimiser, RNG, counters and the envs.
+"""One run folder and one checkpoint layout for both modes; a resumed run continues bit for bit.
 
-A checkpoint is a folder ``RUN/checkpoints/iter_000K``:
-- ``model.safetensors``: the weights (safetensors; shared tensors such as a shared trunk are
-  handled by ``save_model``);
-- ``state.pt``: optimiser state, torch RNG state, counters and the rollout's carry-over
-  (current observations, episode accumulators);
-- ``envs.pkl``: the vector env itself (cloudpickle), so a resumed run steps the same episodes.
+    RUN/config.json, RUN/summary.json, RUN/tensorboard/
+    RUN/checkpoints/iter_000010/
+        driver.json          the config, the ``Progress``, the driver's own state, world sizes
+        actor/               model.safetensors (rank 0), trainer_rank{r}.pt (optimiser, schedule,
+                             shuffle) of every rank
+        critic/ ...          likewise
+        rollout/rank{r}.pt   each rank's sampling RNG
+        env/                 each rank's carry-over (rank{r}.pt) and pickled envs
 
-It is written to a temporary folder and renamed into place, so a crash mid-write leaves the
-previous checkpoint intact.
+Each component writes its own folder (``save_checkpoint(dir)``, every rank its own files), so a
+component placed in another process writes where it runs: on several machines the run folder
+must be on storage they share. A checkpoint is written to a temporary folder and renamed into
+place, so a crash mid-write leaves the previous one whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-from ray import cloudpickle
-from safetensors.torch import load_model, save_model
-
 from rlcore.config.errors import ConfigError
+from rlcore.runners.progress import Progress
+
+DRIVER_FILE = "driver.json"
+
+# Keys that may differ between a run and its resumption: they do not change what is computed.
+# The cluster may change too, as long as every component keeps its number of ranks (checked
+# against the checkpoint): each rank's state is its own, wherever the rank runs.
+RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
+                    "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
+                    "runner.val_every", "runner.dry_run", "logger.tensorboard", "logger.wandb",
+                    "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",
+                    "cluster.address", "cluster.component_placement",
+                    "cluster.fuse_collocated"}  # fmt: skip
+
+
+def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
+    """The run folder (created, with ``config.json``) and the checkpoint to resume from, if any:
+    ``runner.resume_dir``'s, whose run folder is then this run's."""
+    run = config.runner
+    checkpoint = find_checkpoint(run.resume_dir) if run.resume_dir else None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = run.run_name or f"{default_name}-s{run.seed}-{stamp}"
+    run_dir = checkpoint.parent.parent if checkpoint else Path(run.output_dir) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    return run_dir, checkpoint
 
 
 @contextlib.contextmanager
@@ -39,32 +68,51 @@ def written_atomically(directory: Path) -> Iterator[Path]:
 
 
 def save_checkpoint(
-    directory: Path, model: torch.nn.Module, state: dict[str, Any], envs: Any
+    run_dir: Path,
+    config: Any,
+    progress: Progress,
+    components: dict[str, Any],
+    world_sizes: dict[str, int],
+    driver_state: dict[str, Any],
 ) -> Path:
-    with written_atomically(directory) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
-        torch.save(state, tmp / "state.pt")
-        (tmp / "envs.pkl").write_bytes(cloudpickle.dumps(envs))
-    return directory
+    """Every component's folder, then ``driver.json``; returns the checkpoint folder."""
+    where = run_dir / "checkpoints" / f"iter_{progress.iteration:06d}"
+    with written_atomically(where) as tmp:
+        for name, component in components.items():
+            component.save_checkpoint(str((tmp / name).resolve()))
+        driver = {
+            "config": dataclasses.asdict(config),
+            "progress": dataclasses.asdict(progress),
+            "world_sizes": world_sizes,
+            "state": driver_state,
+        }
+        (tmp / DRIVER_FILE).write_text(json.dumps(driver))
+    return where
 
 
-def check_envs_can_be_saved(envs: Any, env_id: str) -> None:
-    """Fail before training, not at the first checkpoint, when the envs cannot be pickled
-    (subprocess envs, simulators holding native handles such as SAPIEN's)."""
-    try:
-        cloudpickle.dumps(envs)
-    except Exception as error:  # pickling raises whatever the object's reducer raises
+def load_checkpoint(
+    checkpoint: Path,
+    config: Any,
+    components: dict[str, Any],
+    world_sizes: dict[str, int],
+) -> tuple[Progress, dict[str, Any]]:
+    """Load every component from ``checkpoint``; the saved ``Progress`` and driver state."""
+    driver = json.loads((checkpoint / DRIVER_FILE).read_text())
+    check_same_run(driver["config"], dataclasses.asdict(config), checkpoint)
+    if driver["world_sizes"] != world_sizes:
         raise ConfigError(
-            f"runner.checkpoint_every: the envs of {env_id} cannot be saved in a checkpoint "
-            f"({type(error).__name__}: {str(error)[:120]}); set runner.checkpoint_every=0, or "
-            "env.vector_mode=sync if the env itself can be pickled"
-        ) from None
+            f"runner.resume_dir: {checkpoint} was written by {driver['world_sizes']} ranks per "
+            f"component, this placement has {world_sizes}; resume with as many ranks of each"
+        )
+    for name, component in components.items():
+        component.load_checkpoint(str((checkpoint / name).resolve()))
+    return Progress(**driver["progress"]), driver["state"]
 
 
 def find_checkpoint(path: str) -> Path:
     """``path`` itself if it is a checkpoint, else the latest checkpoint of the run at ``path``."""
     where = Path(path)
-    if (where / "state.pt").is_file():
+    if (where / DRIVER_FILE).is_file():
         return where
     found = sorted((where / "checkpoints").glob("iter_*[0-9]")) if where.is_dir() else []
     if not found:
@@ -73,21 +121,6 @@ def find_checkpoint(path: str) -> Path:
             "folder that has checkpoints)"
         )
     return found[-1]
-
-
-def load_checkpoint(directory: Path, model: torch.nn.Module) -> tuple[dict[str, Any], Any]:
-    """Load the weights into ``model``; return the saved state and the envs."""
-    load_model(model, str(directory / "model.safetensors"))
-    state = torch.load(directory / "state.pt", weights_only=False)
-    envs = cloudpickle.loads((directory / "envs.pkl").read_bytes())
-    return state, envs
-
-
-# Keys that may differ between a run and its resumption: they do not change what is computed.
-RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
-                    "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
-                    "runner.val_every", "logger.tensorboard",
-                    "logger.wandb"}  # fmt: skip
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

@@ -1,130 +1,132 @@
-"""The training loop both embodied drivers share: in one process, or over data-parallel ranks.
+"""The training loop of both modes: iterations, evaluations, checkpoints, logging, progress, the
+optional stop at a solved threshold, and the run's summary.
 
-``train`` calls ``iterate(i)`` for each iteration, ``evaluate(seed)`` every ``eval_every``
-iterations and at the end, ``save()`` every ``checkpoint_every`` iterations (when given), logs
-metrics, shows progress, and returns (and writes) the run's summary.
+A driver (``EmbodiedRunner``, ``ReasoningRunner``) says what an iteration and an evaluation are;
+``train`` does the rest the same way for both:
+
+    for iteration in remaining iterations:
+        metrics = driver.iterate(iteration)          # one PPO iteration, timed by stage
+        every eval_every iterations and at the end:  driver.evaluate(iteration)
+        every checkpoint_every iterations and at the end: driver.checkpoint()
+        log metrics; advance the progress bar
+    write summary.json (the driver's fields and the mean seconds per stage)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import numpy as np
 from tqdm import tqdm
 
-from rlcore.config.schema import EmbodiedConfig
 from rlcore.runners.metrics import MetricsLogger
+from rlcore.runners.progress import Progress
 
 
-def new_progress() -> dict[str, Any]:
-    """What the loop carries from iteration to iteration; checkpoints save it."""
-    return {"iteration": 0, "env_steps": 0, "elapsed_s": 0.0, "train_s": 0.0, "reached": None,
-            "eval_returns": np.zeros(0)}  # fmt: skip
+@dataclass(frozen=True)
+class Schedule:
+    iterations: int
+    samples_per_iteration: int  # env steps or responses
+    eval_every: int  # 0 = only at the end
+    eval_first: bool  # also evaluate before the first iteration
+    eval_metric: str  # the evaluation's headline metric (threshold, progress bar)
+    checkpoint_every: int  # 0 = never
+    threshold: float | None  # the headline value that counts as solved
+    stop_at_threshold: bool
+    show_progress: bool
+    log_by_samples: bool  # x axis of the logs: samples (embodied) or iterations (reasoning)
+    postfix: dict[str, str]  # metric -> short name shown on the progress bar
 
 
-def num_iterations(config: EmbodiedConfig) -> int:
-    """Iterations to reach ``runner.total_env_steps``, all ranks' envs together."""
-    return max(
-        1, config.runner.total_env_steps // (config.runner.rollout_steps * config.env.num_envs)
-    )
+class Driver(Protocol):
+    config: Any
+    schedule: Schedule
+    progress: Progress
+    run_dir: Path
+
+    def iterate(self, iteration: int) -> dict[str, float]: ...
+
+    def evaluate(self, iteration: int) -> dict[str, float]: ...
+
+    def checkpoint(self) -> Path: ...
+
+    def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]: ...
 
 
-def run_name(config: EmbodiedConfig) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return (
-        config.runner.run_name or f"{config.env.id.replace(':', '.')}-s{config.runner.seed}-{stamp}"
-    )
-
-
-def train(
-    config: EmbodiedConfig,
-    *,
-    iterate: Callable[[int], dict],
-    evaluate: Callable[[int], np.ndarray],
-    save: Callable[[], Any] | None,
-    run_dir: Path,
-    progress: dict[str, Any],
-    ranks: int = 1,
-) -> dict:
-    run = config.runner
-    batch = run.rollout_steps * config.env.num_envs  # all ranks together
-    iterations = num_iterations(config)
+def train(driver: Driver) -> dict[str, Any]:
+    """Run ``driver`` to the end of its schedule; its summary (also written to summary.json)."""
+    s, progress, config = driver.schedule, driver.progress, driver.config
     logger = MetricsLogger(
-        run_dir,
+        driver.run_dir,
         tensorboard=config.logger.tensorboard,
         wandb=config.logger.wandb,
         config=dataclasses.asdict(config),
     )
-    bar = tqdm(total=iterations * batch, initial=progress["env_steps"], disable=not run.progress,
-               file=sys.stderr, unit="step", dynamic_ncols=True)  # fmt: skip
-    start = time.perf_counter() - progress["elapsed_s"]  # wall time counts across resumes
-    threshold = config.env.solved_threshold
-    shown: dict[str, float] = {}  # the latest episode and eval returns, for the progress bar
+    unit = s.samples_per_iteration if s.log_by_samples else 1
+    bar = tqdm(total=s.iterations * unit, initial=progress.iteration * unit,
+               disable=not s.show_progress, file=sys.stderr, dynamic_ncols=True,
+               unit="step" if s.log_by_samples else "it")  # fmt: skip
+    start = time.perf_counter() - progress.elapsed_s  # wall time counts across resumes
+    timings: dict[str, list[float]] = defaultdict(list)
+    shown: dict[str, float] = {}
     try:
-        for iteration in range(progress["iteration"] + 1, iterations + 1):
+        if s.eval_first and progress.first_eval is None:
+            progress.first_eval = driver.evaluate(0)
+            progress.last_eval = dict(progress.first_eval)
+            logger.log(0, progress.first_eval)
+        for iteration in range(progress.iteration + 1, s.iterations + 1):
             timer = time.perf_counter()
-            metrics = iterate(iteration)
+            metrics = driver.iterate(iteration)
             seconds = time.perf_counter() - timer
-            metrics["sps"] = batch / seconds
-            progress["train_s"] += seconds
-            progress["iteration"] = iteration
-            progress["env_steps"] += batch
-            last = iteration == iterations
-            if (run.eval_every and iteration % run.eval_every == 0) or last:
+            metrics["time/iteration_s"] = seconds
+            metrics["perf/samples_per_s"] = s.samples_per_iteration / seconds
+            progress.train_s += seconds
+            progress.iteration, progress.samples = (
+                iteration,
+                progress.samples + s.samples_per_iteration,
+            )
+            last = iteration == s.iterations
+            if (s.eval_every and iteration % s.eval_every == 0) or last:
                 timer = time.perf_counter()
-                progress["eval_returns"] = evaluate(run.seed + 10_000 + iteration)
-                mean = float(progress["eval_returns"].mean())
-                metrics["eval_return"] = mean
+                progress.last_eval = driver.evaluate(iteration)
+                metrics.update(progress.last_eval)
                 metrics["time/eval_s"] = time.perf_counter() - timer
-                if threshold is not None and progress["reached"] is None and mean >= threshold:
-                    progress["reached"] = (time.perf_counter() - start, progress["env_steps"])
-                    last = last or run.stop_at_threshold
-            progress["elapsed_s"] = time.perf_counter() - start
-            if (
-                save is not None
-                and run.checkpoint_every
-                and (iteration % run.checkpoint_every == 0 or last)
-            ):
-                save()
-            logger.log(progress["env_steps"], metrics)
-            bar.update(batch)
-            for key, name in (("episode_return", "ret"), ("eval_return", "eval")):
-                if key in metrics:
-                    shown[name] = round(metrics[key], 1)
+                value = progress.last_eval[s.eval_metric]
+                if s.threshold is not None and progress.reached_s is None and value >= s.threshold:
+                    progress.reached_s = time.perf_counter() - start
+                    progress.reached_samples = progress.samples
+                    last = last or s.stop_at_threshold
+            progress.elapsed_s = time.perf_counter() - start
+            if s.checkpoint_every and (iteration % s.checkpoint_every == 0 or last):
+                driver.checkpoint()
+            logger.log(progress.samples if s.log_by_samples else iteration, metrics)
+            for name, value in metrics.items():
+                if name.startswith(("time/", "perf/")):
+                    timings[name].append(value)
+            bar.update(unit)
+            shown.update({short: round(metrics[m], 3) for m, short in s.postfix.items()
+                          if m in metrics})  # fmt: skip
             bar.set_postfix(shown, refresh=False)
             if last:
                 break
     finally:
         bar.close()
         logger.close()
-    return write_summary(config, progress, time.perf_counter() - start, run_dir, ranks)
-
-
-def write_summary(
-    config: EmbodiedConfig, progress: dict, wall: float, run_dir: Path, ranks: int
-) -> dict:
-    reached, eval_returns = progress["reached"], progress["eval_returns"]
-    summary = {
-        "env_id": config.env.id,
-        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
-        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
-        "env_steps": progress["env_steps"],
-        "iterations": progress["iteration"],
-        "wall_s": round(wall, 3),
-        "sps": round(progress["env_steps"] / wall, 1),
-        # Training throughput: collection and updates only, without evals and checkpoints.
-        "train_sps": round(progress["env_steps"] / max(progress["train_s"], 1e-9), 1),
-        "solved_threshold": config.env.solved_threshold,
-        "time_to_threshold_s": None if reached is None else round(reached[0], 3),
-        "steps_to_threshold": None if reached is None else reached[1],
-        "actor_ranks": ranks,
-        "run_dir": str(run_dir),
+    # Means over this process's iterations (a resumed run: since it resumed).
+    means = {name: statistics.fmean(values) for name, values in timings.items()}
+    summary = driver.summary(time.perf_counter() - start, means)
+    summary["seconds_per_stage"] = {
+        name.removeprefix("time/").removesuffix("_s"): round(value, 5)
+        for name, value in means.items()
+        if name.startswith("time/")
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["run_dir"] = str(driver.run_dir)
+    (driver.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -1,351 +1,271 @@
-"""``ReasoningRunner``: PPO on a causal language model with rule rewards (single controller).
+"""``ReasoningRunner``: PPO on a causal language model with rule rewards, driven by a single
+controller over the ``rollout``, ``reward``, ``actor``, ``critic`` and ``ref`` components (each
+where ``cluster.component_placement`` puts it; the default: all in the driver's process, the
+rollout generating with the actor's own module).
 
 One iteration, as in verl's PPO:
 
-1. take ``data.train_batch_size`` prompts; the rollout generates ``group_size`` responses each;
-2. the reward worker scores them (1 for a right answer, ``format_score`` for a wrong one);
-3. the actor recomputes the responses' log-probs (``old_log_probs``), the reference gives its
+1. sync: the rollout gets the actor's latest weights (nothing to copy when it shares the module);
+2. take ``data.train_batch_size`` prompts; the rollout generates ``group_size`` responses each;
+3. the reward worker scores them (1 for a right answer, ``format_score`` for a wrong one);
+4. the actor recomputes the responses' log-probs (``old_log_probs``), the reference gives its
    own (for the KL), the critic its values;
-4. the score goes on each response's last token; with ``use_kl_in_reward`` every token pays
-   ``kl_coef * KL(actor || ref)``; the advantage estimator (``adv_type``) turns these into
-   per-token advantages and returns;
-5. the critic takes its clipped value-loss steps, then (after ``critic_warmup`` iterations) the
-   actor its PPO steps, with the KL loss when ``use_kl_loss``;
-6. the rollout engine gets the actor's new weights.
+5. the score goes on each response's last token; with ``use_kl_in_reward`` every token pays
+   ``kl_coef * KL(actor || ref)``; the estimator (``adv_type``) turns these into per-token
+   advantages and returns, whitened when ``normalize_advantages`` (``rlcore.algorithms``);
+6. the critic takes its clipped value-loss steps, then (after ``critic_warmup`` iterations) the
+   actor its PPO steps, with the KL loss when ``use_kl_loss``.
 
-Every loss, advantage and KL comes from ``rlcore.algorithms``. Validation decodes greedily and
-reports the share of right answers, before the first iteration and after the last.
+Validation decodes greedily and reports the share of right answers, before the first iteration,
+every ``val_every`` iterations and after the last.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import math
 import sys
-import time
-from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from tqdm import tqdm
+from tensordict import TensorDict
 
 from rlcore.algorithms import (
+    apply_kl_penalty,
     build_kl_controller,
-    get_advantage_fn,
+    compute_advantages,
+    explained_variance,
     kl_penalty,
     masked_mean,
-    masked_whiten,
+    scores_to_token_rewards,
 )
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data import PromptSet, arithmetic_problems, load_prompt_rows
+from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
 from rlcore.models.lm import load_tokenizer
 from rlcore.models.warmup import prepare_models
 from rlcore.placement import PlacementPlan
-from rlcore.placement.components import component_roles
-from rlcore.runners.metrics import MetricsLogger
-from rlcore.runners.reasoning_checkpoint import find_checkpoint, load_state, save_state
-from rlcore.runners.reasoning_components import check_placement, make_components
-from rlcore.workers.lm_batch import left_pad
+from rlcore.rewards import RewardWorker
+from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint
+from rlcore.runners.loop import Schedule, train
+from rlcore.runners.progress import Progress, Stopwatch
+from rlcore.scheduler.deployment import ComponentSpec, start_components
+from rlcore.scheduler.handles import Peer
+from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
+from rlcore.workers.rollout import RolloutWorker
 
 
 def log(message: str) -> None:
     print(f"rlcore: {message}", file=sys.stderr, flush=True)
 
 
-class Stopwatch:
-    """Seconds per stage of the current iteration: ``with watch("generate"): ...``."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    def __call__(self, stage: str) -> Any:
-        watch = self
-
-        class _Stage:
-            def __enter__(self) -> None:
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc: object) -> None:
-                watch.seconds[stage] += time.perf_counter() - self.start
-
-        return _Stage()
-
-
 class ReasoningRunner:
+    """See the module docstring. ``plan`` comes from ``plan_for_config(config)``."""
+
     def __init__(self, config: ReasoningConfig, plan: PlacementPlan) -> None:
-        self.config = config
-        run = config.runner
+        self.config, self.plan = config, plan
+        run, alg = config.runner, config.algorithm
+        torch.set_num_threads(run.torch_threads)
         torch.manual_seed(run.seed)
-        self.placed = set(component_roles(config).required)
-        check_placement(config, plan, self.placed)
         self.dirs = prepare_models(config, log)
         self.tokenizer = load_tokenizer(self.dirs.actor)
-        self.train_set = self._prompts(config.data.train_files, "data.train_files", train=True)
-        self.val_set = self._prompts(config.data.val_files, "data.val_files", train=False)
-        self.order = np.random.default_rng(run.seed)
-        self.queue: list[int] = []
-        alg = config.algorithm
+        self.train_set = load_prompt_set(config, self.tokenizer, train=True, log=log)
+        self.val_set = load_prompt_set(config, self.tokenizer, train=False, log=log)
+        self.sampler = PromptSampler(len(self.train_set), run.seed, config.data.shuffle)
         self.kl_ctrl = build_kl_controller(
             alg.kl_ctrl.type, alg.kl_ctrl.kl_coef, alg.kl_ctrl.target_kl, alg.kl_ctrl.horizon
         )
-        self.advantage_fn = get_advantage_fn(alg.adv_type)
-        self.progress: dict[str, Any] = {"iteration": 0, "elapsed_s": 0.0, "val_before": None}
-        self.timings: list[dict[str, float]] = []  # this process's iterations: time/ and perf/
-        resume = find_checkpoint(run.resume_dir) if run.resume_dir else None
-        self.run_dir = resume.parent.parent if resume else Path(run.output_dir) / self._name()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
-        self.components = make_components(config, self.dirs, plan, self.placed)
-        if resume is not None:
-            load_state(resume, self)
-            log(f"resumed from {resume} at iteration {self.progress['iteration']}")
-
-    def _name(self) -> str:
-        data = (
-            "arith"
-            if not self.config.data.train_files
-            else Path(self.config.data.train_files[0]).stem
+        data = config.data.train_files[0] if config.data.train_files else "arith"
+        self.run_dir, resume_from = open_run_folder(config, data.rsplit("/", 1)[-1].split(".")[0])
+        self.components = start_components(plan, config.cluster.address)
+        try:
+            self._launch()
+            self.progress = Progress()
+            self.version = 0  # of the actor's weights: one per actor update
+            if resume_from is not None:
+                self.progress, state = load_checkpoint(
+                    resume_from, config, self._saved(), self._world_sizes()
+                )
+                self.sampler.load_state_dict(state["sampler"])
+                self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+                self.version = state["version"]
+                log(f"resumed from {resume_from} at iteration {self.progress.iteration}")
+        except BaseException:
+            self.components.close()
+            raise
+        self.synced = -1  # the version the rollout holds
+        self.schedule = Schedule(
+            iterations=run.total_iterations,
+            samples_per_iteration=config.data.train_batch_size * alg.group_size,
+            eval_every=run.val_every,
+            eval_first=True,
+            eval_metric="val/accuracy",
+            checkpoint_every=run.checkpoint_every,
+            threshold=None,
+            stop_at_threshold=False,
+            show_progress=run.progress,
+            log_by_samples=False,
+            postfix={"reward/accuracy": "acc", "val/accuracy": "val"},
         )
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        return self.config.runner.run_name or f"{data}-s{self.config.runner.seed}-{stamp}"
 
-    # data --------------------------------------------------------------------------------------
+    def _launch(self) -> None:
+        config, dirs, launch = self.config, self.dirs, self.components.launch
+        self.placed = set(self.plan.components)
+        self.actor: LMActor = launch(ComponentSpec("actor", LMActor, (config, dirs.actor)))
+        fused_actor = {"actor": Peer("actor", local_only=True)}  # its module, when fused
+        self.rollout: RolloutWorker = launch(
+            ComponentSpec("rollout", RolloutWorker, (config, dirs.actor), fused_actor)
+        )
+        self.reward: RewardWorker = launch(ComponentSpec("reward", RewardWorker,
+                                                         (config, dirs.actor)))  # fmt: skip
+        self.critic: LMCritic | None = None
+        self.ref: LMReference | None = None
+        if "critic" in self.placed:
+            self.critic = launch(ComponentSpec("critic", LMCritic, (config, dirs.critic)))
+        if "ref" in self.placed:
+            self.ref = launch(ComponentSpec("ref", LMReference, (config, dirs.actor)))
 
-    def _prompts(self, files: list[str], what: str, train: bool) -> PromptSet:
-        data = self.config.data
-        if files:
-            rows = load_prompt_rows(
-                files, what, data.prompt_key, data.answer_key, data.answer_format
-            )
-        else:
-            syn = data.synthetic
-            make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
-                n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
-            )
-            train_rows = make(syn.num_train, syn.seed)
-            rows = (
-                train_rows
-                if train
-                else make(syn.num_val, syn.seed + 1, {r["question"] for r in train_rows})
-            )
-            rows = [
-                {"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows
-            ]
-        if not train and data.val_max_samples is not None:
-            rows = rows[: data.val_max_samples]
-        prompts = PromptSet.build(
-            rows, self.tokenizer, suffix=data.prompt_suffix, chat_template=data.chat_template,
-            max_length=data.max_prompt_length, what=what,
-        )  # fmt: skip
-        if prompts.dropped:
-            log(f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
-                f"data.max_prompt_length={data.max_prompt_length} tokens")  # fmt: skip
-        if train and len(prompts) < data.train_batch_size:
-            from rlcore.data import DataError
+    def _saved(self) -> dict[str, Any]:
+        saved = {"actor": self.actor, "rollout": self.rollout}
+        return saved if self.critic is None else {**saved, "critic": self.critic}
 
-            raise DataError(
-                f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size="
-                f"{data.train_batch_size}"
-            )
-        return prompts
-
-    def _next_prompts(self) -> list[int]:
-        size = self.config.data.train_batch_size
-        while len(self.queue) < size:
-            n = len(self.train_set)
-            epoch = self.order.permutation(n) if self.config.data.shuffle else np.arange(n)
-            self.queue += epoch.tolist()
-        picked, self.queue = self.queue[:size], self.queue[size:]
-        return picked
-
-    def _prompt_batch(self, rows: list[int], prompts: PromptSet, repeat: int) -> dict[str, Any]:
-        ids = [prompts.prompts[i] for i in rows for _ in range(repeat)]
-        input_ids, mask = left_pad(ids, self.tokenizer.pad_token_id)
-        return {
-            "input_ids": input_ids,
-            "attention_mask": mask,
-            "answers": [prompts.answers[i] for i in rows for _ in range(repeat)],
-            # Groups are this batch's prompts by position: a prompt drawn twice (at an epoch's
-            # end and the next one's start) makes two groups, not one of twice the size.
-            "index": [k for k in range(len(rows)) for _ in range(repeat)],
-        }
+    def _world_sizes(self) -> dict[str, int]:
+        return {name: self.components.world_size(name) for name in sorted(self.placed)}
 
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
-        cfg, alg, c = self.config, self.config.algorithm, self.components
+        cfg, alg = self.config, self.config.algorithm
         watch = Stopwatch()
-        prompts = self._prompt_batch(self._next_prompts(), self.train_set, alg.group_size)
+        with watch("sync"):
+            self._sync()
+        prompts = prompt_batch(self.sampler.next(cfg.data.train_batch_size), self.train_set,
+                               alg.group_size, self.tokenizer.pad_token_id)  # fmt: skip
         with watch("generate"):
-            batch = c.call("rollout", "generate", prompts, greedy=False)
-        batch["answers"], index = prompts["answers"], prompts["index"]
+            batch = prompts.update(self.rollout.generate(prompts, self.version))
         with watch("reward"):
-            scored = c.call("reward", "score", batch)
-        mask = batch["response_mask"]
+            scored = self.reward.score(batch)
         with watch("logprob"):
-            batch["old_log_probs"] = c.call("actor", "compute_log_probs", batch)
-        if "ref" in self.placed:
+            batch["old_log_probs"] = self.actor.compute_log_probs(batch)
+        if self.ref is not None:
             with watch("ref"):
-                batch["ref_log_probs"] = c.call("ref", "compute_log_probs", batch)
-        if "critic" in self.placed:
+                batch["ref_log_probs"] = self.ref.compute_log_probs(batch)
+        if self.critic is not None:
             with watch("values"):
-                batch["values"] = c.call("critic", "compute_values", batch)
+                batch["values"] = self.critic.compute_values(batch)
         metrics: dict[str, float] = {}
-        rewards = self._token_rewards(scored["scores"], batch, metrics)
-        advantages, returns = self.advantage_fn(
-            rewards, mask, values=batch.get("values"), index=index, gamma=alg.gamma,
-            lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std,
-        )  # fmt: skip
-        if alg.normalize_advantages:
-            advantages = masked_whiten(advantages, mask)
-        batch["advantages"], batch["returns"] = advantages, returns
-        if "critic" in self.placed:
+        with watch("advantages"):
+            self._advantages(batch, scored["scores"], metrics)
+        if self.critic is not None:
             with watch("critic_update"):
-                metrics.update(c.call("critic", "update", batch))
+                metrics.update(self.critic.update(batch))
         if iteration > cfg.critic.critic_warmup:
             with watch("actor_update"):
-                metrics.update(c.call("actor", "update", batch))
-            with watch("sync"):
-                c.sync()
-        return self._metrics(metrics, batch, scored, watch)
-
-    def _token_rewards(self, scores: torch.Tensor, batch: dict, metrics: dict) -> torch.Tensor:
-        """The score on each response's last token, minus the in-reward KL when enabled."""
-        alg, mask = self.config.algorithm, batch["response_mask"]
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        rewards = torch.zeros(mask.shape, dtype=torch.float32)
-        rewards[torch.arange(len(mask)), last] = scores
-        if "ref_log_probs" in batch:
-            kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], alg.kl_penalty) * mask
-            per_response = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
-            metrics["kl/to_ref"] = float(masked_mean(kl, mask))
-            if alg.use_kl_in_reward:
-                rewards = rewards - self.kl_ctrl.value * kl
-                metrics["kl/coef"] = self.kl_ctrl.value
-                self.kl_ctrl.update(float(per_response), n_steps=len(mask))
-        return rewards
-
-    def _metrics(self, metrics: dict, batch: dict, scored: dict, watch: Stopwatch) -> dict:
-        mask = batch["response_mask"].bool()
-        lengths = mask.sum(-1).float()
-        metrics["reward/mean"] = float(scored["scores"].mean())
-        metrics["reward/accuracy"] = float(scored["correct"].float().mean())
-        metrics["reward/unparsed"] = scored["unparsed"] / len(mask)
-        metrics["reward/timeouts"] = scored["timeouts"]
-        metrics["response/length_mean"] = float(lengths.mean())
-        metrics["response/clip_ratio"] = float((lengths == mask.shape[1]).float().mean())
-        if "values" in batch:
-            values, returns = batch["values"][mask], batch["returns"][mask]
-            metrics["critic/value_mean"] = float(values.mean())
-            metrics["critic/explained_variance"] = float(
-                1 - (returns - values).var() / returns.var().clamp_min(1e-8)
-            )
-        for stage, seconds in watch.seconds.items():
-            metrics[f"time/{stage}_s"] = seconds
+                metrics.update(self.actor.update(batch))
+            self.version += 1
+        metrics.update(self._batch_metrics(batch, scored))
+        metrics.update(watch.metrics())
         total = sum(watch.seconds.values())
-        tokens = float(batch["attention_mask"].sum())
-        metrics["perf/tokens_per_s"] = tokens / max(total, 1e-9)
-        metrics["perf/generated_tokens_per_s"] = float(lengths.sum()) / max(
+        metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
+        metrics["perf/generated_tokens_per_s"] = float(batch["response_mask"].sum()) / max(
             watch.seconds["generate"], 1e-9
         )
         return metrics
 
-    # validation --------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.synced != self.version:
+            self.components.sync_weights("actor", "rollout", self.version)
+            self.synced = self.version
 
-    def validate(self) -> float:
+    def _advantages(self, batch: TensorDict, scores: torch.Tensor, metrics: dict) -> None:
+        alg, mask = self.config.algorithm, batch["response_mask"]
+        rewards = scores_to_token_rewards(scores, mask)
+        if "ref_log_probs" in batch:
+            kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], alg.kl_penalty)
+            metrics["kl/to_ref"] = float(masked_mean(kl, mask))
+            if alg.use_kl_in_reward:
+                metrics["kl/coef"] = self.kl_ctrl.value
+                rewards, _ = apply_kl_penalty(rewards, batch["old_log_probs"],
+                                              batch["ref_log_probs"], mask, self.kl_ctrl,
+                                              alg.kl_penalty)  # fmt: skip
+        batch["advantages"], batch["returns"] = compute_advantages(
+            alg.adv_type, rewards, mask, normalize=alg.normalize_advantages,
+            values=batch.get("values"), index=batch["index"], gamma=alg.gamma,
+            lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std,
+        )  # fmt: skip
+
+    def _batch_metrics(self, batch: TensorDict, scored: TensorDict) -> dict[str, float]:
+        mask = batch["response_mask"].bool()
+        lengths = mask.sum(-1).float()
+        metrics = {
+            "reward/mean": float(scored["scores"].mean()),
+            "reward/accuracy": float(scored["correct"].float().mean()),
+            "reward/unparsed": float(scored["unparsed"].float().mean()),
+            "reward/timeouts": int(scored["timed_out"].sum()),
+            "response/length_mean": float(lengths.mean()),
+            "response/clip_ratio": float((lengths == mask.shape[1]).float().mean()),
+        }
+        if "values" in batch:
+            values = batch["values"]
+            metrics["critic/value_mean"] = float(masked_mean(values, mask))
+            metrics["critic/vf_explained_var"] = float(
+                explained_variance(values, batch["returns"], mask)
+            )
+        return metrics
+
+    # validation and checkpoints ----------------------------------------------------------------
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
         """Greedy accuracy on the validation prompts."""
+        self._sync()
         rows = list(range(len(self.val_set)))
-        ranks = self.components.ranks["rollout"]
+        ranks = math.lcm(self.components.world_size("rollout"),
+                         self.components.world_size("reward"))  # fmt: skip
         padded = rows + rows[: (-len(rows)) % ranks]  # whole shards; the extras are dropped
-        prompts = self._prompt_batch(padded, self.val_set, 1)
-        batch = self.components.call("rollout", "generate", prompts, greedy=True)
-        batch["answers"] = prompts["answers"]
-        scored = self.components.call("reward", "score", batch)
-        return float(scored["correct"][: len(rows)].float().mean())
+        prompts = prompt_batch(padded, self.val_set, 1, self.tokenizer.pad_token_id)
+        batch = prompts.update(self.rollout.generate(prompts, self.version, greedy=True))
+        correct = self.reward.score(batch)["correct"][: len(rows)]
+        return {"val/accuracy": float(correct.float().mean())}
 
-    # the loop ----------------------------------------------------------------------------------
+    def checkpoint(self):
+        state = {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
+                 "version": self.version}  # fmt: skip
+        return save_checkpoint(self.run_dir, self.config, self.progress, self._saved(),
+                               self._world_sizes(), state)  # fmt: skip
 
-    def run(self) -> dict:
-        cfg, run = self.config, self.config.runner
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.logger.tensorboard,
-                               wandb=cfg.logger.wandb, config=dataclasses.asdict(cfg))  # fmt: skip
-        start = time.perf_counter() - self.progress["elapsed_s"]
-        try:
-            if self.progress["val_before"] is None:
-                self.progress["val_before"] = self.validate()
-                logger.log(0, {"val/accuracy": self.progress["val_before"]})
-            log(f"validation accuracy before PPO: {self.progress['val_before']:.3f} "
-                f"({len(self.val_set)} prompts, greedy)")  # fmt: skip
-            bar = tqdm(total=run.total_iterations, initial=self.progress["iteration"],
-                       disable=not run.progress, file=sys.stderr, unit="it")  # fmt: skip
-            last_val = self.progress["val_before"]
-            for iteration in range(self.progress["iteration"] + 1, run.total_iterations + 1):
-                timer = time.perf_counter()
-                metrics = self.iterate(iteration)
-                metrics["time/iteration_s"] = time.perf_counter() - timer
-                self.timings.append(
-                    {k: v for k, v in metrics.items() if k.startswith(("time/", "perf/"))}
-                )
-                if (
-                    run.val_every
-                    and iteration % run.val_every == 0
-                    and iteration < run.total_iterations
-                ):
-                    last_val = metrics["val/accuracy"] = self.validate()
-                self.progress["iteration"] = iteration
-                self.progress["elapsed_s"] = time.perf_counter() - start
-                if run.checkpoint_every and (iteration % run.checkpoint_every == 0
-                                             or iteration == run.total_iterations):  # fmt: skip
-                    save_state(self)
-                logger.log(iteration, metrics)
-                bar.update(1)
-                bar.set_postfix(acc=round(metrics["reward/accuracy"], 3), val=round(last_val, 3),
-                                refresh=False)  # fmt: skip
-            bar.close()
-            after = self.validate()
-            logger.log(run.total_iterations, {"val/accuracy": after})
-        finally:
-            logger.close()
-            self.components.close()
-        return self._summary(after, time.perf_counter() - start)
-
-    def _summary(self, after: float, wall: float) -> dict:
-        perf = _columns(self.timings, "perf/")
-        summary = {
-            "val_accuracy_before": round(self.progress["val_before"], 4),
-            "val_accuracy_after": round(after, 4),
+    def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
+        p = self.progress
+        return {
+            "val_accuracy_before": round(p.first_eval["val/accuracy"], 4),
+            "val_accuracy_after": round(p.last_eval["val/accuracy"], 4),
             "val_prompts": len(self.val_set),
-            "iterations": self.progress["iteration"],
-            "wall_s": round(wall, 3),
-            # Means over this process's iterations (a resumed run: since it resumed).
-            "seconds_per_stage": {
-                k.removeprefix("time/").removesuffix("_s"): round(float(np.mean(v)), 4)
-                for k, v in _columns(self.timings, "time/").items()
-            },
+            "iterations": p.iteration,
+            "wall_s": round(wall_s, 3),
             # all: prompt and response tokens over the iteration; generated: over generation.
             "tokens_per_s": {
-                name: round(float(np.mean(perf[f"perf/{metric}"])), 1)
+                name: round(means[f"perf/{metric}"], 1)
                 for name, metric in (
                     ("all", "tokens_per_s"),
                     ("generated", "generated_tokens_per_s"),
                 )
-                if perf
+                if f"perf/{metric}" in means
             },
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),
-            "run_dir": str(self.run_dir),
+            "placement": self.plan.layout,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    # the run -----------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Validate, train ``runner.total_iterations`` iterations, validate; the run's summary."""
+        try:
+            summary = train(self)
+        finally:
+            self.close()
+        before, after = summary["val_accuracy_before"], summary["val_accuracy_after"]
+        log(f"validation accuracy: {before:.3f} before PPO, {after:.3f} after "
+            f"({len(self.val_set)} prompts, greedy)")  # fmt: skip
         return summary
 
-
-def _columns(rows: list[dict[str, float]], prefix: str) -> dict[str, list[float]]:
-    columns: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        for name, value in row.items():
-            if name.startswith(prefix):
-                columns[name].append(value)
-    return columns
+    def close(self) -> None:
+        self.components.close()

@@ -10,13 +10,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "ComponentSpec": "rlcore.scheduler.deployment",
+    "Dispatch": "rlcore.scheduler.dispatch",
+    "Peer": "rlcore.scheduler.handles",
     "Scheduler": "rlcore.scheduler.scheduler",
     "SchedulerError": "rlcore.scheduler.ray_cluster",
     "SyncReport": "rlcore.scheduler.weight_sync",
     "WorkerContext": "rlcore.scheduler.worker",
-    "WorkerError": "rlcore.scheduler.worker",
+    "WorkerError": "rlcore.scheduler.errors",
     "WorkerGroup": "rlcore.scheduler.worker_group",
     "WorkerProcess": "rlcore.scheduler.worker",
+    "dispatch": "rlcore.scheduler.dispatch",
+    "start_components": "rlcore.scheduler.deployment",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -14,21 +14,14 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlcore.scheduler.errors import WorkerError
+
 if TYPE_CHECKING:
     import torch
 
+__all__ = ["WorkerContext", "WorkerError", "WorkerProcess"]
+
 # torch is imported where it is used: a worker hosting only torch-free components starts faster.
-
-
-class WorkerError(RuntimeError):
-    """An exception raised inside a worker, re-raised in the driver with where it happened."""
-
-    def __init__(self, component: str, rank: int, node: int, detail: str) -> None:
-        self.component, self.rank, self.node, self.detail = component, rank, node, detail
-        super().__init__(f"{component} rank {rank} on node {node}: {detail}")
-
-    def __reduce__(self):
-        return (WorkerError, (self.component, self.rank, self.node, self.detail))
 
 
 @dataclass(frozen=True)
@@ -121,6 +114,9 @@ class WorkerProcess:
             device=self.device,
             group=self.groups.get(component),
         )
+        from rlcore.scheduler.handles import resolve_peers
+
+        args, kwargs = resolve_peers(args, kwargs, self.instances, self.rank)
         self.instances[component] = self._guard(component, lambda: cls(context, *args, **kwargs))
 
     def call(self, component: str, method: str, args: tuple, kwargs: dict) -> Any:
@@ -176,7 +172,8 @@ class WorkerProcess:
         source = self.instances[src].weights()
         with torch.no_grad():
             for name, tensor in self.instances[dst].weights().items():
-                tensor.copy_(source[name])
+                if tensor.data_ptr() != source[name].data_ptr():  # a shared module: no copy
+                    tensor.copy_(source[name])
 
     def open_sync_group(
         self, name: str, addr: str, port: int, rank: int, size: int, backend: str, timeout_s: float
@@ -208,6 +205,15 @@ class WorkerProcess:
                     tensor.copy_(buffer)
 
     def close(self) -> None:
+        """Close the components (async envs own subprocesses), then the groups."""
+        import contextlib
+
+        for instance in reversed(list(self.instances.values())):
+            close = getattr(instance, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()
+        self.instances.clear()
         self.sync_groups.clear()
         import torch.distributed as dist
 

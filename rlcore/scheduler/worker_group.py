@@ -9,7 +9,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from rlcore.placement import RankPlacement
-from rlcore.scheduler.worker import WorkerError
+from rlcore.scheduler.errors import WorkerError
 
 
 class WorkerGroup:

@@ -1,156 +1,101 @@
-"""``EmbodiedActor``: the policy's training side. Owns the model and the optimiser; ``update``
-runs PPO's epochs over a batch of transitions.
+"""``EmbodiedActor``: the ``actor`` component of embodied runs, the PPO update of the actor-critic.
 
-With several ranks (``ctx.world_size > 1``) the model is wrapped in DDP and each rank updates on
-its shard. DDP averages gradients, but a ``token-mean`` loss must divide by the *global* number
-of valid steps, which differs between ranks (reset steps are masked out). So every rank
-aggregates with the all-reduced counts and scales its loss by the world size: the summed
-gradient is then exactly the gradient of the global batch's loss. Advantage whitening uses the
-global moments the same way.
+It owns the model and, through ``Trainer``, the optimiser, the learning-rate schedule and the
+data-parallel strategy; what is its own is the loss: with ``loss_type: actor_critic`` the policy
+and the value head (shared backbone or twin trunks) train in one backward pass,
+``policy loss + value_coef x value loss - entropy_bonus x entropy``
+(``rlcore.algorithms.ppo_loss``).
+Transitions are one-step "sequences" (``[B, 1]``) for the losses, masked by ``valid``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
+from tensordict import TensorDict
 
-from rlcore.algorithms import (
-    agg_loss,
-    count_seqs,
-    count_tokens,
-    get_policy_loss_fn,
-    masked_whiten,
-    value_loss,
-)
-from rlcore.algorithms.stats import WHITEN_EPS
+from rlcore.algorithms import LOSS_SHARES, get_policy_loss_fn, ppo_loss
 from rlcore.config.schema import EmbodiedConfig
+from rlcore.envs import SpaceSpec
+from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.embodied_rollout import make_policy
+from rlcore.workers.trainer import Trainer, UpdateSizes
 
-ADDITIVE = ("policy_loss", "value_loss", "entropy")
-FRACTIONS = ("pg_clipfrac", "approx_kl", "vf_clipfrac")
+# What the update reads of a batch, flattened from [N, T] to transitions.
+TRAINED_ON = ("obs", "actions", "log_probs", "values", "advantages", "returns", "valid")
+
+
+def iterations(config: EmbodiedConfig) -> int:
+    """Iterations to reach ``runner.total_env_steps``, all ranks' envs together."""
+    run = config.runner
+    return max(1, run.total_env_steps // (run.rollout_steps * config.env.num_envs))
 
 
 class EmbodiedActor:
-    def __init__(self, ctx: Any, config: EmbodiedConfig, model: torch.nn.Module) -> None:
+    """See the module docstring."""
+
+    def __init__(self, ctx: Any, config: EmbodiedConfig, spec: SpaceSpec) -> None:
+        torch.set_num_threads(config.runner.torch_threads)
         self.config = config
-        self.group = getattr(ctx, "group", None)
-        self.world_size = getattr(ctx, "world_size", 1)
-        self.model = model
-        self.params = list(model.parameters())
-        self.trained = (
-            torch.nn.parallel.DistributedDataParallel(model, process_group=self.group)
-            if self.world_size > 1
-            else model
-        )
-        self.optimizer = torch.optim.Adam(
-            model.parameters(),
-            lr=config.actor.optim.lr,
-            eps=config.actor.optim.adam_eps,
-            fused=True,  # one kernel for all parameters: 10% off a CartPole update, measured
+        self.model = make_policy(config, spec)
+        optim, actor = config.actor.optim, config.actor
+        total = iterations(config)
+        self.trainer = Trainer(
+            ctx,
+            self.model,
+            # fused: one kernel for all parameters, 10% off a CartPole update (measured)
+            optimizer=lambda params: torch.optim.Adam(
+                params, lr=optim.lr, eps=optim.adam_eps, fused=True
+            ),
+            sizes=UpdateSizes(
+                actor.ppo_epochs, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size
+            ),
+            max_grad_norm=optim.max_grad_norm,
+            seed=config.runner.seed,
+            # linear: decays to 0 over the run, once per iteration (as SB3 and CleanRL anneal)
+            lr_lambda=(lambda done: 1.0 - done / total) if optim.lr_schedule == "linear" else None,
+            schedule_every="update",
+            additive=LOSS_SHARES,
         )
         self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
 
-    def set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+    @dispatch(Dispatch.SHARD_REDUCED)
+    def update(self, batch: TensorDict) -> dict[str, float]:
+        """PPO epochs over this rank's rows of ``batch`` (``[N]`` rows of ``[N, T]`` steps, with
+        ``advantages`` and ``returns``); the metrics of all ranks."""
+        steps = batch.batch_size[0] * batch["valid"].shape[1]
+        flat = TensorDict({k: batch[k].flatten(0, 1) for k in TRAINED_ON}, batch_size=[steps])
+        metrics = self.trainer.fit(flat, self._loss, mask_key="valid")
+        return {_name(k): v for k, v in metrics.items()}
 
-    def _sum(self, values: list[float]) -> list[float]:
-        """Sums over ranks (identity on one rank)."""
-        if self.world_size == 1:
-            return values
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, group=self.group)
-        return tensor.tolist()
-
-    def _whiten(self, advantages: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        if self.world_size == 1:
-            return masked_whiten(advantages, valid)
-        kept = advantages[valid].double()
-        total, square, n = self._sum([kept.sum().item(), (kept**2).sum().item(), kept.numel()])
-        mean = total / n
-        var = (square - n * mean**2) / (n - 1)  # unbiased, as masked_whiten
-        whitened = (advantages - mean) / (var + WHITEN_EPS) ** 0.5
-        return torch.where(valid, whitened, torch.zeros_like(whitened))
-
-    def update(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict:
-        """PPO epochs over this rank's ``batch`` (flat tensors over transitions)."""
-        alg, actor = self.config.algorithm, self.config.actor
-        mask = batch["valid"]
-        advantages = batch["advantages"]
-        if alg.normalize_advantages:
-            advantages = self._whiten(advantages, mask)
-        size = mask.shape[0]
-        mini = actor.ppo_mini_batch_size // self.world_size
-        micro = actor.ppo_micro_batch_size or mini
-        stats: dict[str, list[float]] = {}
-        batch = {**batch, "advantages": advantages}
-        for _ in range(actor.ppo_epochs):
-            # Shuffle once per epoch; mini- and micro-batches are then slices (views, no copy).
-            order = torch.randperm(size, generator=generator)
-            shuffled = {k: v[order] for k, v in batch.items()}
-            for start in range(0, size, mini):
-                minibatch = {k: v[start : start + mini] for k, v in shuffled.items()}
-                valid = minibatch["valid"][:, None]
-                tokens, seqs = self._sum([count_tokens(valid), count_seqs(valid)])
-                counts = {"num_tokens": int(tokens), "num_seqs": int(seqs)}
-                self.optimizer.zero_grad(set_to_none=True)
-                shares = dict.fromkeys(ADDITIVE, 0.0)
-                for micro_start in range(0, mini, micro):
-                    part = {k: v[micro_start : micro_start + micro] for k, v in minibatch.items()}
-                    metrics = self._loss(part, counts)
-                    for name, value in metrics.items():
-                        if name in ADDITIVE:  # shares of the mini-batch loss: they add up
-                            shares[name] += float(value)
-                        else:
-                            stats.setdefault(name, []).append(float(value))
-                for name, value in shares.items():
-                    stats.setdefault(name, []).append(value)
-                stats.setdefault("grad_norm", []).append(self._step())
-        result = {name: float(np.mean(values)) for name, values in stats.items()}
-        # Loss shares add up over ranks; the fractions are averaged over them.
-        summed = self._sum([result[n] for n in ADDITIVE] + [result[n] for n in FRACTIONS])
-        result.update(zip(ADDITIVE, summed[: len(ADDITIVE)], strict=True))
-        fractions = [v / self.world_size for v in summed[len(ADDITIVE) :]]
-        result.update(zip(FRACTIONS, fractions, strict=True))
-        predicted, target = batch["values"][mask], batch["returns"][mask]
-        result["explained_variance"] = float(
-            1 - (target - predicted).var() / target.var().clamp_min(1e-8)
-        )
-        return result
-
-    def _loss(self, batch: dict[str, torch.Tensor], counts: dict):
+    def _loss(self, module: torch.nn.Module, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
         col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
-        mask = col(batch["valid"])
-        log_probs, entropy, values = self.trained(batch["obs"], batch["actions"])
-        pg_loss, pg_metrics = self.policy_loss(
-            col(batch["log_probs"]), col(log_probs), col(batch["advantages"]), mask,
+        log_probs, entropy, values = module(micro["obs"], micro["actions"])
+        return ppo_loss(
+            col(log_probs), col(micro["log_probs"]), col(micro["advantages"]), col(micro["valid"]),
+            entropy=col(entropy), policy_loss_fn=self.policy_loss,
             clip_ratio_low=alg.clip_ratio_low, clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c, loss_agg_mode=alg.loss_agg_func, **counts,
+            clip_ratio_c=alg.clip_ratio_c, loss_agg_mode=alg.loss_agg_func,
+            entropy_coef=alg.entropy_bonus, values=col(values), returns=col(micro["returns"]),
+            old_values=col(micro["values"]), value_coef=alg.value_coef,
+            value_clip=alg.value_clip, huber_delta=alg.huber_delta, **counts,
         )  # fmt: skip
-        v_loss, v_metrics = value_loss(
-            col(values), col(batch["returns"]), col(batch["values"]), mask,
-            value_clip=alg.value_clip, huber_delta=alg.huber_delta,
-            loss_agg_mode=alg.loss_agg_func, **counts,
-        )  # fmt: skip
-        entropy_loss = agg_loss(col(entropy), mask, alg.loss_agg_func, **counts)
-        loss = pg_loss + alg.value_coef * v_loss - alg.entropy_bonus * entropy_loss
-        # Each rank holds its share of the global loss; DDP averages, so scale to get the sum.
-        (loss * self.world_size).backward()
-        return {
-            "policy_loss": pg_loss.detach(),
-            "value_loss": v_loss.detach(),
-            "entropy": entropy_loss.detach(),
-            "pg_clipfrac": pg_metrics["pg_clipfrac"],
-            "approx_kl": pg_metrics["ppo_kl"],
-            "vf_clipfrac": v_metrics["vf_clipfrac"],
-        }
 
-    def _step(self) -> float:
-        max_norm = self.config.actor.optim.max_grad_norm
-        limit = max_norm if max_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.params, limit)  # skips params with no grad
-        self.optimizer.step()
-        return float(norm)
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.trainer.full_state_dict()
+
+    @dispatch(Dispatch.ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        self.trainer.save(Path(directory))
+
+    @dispatch(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        self.trainer.load(Path(directory))
+
+
+def _name(metric: str) -> str:
+    """verl's metric names: the value head's terms under critic/, the rest under actor/."""
+    return f"critic/{metric}" if metric.startswith("vf_") else f"actor/{metric}"

@@ -1,80 +1,224 @@
-"""Environments in their own processes: ``EnvWorker`` steps a vector env where the plan puts the
-``env`` component, and ``RemoteVectorEnv`` lets a rollout rank step it through Ray as if it were
-local (one round trip per step).
+"""``EnvWorker``: the ``env`` component of embodied runs. It owns this rank's share of the vector
+envs (``env.num_envs / ranks``, seeded apart from the other ranks'), the eval envs (rank 0), what
+the policy sees of them (running observation normalisation) and learns from (reward scaling), and
+the episode statistics. The rollout steps it: directly when the two share a process, through Ray
+otherwise (one round trip per step).
+
+Vector envs autoreset on the next step: the step after an episode ends only resets its env, so it
+is marked not ``valid``; the observation it starts from is the episode's final observation, whose
+value the rollout computes as for any other (``V(s_final)`` bootstraps a truncated episode).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import numpy as np
-import ray
-from ray import cloudpickle
+import torch
 
-from rlcore.envs import make_vector_env
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import EmbodiedConfig
+from rlcore.envs import SpaceSpec, check_finite, make_vector_env, space_spec
+from rlcore.envs.normalization import ObsNormalizer, RewardScaler
+from rlcore.scheduler.dispatch import Dispatch, dispatch
+
+
+@dataclass
+class Transition:
+    """What one env step gives the rollout, ``[N]`` each (this rank's envs)."""
+
+    rewards: torch.Tensor  # scaled when env.normalize_reward
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor  # False on the reset step that follows an episode's end
+    next_obs: torch.Tensor  # the observations after the step, as the policy sees them
+
+
+def env_action(spec: SpaceSpec, action: torch.Tensor) -> np.ndarray:
+    """What the envs receive: Gaussian samples clipped to the space (the policy's log-probs stay
+    those of the unclipped sample), indices as they are."""
+    if spec.action_kind == "box":
+        low, high = torch.as_tensor(spec.action_low), torch.as_tensor(spec.action_high)
+        return torch.clamp(action, low, high).numpy()
+    return action.numpy()
+
+
+def check_envs_can_be_saved(envs: Any, env_id: str) -> None:
+    """Fail before training, not at the first checkpoint, when the envs cannot be pickled
+    (subprocess envs, simulators holding native handles such as SAPIEN's)."""
+    try:
+        cloudpickle.dumps(envs)
+    except Exception as error:  # pickling raises whatever the object's reducer raises
+        raise ConfigError(
+            f"runner.checkpoint_every: the envs of {env_id} cannot be saved in a checkpoint "
+            f"({type(error).__name__}: {str(error)[:120]}); set runner.checkpoint_every=0, or "
+            "env.vector_mode=sync if the env itself can be pickled"
+        ) from None
 
 
 class EnvWorker:
-    """The ``env`` component: a vector env of ``num_envs`` copies of ``env_id``."""
+    """See the module docstring."""
 
-    def __init__(self, ctx: Any, env_id: str, num_envs: int, mode: str) -> None:
-        self.envs = make_vector_env(env_id, num_envs, mode)
+    def __init__(self, ctx: Any, config: EmbodiedConfig) -> None:
+        env, run = config.env, config.runner
+        self.rank = ctx.rank
+        self.env_id = env.id
+        self.num_envs = env.num_envs // ctx.world_size
+        self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode)
+        self.eval_envs = None
+        try:
+            if self.rank == 0:
+                self.eval_envs = make_vector_env(env.id, run.eval_episodes, env.vector_mode)
+            self.spec = space_spec(self.envs, env.id)
+            if run.checkpoint_every:
+                check_envs_can_be_saved(self.envs, env.id)
+        except BaseException:
+            self.close()
+            raise
+        self.obs_norm = (
+            ObsNormalizer(self.spec.obs_shape, env.clip_obs) if env.normalize_obs else None
+        )
+        self.reward_scaler = (
+            RewardScaler(self.num_envs, config.algorithm.gamma, env.clip_reward)
+            if env.normalize_reward
+            else None
+        )
+        obs, _ = self.envs.reset(seed=run.seed + 1000 * self.rank)
+        self.obs = torch.as_tensor(obs, dtype=torch.float32)
+        self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._clear_finished()
+        self.eval_obs: np.ndarray | None = None
 
-    def spaces(self):
-        return self.envs.single_observation_space, self.envs.single_action_space
+    @dispatch(Dispatch.RANK0)
+    def space_spec(self) -> SpaceSpec:
+        return self.spec
 
-    def reset(self, seed: int):
-        return self.envs.reset(seed=seed)
+    # training episodes -------------------------------------------------------------------------
 
-    def step(self, actions):
-        return self.envs.step(actions)
+    def _policy_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
+        return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
+    def observe(self) -> torch.Tensor:
+        """The current observations ``[N, *obs_shape]`` as the policy sees them; normalisation
+        statistics take them in (they are about to be acted on)."""
+        return self._policy_obs(self.obs, update=True)
+
+    def step(self, actions: torch.Tensor, last: bool = False) -> Transition:
+        """Apply ``actions`` ``[N, ...]``. ``last``: the rollout's final step, whose next
+        observations only give V for bootstrapping (normalised without updating the statistics;
+        the next rollout's first step takes them in)."""
+        next_obs, reward, term, trunc, _ = self.envs.step(env_action(self.spec, actions))
+        check_finite(self.env_id, next_obs, reward)
+        terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
+        done = terminated | truncated
+        valid = ~self.prev_done
+        rewards = torch.as_tensor(reward, dtype=torch.float32)
+        if self.reward_scaler is not None:
+            rewards = self.reward_scaler(rewards, done, valid)
+        self._track_episodes(reward, done.numpy(), valid.numpy())
+        self.prev_done = done
+        self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
+        return Transition(rewards, terminated, truncated, valid,
+                          self._policy_obs(self.obs, update=not last))  # fmt: skip
+
+    def _env_action(self, action: torch.Tensor) -> np.ndarray:
+        """What the envs receive: Gaussian samples clipped to the space, indices as they are."""
+        if self.spec.action_kind == "box":
+            low, high = (
+                torch.as_tensor(self.spec.action_low),
+                torch.as_tensor(self.spec.action_high),
+            )
+            return torch.clamp(action, low, high).numpy()
+        return action.numpy()
+
+    def _track_episodes(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        self.episode_return += reward * valid
+        self.episode_length += valid
+        ended = done & valid
+        self.finished_return += np.where(ended, self.episode_return, 0.0)
+        self.finished_length += np.where(ended, self.episode_length, 0)
+        self.finished_count += ended
+        self.episode_return[ended], self.episode_length[ended] = 0.0, 0
+
+    def _clear_finished(self) -> None:
+        self.finished_return = np.zeros(self.num_envs)
+        self.finished_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.finished_count = np.zeros(self.num_envs, dtype=np.int64)
+
+    def finished_episodes(self) -> dict[str, torch.Tensor]:
+        """Per env ``[N]``: summed return and length of the episodes that ended since the last
+        call, and their count (sums, so that ranks and envs merge by adding)."""
+        stats = {
+            "episode_return_sum": torch.from_numpy(self.finished_return),
+            "episode_length_sum": torch.from_numpy(self.finished_length),
+            "episode_count": torch.from_numpy(self.finished_count),
+        }
+        self._clear_finished()
+        return stats
+
+    # evaluation (rank 0) -----------------------------------------------------------------------
+
+    def eval_reset(self, seed: int) -> torch.Tensor:
+        obs, _ = self.eval_envs.reset(seed=seed)
+        n = self.eval_envs.num_envs
+        self.eval_returns, self.eval_done = np.zeros(n), np.zeros(n, dtype=bool)
+        return self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
+
+    def eval_step(self, actions: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
+        """One step of every eval env; the observations, and the returns once all episodes ended
+        (each env's first episode; the steps after it ended do not count)."""
+        obs, reward, term, trunc, _ = self.eval_envs.step(env_action(self.spec, actions))
+        self.eval_returns += reward * ~self.eval_done
+        self.eval_done |= term | trunc
+        seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
+        return seen, (self.eval_returns.copy() if self.eval_done.all() else None)
+
+    # checkpoints: each rank its envs (pickled where they live) and carry-over ------------------
+
+    @dispatch(Dispatch.ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        where = Path(directory)
+        where.mkdir(parents=True, exist_ok=True)
+        state = {
+            "obs": self.obs, "prev_done": self.prev_done,
+            "episode_return": torch.from_numpy(self.episode_return),
+            "episode_length": torch.from_numpy(self.episode_length),
+            "finished": {"return": torch.from_numpy(self.finished_return),
+                         "length": torch.from_numpy(self.finished_length),
+                         "count": torch.from_numpy(self.finished_count)},
+            "obs_norm": _state(self.obs_norm), "reward_scaler": _state(self.reward_scaler),
+        }  # fmt: skip
+        torch.save(state, where / f"rank{self.rank}.pt")
+        (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
+
+    @dispatch(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        where = Path(directory)
+        state = torch.load(where / f"rank{self.rank}.pt", weights_only=True)
+        self.envs.close()
+        self.envs = cloudpickle.loads((where / f"envs_rank{self.rank}.pkl").read_bytes())
+        self.obs, self.prev_done = state["obs"], state["prev_done"]
+        self.episode_return = state["episode_return"].numpy().copy()
+        self.episode_length = state["episode_length"].numpy().copy()
+        self.finished_return = state["finished"]["return"].numpy().copy()
+        self.finished_length = state["finished"]["length"].numpy().copy()
+        self.finished_count = state["finished"]["count"].numpy().copy()
+        if self.obs_norm is not None:
+            self.obs_norm.load_state_dict(state["obs_norm"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+    @dispatch(Dispatch.ALL)
     def close(self) -> None:
         self.envs.close()
-
-    # checkpoints: the envs themselves, pickled where they live
-
-    def check_saveable(self, env_id: str) -> None:
-        from rlcore.runners.checkpoint import check_envs_can_be_saved
-
-        check_envs_can_be_saved(self.envs, env_id)
-
-    def save(self, path: str) -> None:
-        Path(path).write_bytes(cloudpickle.dumps(self.envs))
-
-    def load(self, path: str) -> None:
-        self.envs.close()
-        self.envs = cloudpickle.loads(Path(path).read_bytes())
+        if self.eval_envs is not None:
+            self.eval_envs.close()
 
 
-class RemoteVectorEnv:
-    """The vector-env calls ``EmbodiedRunner`` makes, forwarded to an ``EnvWorker`` process."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.single_observation_space, self.single_action_space = self._call("spaces")
-
-    def _call(self, method: str, *args: Any) -> Any:
-        return ray.get(self.handle.call.remote("env", method, args, {}))
-
-    def reset(self, seed: int):
-        obs, info = self._call("reset", seed)
-        return np.array(obs), info  # Ray returns read-only arrays; torch wants to own them
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self._call("step", actions)
-        copies = (np.array(x) for x in (obs, reward, terminated, truncated))
-        return (*copies, info)
-
-    def close(self) -> None:
-        self._call("close")
-
-    def check_saveable(self, env_id: str) -> None:
-        self._call("check_saveable", env_id)
-
-    def save(self, path: str) -> None:
-        self._call("save", path)
-
-    def load(self, path: str) -> None:
-        self._call("load", path)
+def _state(stats: Any) -> dict | None:
+    return None if stats is None else stats.state_dict()

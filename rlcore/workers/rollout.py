@@ -1,7 +1,11 @@
-"""The rollout component: generates responses to prompts. A backend interface with an ``hf``
-engine (transformers ``generate``), shaped so an SGLang engine fits next: prompts go in as token
-ids, responses come out as token ids with their mask; the sampler's log-probs are not returned,
-because the loss uses the actor's recomputed ones (``old_log_probs``).
+"""The ``rollout`` component of reasoning runs: generates responses to prompts with an engine
+behind one interface (``RolloutBackend``); ``hf`` (transformers ``generate``) is built.
+
+``RolloutWorker`` owns what does not depend on the engine: the weight version the driver checks,
+the sampling RNG in checkpoints, and the split into ``rollout.micro_batch_size`` calls. Prompts
+go in as token ids and responses come out as token ids with their mask, so an SGLang engine fits
+behind the same two methods. Placed with the actor, the ``hf`` engine generates with the actor's
+own module (nothing to sync).
 """
 
 from __future__ import annotations
@@ -10,19 +14,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_causal_lm, load_tokenizer
-from rlcore.workers.lm_batch import Batch, micro_batches, position_ids, response_mask
+from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.embodied_rollout import StaleWeightsError
 
 
 class RolloutBackend(Protocol):
-    """What the runner needs of a generation engine."""
+    """What the rollout needs of a generation engine."""
 
-    def generate(self, prompts: Batch, *, greedy: bool) -> Batch:
+    def generate(self, prompts: TensorDict, *, greedy: bool) -> TensorDict:
         """``prompts`` holds ``input_ids`` / ``attention_mask`` ``[B, P]`` (left-padded); the
-        result is a full batch (see ``lm_batch``) with responses padded to
-        ``data.max_response_length``."""
+        result holds ``input_ids`` / ``attention_mask`` / ``position_ids`` ``[B, P + R]`` and
+        ``responses`` / ``response_mask`` ``[B, R]``, R = ``data.max_response_length``."""
         ...
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -30,21 +37,14 @@ class RolloutBackend(Protocol):
         ...
 
 
-class HFRollout:
-    """``generate`` from transformers on the component's device.
+class HFEngine:
+    """``generate`` from transformers on the component's device (``model``: the actor's module
+    when fused with it)."""
 
-    ``model``: when given (rollout fused with the actor in one process), the actor's own module
-    is used, so there is nothing to sync.
-    """
-
-    def __init__(
-        self, ctx: Any, config: ReasoningConfig, model_dir: Path, model: Any = None
-    ) -> None:
+    def __init__(self, config: ReasoningConfig, model_dir: Path, device: torch.device,
+                 model: Any = None) -> None:  # fmt: skip
         self.config = config
-        self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
-        if ctx is not None:  # its own process: its own sampling seed
-            torch.set_num_threads(config.runner.torch_threads)
-            torch.manual_seed(config.runner.seed + 7919 * (ctx.rank + 1))
+        self.device = device
         self.tokenizer = load_tokenizer(model_dir)
         self.model = (
             model if model is not None else load_causal_lm(model_dir, config.actor.model.dtype)
@@ -59,14 +59,7 @@ class HFRollout:
     def weights(self) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())
 
-    def rng_state(self) -> torch.Tensor:
-        """The sampler's RNG state, for checkpoints of runs where the rollout has a process."""
-        return torch.get_rng_state()
-
-    def set_rng_state(self, state: torch.Tensor) -> None:
-        torch.set_rng_state(state)
-
-    def _generation_config(self, greedy: bool) -> Any:
+    def generation_config(self, greedy: bool) -> Any:
         from transformers import GenerationConfig
 
         r = self.config.rollout
@@ -83,23 +76,19 @@ class HFRollout:
         )
 
     @torch.no_grad()
-    def generate(self, prompts: Batch, *, greedy: bool) -> Batch:
-        size = self.config.rollout.micro_batch_size or len(prompts["input_ids"])
+    def generate(self, prompts: TensorDict, *, greedy: bool) -> TensorDict:
         was_training = self.model.training
         self.model.eval()
         try:
-            parts = [self._generate(part, greedy) for part in micro_batches(prompts, size)]
+            return self._generate(prompts, greedy)
         finally:
             self.model.train(was_training)
-        return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
 
-    def _generate(self, prompts: Batch, greedy: bool) -> Batch:
+    def _generate(self, prompts: TensorDict, greedy: bool) -> TensorDict:
         ids = prompts["input_ids"].to(self.device)
         mask = prompts["attention_mask"].to(self.device)
         out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            generation_config=self._generation_config(greedy),
+            input_ids=ids, attention_mask=mask, generation_config=self.generation_config(greedy)
         )
         width = self.config.data.max_response_length
         responses = out[:, ids.shape[1] :]
@@ -111,19 +100,62 @@ class HFRollout:
         resp_mask = response_mask(responses, self.eos_ids)
         responses = torch.where(resp_mask.bool(), responses, self.tokenizer.pad_token_id)
         attention = torch.cat([mask, resp_mask], dim=1)
-        return {
-            "input_ids": torch.cat([ids, responses], dim=1).cpu(),
-            "attention_mask": attention.cpu(),
-            "position_ids": position_ids(attention).cpu(),
-            "responses": responses.cpu(),
-            "response_mask": resp_mask.cpu(),
+        generated = {
+            "input_ids": torch.cat([ids, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": position_ids(attention),
+            "responses": responses,
+            "response_mask": resp_mask,
         }
+        return TensorDict({k: v.cpu() for k, v in generated.items()}, batch_size=[len(ids)])
 
 
-def make_rollout(ctx: Any, config: ReasoningConfig, model_dir: Path, model: Any = None) -> Any:
-    """The engine ``rollout.backend`` names."""
-    if config.rollout.backend == "hf":
-        return HFRollout(ctx, config, model_dir, model)
-    raise NotImplementedError(
-        "rollout.backend: sglang is not built yet (a later issue adds it); use hf"
-    )
+class RolloutWorker:
+    """See the module docstring. ``actor``: the actor's worker when fused with it, else None."""
+
+    def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path,
+                 actor: Any = None) -> None:  # fmt: skip
+        torch.set_num_threads(config.runner.torch_threads)
+        self.config, self.rank = config, ctx.rank
+        # transformers samples from torch's global RNG: this process's, seeded per rank
+        torch.manual_seed(config.runner.seed + 7919 * (ctx.rank + 1))
+        if config.rollout.backend != "hf":
+            raise NotImplementedError(
+                "rollout.backend: sglang is not built yet (a later issue adds it); use hf"
+            )
+        model = actor.model if actor is not None else None
+        self.engine: RolloutBackend = HFEngine(config, model_dir, ctx.torch_device, model)
+        self.version = -1  # no weights synced yet
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.engine.weights()
+
+    @dispatch(Dispatch.ALL)
+    def set_weight_version(self, version: int) -> None:
+        self.version = version
+
+    @dispatch(Dispatch.SHARD)
+    def generate(self, prompts: TensorDict, version: int, greedy: bool = False) -> TensorDict:
+        """Responses to this rank's ``prompts`` (see ``RolloutBackend.generate``), sampled with
+        the actor's weights of ``version`` (greedy for validation)."""
+        if version != self.version:
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} holds policy weights of version {self.version}, but "
+                f"the driver expects version {version}: a weight sync was missed"
+            )
+        size = self.config.rollout.micro_batch_size or prompts.batch_size[0]
+        parts = [self.engine.generate(part, greedy=greedy) for part in prompts.split(size)]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    # checkpoints: the sampler's RNG (transformers samples from torch's global one) -------------
+
+    @dispatch(Dispatch.ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        where = Path(directory)
+        where.mkdir(parents=True, exist_ok=True)
+        torch.save({"torch_rng": torch.get_rng_state()}, where / f"rank{self.rank}.pt")
+
+    @dispatch(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        state = torch.load(Path(directory) / f"rank{self.rank}.pt", weights_only=True)
+        torch.set_rng_state(state["torch_rng"])

@@ -17,6 +17,7 @@ import torch
 from rlcore.config import load_config
 from rlcore.envs import EnvError, make_vector_env, space_spec
 from rlcore.envs.maniskill import NextStepVectorEnv, make_maniskill_env, make_maniskill_vector_env
+from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 
 PICKCUBE = "maniskill/PickCube-v1"
@@ -61,7 +62,7 @@ def test_ppo_runs_on_pickcube_in_subprocess_envs(maniskill, tmp_path):
         "actor.ppo_epochs=1", "actor.ppo_mini_batch_size=32", "actor.model.hidden_sizes=[32]",
         "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
     ])  # fmt: skip
-    summary = EmbodiedRunner(config).run()
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
     assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None
 
 

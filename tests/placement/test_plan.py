@@ -5,7 +5,7 @@ import pytest
 from rlcore.config.schema import ClusterConfig
 from rlcore.placement import ComponentRoles, PlacementError, build_plan, resolve_cluster
 
-EMBODIED = ComponentRoles("embodied", ("actor", "rollout", "env"), optional=("reward",))
+EMBODIED = ComponentRoles("embodied", ("actor", "rollout", "env"))
 REASONING = ComponentRoles("reasoning", ("actor", "critic", "rollout", "reward"),
                            unused={"ref": "no reference KL"})  # fmt: skip
 
@@ -64,10 +64,9 @@ def test_unused_components_are_not_started_and_say_why():
     ("placement", "message"),
     [
         ({"actr,rollout,env": "all"}, "unknown component 'actr' in key 'actr,rollout,env' "
-         "(did you mean 'actor'?); mode embodied has actor, rollout, env, reward"),
+         "(did you mean 'actor'?); mode embodied has actor, rollout, env"),
         ({"actor,rollout": "all", "env,actor": "0"}, "component 'actor' is placed twice"),
-        ({"actor,rollout": "all"}, "no placement for env; this config runs actor, rollout, env "
-         "(optional: reward)"),
+        ({"actor,rollout": "all"}, "no placement for env; this config runs actor, rollout, env"),
         ({"actor,,env": "all"}, "key 'actor,,env' has an empty component name"),
         ({"critic,actor,rollout,env": "all"}, "unknown component 'critic'"),
     ],

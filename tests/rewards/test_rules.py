@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
 from rlcore.rewards import RewardWorker, gsm8k_correct, load_custom_fn, math_correct
@@ -68,18 +69,21 @@ def worker(**reward) -> RewardWorker:
     return w
 
 
-def encode(texts, width=12):
+def encode(texts, answers, width=12):
     rows = [[ord(c) for c in t] + [0] * (width - len(t)) for t in texts]
     responses = torch.tensor(rows)
-    return {"responses": responses, "response_mask": (responses != 0).long()}
+    batch = TensorDict({"responses": responses, "response_mask": (responses != 0).long()},
+                       batch_size=[len(texts)])  # fmt: skip
+    batch["answers"] = NonTensorStack(*answers)
+    return batch
 
 
 def test_reward_worker_scores_right_wrong_and_unparsed_responses():
-    batch = encode(["#### 4", "#### 5", "four"]) | {"answers": ["4", "4", "4"]}
-    out = worker().score(batch)
+    out = worker().score(encode(["#### 4", "#### 5", "four"], ["4", "4", "4"]))
     assert out["scores"].tolist() == pytest.approx([1.0, 0.1, 0.0])
     assert out["correct"].tolist() == [True, False, False]
-    assert out["unparsed"] == 1 and out["timeouts"] == 0
+    assert out["unparsed"].tolist() == [False, False, True]
+    assert not out["timed_out"].any()
 
 
 def test_a_scorer_that_hangs_scores_zero_after_the_timeout(tmp_path):
@@ -89,7 +93,7 @@ def test_a_scorer_that_hangs_scores_zero_after_the_timeout(tmp_path):
     )
     w = worker(kind="custom", custom_fn=f"{tmp_path}/slow.py:score", timeout_s=0.3)
     start = time.perf_counter()
-    out = w.score(encode(["slow", "fast"]) | {"answers": ["x", "x"]})
+    out = w.score(encode(["slow", "fast"], ["x", "x"]))
     assert time.perf_counter() - start < 2.0
     assert out["scores"].tolist() == [0.0, 1.0]
-    assert out["timeouts"] == 1
+    assert out["timed_out"].tolist() == [True, False]

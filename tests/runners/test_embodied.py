@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rlcore.config import load_config
 from rlcore.envs import EnvError, make_vector_env, space_spec
-from rlcore.runners.embodied import EmbodiedRunner, Rollout
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
 
 REPO = Path(__file__).resolve().parents[2]
 CORRIDOR = "tests.runners.corridor:Corridor"
@@ -26,34 +28,41 @@ def corridor_config(tmp_path, *extra):
     ])  # fmt: skip
 
 
-def one_env_rollout(rewards, values, terminated, truncated, valid):
+def runner_for(config):
+    return EmbodiedRunner(config, plan_for_config(config))
+
+
+def one_env_batch(rewards, values, terminated, truncated, valid):
+    """One env's rollout as the collect stage returns it: ``values`` has T + 1 entries, the last
+    being V(observation after the last step)."""
     row = lambda x, dtype=torch.float32: torch.tensor([x], dtype=dtype)  # noqa: E731
-    return Rollout(
-        obs=torch.zeros(1, len(rewards), 1), actions=torch.zeros(1, len(rewards)),
-        log_probs=torch.zeros(1, len(rewards)), values=row(values), rewards=row(rewards),
-        terminated=row(terminated, torch.bool), truncated=row(truncated, torch.bool),
-        valid=row(valid, torch.bool),
-    )  # fmt: skip
+    return TensorDict({
+        "values": row(values[:-1]), "last_value": torch.tensor([values[-1]]),
+        "rewards": row(rewards), "terminated": row(terminated, torch.bool),
+        "truncated": row(truncated, torch.bool), "valid": row(valid, torch.bool),
+    }, batch_size=[1])  # fmt: skip
 
 
 @pytest.mark.parametrize("ended_by", ["truncated", "terminated"])
 def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_not(
     tmp_path, ended_by
 ):
-    runner = EmbodiedRunner(corridor_config(tmp_path, "algorithm.gamma=0.5",
-                                            "algorithm.gae_lambda=1.0"))  # fmt: skip
+    runner = runner_for(corridor_config(tmp_path, "algorithm.gamma=0.5", "algorithm.gae_lambda=1.0",
+                                        "algorithm.normalize_advantages=false"))  # fmt: skip
     # Steps: 0 and 1 end an episode at 1; step 2 only resets (masked); step 3 starts anew.
     # values[2] is V(final obs of the episode); values[4] bootstraps after the rollout.
     truncated = [False, ended_by == "truncated", False, False]
     terminated = [False, ended_by == "terminated", False, False]
-    rollout = one_env_rollout(
+    batch = one_env_batch(
         rewards=[1.0, 1.0, 0.0, 1.0],
         values=[0.2, 0.4, 8.0, 0.3, 6.0],
         terminated=terminated,
         truncated=truncated,
         valid=[True, True, False, True],
     )
-    advantages, returns = runner.advantages(rollout)
+    runner._advantages(batch)
+    runner.close()
+    advantages, returns = batch["advantages"], batch["returns"]
     tail = 1.0 + 0.5 * 8.0 if ended_by == "truncated" else 1.0  # r1 (+ gamma V(s_final))
     expected_returns = [1.0 + 0.5 * tail, tail, 0.0, 1.0 + 0.5 * 6.0]
     assert returns[0].tolist() == pytest.approx(expected_returns)
@@ -63,25 +72,31 @@ def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_no
 
 
 def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_path):
-    runner = EmbodiedRunner(
+    runner = runner_for(
         corridor_config(tmp_path, "runner.rollout_steps=7", "actor.ppo_mini_batch_size=7")
     )
-    rollout = runner.collect()
+    runner._sync()
+    batch = runner.rollout.collect(runner.version)
+    runner.close()
     # limit 3: steps 0-2 are an episode, 3 only resets, 4-6 the next episode
-    assert rollout.valid[0].tolist() == [True, True, True, False, True, True, True]
-    assert rollout.truncated[0].tolist() == [False, False, True, False, False, False, True]
-    final_obs = rollout.obs[0, 3]  # the reset step starts from the episode's final observation
-    assert final_obs.item() == rollout.obs[0, 2].item() + rollout.actions[0, 2].item()
+    assert batch["valid"][0].tolist() == [True, True, True, False, True, True, True]
+    assert batch["truncated"][0].tolist() == [False, False, True, False, False, False, True]
+    final_obs = batch["obs"][0, 3]  # the reset step starts from the episode's final observation
+    assert final_obs.item() == batch["obs"][0, 2].item() + batch["actions"][0, 2].item()
     with torch.no_grad():
-        assert rollout.values[0, 3].item() == pytest.approx(runner.model.value(final_obs).item())
-    assert runner.finished == [(3.0, 3), (3.0, 3)]
+        v_final = runner.actor.model.value(final_obs).item()
+    assert batch["values"][0, 3].item() == pytest.approx(v_final)
+    # two episodes ended (steps 2 and 6), each 3 steps of reward 1
+    assert batch["episode_count"].tolist() == [2]
+    assert batch["episode_return_sum"].tolist() == [6.0]
+    assert batch["episode_length_sum"].tolist() == [6]
 
 
 def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
     config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
                              "actor.ppo_mini_batch_size=8", "runner.run_name=plug-in")  # fmt: skip
     assert config.runner.stop_at_threshold  # from the CartPole config, but no threshold: no stop
-    summary = EmbodiedRunner(config).run()
+    summary = runner_for(config).run()
     assert summary["env_steps"] == 64 and summary["iterations"] == 8
     assert summary["eval_return_mean"] == 3.0  # the corridor's 3-step time limit, reward 1/step
     assert summary["time_to_threshold_s"] is None and summary["steps_to_threshold"] is None
@@ -94,7 +109,7 @@ def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_pa
                              "actor.ppo_mini_batch_size=8", "runner.run_name=stops",
                              "env.solved_threshold=3", "runner.stop_at_threshold=true",
                              "runner.eval_every=2")  # fmt: skip
-    summary = EmbodiedRunner(config).run()
+    summary = runner_for(config).run()
     # every corridor episode returns 3, so the first eval (iteration 2, 16 steps) reaches it
     assert summary["iterations"] == 2 and summary["env_steps"] == 16
     assert summary["steps_to_threshold"] == 16 and summary["eval_return_mean"] == 3.0
@@ -119,9 +134,9 @@ def test_bad_envs_are_named_with_the_fix(env_id, message):
 
 
 def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path):
-    runner = EmbodiedRunner(corridor_config(tmp_path, "env.id=tests.runners.corridor:NanEnv"))
+    runner = runner_for(corridor_config(tmp_path, "env.id=tests.runners.corridor:NanEnv"))
     with pytest.raises(EnvError, match="NanEnv' returned a non-finite observation"):
-        runner.collect()
+        runner.run()
 
 
 def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
@@ -158,14 +173,14 @@ def test_mujoco_configs_run(tmp_path, name):
         "runner.eval_episodes=1", "runner.progress=false", f"runner.output_dir={tmp_path}",
         "logger.tensorboard=false",
     ])  # fmt: skip
-    summary = EmbodiedRunner(config).run()
+    summary = runner_for(config).run()
     assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None
 
 
 def test_an_image_env_trains_through_the_cnn(tmp_path):
     config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Pixels",
                              "actor.model.hidden_sizes=[32]")  # fmt: skip
-    summary = EmbodiedRunner(config).run()
+    summary = runner_for(config).run()
     assert summary["env_steps"] == 8 and summary["eval_return_mean"] is not None
 
 

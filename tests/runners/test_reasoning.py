@@ -9,8 +9,10 @@ from safetensors.torch import load_file
 
 from rlcore.cli import run_entry_point
 from rlcore.config.errors import ConfigError
+from rlcore.data.sampler import prompt_batch
 from rlcore.placement import plan_for_config
 from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.scheduler import WorkerError
 from tests.lm_fixtures import TINY, tiny_config
 
 
@@ -48,15 +50,18 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     runner = ReasoningRunner(config, plan_for_config(config))
     assert runner.placed == {"actor", "rollout", "reward"}
     # A prompt drawn twice in one batch (across an epoch boundary) forms two groups.
-    assert runner._prompt_batch([3, 3], runner.train_set, 4)["index"] == [0] * 4 + [1] * 4
+    batch = prompt_batch([3, 3], runner.train_set, 4, runner.tokenizer.pad_token_id)
+    assert batch["index"].tolist() == [0] * 4 + [1] * 4
     assert runner.run()["iterations"] == 2
 
 
 @pytest.mark.parametrize(
     "placement",
     [[], ["cluster.devices_per_node=2", "cluster.component_placement={actor:0,critic:0,"
-          "ref:0,rollout:1,reward:1}"]],
-    ids=["one-process", "rollout-apart"],
+          "ref:0,rollout:1,reward:1}"],
+     ["cluster.devices_per_node=2", "cluster.component_placement={actor:all,critic:all,"
+      "ref:all,rollout:all,reward:all}"]],
+    ids=["one-process", "rollout-apart", "data-parallel"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, placement):
     _, dirs = tiny_lm
@@ -69,9 +74,9 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3",
                     f"runner.resume_dir={tmp_path / 'cut'}"))  # fmt: skip
     for name in ("actor", "critic"):
-        full = load_file(tmp_path / "full/checkpoints/iter_000003" / f"{name}.safetensors")
-        resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / f"{name}.safetensors")
-        start = load_file(tmp_path / "full/checkpoints/iter_000001" / f"{name}.safetensors")
+        full = load_file(tmp_path / "full/checkpoints/iter_000003" / name / "model.safetensors")
+        resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / name / "model.safetensors")
+        start = load_file(tmp_path / "full/checkpoints/iter_000001" / name / "model.safetensors")
         assert full.keys() == resumed.keys()
         assert any(not torch.equal(full[k], start[k]) for k in full)
         for key in full:
@@ -86,13 +91,20 @@ def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
     plan = plan_for_config(config)
     assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
     runner = ReasoningRunner(config, plan)
-    groups = runner.components.groups
-    before = groups["rollout"].call_rank(0, "weights")
+    group = runner.components.group
     runner.iterate(1)
-    trained = groups["actor"].call_rank(0, "weights")
-    synced = groups["rollout"].call_rank(0, "weights")
+    before = group("rollout").call_rank(0, "weights")
+    trained = group("actor").call_rank(0, "weights")
     assert any(not torch.equal(trained[k], before[k]) for k in trained)
+    # The rollout still holds version 0 and refuses to generate as if it held version 1.
+    prompts = prompt_batch([0, 1, 2, 3], runner.train_set, 1, runner.tokenizer.pad_token_id)
+    with pytest.raises(WorkerError, match="StaleWeightsError: rollout rank 0 holds policy weights"
+                       " of version 0, but the driver expects version 1"):  # fmt: skip
+        runner.rollout.generate(prompts, 1)
+    runner._sync()  # what the next iteration starts with
+    synced = group("rollout").call_rank(0, "weights")
     assert all(torch.equal(trained[k], synced[k]) for k in trained)
+    assert runner.rollout.generate(prompts, 1).batch_size[0] == 4
     summary = runner.run()
     assert summary["iterations"] == 2
     assert 0.0 <= summary["val_accuracy_after"] <= 1.0
@@ -107,7 +119,7 @@ def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
     assert plan.world_size("actor") == plan.world_size("rollout") == 2
     runner = ReasoningRunner(config, plan)
     runner.iterate(1)
-    weights = [runner.components.groups["actor"].call_rank(r, "weights") for r in (0, 1)]
+    weights = [runner.components.group("actor").call_rank(r, "weights") for r in (0, 1)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # DDP in step
     assert runner.run()["iterations"] == 2
 
@@ -141,11 +153,11 @@ def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
     config = tiny_config(dirs.actor.parent, tmp_path, "critic.critic_warmup=1",
                          *length_reward(tmp_path))  # fmt: skip
     runner = ReasoningRunner(config, plan_for_config(config))
-    actor, critic = runner.components.objects["actor"], runner.components.objects["critic"]
+    actor, critic = runner.actor, runner.critic
     snapshot = lambda m: {k: v.clone() for k, v in m.state_dict().items()}  # noqa: E731
     actor_start, critic_start = snapshot(actor.model), snapshot(critic.model)
     metrics = runner.iterate(1)
-    assert "actor/pg_loss" not in metrics and "critic/value_loss" in metrics
+    assert "actor/pg_loss" not in metrics and "critic/vf_loss" in metrics
     assert all(torch.equal(v, actor_start[k]) for k, v in actor.model.state_dict().items())
     assert any(not torch.equal(v, critic_start[k]) for k, v in critic.model.state_dict().items())
     assert "actor/pg_loss" in runner.iterate(2)

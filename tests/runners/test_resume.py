@@ -1,4 +1,4 @@
-"""A run resumed from a checkpoint ends exactly where the uninterrupted run ends."""
+"""A run resumed from a checkpoint ends exactly where the uninterrupted one ends, in any layout."""
 
 import shutil
 
@@ -6,6 +6,7 @@ import pytest
 from safetensors.torch import load_file
 
 from rlcore.config import ConfigError, load_config
+from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 
 SMALL = [
@@ -14,48 +15,80 @@ SMALL = [
     "runner.eval_every=2", "runner.eval_episodes=2", "runner.progress=false",
     "logger.tensorboard=false", "env.solved_threshold=null",
 ]  # fmt: skip
+PLACEMENTS = {
+    "one-process": None,
+    "env-apart": "{env:0,rollout:1,actor:1}",
+    "rollout-apart": "{env:0,rollout:0,actor:1}",
+    "data-parallel": "{env:all,rollout:all,actor:all}",
+}
+LAYOUTS = {
+    name: [] if p is None else ["cluster.devices_per_node=2", f"cluster.component_placement={p}"]
+    for name, p in PLACEMENTS.items()
+}
 
 
 def config(tmp_path, *extra):
     return load_config("embodied/cartpole_ppo", [*SMALL, f"runner.output_dir={tmp_path}", *extra])
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        ["env.id=CartPole-v1"],
-        ["env.id=Pendulum-v1", "env.vector_mode=sync", "env.normalize_obs=true",
-         "env.normalize_reward=true"],
-    ],
-)  # fmt: skip
-def test_resumed_run_ends_with_bit_identical_parameters(tmp_path, env):
-    full = EmbodiedRunner(config(tmp_path, *env, "runner.run_name=full")).run()
-    assert full["iterations"] == 6
+def run(cfg):
+    return EmbodiedRunner(cfg, plan_for_config(cfg)).run()
 
+
+def final_weights(run_dir):
+    return load_file(run_dir / "checkpoints" / "iter_000006" / "actor" / "model.safetensors")
+
+
+def resume_matches(tmp_path, *extra):
+    full = run(config(tmp_path, *extra, "runner.run_name=full"))
+    assert full["iterations"] == 6
     # Stop after iteration 3: a run folder holding only the iteration-3 checkpoint.
     stopped = tmp_path / "stopped" / "checkpoints"
     shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped / "iter_000003")
-    resumed = EmbodiedRunner(config(tmp_path, *env, f"runner.resume_dir={stopped.parent}")).run()
-
-    a = load_file(tmp_path / "full" / "checkpoints" / "iter_000006" / "model.safetensors")
-    b = load_file(stopped / "iter_000006" / "model.safetensors")
+    resumed = run(config(tmp_path, *extra, f"runner.resume_dir={stopped.parent}"))
+    a, b = final_weights(tmp_path / "full"), final_weights(stopped.parent)
     assert a.keys() == b.keys()
-    assert all(a[k].equal(b[k]) for k in a), "parameters differ after resuming"
+    for key in a:
+        assert a[key].equal(b[key]), f"{key} differs after resuming"
     assert resumed["env_steps"] == full["env_steps"] == 384
     assert resumed["eval_return_mean"] == full["eval_return_mean"]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layout_resumes_bit_for_bit(tmp_path, layout):
+    resume_matches(tmp_path, *LAYOUTS[layout])
+
+
+def test_normalised_continuous_runs_resume_bit_for_bit(tmp_path):
+    resume_matches(tmp_path, "env.id=Pendulum-v1", "env.vector_mode=sync",
+                   "env.normalize_obs=true", "env.normalize_reward=true")  # fmt: skip
+
+
 def test_resuming_with_another_config_names_the_changed_keys(tmp_path):
-    EmbodiedRunner(config(tmp_path, "runner.run_name=a", "runner.total_env_steps=192")).run()
+    run(config(tmp_path, "runner.run_name=a", "runner.total_env_steps=192"))
     with pytest.raises(ConfigError, match=r"other values of algorithm\.gamma"):
-        EmbodiedRunner(
-            config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}", "algorithm.gamma=0.9")
-        )
+        run(config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}", "algorithm.gamma=0.9"))
+
+
+def test_a_run_resumes_bit_for_bit_in_another_layout_with_as_many_ranks(tmp_path):
+    """Each rank's state is its own: one process saved it, three processes carry on."""
+    run(config(tmp_path, "runner.run_name=full"))
+    stopped = tmp_path / "stopped" / "checkpoints"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped / "iter_000003")
+    run(config(tmp_path, f"runner.resume_dir={stopped.parent}", *LAYOUTS["env-apart"]))
+    a, b = final_weights(tmp_path / "full"), final_weights(stopped.parent)
+    assert all(a[key].equal(b[key]) for key in a)
+
+
+def test_resuming_with_another_number_of_ranks_is_refused(tmp_path):
+    run(config(tmp_path, "runner.run_name=a", "runner.total_env_steps=192"))
+    with pytest.raises(ConfigError, match=r"resume with as many ranks of each"):
+        run(config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}", *LAYOUTS["data-parallel"]))
 
 
 def test_resume_from_a_folder_without_checkpoints_says_what_to_give(tmp_path):
     with pytest.raises(ConfigError, match=r"runner\.resume_dir: no checkpoint at"):
-        EmbodiedRunner(config(tmp_path, f"runner.resume_dir={tmp_path}"))
+        run(config(tmp_path, f"runner.resume_dir={tmp_path}"))
 
 
 def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
@@ -63,30 +96,6 @@ def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
     with pytest.raises(
         ConfigError, match=r"runner.checkpoint_every: the envs of .* cannot be saved"
     ):
-        EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync"))
-    assert EmbodiedRunner(config(tmp_path, unpicklable, "env.vector_mode=sync",
-                                 "runner.checkpoint_every=0")).run()["iterations"] == 6  # fmt: skip
-
-
-def test_multi_process_runs_resume_bit_for_bit(tmp_path):
-    """2 data-parallel ranks, each stepping the envs of its own env process: weights and
-    optimiser from rank 0, RNGs and carry-over from each rank, envs from the env processes."""
-    from rlcore.placement import plan_for_config
-    from rlcore.runners.data_parallel import run_data_parallel
-
-    placement = "{env:0-1,rollout:2-3,actor:2-3}"
-    cluster = ("cluster.devices_per_node=4", f"cluster.component_placement={placement}")
-
-    def run(*extra):
-        cfg = config(tmp_path, *cluster, *extra)
-        return run_data_parallel(cfg, plan_for_config(cfg))
-
-    assert run("runner.run_name=full")["actor_ranks"] == 2
-    stopped = tmp_path / "stopped" / "checkpoints"
-    shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped / "iter_000003")
-    run(f"runner.resume_dir={stopped.parent}")
-    a = load_file(tmp_path / "full" / "checkpoints" / "iter_000006" / "model.safetensors")
-    b = load_file(stopped / "iter_000006" / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key].equal(b[key]), key
+        run(config(tmp_path, unpicklable, "env.vector_mode=sync"))
+    assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
+                      "runner.checkpoint_every=0"))["iterations"] == 6  # fmt: skip

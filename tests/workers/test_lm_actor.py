@@ -9,21 +9,29 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
+from rlcore.data.sequences import left_pad
 from rlcore.workers.lm_actor import LMActor, LMCritic
-from rlcore.workers.lm_batch import left_pad
-from rlcore.workers.rollout import HFRollout
-from tests.lm_fixtures import tiny_config
+from rlcore.workers.rollout import HFEngine
+from rlcore.workers.trainer import UpdateSizes
+from tests.lm_fixtures import SOLO, tiny_config
+
+CPU = torch.device("cpu")
+
+
+def prompts_td(ids, mask):
+    return TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[len(ids)])
 
 
 def make_batch(config, dirs, n=8, seed=0):
     """Sampled responses to ``n`` prompts of different lengths, with made-up advantages."""
     torch.manual_seed(seed)
-    rollout = HFRollout(None, config, dirs.actor)
-    prompts = [rollout.tokenizer(f"What is {i} + {3 * i}?")["input_ids"] for i in range(n)]
+    engine = HFEngine(config, dirs.actor, CPU)
+    prompts = [engine.tokenizer(f"What is {i} + {3 * i}?")["input_ids"] for i in range(n)]
     ids, mask = left_pad([p[: 4 + i % 5] for i, p in enumerate(prompts)], 0)
-    batch = rollout.generate({"input_ids": ids, "attention_mask": mask}, greedy=False)
+    batch = engine.generate(prompts_td(ids, mask), greedy=False)
     # Responses of uneven lengths, as if they had ended at different steps.
     width = batch["responses"].shape[1]
     ends = torch.tensor([width, 3, 5, 2, 7, width, 1, 4])[:n, None]
@@ -40,41 +48,31 @@ def test_recomputed_log_probs_match_the_generators_scores(tiny_lm):
     """Teacher-forced log-probs over the padded batch equal the ones generate() computed token
     by token with its KV cache: prompts, padding and positions line up."""
     config, dirs = tiny_lm
-    rollout = HFRollout(None, config, dirs.actor)
-    prompts = [rollout.tokenizer(t)["input_ids"] for t in ("What is 1 + 2?", "Sum 3 4", "7")]
-    ids, mask = left_pad(prompts, rollout.tokenizer.pad_token_id)
-    out = rollout.model.generate(
+    engine = HFEngine(config, dirs.actor, CPU)
+    prompts = [engine.tokenizer(t)["input_ids"] for t in ("What is 1 + 2?", "Sum 3 4", "7")]
+    ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
+    out = engine.model.generate(
         input_ids=ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True,
-        generation_config=rollout._generation_config(greedy=True),
+        generation_config=engine.generation_config(greedy=True),
     )  # fmt: skip
-    batch = rollout.generate({"input_ids": ids, "attention_mask": mask}, greedy=True)
+    batch = engine.generate(prompts_td(ids, mask), greedy=True)
     steps = len(out.scores)
     chosen = out.sequences[:, ids.shape[1] :]
     expected = torch.stack(
         [torch.log_softmax(s.float(), -1).gather(-1, chosen[:, t, None])[:, 0]
          for t, s in enumerate(out.scores)], dim=1,
     )  # fmt: skip
-    got = LMActor(None, config, dirs.actor).compute_log_probs(batch)[:, :steps]
+    got = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)[:, :steps]
     valid = batch["response_mask"][:, :steps].bool()
     assert torch.allclose(got[valid], expected[valid], atol=1e-4)
 
 
-def gradients(trainer, batch, micro):
-    trainer.update_sizes = SimpleNamespace(
-        ppo_epochs=1, ppo_mini_batch_size=len(batch["responses"]), ppo_micro_batch_size=micro
-    )
-    trainer.optimizer.step = lambda: None  # keep the weights: compare the first gradient
-    captured = {}
-    original = trainer._step
-
-    def step():
-        captured.update({n: p.grad.clone() for n, p in trainer.model.named_parameters()
-                         if p.grad is not None})  # fmt: skip
-        return original()
-
-    trainer._step = step
-    trainer.update(batch)
-    return captured
+def gradients(component, batch, micro):
+    """The gradient of one optimiser step over the whole ``batch`` in micro-batches of ``micro``."""
+    trainer = component.trainer
+    trainer.sizes = UpdateSizes(epochs=1, mini_batch_size=len(batch), micro_batch_size=micro)
+    component.update(batch)  # one mini-batch, one step: .grad holds its gradient
+    return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)
@@ -83,13 +81,13 @@ def test_micro_batch_size_does_not_change_the_gradient(tiny_lm, mode):
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"algorithm.loss_agg_func={mode}",
                          "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
     batch = make_batch(config, dirs)
-    actor = LMActor(None, config, dirs.actor)
+    actor = LMActor(SOLO, config, dirs.actor)
     batch["old_log_probs"] = actor.compute_log_probs(batch) + 0.05  # ratios != 1: clipping acts
     batch["ref_log_probs"] = batch["old_log_probs"] - 0.1
-    batch["values"] = LMCritic(None, config, dirs.critic).compute_values(batch) + 0.3
+    batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
     for trainer_cls in (LMActor, LMCritic):
-        whole = gradients(trainer_cls(None, config, dirs.actor), batch, micro=None)
-        split = gradients(trainer_cls(None, config, dirs.actor), batch, micro=2)
+        whole = gradients(trainer_cls(SOLO, config, dirs.actor), batch, micro=None)
+        split = gradients(trainer_cls(SOLO, config, dirs.actor), batch, micro=2)
         assert whole.keys() == split.keys() and whole
         for name, grad in whole.items():
             assert torch.allclose(split[name], grad, atol=1e-5, rtol=1e-4), (trainer_cls, name)
@@ -108,8 +106,8 @@ def rank_main(rank, port, out, config, dirs, batch):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        half = len(batch["responses"]) // 2
-        shard = {k: v[rank * half : (rank + 1) * half] for k, v in batch.items()}
+        half = len(batch) // 2
+        shard = batch[rank * half : (rank + 1) * half]
         ctx = SimpleNamespace(group=dist.group.WORLD, world_size=2, rank=rank,
                               torch_device=torch.device("cpu"))  # fmt: skip
         torch.save(update_params(ctx, config, dirs, shard), os.path.join(out, f"rank{rank}.pt"))
@@ -122,17 +120,16 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path):
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
                          "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2")  # fmt: skip
     batch = make_batch(config, dirs)
-    batch["old_log_probs"] = LMActor(None, config, dirs.actor).compute_log_probs(batch)
-    batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
     # Uneven valid tokens per rank: a per-rank token mean would weigh them wrongly.
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()
-    single = update_params(None, config, dirs, batch)
+    single = update_params(SOLO, config, dirs, batch)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(rank_main, args=(port, str(tmp_path), config, dirs, batch), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
-    start = LMActor(None, config, dirs.actor).model.state_dict()
+    start = LMActor(SOLO, config, dirs.actor).model.state_dict()
     assert any(not torch.equal(v, start[k]) for k, v in single.items())  # it did update
     for name, value in single.items():
         assert torch.equal(ranks[0][name], ranks[1][name]), f"ranks disagree on {name}"

@@ -34,6 +34,17 @@ class RunningMeanStd:
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
         self.var, self.count = m2 / total, total
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            "mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
+            "var": torch.from_numpy(np.array(self.var, dtype=np.float64)),
+            "count": torch.tensor(self.count, dtype=torch.float64),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.mean, self.var = state["mean"].numpy().copy(), state["var"].numpy().copy()
+        self.count = float(state["count"])
+
 
 class ObsNormalizer:
     def __init__(self, shape: tuple[int, ...], clip: float) -> None:
@@ -45,6 +56,12 @@ class ObsNormalizer:
             self.stats.update(values)
         scaled = (values - self.stats.mean) / np.sqrt(self.stats.var + EPS)
         return torch.from_numpy(np.clip(scaled, -self.clip, self.clip).astype(np.float32))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.stats.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.stats.load_state_dict(state)
 
 
 class RewardScaler:
@@ -61,3 +78,10 @@ class RewardScaler:
         self.returns = np.where(done_ & valid_, 0.0, self.returns)
         scaled = reward_ / np.sqrt(self.stats.var + EPS)
         return torch.from_numpy(np.clip(scaled, -self.clip, self.clip).astype(np.float32))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {**self.stats.state_dict(), "returns": torch.from_numpy(self.returns.copy())}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.stats.load_state_dict(state)
+        self.returns = state["returns"].numpy().copy()

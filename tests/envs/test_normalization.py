@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcore.runners.normalization import RewardScaler, RunningMeanStd
+from rlcore.envs.normalization import RewardScaler, RunningMeanStd
 
 
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=6), st.integers(0, 2**16))

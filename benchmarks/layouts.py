@@ -1,0 +1,78 @@
+"""Embodied layouts side by side: throughput and where the time goes when components sit apart.
+
+    python benchmarks/layouts.py [--steps 25600] [--repeats 2] [k=v ...]
+
+Runs the CartPole default config for ``--steps`` env steps (no stop at the threshold) in each
+layout, alternating layouts within each repeat so that all see the same machine load. One JSON
+line per run, then one per layout with medians:
+
+- ``train_sps``: env steps per second over collection and updates (evals excluded);
+- ``seconds_per_stage``: mean seconds per iteration in each stage (sync, collect, advantages,
+  update, and the whole iteration);
+- ``sync_share``: the weight sync's share of an iteration;
+- ``apart_share``: the share of an iteration that the one-process layout does not spend,
+  ``1 - iteration_s(one-process) / iteration_s(layout)``: Ray calls, serialisation, waiting on
+  another process and (data-parallel) DDP's all-reduces, since the computation is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+
+from rlcore.config import load_config
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
+
+LAYOUTS = {
+    "one-process": "{env:0,rollout:0,actor:0}",
+    "env-apart": "{env:0,rollout:1,actor:1}",
+    "rollout-apart": "{env:0,rollout:0,actor:1}",
+    "data-parallel": "{env:all,rollout:all,actor:all}",
+}
+
+
+def run(layout: str, steps: int, overrides: list[str], out: str) -> dict:
+    config = load_config("embodied/cartpole_ppo", [
+        *overrides, "cluster.devices_per_node=2",
+        f"cluster.component_placement={LAYOUTS[layout]}", f"runner.total_env_steps={steps}",
+        "runner.stop_at_threshold=false", "runner.checkpoint_every=0", "runner.progress=false",
+        f"runner.output_dir={out}", "logger.tensorboard=false",
+    ])  # fmt: skip
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
+    return {"layout": layout, "train_sps": summary["train_sps"],
+            "eval_return_mean": summary["eval_return_mean"],
+            "seconds_per_stage": summary["seconds_per_stage"]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=25_600)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    rows: dict[str, list[dict]] = {name: [] for name in LAYOUTS}
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(args.repeats):
+            for layout in LAYOUTS:
+                row = run(layout, args.steps, args.overrides, out)
+                rows[layout].append(row)
+                print(json.dumps(row), flush=True)
+    median = lambda values: statistics.median(values)  # noqa: E731
+    base = median([r["seconds_per_stage"]["iteration"] for r in rows["one-process"]])
+    for layout, runs in rows.items():
+        stages = {s: median([r["seconds_per_stage"][s] for r in runs])
+                  for s in runs[0]["seconds_per_stage"]}  # fmt: skip
+        print(json.dumps({
+            "layout": layout, "median": True, "repeats": args.repeats,
+            "train_sps": median([r["train_sps"] for r in runs]),
+            "seconds_per_stage": stages,
+            "sync_share": round(stages.get("sync", 0.0) / stages["iteration"], 4),
+            "apart_share": round(1 - base / stages["iteration"], 4),
+        }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

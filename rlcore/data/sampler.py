@@ -1,0 +1,98 @@
+"""The prompts of a reasoning run: the train and validation sets (from files or the shipped
+arithmetic task), and the seeded order in which training prompts are drawn, batch by batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from rlcore.config.schema import ReasoningConfig
+from rlcore.data.arith import arithmetic_problems
+from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
+from rlcore.data.sequences import left_pad
+
+
+def load_prompt_set(
+    config: ReasoningConfig, tokenizer: Any, train: bool, log: Callable[[str], None]
+) -> PromptSet:
+    """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty."""
+    data = config.data
+    what = "data.train_files" if train else "data.val_files"
+    files = data.train_files if train else data.val_files
+    if files:
+        rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+    else:
+        syn = data.synthetic
+        make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
+            n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
+        )
+        train_rows = make(syn.num_train, syn.seed)
+        rows = (
+            train_rows
+            if train
+            else make(syn.num_val, syn.seed + 1, {r["question"] for r in train_rows})
+        )
+        rows = [
+            {"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows
+        ]
+    if not train and data.val_max_samples is not None:
+        rows = rows[: data.val_max_samples]
+    prompts = PromptSet.build(
+        rows, tokenizer, suffix=data.prompt_suffix, chat_template=data.chat_template,
+        max_length=data.max_prompt_length, what=what,
+    )  # fmt: skip
+    if prompts.dropped:
+        log(f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
+            f"data.max_prompt_length={data.max_prompt_length} tokens")  # fmt: skip
+    if train and len(prompts) < data.train_batch_size:
+        raise DataError(
+            f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size="
+            f"{data.train_batch_size}"
+        )
+    return prompts
+
+
+def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) -> TensorDict:
+    """Rows ``rows`` of ``prompts``, each ``repeat`` times: ``[B]`` rows of left-padded
+    ``input_ids`` / ``attention_mask``, the ``answers``, and ``index``, the row's group."""
+    ids = [prompts.prompts[i] for i in rows for _ in range(repeat)]
+    input_ids, mask = left_pad(ids, pad_id)
+    batch = TensorDict(
+        {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            # Groups are this batch's prompts by position: a prompt drawn twice (at an epoch's
+            # end and the next one's start) makes two groups, not one of twice the size.
+            "index": torch.arange(len(rows)).repeat_interleave(repeat),
+        },
+        batch_size=[len(ids)],
+    )
+    batch["answers"] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
+    return batch
+
+
+class PromptSampler:
+    """Training prompts in a seeded order, reshuffled each epoch (``data.shuffle``)."""
+
+    def __init__(self, size: int, seed: int, shuffle: bool) -> None:
+        self.size, self.shuffle = size, shuffle
+        self.order = np.random.default_rng(seed)
+        self.queue: list[int] = []
+
+    def next(self, count: int) -> list[int]:
+        while len(self.queue) < count:
+            epoch = self.order.permutation(self.size) if self.shuffle else np.arange(self.size)
+            self.queue += epoch.tolist()
+        picked, self.queue = self.queue[:count], self.queue[count:]
+        return picked
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "order": self.order.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.queue = list(state["queue"])
+        self.order.bit_generator.state = state["order"]

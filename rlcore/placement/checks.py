@@ -1,0 +1,79 @@
+"""What a placement must give the run besides slots: batches that split evenly over each
+component's ranks, and env ranks paired with rollout ranks.
+
+These run in ``plan_for_config``, so ``runner.dry_run=true``, ``rlcore placement`` and a real
+start refuse the same layouts, before any process starts.
+"""
+
+from __future__ import annotations
+
+from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig, UpdateConfig
+from rlcore.placement.grammar import KEY_PREFIX, PlacementError
+from rlcore.placement.plan import PlacementPlan
+
+
+def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
+    """Raise ``PlacementError`` listing every problem of running ``config`` on ``plan``."""
+    if isinstance(config, EmbodiedConfig):
+        problems = _embodied(config, plan)
+    else:
+        problems = _reasoning(config, plan)
+    if problems:
+        raise PlacementError("\n".join(problems))
+
+
+def _update_split(section: str, update: UpdateConfig, per_mini: int, ranks: int) -> list[str]:
+    """A mini-batch of ``per_mini`` samples shared by ``ranks``, in micro-batches on each."""
+    if per_mini % ranks:
+        return [
+            f"{section}.ppo_mini_batch_size: a mini-batch of {per_mini} samples cannot be shared "
+            f"by {ranks} {section} ranks; use a multiple of {ranks}"
+        ]
+    micro, per_rank = update.ppo_micro_batch_size, per_mini // ranks
+    # A micro-batch at least as large as a rank's share is simply the whole share.
+    if micro is not None and micro < per_rank and per_rank % micro:
+        return [
+            f"{section}.ppo_micro_batch_size: {micro} does not divide the {per_rank} samples "
+            f"each of the {ranks} {section} ranks holds of a mini-batch; pick a divisor of "
+            f"{per_rank}"
+        ]
+    return []
+
+
+def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
+    envs, rollouts, actors = (plan.world_size(n) for n in ("env", "rollout", "actor"))
+    num_envs = config.env.num_envs
+    problems = []
+    if envs != rollouts:
+        problems.append(
+            f"{KEY_PREFIX}: env has {envs} rank(s) and rollout {rollouts}; rollout rank r steps "
+            "the envs of env rank r, so give them as many ranks"
+        )
+    for name, ranks in (("env", envs), ("actor", actors)):
+        if num_envs % ranks:
+            problems.append(
+                f"env.num_envs: {num_envs} envs cannot be shared by {ranks} {name} ranks; use a "
+                f"multiple of {ranks}"
+            )
+    actor = config.actor
+    return problems + _update_split("actor", actor, actor.ppo_mini_batch_size, actors)
+
+
+def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
+    group = config.algorithm.group_size
+    responses = config.data.train_batch_size * group
+    problems = []
+    for name in plan.components:
+        ranks = plan.world_size(name)
+        if responses % ranks:
+            problems.append(
+                f"{KEY_PREFIX}: {name} has {ranks} ranks, which cannot share the {responses} "
+                "responses of an iteration (data.train_batch_size x group_size)"
+            )
+    updates = [("actor", config.actor)]
+    if "critic" in plan.components:
+        updates.append(("critic", config.critic_update()))
+    for name, update in updates:
+        per_mini = update.ppo_mini_batch_size * group
+        problems += _update_split(name, update, per_mini, plan.world_size(name))
+    return problems

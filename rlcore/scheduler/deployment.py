@@ -1,0 +1,162 @@
+"""A run's components, started where the placement plan puts them, and reached through handles.
+
+    components = start_components(plan, address=config.cluster.address)
+    env = components.launch(ComponentSpec("env", EnvWorker, (config,)))
+    rollout = components.launch(ComponentSpec("rollout", Rollout, (config,), {"env": Peer("env")}))
+    rollout.collect(version=0)     # the Rollout itself, or a RemoteHandle to its ranks
+    components.sync_weights("actor", "rollout", version=3)
+    components.close()
+
+One plan, two ways to run it, and the driver's code is the same for both:
+
+- ``InDriver``: the plan has one process and no cluster to join: every component is built in the
+  driver's own process and called directly. Ray is not imported.
+- ``OnRay``: otherwise: a ``Scheduler`` starts the plan's processes (fused components share one
+  per rank) and each component is reached through a ``RemoteHandle``.
+
+Components are built in the order they are launched, so a component can take an earlier one as
+a ``Peer`` (a rollout sharing its actor's module, or stepping its env).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcore.placement import PlacementPlan
+from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
+from rlcore.scheduler.worker import WorkerContext
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """How to build a component: ``cls(ctx, *args, **kwargs)``; ``Peer`` arguments allowed."""
+
+    name: str
+    cls: type
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """One actor -> rollout weight sync: how, how long, and the version the rollout now holds."""
+
+    method: str
+    seconds: float
+    version: int
+
+
+def runs_in_driver(plan: PlacementPlan, address: str | None) -> bool:
+    """One process and no cluster to join: every component runs in the driver, no Ray at all."""
+    return len(plan.processes()) == 1 and address is None
+
+
+def start_components(plan: PlacementPlan, address: str | None = None) -> InDriver | OnRay:
+    """Where ``plan``'s components will run (see the module docstring); nothing built yet."""
+    if runs_in_driver(plan, address):
+        return InDriver(plan)
+    return OnRay(plan, address)
+
+
+class InDriver:
+    """Every component in this process, called directly."""
+
+    def __init__(self, plan: PlacementPlan) -> None:
+        self.plan = plan
+        self.objects: dict[str, Any] = {}
+
+    def launch(self, spec: ComponentSpec) -> Any:
+        """Build ``spec``'s component here; the object itself is its handle."""
+        ctx = WorkerContext(component=spec.name, rank=0, world_size=1, local_rank=0, node=0,
+                            devices=(0,), device=self.plan.device)  # fmt: skip
+        args, kwargs = _local_peers(spec, self.objects)
+        self.objects[spec.name] = spec.cls(ctx, *args, **kwargs)
+        return self.objects[spec.name]
+
+    def world_size(self, name: str) -> int:
+        return 1
+
+    def sync_weights(self, src: str, dst: str, version: int) -> SyncRecord:
+        """Copy ``src``'s weights into ``dst`` (nothing to copy for tensors they share)."""
+        import torch
+
+        start = time.perf_counter()
+        source = self.objects[src].weights()
+        with torch.no_grad():
+            for name, tensor in self.objects[dst].weights().items():
+                if tensor.data_ptr() != source[name].data_ptr():
+                    tensor.copy_(source[name])
+        self.objects[dst].set_weight_version(version)
+        return SyncRecord("in_process", time.perf_counter() - start, version)
+
+    def close(self) -> None:
+        for obj in reversed(list(self.objects.values())):
+            close = getattr(obj, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # the error that got us here matters more
+                    close()
+        self.objects.clear()
+
+
+class OnRay:
+    """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
+
+    def __init__(self, plan: PlacementPlan, address: str | None) -> None:
+        from rlcore.scheduler.scheduler import Scheduler
+
+        self.plan = plan
+        self.scheduler = Scheduler(plan, address=address)
+        self.scheduler.start()
+        self.groups: dict[str, Any] = {}
+        self.classes: dict[str, type] = {}
+
+    def launch(self, spec: ComponentSpec) -> Any:
+        """Build ``spec``'s component on every rank the plan gives it; a typed handle to them."""
+        args, kwargs = self._peer_refs(spec)
+        self.groups[spec.name] = self.scheduler.launch(spec.name, spec.cls, *args, **kwargs)
+        self.classes[spec.name] = spec.cls
+        return self.handle(spec.name)
+
+    def _peer_refs(self, spec: ComponentSpec) -> tuple[tuple, dict]:
+        def ref(value: Any) -> Any:
+            if not isinstance(value, Peer):
+                return value
+            group = self.groups[value.name]
+            return PeerRef(value.name, self.classes[value.name], tuple(group.handles),
+                           value.local_only)  # fmt: skip
+
+        return tuple(ref(a) for a in spec.args), {k: ref(v) for k, v in spec.kwargs.items()}
+
+    def handle(self, name: str) -> Any:
+        return remote_handle(self.classes[name], self.groups[name])
+
+    def group(self, name: str) -> Any:
+        return self.groups[name]
+
+    def world_size(self, name: str) -> int:
+        return self.groups[name].world_size
+
+    def sync_weights(self, src: str, dst: str, version: int) -> SyncRecord:
+        start = time.perf_counter()
+        report = self.scheduler.sync_weights(src, dst)
+        self.groups[dst].call_all("set_weight_version", version)
+        return SyncRecord(report.method, time.perf_counter() - start, version)
+
+    def close(self) -> None:
+        self.scheduler.shutdown()
+
+
+def _local_peers(spec: ComponentSpec, built: dict[str, Any]) -> tuple[tuple, dict]:
+    """In the driver every component is local: a peer is its object."""
+
+    def resolve(value: Any) -> Any:
+        if not isinstance(value, Peer):
+            return value
+        if value.name not in built:
+            raise ValueError(f"{spec.name}: its peer {value.name} must be built before it")
+        return built[value.name]
+
+    return tuple(resolve(a) for a in spec.args), {k: resolve(v) for k, v in spec.kwargs.items()}

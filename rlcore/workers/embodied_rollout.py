@@ -1,0 +1,132 @@
+"""``EmbodiedRollout``: the ``rollout`` component of embodied runs. It owns policy inference
+(action, log-prob, value) and the sampling RNG, and drives its env rank through an iteration's steps
+(``collect``) or an evaluation. Rollout rank r steps env rank r: directly when they share a
+process, through Ray otherwise.
+
+Placed with the actor it acts with the actor's own module (nothing to copy); placed apart it holds
+a copy that the driver's weight sync overwrites each iteration. Either way every call names the
+weight version the driver expects, and a rollout holding another refuses to act.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlcore.config.schema import EmbodiedConfig
+from rlcore.envs import SpaceSpec
+from rlcore.models import ActorCritic
+from rlcore.scheduler.dispatch import Dispatch, dispatch
+
+MAX_EVAL_STEPS = 1_000_000
+STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
+
+
+class StaleWeightsError(RuntimeError):
+    """The rollout was asked to act with weights it does not hold (a missed weight sync)."""
+
+
+def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic:
+    """The actor-critic of ``actor.model``, initialised from ``runner.seed`` (the same weights in
+    every process that builds it)."""
+    m = config.actor.model
+    torch.manual_seed(config.runner.seed)
+    return ActorCritic(
+        spec, m.hidden_sizes, m.activation, m.shared_backbone, m.ortho_init, m.log_std_init
+    )
+
+
+class EmbodiedRollout:
+    """See the module docstring. ``env``: its env rank (object or handle); ``actor``: the actor's
+    worker when fused with it (its module is used), else None."""
+
+    def __init__(
+        self, ctx: Any, config: EmbodiedConfig, spec: SpaceSpec, env: Any, actor: Any = None
+    ) -> None:
+        run = config.runner
+        torch.set_num_threads(run.torch_threads)
+        self.rank = ctx.rank
+        self.env = env
+        self.steps = run.rollout_steps
+        self.model = actor.model if actor is not None else make_policy(config, spec)
+        # Each rank samples its own actions; the stream is saved in checkpoints.
+        self.generator = torch.Generator().manual_seed(run.seed + 7919 * (ctx.rank + 1))
+        self.version = -1  # no weights synced yet
+
+    # weights -----------------------------------------------------------------------------------
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return dict(self.model.state_dict())
+
+    @dispatch(Dispatch.ALL)
+    def set_weight_version(self, version: int) -> None:
+        self.version = version
+
+    def _check_version(self, version: int) -> None:
+        if version != self.version:
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} holds policy weights of version {self.version}, but "
+                f"the driver expects version {version}: a weight sync was missed"
+            )
+
+    # experience --------------------------------------------------------------------------------
+
+    @dispatch(Dispatch.GATHER)
+    @torch.no_grad()
+    def collect(self, version: int) -> TensorDict:
+        """``runner.rollout_steps`` steps of this rank's envs with the current policy.
+
+        Returns ``[N]`` rows (one per env) of ``[N, T]`` entries: ``obs``, ``actions``,
+        ``log_probs``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``valid``; and
+        ``[N]`` ones: ``last_value`` (V of the observation after the last step) and the sums of
+        the episodes that ended (``episode_return_sum``, ``episode_length_sum``,
+        ``episode_count``).
+        """
+        self._check_version(version)
+        T, current = self.steps, self.env.observe()
+        obs = torch.empty((T, *current.shape))
+        rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
+        for t in range(T):
+            obs[t] = current
+            action, log_prob, value = self.model.act(current, generator=self.generator)
+            step = self.env.step(action, last=t == T - 1)
+            for name, item in (("actions", action), ("log_probs", log_prob), ("values", value),
+                               ("rewards", step.rewards), ("terminated", step.terminated),
+                               ("truncated", step.truncated), ("valid", step.valid)):  # fmt: skip
+                rows[name].append(item)
+            current = step.next_obs
+        batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
+        batch["obs"] = obs.transpose(0, 1)
+        batch["last_value"] = self.model.value(current)
+        batch.update(self.env.finished_episodes())
+        return TensorDict(batch, batch_size=[current.shape[0]])
+
+    @dispatch(Dispatch.RANK0)
+    @torch.no_grad()
+    def evaluate(self, seed: int, version: int) -> np.ndarray:
+        """Returns of one deterministic episode in each eval env (env rank 0's)."""
+        self._check_version(version)
+        obs = self.env.eval_reset(seed)
+        for _ in range(MAX_EVAL_STEPS):
+            action, _, _ = self.model.act(obs, deterministic=True)
+            obs, returns = self.env.eval_step(action)
+            if returns is not None:
+                return returns
+        raise RuntimeError(f"evaluation ran {MAX_EVAL_STEPS} steps without every episode ending")
+
+    # checkpoints: each rank's sampling stream --------------------------------------------------
+
+    @dispatch(Dispatch.ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        where = Path(directory)
+        where.mkdir(parents=True, exist_ok=True)
+        torch.save({"generator": self.generator.get_state()}, where / f"rank{self.rank}.pt")
+
+    @dispatch(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        state = torch.load(Path(directory) / f"rank{self.rank}.pt", weights_only=True)
+        self.generator.set_state(state["generator"])

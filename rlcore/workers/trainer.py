@@ -1,0 +1,203 @@
+"""``Trainer``: the one data-parallel training loop every trained component uses.
+
+It owns the model (wrapped by a ``Strategy``), the optimiser, the learning-rate schedule (a
+``torch.optim.lr_scheduler.LambdaLR``), the mini-batch shuffle and the optimiser step with
+gradient clipping; a component brings only its loss. ``fit`` runs ``epochs`` passes over a batch,
+each over shuffled mini-batches of ``mini_batch_size`` samples (global across ranks), each
+mini-batch one optimiser step accumulated over micro-batches of ``micro_batch_size`` samples (per
+rank, for memory only).
+
+Why the gradient does not depend on the micro-batch size or the number of ranks: every loss is
+aggregated with the *global* mini-batch's token and sequence counts (computed here and summed over
+ranks), so the micro-batch losses of all ranks add up to the mini-batch loss; each rank scales its
+loss by the strategy's ``loss_scale`` (DDP averages, so the world size) before ``backward``.
+
+Metrics stay tensors until the update ends: one host transfer per ``fit``, plus one per optimiser
+step to skip a non-finite gradient instead of poisoning the optimiser. A metric named in
+``additive`` is a share of the mini-batch loss (summed over micro-batches and ranks); any other is
+averaged over micro-batches and ranks. Each is then averaged over the optimiser steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlcore.workers.strategy import Strategy, make_strategy
+from rlcore.workers.weights_file import load_weights, save_weights
+
+LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class UpdateSizes:
+    epochs: int
+    mini_batch_size: int  # samples per optimiser step, all ranks together
+    micro_batch_size: int | None  # samples per forward/backward on one rank; None = the mini-batch
+
+
+class Trainer:
+    """See the module docstring.
+
+    Args:
+        ctx: the component's ``WorkerContext`` (rank, world size, group, device), or None.
+        optimizer: builds the optimiser from the parameters (after the strategy wrapped them).
+        lr_lambda: the learning-rate factor of ``LambdaLR``, stepped per optimiser step
+            (``schedule_every="step"``) or per ``fit`` (``"update"``); None keeps it constant.
+        max_grad_norm: clip the global gradient norm to this; None: no clipping.
+        seed: seeds the mini-batch shuffle (the same on every rank: each shuffles its own rows).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        model: nn.Module,
+        *,
+        optimizer: Callable[[Any], torch.optim.Optimizer],
+        sizes: UpdateSizes,
+        max_grad_norm: float | None,
+        seed: int,
+        lr_lambda: Callable[[int], float] | None = None,
+        schedule_every: str = "step",
+        additive: frozenset[str] = frozenset(),
+    ) -> None:
+        self.strategy: Strategy = make_strategy(ctx)
+        self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
+        self.model = model.to(self.device)
+        self.model.train()
+        self.module = self.strategy.wrap(self.model)
+        self.optimizer = optimizer(self.model.parameters())
+        self.scheduler = (
+            torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda) if lr_lambda else None
+        )
+        self.schedule_every = schedule_every
+        self.sizes = sizes
+        self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
+        self.additive = additive
+        self.shuffle = torch.Generator().manual_seed(seed)
+        self.steps = 0
+        self.skipped_steps = 0
+
+    @property
+    def rank(self) -> int:
+        return self.strategy.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size
+
+    # the update --------------------------------------------------------------------------------
+
+    def fit(self, batch: TensorDict, loss_fn: LossFn, mask_key: str) -> dict[str, float]:
+        """``epochs`` passes of optimiser steps over this rank's ``batch`` (see the module doc).
+
+        ``loss_fn(module, micro_batch, counts)`` returns this micro-batch's share of the
+        mini-batch loss and its metrics (0-d tensors); ``batch[mask_key]`` is the ``[B]`` or
+        ``[B, T]`` 0/1 mask of the samples (tokens) that count.
+        """
+        size = batch.batch_size[0]
+        mini = self.sizes.mini_batch_size // self.world_size
+        micro = self.sizes.micro_batch_size or mini
+        batch = batch.to(self.device)
+        lr = self.optimizer.param_groups[0]["lr"]
+        names: list[str] | None = None
+        rows = []
+        for _ in range(self.sizes.epochs):
+            # Shuffle once per epoch; mini- and micro-batches are then slices.
+            shuffled = batch[torch.randperm(size, generator=self.shuffle)]
+            counts = self._global_counts(shuffled[mask_key], mini)
+            for i, start in enumerate(range(0, size, mini)):
+                minibatch = shuffled[start : start + mini]
+                step_counts = {"num_tokens": counts[i][0], "num_seqs": counts[i][1]}
+                totals, names = self._accumulate(minibatch, micro, step_counts, loss_fn, names)
+                rows.append(torch.cat([totals, self._step().reshape(1).to(totals)]))
+        if self.scheduler is not None and self.schedule_every == "update":
+            self.scheduler.step()
+        return self._metrics(rows, [*(names or []), "grad_norm"], lr)
+
+    def _accumulate(self, minibatch, micro, counts, loss_fn, names):
+        """One mini-batch's gradient, summed over its micro-batches; its metrics as a tensor."""
+        self.optimizer.zero_grad(set_to_none=True)
+        starts = range(0, minibatch.batch_size[0], micro)
+        sums = None
+        for j, start in enumerate(starts):
+            last = j == len(starts) - 1
+            with contextlib.nullcontext() if last else self.strategy.no_sync(self.module):
+                loss, metrics = loss_fn(self.module, minibatch[start : start + micro], counts)
+                (loss * self.strategy.loss_scale).backward()
+            if names is None:
+                names = list(metrics)
+            values = torch.stack([metrics[n].detach().float().reshape(()) for n in names])
+            sums = values if sums is None else sums + values
+        share = torch.tensor([n in self.additive for n in names], device=sums.device)
+        return torch.where(share, sums, sums / len(starts)), names
+
+    def _global_counts(self, mask: torch.Tensor, mini: int) -> list[list[int]]:
+        """``[num_tokens, num_seqs]`` of each mini-batch, summed over ranks (one reduction)."""
+        valid = (mask if mask.dim() == 2 else mask[:, None]).bool()
+        parts = valid.reshape(-1, mini, valid.shape[-1])  # [mini-batches, mini, T]
+        # count_tokens / count_seqs of each mini-batch, all at once
+        counts = torch.stack([parts.sum((1, 2)), parts.any(-1).sum(-1)], dim=1).double()
+        return self.strategy.all_reduce(counts).long().tolist()
+
+    def _step(self) -> torch.Tensor:
+        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        if torch.isfinite(norm):
+            self.optimizer.step()
+        else:  # a NaN/inf gradient would poison Adam's moments for good: skip the step
+            self.skipped_steps += 1
+        if self.scheduler is not None and self.schedule_every == "step":
+            self.scheduler.step()
+        self.steps += 1
+        return norm.detach()
+
+    def _metrics(self, rows: list[torch.Tensor], names: list[str], lr: float) -> dict[str, float]:
+        """Per-step metrics averaged over steps, then reduced over ranks (shares summed)."""
+        means = torch.stack(rows).double().mean(0)
+        if self.world_size > 1:
+            self.strategy.all_reduce(means)
+            share = torch.tensor([n in self.additive for n in names], device=means.device)
+            means = torch.where(share, means, means / self.world_size)
+        result = dict(zip(names, means.tolist(), strict=True))
+        result["lr"] = lr
+        return result
+
+    # weights and checkpoints -------------------------------------------------------------------
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights (every rank must call it: gathering may be collective)."""
+        return self.strategy.full_state_dict(self.model)
+
+    def save(self, directory: Path) -> None:
+        """Rank 0 writes the weights; every rank its optimiser, schedule and shuffle state."""
+        directory.mkdir(parents=True, exist_ok=True)
+        weights = self.full_state_dict()
+        if self.rank == 0:
+            save_weights(weights, directory / "model.safetensors")
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "shuffle": self.shuffle.get_state(),
+            "steps": self.steps,
+            "skipped_steps": self.skipped_steps,
+        }
+        torch.save(state, directory / f"trainer_rank{self.rank}.pt")
+
+    def load(self, directory: Path) -> None:
+        self.strategy.load_full_state_dict(
+            self.model, load_weights(directory / "model.safetensors")
+        )
+        state = torch.load(directory / f"trainer_rank{self.rank}.pt", weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.shuffle.set_state(state["shuffle"])
+        self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]

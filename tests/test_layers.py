@@ -1,0 +1,78 @@
+"""The package's layers (docs/architecture.md): a module imports only from its own layer or the
+ones below it, and no modules import each other in a cycle. Read from the source with ``ast``,
+lazy imports inside functions included."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rlcore"
+LAYERS = [  # lowest first
+    {"did_you_mean"},
+    {"algorithms"},
+    {"config"},
+    {"placement"},
+    {"scheduler"},
+    {"envs"},
+    {"models", "data", "rewards"},
+    {"workers"},
+    {"runners"},
+    {"cli"},
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    for path in PACKAGE.rglob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            # the most specific rlcore module each import names
+            found |= {n for n in names if n in modules and not any(
+                m.startswith(n + ".") and m in names for m in modules)}  # fmt: skip
+        graph[module_name(path)] = found - {module_name(path)}
+    return graph
+
+
+def test_no_module_imports_from_a_higher_layer():
+    upward = sorted(
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in imports().items()
+        if module != "rlcore"
+        for target in targets
+        if layer(target) > layer(module)
+    )
+    assert not upward, "\n".join(upward)
+
+
+def test_there_are_no_import_cycles():
+    graph, cycles = imports(), []
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in sorted(graph.get(module, ())):
+            if target in path:
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    assert not cycles, "\n".join(sorted(set(cycles)))
