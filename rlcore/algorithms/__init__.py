@@ -37,6 +37,7 @@ from rlcore.algorithms.policy_loss import (
     register_policy_loss,
 )
 from rlcore.algorithms.stats import (
+    entropy_from_log_probs,
     entropy_from_logits,
     explained_variance,
     masked_mean,
@@ -67,6 +68,7 @@ __all__ = [
     "compute_rloo_advantage",
     "count_seqs",
     "count_tokens",
+    "entropy_from_log_probs",
     "entropy_from_logits",
     "explained_variance",
     "get_advantage_fn",

@@ -76,9 +76,7 @@ def policy_loss(
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     losses = torch.maximum(unclipped, clipped)
     took_clipped = clipped > unclipped
-    if clip_ratio_c is None:
-        took_lower = torch.zeros_like(took_clipped)
-    else:
+    if clip_ratio_c is not None:
         cap = -advantages * clip_ratio_c
         took_lower = (advantages < 0) & (losses > cap)
         losses = torch.where(took_lower, cap, losses)
@@ -86,7 +84,11 @@ def policy_loss(
     with torch.no_grad():  # metrics: no autograd graph to build
         metrics = {
             "pg_clipfrac": masked_mean(took_clipped.to(losses.dtype), valid),
-            "pg_clipfrac_lower": masked_mean(took_lower.to(losses.dtype), valid),
+            "pg_clipfrac_lower": (
+                masked_mean(took_lower.to(losses.dtype), valid)
+                if clip_ratio_c is not None
+                else torch.zeros((), dtype=losses.dtype, device=losses.device)
+            ),
             "ppo_kl": masked_mean(-log_ratio, valid),
         }
     return loss, metrics

@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from rlcore.algorithms.stats import entropy_from_logits
+from rlcore.algorithms.stats import entropy_from_log_probs
 from rlcore.envs.vector import SpaceSpec
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -222,8 +222,9 @@ class ActorCritic(nn.Module):
 
     @staticmethod
     def _categorical(logits: torch.Tensor, actions: torch.Tensor, entropy: bool):
-        log_prob = logits.log_softmax(-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return log_prob, entropy_from_logits(logits) if entropy else None
+        log_p = logits.log_softmax(-1)
+        log_prob = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return log_prob, entropy_from_log_probs(log_p) if entropy else None
 
     def _sample(self, out: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         if self.spec.action_kind == "box":

@@ -67,6 +67,7 @@ class InDriver:
     def __init__(self, plan: PlacementPlan) -> None:
         self.plan = plan
         self.objects: dict[str, Any] = {}
+        self._copies: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
 
     def launch(self, spec: ComponentSpec) -> Any:
         """Build ``spec``'s component here; the object itself is its handle."""
@@ -84,11 +85,18 @@ class InDriver:
         import torch
 
         start = time.perf_counter()
-        source = self.objects[src].weights()
+        if (src, dst) not in self._copies:
+            # The pairs of tensors to copy, found once: weights are updated in place (by the
+            # optimiser and by checkpoint loads), so the tensors stay the same objects.
+            source = self.objects[src].weights()
+            self._copies[(src, dst)] = [
+                (tensor, source[name])
+                for name, tensor in self.objects[dst].weights().items()
+                if tensor.data_ptr() != source[name].data_ptr()
+            ]
         with torch.no_grad():
-            for name, tensor in self.objects[dst].weights().items():
-                if tensor.data_ptr() != source[name].data_ptr():
-                    tensor.copy_(source[name])
+            for tensor, source_tensor in self._copies[(src, dst)]:
+                tensor.copy_(source_tensor)
         self.objects[dst].set_weight_version(version)
         return SyncRecord("in_process", time.perf_counter() - start, version)
 

@@ -109,19 +109,25 @@ class Trainer:
         batch = batch.to(self.device)
         lr = self.optimizer.param_groups[0]["lr"]
         names: list[str] | None = None
-        rows = []
+        rows, norms = [], []
+        # One mini-batch per epoch: its counts are the whole batch's, the same every epoch.
+        counts = self._global_counts(batch[mask_key], mini) if mini == size else None
         for _ in range(self.sizes.epochs):
-            # Shuffle once per epoch; mini- and micro-batches are then slices.
-            shuffled = batch[torch.randperm(size, generator=self.shuffle)]
-            counts = self._global_counts(shuffled[mask_key], mini)
+            # Shuffle once per epoch; mini- and micro-batches are then slices. A lone mini-batch
+            # in one pass needs no shuffle: its gradient is a sum, whatever the order.
+            one_pass = mini == size and micro >= mini
+            shuffled = batch if one_pass else batch[torch.randperm(size, generator=self.shuffle)]
+            epoch_counts = counts or self._global_counts(shuffled[mask_key], mini)
             for i, start in enumerate(range(0, size, mini)):
-                minibatch = shuffled[start : start + mini]
-                step_counts = {"num_tokens": counts[i][0], "num_seqs": counts[i][1]}
+                minibatch = shuffled if mini == size else shuffled[start : start + mini]
+                step_counts = {"num_tokens": epoch_counts[i][0], "num_seqs": epoch_counts[i][1]}
                 totals, names = self._accumulate(minibatch, micro, step_counts, loss_fn, names)
-                rows.append(torch.cat([totals, self._step().reshape(1).to(totals)]))
+                rows.append(totals)
+                norms.append(self._step())
         if self.scheduler is not None and self.schedule_every == "update":
             self.scheduler.step()
-        return self._metrics(rows, [*(names or []), "grad_norm"], lr)
+        table = torch.cat([torch.stack(rows), torch.stack(norms).to(rows[0])[:, None]], dim=1)
+        return self._metrics(table, [*(names or []), "grad_norm"], lr)
 
     def _accumulate(self, minibatch, micro, counts, loss_fn, names):
         """One mini-batch's gradient, summed over its micro-batches; its metrics as a tensor."""
@@ -159,9 +165,10 @@ class Trainer:
         self.steps += 1
         return norm.detach()
 
-    def _metrics(self, rows: list[torch.Tensor], names: list[str], lr: float) -> dict[str, float]:
-        """Per-step metrics averaged over steps, then reduced over ranks (shares summed)."""
-        means = torch.stack(rows).double().mean(0)
+    def _metrics(self, table: torch.Tensor, names: list[str], lr: float) -> dict[str, float]:
+        """Per-step metrics ``[steps, metrics]`` averaged over steps, then reduced over ranks
+        (shares summed)."""
+        means = table.double().mean(0)
         if self.world_size > 1:
             self.strategy.all_reduce(means)
             share = torch.tensor([n in self.additive for n in names], device=means.device)

@@ -55,19 +55,37 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     assert runner.run()["iterations"] == 2
 
 
-@pytest.mark.parametrize(
-    "placement",
-    [[], ["cluster.devices_per_node=2", "cluster.component_placement={actor:0,critic:0,"
-          "ref:0,rollout:1,reward:1}"],
-     ["cluster.devices_per_node=2", "cluster.component_placement={actor:all,critic:all,"
-      "ref:all,rollout:all,reward:all}"]],
-    ids=["one-process", "rollout-apart", "data-parallel"],
-)  # fmt: skip
-def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, placement):
+# Every reasoning layout the suite runs: (slots, placement); ref is placed by the resume test.
+LAYOUTS = {
+    "one-process": (1, None),
+    "rollout-apart": (2, "{actor:0,critic:0,ref:0,rollout:1,reward:1}"),
+    "disaggregated": (3, "{actor:0,critic:1,ref:1,rollout:2,reward:2}"),
+    "data-parallel": (2, "{actor:all,critic:all,ref:all,rollout:all,reward:all}"),
+}
+
+
+def placed(layout):
+    slots, placement = LAYOUTS[layout]
+    if placement is None:
+        return []
+    return [f"cluster.devices_per_node={slots}", f"cluster.component_placement={placement}"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_dry_run_accepts_every_layout_the_suite_runs(tiny_lm, tmp_path, capsys, layout):
+    _, dirs = tiny_lm
+    args = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", "algorithm.use_kl_in_reward=true",
+            *placed(layout), "runner.dry_run=true"]  # fmt: skip
+    assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
+    assert "dry run: the config and placement are valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, layout):
     _, dirs = tiny_lm
     common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
               "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
-              *length_reward(tmp_path), *placement)  # fmt: skip
+              *length_reward(tmp_path), *placed(layout))  # fmt: skip
     cache = dirs.actor.parent
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=2", "runner.run_name=cut"))
