@@ -30,28 +30,31 @@ def value_loss(
     ``delta * (|x| - delta / 2)`` beyond. ``value_clip=None`` turns clipping off.
 
     Metrics:
-        ``vf_clipfrac``: share of valid tokens whose prediction lies outside the clip band,
-        measured on the unclamped prediction (where clamping changed it).
+        ``vf_clipfrac``: share of valid tokens where the clipped term was taken (its loss is
+        larger than the unclipped one's), as ``pg_clipfrac`` counts it for the policy and as
+        verl computes it: the tokens whose gradient the clipping cut.
         ``vpred_mean``: masked mean of the predictions.
     """
     valid = response_mask.bool()
-    if value_clip is None:
-        clipped = vpreds
-        outside = torch.zeros_like(valid)
-    else:
-        clipped = torch.clamp(vpreds, old_values - value_clip, old_values + value_clip)
-        outside = (vpreds - old_values).abs() > value_clip
+    clipped = (
+        vpreds
+        if value_clip is None
+        else torch.clamp(vpreds, old_values - value_clip, old_values + value_clip)
+    )
     if huber_delta is None:
-        losses = 0.5 * torch.maximum((vpreds - returns) ** 2, (clipped - returns) ** 2)
-    else:
-        losses = torch.maximum(
-            F.huber_loss(vpreds, returns, reduction="none", delta=huber_delta),
-            F.huber_loss(clipped, returns, reduction="none", delta=huber_delta),
+        unclipped_losses, clipped_losses = (
+            0.5 * (vpreds - returns) ** 2,
+            0.5 * (clipped - returns) ** 2,
         )
+    else:
+        unclipped_losses = F.huber_loss(vpreds, returns, reduction="none", delta=huber_delta)
+        clipped_losses = F.huber_loss(clipped, returns, reduction="none", delta=huber_delta)
+    losses = torch.maximum(unclipped_losses, clipped_losses)
+    took_clipped = clipped_losses > unclipped_losses
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():  # metrics: no autograd graph to build
         metrics = {
-            "vf_clipfrac": masked_mean(outside.to(losses.dtype), valid),
+            "vf_clipfrac": masked_mean(took_clipped.to(losses.dtype), valid),
             "vpred_mean": masked_mean(vpreds, valid),
         }
     return loss, metrics

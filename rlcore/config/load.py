@@ -98,14 +98,19 @@ def compose_raw(
     """
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
+    # A config file elsewhere composes with the package's groups (`/cluster: local`,
+    # `cluster=gpu_2x8`) as a config name does; groups next to the file come first.
+    searched = [directory] + ([config_dir] if directory != config_dir else [])
 
     def is_group(override: Override) -> bool:
-        return (directory / override.key_or_group).is_dir()
+        return any((d / override.key_or_group).is_dir() for d in searched)
 
     group_overrides = [o.input_line for o in parsed if is_group(o)]
     for override in parsed:
         if is_group(override) and override.type is not OverrideType.DEL:
-            _check_group_choice(directory, override)
+            _check_group_choice(searched, override)
+    if directory != config_dir:
+        group_overrides.append(f"hydra.searchpath=[file://{config_dir}]")
     try:
         with initialize_config_dir(version_base=None, config_dir=str(directory)):
             cfg = compose(config_name=name, overrides=group_overrides)
@@ -114,7 +119,7 @@ def compose_raw(
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
-    _placement_from_cluster_choice(cfg, directory, parsed)
+    _placement_from_cluster_choice(cfg, searched, parsed)
     if cluster_file is not None:
         cfg.cluster = load_cluster_file(cluster_file)
     for override in parsed:
@@ -131,8 +136,20 @@ def compose_raw(
     return raw
 
 
+def _group_file(searched: list[Path], group: str, choice: Any) -> Path | None:
+    """The file of ``group=choice`` in the first searched folder that has it."""
+    return next(
+        (
+            d / group / f"{choice}.yaml"
+            for d in searched
+            if (d / group / f"{choice}.yaml").is_file()
+        ),
+        None,
+    )
+
+
 def _placement_from_cluster_choice(
-    cfg: DictConfig, directory: Path, parsed: list[Override]
+    cfg: DictConfig, searched: list[Path], parsed: list[Override]
 ) -> None:
     """``cluster=NAME`` whose file places the components replaces the config's placement.
 
@@ -141,17 +158,18 @@ def _placement_from_cluster_choice(
     """
     for override in parsed:
         if override.key_or_group == "cluster" and override.type is not OverrideType.DEL:
-            chosen = load_cluster_file(directory / "cluster" / f"{override.value()}.yaml")
+            chosen = load_cluster_file(_group_file(searched, "cluster", override.value()))
             if "component_placement" in chosen:
                 cfg.cluster.component_placement = chosen.component_placement
 
 
-def _check_group_choice(directory: Path, override: Override) -> None:
+def _check_group_choice(searched: list[Path], override: Override) -> None:
     group, choice = override.key_or_group, override.value()
-    if not (directory / group / f"{choice}.yaml").is_file():
-        names = sorted(p.stem for p in (directory / group).glob("*.yaml"))
+    if _group_file(searched, group, choice) is None:
+        names = sorted({p.stem for d in searched for p in (d / group).glob("*.yaml")})
+        where = " or ".join(str(d / group) for d in searched if (d / group).is_dir())
         raise ConfigError(
-            f"{override.input_line}: no '{choice}' in {directory / group}"
+            f"{override.input_line}: no '{choice}' in {where}"
             f"{did_you_mean(str(choice), names)}; known: {', '.join(names)}"
         )
 

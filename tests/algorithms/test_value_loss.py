@@ -44,12 +44,22 @@ def test_outside_the_band_the_pessimistic_term_wins():
     assert metrics["vf_clipfrac"] == 1.0  # RLinf's post-clamp measure would report 0 here
 
 
-def test_clip_fraction_counts_predictions_outside_the_band_even_when_unclipped_term_wins():
-    # v = -1 with old = 0, R = 2: unclipped error 9 beats clipped (−0.2 − 2)^2 = 4.84.
+def test_clip_fraction_counts_only_tokens_where_the_clipped_term_was_taken():
+    # v = -1 with old = 0, R = 2: the prediction is outside the band, but the unclipped error 9
+    # beats the clipped (-0.2 - 2)^2 = 4.84, so the gradient flows: not counted (as in verl).
     loss, metrics, grad = one_value(-1.0, 2.0, 0.0, value_clip=0.2)
     assert loss == pytest.approx(0.5 * 9)
     assert grad == pytest.approx(-1.0 - 2.0)
-    assert metrics["vf_clipfrac"] == 1.0
+    assert metrics["vf_clipfrac"] == 0.0
+
+
+def test_clip_fraction_is_the_share_of_valid_tokens_whose_gradient_the_clip_cut():
+    # old 0, clip 0.2, R = 1 everywhere: v = 1 (clipped term 0.64 > 0: taken), v = 0.1 (inside),
+    # v = -1 (unclipped 4 > clipped 1.44: not taken), and a masked token that would be taken.
+    v = torch.tensor([[1.0, 0.1, -1.0, 1.0]])
+    _, metrics = value_loss(v, torch.ones(1, 4), torch.zeros(1, 4), torch.tensor([[1, 1, 1, 0]]),
+                            value_clip=0.2)  # fmt: skip
+    assert metrics["vf_clipfrac"].item() == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize(

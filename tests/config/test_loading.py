@@ -4,9 +4,12 @@ import dataclasses
 
 import pytest
 
+from rlcore.cli import main as cli_main
+from rlcore.cli import run_entry_point
 from rlcore.config import (
     CONFIG_DIR,
     AlgorithmConfig,
+    ConfigError,
     EmbodiedConfig,
     ReasoningConfig,
     build_config,
@@ -79,3 +82,33 @@ def test_build_config_from_a_plain_dict_round_trips():
     raw = {"mode": "embodied", "env": {"id": "Pendulum-v1"}, "actor": {"ppo_mini_batch_size": 64}}
     config = build_config(raw)
     assert build_config(dataclasses.asdict(config)) == config
+
+
+def test_a_copied_config_file_anywhere_composes_with_the_package_groups(tmp_path):
+    """Copy a shipped config, edit it, run it: its defaults list (`/cluster: local`) and
+    `cluster=NAME` come from the package's configs/ (issue: "Could not find 'cluster/local'")."""
+    source = CONFIG_DIR / "embodied" / "cartpole_ppo.yaml"
+    copy = tmp_path / "mine" / "my_copy.yaml"
+    copy.parent.mkdir()
+    copy.write_text(source.read_text().replace("rollout_steps: 8 ", "rollout_steps: 16"))
+    config = load_config(str(copy))
+    assert config.runner.rollout_steps == 16 and config.cluster.device == "auto"
+    on_gpus = load_config(str(copy), ["cluster=gpu_2x8"])
+    assert on_gpus.cluster.num_nodes == 2 and on_gpus.cluster.devices_per_node == 8
+    # a cluster folder next to the file is searched first
+    (copy.parent / "cluster").mkdir()
+    (copy.parent / "cluster" / "mybox.yaml").write_text(
+        "# @package cluster\nnum_nodes: 1\ndevices_per_node: 3\ndevice: cpu\n"
+    )
+    assert load_config(str(copy), ["cluster=mybox"]).cluster.devices_per_node == 3
+    with pytest.raises(ConfigError, match=r"cluster=nope: no 'nope' in .*known: .*gpu_2x8"):
+        load_config(str(copy), ["cluster=nope"])
+
+
+def test_the_entry_points_take_a_config_file_with_a_defaults_list(tmp_path, capsys):
+    copy = tmp_path / "copy.yaml"
+    copy.write_text((CONFIG_DIR / "embodied" / "cartpole_ppo.yaml").read_text())
+    assert cli_main(["placement", str(copy)]) == 0
+    assert capsys.readouterr().out.startswith("placement: collocated")
+    assert run_entry_point("embodied/cartpole_ppo", ["--config", str(copy),
+                                                     "runner.dry_run=true"]) == 0  # fmt: skip
