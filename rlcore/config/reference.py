@@ -33,13 +33,34 @@ def _default(field: dataclasses.Field) -> str:
 
 
 def _table(rows: list[tuple[str, dataclasses.Field, object]]) -> list[str]:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    lines = ["| key | type | default | range | modes | meaning |", "|---|---|---|---|---|---|"]
     for path, field, tp in rows:
         if dataclasses.is_dataclass(tp):
             continue
         doc = field.metadata.get("doc", "").replace("|", "\\|")
-        lines.append(f"| `{path}` | {describe_type(tp)} | `{_default(field)}` | {doc} |")
+        accepted = field.metadata.get("range")
+        shown = "" if accepted is None else accepted.text().replace("|", "\\|")
+        modes = ", ".join(_modes(path, field))
+        lines.append(
+            f"| `{path}` | {describe_type(tp)} | `{_default(field)}` | {shown} | {modes} | {doc} |"
+        )
     return lines
+
+
+def _modes(path: str, field: dataclasses.Field) -> tuple[str, ...]:
+    """The modes that read ``path``: its own declaration, or its section's."""
+    if "modes" in field.metadata:
+        return field.metadata["modes"]
+    parents = [p for p in _SECTION_MODES if path.startswith(p + ".")]
+    return _SECTION_MODES[parents[0]] if parents else tuple(SCHEMAS)
+
+
+_SECTION_MODES = {
+    path: field.metadata["modes"]
+    for schema in SCHEMAS.values()
+    for path, field, _ in schema_paths(schema)
+    if "modes" in field.metadata
+}
 
 
 def key_reference() -> str:

@@ -20,23 +20,29 @@ class ActorModelConfig:
     add_value_head: bool = key(
         False, doc="put a value head on the policy's backbone (needed by loss_type actor_critic)"
     )
-    hidden_sizes: list[int] = key(factory=lambda: [64, 64], doc="widths of the MLP trunk")
+    hidden_sizes: list[int] = key(
+        factory=lambda: [64, 64], doc="widths of the MLP trunk", range=">= 1"
+    )
     activation: Literal["tanh", "relu"] = key("tanh", doc="activation of the MLP trunk")
     shared_backbone: bool = key(
         True, doc="policy and value heads share one trunk; false gives each its own"
     )
     ortho_init: bool = key(True, doc="orthogonal init (gain sqrt 2; 0.01 policy, 1 value head)")
-    log_std_init: float = key(0.0, doc="initial log-std of Gaussian policies (Box actions)")
+    log_std_init: float = key(
+        0.0, doc="initial log-std of Gaussian policies (Box actions)", range="any"
+    )
 
 
 @dataclass(kw_only=True)
 class OptimConfig:
-    lr: float = key(3e-4, doc="Adam learning rate")
+    lr: float = key(3e-4, doc="Adam learning rate", range="> 0")
     lr_schedule: Literal["constant", "linear"] = key(
         "constant", doc="constant, or linear decay to 0 over the run"
     )
-    adam_eps: float = key(1e-5, doc="Adam epsilon")
-    max_grad_norm: float | None = key(0.5, doc="clip the gradient norm to this; null = no clip")
+    adam_eps: float = key(1e-5, doc="Adam epsilon", range="> 0")
+    max_grad_norm: float | None = key(
+        0.5, doc="clip the gradient norm to this; null = no clip", range="> 0"
+    )
 
 
 @dataclass(kw_only=True)
@@ -52,41 +58,49 @@ class EnvConfig:
         doc="gymnasium id ('CartPole-v1'), a name from rlcore.envs.register_env, or "
         "'module.path:ClassName'",
     )
-    num_envs: int = key(8, doc="environments stepped in parallel")
+    num_envs: int = key(8, doc="environments stepped in parallel", range=">= 1")
     vector_mode: Literal["auto", "native", "sync", "async"] = key(
         "auto",
         doc="native vector env if the env has one (auto), in-process copies, or subprocesses",
     )
     solved_threshold: float | None = key(
-        None, doc="eval return counted as solved, for time_to_threshold_s; null = none"
+        None, doc="eval return counted as solved, for time_to_threshold_s; null = none", range="any"
     )
     normalize_obs: bool = key(False, doc="feed the policy running-normalised observations")
     normalize_reward: bool = key(
         False, doc="train on rewards divided by the running std of the discounted return"
     )
-    clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this")
-    clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this")
+    clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this", range="> 0")
+    clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this", range="> 0")
 
 
 @dataclass(kw_only=True)
 class EmbodiedRunnerConfig(RunnerConfig):
-    rollout_steps: int = key(128, doc="steps taken in each env per iteration")
-    total_env_steps: int = key(100_000, doc="env steps to train for, summed over envs")
-    seed: int = key(1, doc="seeds torch, the envs and the action sampling")
+    rollout_steps: int = key(128, doc="steps taken in each env per iteration", range=">= 1")
+    total_env_steps: int = key(
+        100_000, doc="env steps to train for, summed over envs", range=">= 1"
+    )
+    seed: int = key(1, doc="seeds torch, the envs and the action sampling", range=">= 0")
     output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
     run_name: str | None = key(None, doc="the run's folder name; null = ENV-SEED-TIMESTAMP")
-    eval_every: int = key(10, doc="iterations between deterministic evaluations (0 = at the end)")
-    eval_episodes: int = key(10, doc="episodes per evaluation")
+    eval_every: int = key(
+        10, doc="iterations between deterministic evaluations (0 = at the end)", range=">= 0"
+    )
+    eval_episodes: int = key(10, doc="episodes per evaluation", range=">= 1")
     stop_at_threshold: bool = key(
         False,
         doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
         "(never, when no threshold is set); the learning-rate schedule still spans "
         "total_env_steps",
     )
-    torch_threads: int = key(1, doc="torch CPU threads (1 is fastest for small MLPs here)")
+    torch_threads: int = key(
+        1, doc="torch CPU threads (1 is fastest for small MLPs here)", range=">= 1"
+    )
     progress: bool = key(True, doc="show a progress bar on stderr")
     checkpoint_every: int = key(
-        50, doc="iterations between checkpoints (and one at the end); 0 = no checkpoints"
+        50,
+        doc="iterations between checkpoints (and one at the end); 0 = no checkpoints",
+        range=">= 0",
     )
     resume_dir: str | None = key(
         None, doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run's latest one"

@@ -23,11 +23,15 @@ GSM8K_SUFFIX = ' Let\'s think step by step and output the final answer after "##
 
 @dataclass(kw_only=True)
 class SyntheticConfig:
-    num_train: int = key(20_000, doc="training problems generated")
-    num_val: int = key(200, doc="validation problems generated (disjoint from the training set)")
-    digits: int = key(2, doc="digits of each operand (1 to 6)")
+    num_train: int = key(20_000, doc="training problems generated", range=">= 1")
+    num_val: int = key(
+        200, doc="validation problems generated (disjoint from the training set)", range=">= 1"
+    )
+    digits: int = key(2, doc="digits of each operand (1 to 6)", range="[1, 6]")
     operations: list[str] = key(factory=lambda: ["+"], doc="operators drawn from: + - *")
-    seed: int = key(0, doc="the generator's seed: the same seed gives the same problems")
+    seed: int = key(
+        0, doc="the generator's seed: the same seed gives the same problems", range=">= 0"
+    )
 
 
 @dataclass(kw_only=True)
@@ -44,11 +48,17 @@ class DataConfig:
         "gsm8k", doc="gsm8k: the answer is the number after '####' (commas removed); plain: as is"
     )
     max_prompt_length: int = key(
-        64, doc="prompts longer than this many tokens are dropped (and counted), never truncated"
+        64,
+        doc="prompts longer than this many tokens are dropped (and counted), never truncated",
+        range=">= 1",
     )
-    max_response_length: int = key(16, doc="tokens generated per response at most")
-    train_batch_size: int = key(REQUIRED, doc="prompts per iteration, global across ranks")
-    val_max_samples: int | None = key(None, doc="validate on at most this many prompts; null = all")
+    max_response_length: int = key(16, doc="tokens generated per response at most", range=">= 1")
+    train_batch_size: int = key(
+        REQUIRED, doc="prompts per iteration, global across ranks", range=">= 1"
+    )
+    val_max_samples: int | None = key(
+        None, doc="validate on at most this many prompts; null = all", range=">= 1"
+    )
     chat_template: bool = key(
         False, doc="wrap each prompt in the tokenizer's chat template as a user turn"
     )
@@ -59,10 +69,10 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class TinyLMConfig:
-    hidden_size: int = key(128, doc="width of the tiny Qwen2-architecture model")
-    num_layers: int = key(2, doc="decoder layers")
-    num_heads: int = key(4, doc="attention heads (2 key/value heads when divisible)")
-    intermediate_size: int = key(512, doc="MLP width")
+    hidden_size: int = key(128, doc="width of the tiny Qwen2-architecture model", range=">= 1")
+    num_layers: int = key(2, doc="decoder layers", range=">= 1")
+    num_heads: int = key(4, doc="attention heads (2 key/value heads when divisible)", range=">= 1")
+    intermediate_size: int = key(512, doc="MLP width", range=">= 1")
 
 
 @dataclass(kw_only=True)
@@ -76,10 +86,14 @@ class LMConfig:
 
 @dataclass(kw_only=True)
 class LMOptimConfig:
-    lr: float = key(1e-6, doc="AdamW learning rate (verl's actor default)")
-    weight_decay: float = key(0.0, doc="AdamW weight decay")
-    lr_warmup_steps: int = key(0, doc="optimiser steps of linear learning-rate warm-up")
-    max_grad_norm: float | None = key(1.0, doc="clip the gradient norm to this; null = no clip")
+    lr: float = key(1e-6, doc="AdamW learning rate (verl's actor default)", range="> 0")
+    weight_decay: float = key(0.0, doc="AdamW weight decay", range=">= 0")
+    lr_warmup_steps: int = key(
+        0, doc="optimiser steps of linear learning-rate warm-up", range=">= 0"
+    )
+    max_grad_norm: float | None = key(
+        1.0, doc="clip the gradient norm to this; null = no clip", range="> 0"
+    )
 
 
 @dataclass(kw_only=True)
@@ -90,7 +104,9 @@ class ReasoningActorConfig(UpdateConfig):
 
 @dataclass(kw_only=True)
 class CriticOptimConfig(LMOptimConfig):
-    lr: float = key(1e-5, doc="AdamW learning rate of the critic (verl's critic default)")
+    lr: float = key(
+        1e-5, doc="AdamW learning rate of the critic (verl's critic default)", range="> 0"
+    )
 
 
 @dataclass(kw_only=True)
@@ -101,16 +117,24 @@ class CriticConfig:
     model_path: str | None = key(
         None, doc="the critic's own model directory; null = start from the actor's weights"
     )
-    ppo_epochs: int | None = key(None, doc="critic passes per batch; null = actor.ppo_epochs")
+    ppo_epochs: int | None = key(
+        None, doc="critic passes per batch; null = actor.ppo_epochs", range=">= 1"
+    )
     ppo_mini_batch_size: int | None = key(
-        None, doc="prompts per critic optimiser step; null = actor.ppo_mini_batch_size"
+        None,
+        doc="prompts per critic optimiser step; null = actor.ppo_mini_batch_size",
+        range=">= 1",
     )
     ppo_micro_batch_size: int | None = key(
-        None, doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size"
+        None,
+        doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size",
+        range=">= 1",
     )
     optim: CriticOptimConfig = section(CriticOptimConfig, doc="the critic's optimiser")
     critic_warmup: int = key(
-        0, doc="iterations that train only the critic before the actor starts updating"
+        0,
+        doc="iterations that train only the critic before the actor starts updating",
+        range=">= 0",
     )
 
 
@@ -119,11 +143,15 @@ class RolloutConfig:
     backend: Literal["hf", "sglang"] = key(
         "hf", doc="generation engine: hf (transformers generate, any device) or sglang (GPU)"
     )
-    temperature: float = key(1.0, doc="sampling temperature while training")
-    top_p: float = key(1.0, doc="nucleus sampling: keep the smallest set with this much mass")
-    top_k: int = key(0, doc="sample from the k most likely tokens; 0 = no limit")
+    temperature: float = key(1.0, doc="sampling temperature while training", range="> 0")
+    top_p: float = key(
+        1.0, doc="nucleus sampling: keep the smallest set with this much mass", range="(0, 1]"
+    )
+    top_k: int = key(0, doc="sample from the k most likely tokens; 0 = no limit", range=">= 0")
     micro_batch_size: int | None = key(
-        None, doc="sequences per generate call on one rank; null = all of the rank's at once"
+        None,
+        doc="sequences per generate call on one rank; null = all of the rank's at once",
+        range=">= 1",
     )
 
 
@@ -135,19 +163,23 @@ class RewardConfig:
     gsm8k_mode: Literal["strict", "flexible"] = key(
         "strict", doc="strict: '#### N' is required; flexible: the last number in the response"
     )
-    correct_score: float = key(1.0, doc="reward of a correct answer")
-    format_score: float = key(0.0, doc="reward of a well-formed but wrong answer")
+    correct_score: float = key(1.0, doc="reward of a correct answer", range="any")
+    format_score: float = key(0.0, doc="reward of a well-formed but wrong answer", range="any")
     custom_fn: str | None = key(
         None, doc="kind custom: 'path/to/file.py:function' taking (response, answer) -> float"
     )
-    timeout_s: float = key(2.0, doc="parsing one response may take this long; then it scores 0")
+    timeout_s: float = key(
+        2.0, doc="parsing one response may take this long; then it scores 0", range="> 0"
+    )
 
 
 @dataclass(kw_only=True)
 class WarmupConfig:
-    steps: int = key(0, doc="supervised steps on the synthetic task before PPO; 0 = none")
-    lr: float = key(1e-3, doc="AdamW learning rate of the warm-up")
-    batch_size: int = key(64, doc="examples per warm-up step")
+    steps: int = key(
+        0, doc="supervised steps on the synthetic task before PPO; 0 = none", range=">= 0"
+    )
+    lr: float = key(1e-3, doc="AdamW learning rate of the warm-up", range="> 0")
+    batch_size: int = key(64, doc="examples per warm-up step", range=">= 1")
     cache_dir: str = key(
         ".cache/rlcore", doc="the tiny model, tokenizer and warmed-up weights are cached here"
     )
@@ -155,15 +187,17 @@ class WarmupConfig:
 
 @dataclass(kw_only=True)
 class ReasoningRunnerConfig(RunnerConfig):
-    total_iterations: int = key(20, doc="PPO iterations (one batch of prompts each)")
-    seed: int = key(1, doc="seeds torch, the data order and the sampling")
+    total_iterations: int = key(20, doc="PPO iterations (one batch of prompts each)", range=">= 1")
+    seed: int = key(1, doc="seeds torch, the data order and the sampling", range=">= 0")
     output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
     run_name: str | None = key(None, doc="the run's folder name; null = CONFIG-SEED-TIMESTAMP")
-    val_every: int = key(0, doc="iterations between greedy validations (0 = before and after)")
-    torch_threads: int = key(2, doc="torch CPU threads per process")
+    val_every: int = key(
+        0, doc="iterations between greedy validations (0 = before and after)", range=">= 0"
+    )
+    torch_threads: int = key(2, doc="torch CPU threads per process", range=">= 1")
     progress: bool = key(True, doc="show a progress bar on stderr")
     checkpoint_every: int = key(
-        0, doc="iterations between checkpoints (the last one included); 0 = none"
+        0, doc="iterations between checkpoints (the last one included); 0 = none", range=">= 0"
     )
     resume_dir: str | None = key(
         None, doc="resume from this run folder's latest checkpoint (or a checkpoint folder)"

@@ -16,9 +16,15 @@ class KLCtrlConfig:
     type: Literal["fixed", "adaptive"] = key(
         "fixed", doc="in-reward KL coefficient controller: fixed, or adaptive (Ziegler et al.)"
     )
-    kl_coef: float = key(0.001, doc="(initial) coefficient of the in-reward KL penalty")
-    horizon: int = key(10000, doc="adaptive controller: samples over which the coefficient adapts")
-    target_kl: float = key(0.1, doc="adaptive controller: the per-token KL it steers towards")
+    kl_coef: float = key(
+        0.001, doc="(initial) coefficient of the in-reward KL penalty", range=">= 0"
+    )
+    horizon: int = key(
+        10000, doc="adaptive controller: samples over which the coefficient adapts", range=">= 1"
+    )
+    target_kl: float = key(
+        0.1, doc="adaptive controller: the per-token KL it steers towards", range="> 0"
+    )
 
 
 @dataclass(kw_only=True)
@@ -45,46 +51,79 @@ class AlgorithmConfig:
         True, doc="whiten advantages over the batch (valid steps) before the policy loss"
     )
     norm_adv_by_std: bool = key(
-        True, doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)"
+        True,
+        doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)",
+        modes=("reasoning",),
     )
     group_size: int = key(
         1,
-        doc="samples per prompt (reasoning) or envs per initial state (embodied) that "
-        "group-based estimators compare",
+        doc="responses sampled per prompt (verl's rollout.n), compared by group-based estimators",
+        range=">= 1",
+        modes=("reasoning",),
     )
-    gamma: float = key(1.0, doc="discount factor γ")
-    gae_lambda: float = key(1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value")
-    clip_ratio_low: float = key(0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low")
-    clip_ratio_high: float = key(0.2, doc="PPO clip: the ratio is kept <= 1 + clip_ratio_high")
+    gamma: float = key(1.0, doc="discount factor γ", range="[0, 1]")
+    gae_lambda: float = key(
+        1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value", range="[0, 1]"
+    )
+    clip_ratio_low: float = key(
+        0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low", range="[0, 1)"
+    )
+    clip_ratio_high: float = key(
+        0.2, doc="PPO clip: the ratio is kept <= 1 + clip_ratio_high", range=">= 0"
+    )
     clip_ratio_c: float | None = key(
-        None, doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off"
+        None,
+        doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off",
+        range="> 1",
     )
     value_clip: float | None = key(
-        0.2, doc="value predictions are clipped to old ± value_clip; null turns clipping off"
+        0.2,
+        doc="value predictions are clipped to old ± value_clip; null turns clipping off",
+        range="> 0",
     )
     huber_delta: float | None = key(
-        None, doc="Huber δ for the value loss; null gives squared error"
+        None, doc="Huber δ for the value loss; null gives squared error", range="> 0"
     )
-    value_coef: float = key(0.5, doc="weight of the value loss when loss_type is actor_critic")
-    entropy_bonus: float = key(0.0, doc="weight of the entropy bonus subtracted from the loss")
+    value_coef: float = key(
+        0.5,
+        doc="weight of the value loss when loss_type is actor_critic",
+        range=">= 0",
+        modes=("embodied",),
+    )
+    entropy_bonus: float = key(
+        0.0, doc="weight of the entropy bonus subtracted from the loss", range=">= 0"
+    )
     use_kl_in_reward: bool = key(
-        False, doc="subtract kl_ctrl coefficient * KL(policy || reference) from the reward"
+        False,
+        doc="subtract kl_ctrl coefficient * KL(policy || reference) from the reward",
+        modes=("reasoning",),
     )
-    kl_penalty: KLKind = key("kl", doc="KL estimator for the in-reward penalty")
-    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, doc="in-reward KL coefficient controller")
+    kl_penalty: KLKind = key(
+        "kl", doc="KL estimator for the in-reward penalty", modes=("reasoning",)
+    )
+    kl_ctrl: KLCtrlConfig = section(
+        KLCtrlConfig, doc="in-reward KL coefficient controller", modes=("reasoning",)
+    )
     use_kl_loss: bool = key(
-        False, doc="add kl_loss_coef * KL(policy || reference) to the actor loss"
+        False,
+        doc="add kl_loss_coef * KL(policy || reference) to the actor loss",
+        modes=("reasoning",),
     )
-    kl_loss_coef: float = key(0.001, doc="coefficient of the KL loss")
-    kl_loss_type: KLKind = key("low_var_kl", doc="KL estimator for the KL loss")
+    kl_loss_coef: float = key(
+        0.001, doc="coefficient of the KL loss", range=">= 0", modes=("reasoning",)
+    )
+    kl_loss_type: KLKind = key(
+        "low_var_kl", doc="KL estimator for the KL loss", modes=("reasoning",)
+    )
 
 
 @dataclass(kw_only=True)
 class ClusterConfig:
-    num_nodes: int = key(1, doc="machines in the Ray cluster")
+    num_nodes: int = key(1, doc="machines in the Ray cluster", range=">= 1")
     devices_per_node: int | None = key(
         None,
         doc="device slots per node; null = detected (GPUs per node, or CPU cores without GPUs)",
+        range=">= 1",
     )
     device: Literal["auto", "cuda", "cpu"] = key(
         "auto", doc="what a device slot is: auto = cuda when a GPU is visible, else cpu"
@@ -113,16 +152,18 @@ class RunnerConfig:
 
 @dataclass(kw_only=True)
 class UpdateConfig:
-    ppo_epochs: int = key(1, doc="passes over each batch of experience")
+    ppo_epochs: int = key(1, doc="passes over each batch of experience", range=">= 1")
     ppo_mini_batch_size: int = key(
         REQUIRED,
         doc="samples per optimiser step, global across ranks (embodied: transitions; "
         "reasoning: prompts, each with its group_size responses, as in verl)",
+        range=">= 1",
     )
     ppo_micro_batch_size: int | None = key(
         None,
         doc="samples per forward/backward pass on one rank (transitions or responses), for "
         "memory only: gradients accumulate to the mini-batch's; null = the whole mini-batch",
+        range=">= 1",
     )
 
 

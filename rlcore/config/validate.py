@@ -101,11 +101,49 @@ def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
             continue
         try:
             values[name] = _convert(tp, value)
+            _check_range(field, values[name], tp)
         except _Invalid as problem:
             ctx.problems.append(f"{path}: {problem}")
     if len(ctx.problems) > problems_before:
         return None  # the caller raises with every problem recorded
-    return cls(**values)
+    built = cls(**values)
+    for name, field in fields.items():
+        _check_read_in_mode(field, getattr(built, name), f"{prefix}{name}", ctx)
+    return built
+
+
+def _check_read_in_mode(field: dataclasses.Field, value: Any, path: str, ctx: _Context) -> None:
+    """A key that this mode does not read must keep its default: set, it would promise what
+    nothing does."""
+    modes = field.metadata.get("modes")
+    if modes is None or ctx.mode in modes:
+        return
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    if value != default:
+        shown = "its defaults" if dataclasses.is_dataclass(default) else _as_yaml(default)
+        ctx.problems.append(
+            f"{path}: not read in {ctx.mode} mode (only in {', '.join(modes)} mode); remove it "
+            f"or leave it at {shown}"
+        )
+
+
+def _as_yaml(value: Any) -> str:
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _check_range(field: dataclasses.Field, value: Any, tp: Any) -> None:
+    """A number (each item of a list of numbers) must lie in the key's declared range."""
+    accepted = field.metadata.get("range")
+    if accepted is None or value is None:
+        return
+    nullable = type(None) in typing.get_args(tp)
+    for item in value if isinstance(value, list) else [value]:
+        if item not in accepted:
+            what = "every item" if isinstance(value, list) else "it"
+            null = ", or null" if nullable else ""
+            raise _Invalid(f"{item!r} is out of range: {what} must be {accepted.text()}{null}")
 
 
 def describe_type(tp: Any) -> str:

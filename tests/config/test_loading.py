@@ -38,8 +38,8 @@ def test_yaml_values_and_schema_defaults_are_both_applied():
 
 
 def test_a_key_absent_from_the_yaml_is_overridden_without_plus():
-    config = load_config("embodied/cartpole_ppo", ["algorithm.kl_ctrl.target_kl=0.5"])
-    assert config.algorithm.kl_ctrl.target_kl == 0.5
+    config = load_config("embodied/cartpole_ppo", ["env.clip_obs=5"])
+    assert config.env.clip_obs == 5.0
 
 
 def test_integers_are_accepted_for_float_keys():

@@ -63,3 +63,25 @@ def test_schema_dataclasses_are_keyword_only():
         for _, _, tp in schema_paths(schema):
             if dataclasses.is_dataclass(tp):
                 assert all(f.kw_only for f in dataclasses.fields(tp)), tp
+
+
+def test_every_numeric_key_declares_its_range():
+    import typing
+
+    from rlcore.config.schema import SCHEMAS
+    from rlcore.config.validate import schema_paths
+
+    def numeric(tp):
+        if tp in (int, float):
+            return True
+        if typing.get_origin(tp) is dict:
+            return False
+        return any(numeric(arg) for arg in typing.get_args(tp))
+
+    missing = [
+        path
+        for schema in SCHEMAS.values()
+        for path, field, tp in schema_paths(schema)
+        if numeric(tp) and "range" not in field.metadata
+    ]
+    assert not missing, f"numeric keys without a range: {missing}"

@@ -2,6 +2,7 @@
 Ray processes; bad model paths and data fail before anything starts."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -88,7 +89,10 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
               *length_reward(tmp_path), *placed(layout))  # fmt: skip
     cache = dirs.actor.parent
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
-    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=2", "runner.run_name=cut"))
+    # Stopped after iteration 2: a run folder holding only the iteration-2 checkpoint.
+    shutil.copytree(
+        tmp_path / "full/checkpoints/iter_000002", tmp_path / "cut/checkpoints/iter_000002"
+    )
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3",
                     f"runner.resume_dir={tmp_path / 'cut'}"))  # fmt: skip
     for name in ("actor", "critic"):
