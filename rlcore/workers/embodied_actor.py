@@ -10,7 +10,6 @@ Transitions are one-step "sequences" (``[B, 1]``) for the losses, masked by ``va
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.embodied_rollout import make_policy
-from rlcore.workers.trainer import Trainer, UpdateSizes
+from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What the update reads of a batch, flattened from [N, T] to transitions.
 TRAINED_ON = ("obs", "actions", "log_probs", "values", "advantages", "returns", "valid")
@@ -33,7 +32,7 @@ def iterations(config: EmbodiedConfig) -> int:
     return max(1, run.total_env_steps // (run.rollout_steps * config.env.num_envs))
 
 
-class EmbodiedActor:
+class EmbodiedActor(TrainedComponent):
     """See the module docstring."""
 
     def __init__(self, ctx: Any, config: EmbodiedConfig, spec: SpaceSpec) -> None:
@@ -83,17 +82,6 @@ class EmbodiedActor:
             old_values=col(micro["values"]), value_coef=alg.value_coef,
             value_clip=alg.value_clip, huber_delta=alg.huber_delta, **counts,
         )  # fmt: skip
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.trainer.full_state_dict()
-
-    @dispatch(Dispatch.ALL)
-    def save_checkpoint(self, directory: str) -> None:
-        self.trainer.save(Path(directory))
-
-    @dispatch(Dispatch.ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        self.trainer.load(Path(directory))
 
 
 def _name(metric: str) -> str:

@@ -28,7 +28,7 @@ from rlcore.config.schema_reasoning import LMOptimConfig
 from rlcore.data.sequences import response_logits, token_log_probs
 from rlcore.models.lm import load_causal_lm, load_value_model
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.trainer import Trainer, UpdateSizes
+from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What an actor / critic update reads of the batch.
 ACTOR_READS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -63,7 +63,7 @@ def _micro_batches(batch: TensorDict, size: int | None) -> tuple[TensorDict, ...
     return batch.split(size or batch.batch_size[0])
 
 
-class LMActor:
+class LMActor(TrainedComponent):
     """The policy: recomputes ``old_log_probs`` and runs PPO's update."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
@@ -111,19 +111,8 @@ class LMActor:
             kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef, **counts,
         )  # fmt: skip
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.trainer.full_state_dict()
 
-    @dispatch(Dispatch.ALL)
-    def save_checkpoint(self, directory: str) -> None:
-        self.trainer.save(Path(directory))
-
-    @dispatch(Dispatch.ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        self.trainer.load(Path(directory))
-
-
-class LMCritic:
+class LMCritic(TrainedComponent):
     """The separate value model: ``compute_values`` and a clipped value-loss update."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
@@ -166,17 +155,6 @@ class LMCritic:
             loss_agg_mode=alg.loss_agg_func, **counts,
         )  # fmt: skip
         return loss, {"vf_loss": loss.detach(), "vf_clipfrac": metrics["vf_clipfrac"]}
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.trainer.full_state_dict()
-
-    @dispatch(Dispatch.ALL)
-    def save_checkpoint(self, directory: str) -> None:
-        self.trainer.save(Path(directory))
-
-    @dispatch(Dispatch.ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        self.trainer.load(Path(directory))
 
 
 class LMReference:

@@ -31,6 +31,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.strategy import Strategy, make_strategy
 from rlcore.workers.weights_file import load_weights, save_weights
 
@@ -208,3 +209,21 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])
         self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
+
+
+class TrainedComponent:
+    """What every component that trains through a ``Trainer`` (``self.trainer``) exposes: its
+    whole weights, for the weight sync, and its checkpoint folder (see ``Trainer.save``)."""
+
+    trainer: Trainer
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.trainer.full_state_dict()
+
+    @dispatch(Dispatch.ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        self.trainer.save(Path(directory))
+
+    @dispatch(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        self.trainer.load(Path(directory))
