@@ -48,6 +48,11 @@ def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
             "algorithm.kl_penalty: 'full' needs the whole vocabulary distribution, not the "
             "sampled token's log-prob the reward sees; use kl, abs, mse or low_var_kl"
         )
+    if alg.kl_loss_type == "full" and alg.use_kl_loss:
+        problems.append(
+            "algorithm.kl_loss_type: 'full' (the KL over the whole vocabulary) is not built; the "
+            "actor's loss sees the sampled tokens' log-probs: use kl, abs, mse or low_var_kl"
+        )
     if alg.adv_type in ADVANTAGES:
         traits = ADVANTAGES.entry(alg.adv_type).traits
         if traits.get("needs_groups") and alg.group_size < 2 and mode == "reasoning":

@@ -92,6 +92,8 @@ BAD = [
     (ARITH, ["data.synthetic.digits=7"], "data.synthetic.digits", "must be in [1, 6]"),
     (CARTPOLE, ["runner.seed=-1"], "runner.seed", "must be >= 0"),
     (ARITH, ["data.val_max_samples=0"], "data.val_max_samples", "must be >= 1, or null"),
+    (ARITH, ["algorithm.use_kl_loss=true", "algorithm.kl_loss_type=full"],
+     "algorithm.kl_loss_type", "use kl, abs, mse or low_var_kl"),
     # set in a mode that does not read it
     (CARTPOLE, ["algorithm.use_kl_loss=true"], "algorithm.use_kl_loss",
      "not read in embodied mode (only in reasoning mode); remove it or leave it at false"),
