@@ -52,9 +52,12 @@ def _modes(path: str, field: dataclasses.Field) -> tuple[str, ...]:
     if "modes" in field.metadata:
         return field.metadata["modes"]
     parents = [p for p in _SECTION_MODES if path.startswith(p + ".")]
-    return _SECTION_MODES[parents[0]] if parents else tuple(SCHEMAS)
+    if parents:
+        return _SECTION_MODES[parents[0]]
+    return tuple(mode for mode, paths in _PATHS.items() if path in paths)
 
 
+_PATHS = {mode: {path for path, _, _ in schema_paths(schema)} for mode, schema in SCHEMAS.items()}
 _SECTION_MODES = {
     path: field.metadata["modes"]
     for schema in SCHEMAS.values()

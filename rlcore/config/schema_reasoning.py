@@ -176,7 +176,19 @@ class RewardConfig:
 @dataclass(kw_only=True)
 class WarmupConfig:
     steps: int = key(
-        0, doc="supervised steps on the synthetic task before PPO; 0 = none", range=">= 0"
+        0,
+        doc="supervised steps on the synthetic task before PPO (at most, with stop_at_accuracy); "
+        "0 = none",
+        range=">= 0",
+    )
+    stop_at_accuracy: float | None = key(
+        None,
+        doc="end the warm-up at the first check whose greedy validation accuracy reaches this, so "
+        "PPO starts from a known accuracy on any machine; null = run all the steps",
+        range="(0, 1]",
+    )
+    check_every: int = key(
+        25, doc="warm-up steps between accuracy checks (with stop_at_accuracy)", range=">= 1"
     )
     lr: float = key(1e-3, doc="AdamW learning rate of the warm-up", range="> 0")
     batch_size: int = key(64, doc="examples per warm-up step", range=">= 1")

@@ -25,7 +25,10 @@ from tqdm import tqdm
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.arith import arithmetic_problems
+from rlcore.data.sampler import load_prompt_set
+from rlcore.data.sequences import left_pad
 from rlcore.models.lm import build_tiny_lm, check_model_dir, train_tiny_tokenizer
+from rlcore.rewards.rules import gsm8k_correct
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def _fingerprint(config: ReasoningConfig) -> str:
         "suffix": config.data.prompt_suffix,
         "chat": config.data.chat_template,
         "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
-        "version": 2,  # bump when the recipe below changes
+        "version": 3,  # bump when the recipe below changes
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -89,8 +92,14 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
     )
     if config.warmup.steps:
         examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template)
-        log(f"tiny model: {config.warmup.steps} warm-up steps on {len(examples)} problems")
-        supervised_warmup(model, tokenizer.pad_token_id, examples, config, seed=syn.seed)
+        warm = config.warmup
+        log(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
+        stop = None
+        if warm.stop_at_accuracy is not None:
+            val = load_prompt_set(config, tokenizer, train=False, log=log)
+            stop = _accuracy_reached(model, tokenizer, val, config, log)
+        losses = supervised_warmup(model, tokenizer.pad_token_id, examples, config, syn.seed, stop)
+        log(f"tiny model: warmed up for {len(losses)} steps")
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -117,14 +126,49 @@ def sft_examples(
     return examples
 
 
+def _accuracy_reached(
+    model: Any, tokenizer: Any, val: Any, config: ReasoningConfig, log: Any
+) -> Any:
+    """The warm-up's stop test: greedy validation accuracy >= ``warmup.stop_at_accuracy``."""
+    target = config.warmup.stop_at_accuracy
+
+    def reached(step: int) -> bool:
+        accuracy = greedy_accuracy(model, tokenizer, val, config)
+        log(f"tiny model: warm-up step {step}: validation accuracy {accuracy:.3f}")
+        return accuracy >= target
+
+    return reached
+
+
+@torch.no_grad()
+def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningConfig) -> float:
+    """Share of ``prompts`` (a ``PromptSet``) answered right by greedy decoding, scored by the
+    GSM8K rule (``reward.gsm8k_mode``) as the synthetic task's answers are written."""
+    was_training = model.training
+    model.eval()
+    ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=False,
+        max_new_tokens=config.data.max_response_length, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model.train(was_training)
+    texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+    mode = config.reward.gsm8k_mode
+    right = [bool(gsm8k_correct(t, a, mode)) for t, a in zip(texts, prompts.answers, strict=True)]
+    return sum(right) / len(right)
+
+
 def supervised_warmup(
     model: torch.nn.Module,
     pad_id: int,
     examples: list[tuple[list[int], list[int]]],
     config: ReasoningConfig,
     seed: int,
+    stop: Any = None,
 ) -> list[float]:
-    """``warmup.steps`` AdamW steps of next-token loss on the targets only; returns the losses."""
+    """At most ``warmup.steps`` AdamW steps of next-token loss on the targets only; returns the
+    losses. ``stop(step)``, asked every ``warmup.check_every`` steps, ends it when True."""
     warm = config.warmup
     generator = torch.Generator().manual_seed(seed)
     # A constant learning rate: the warm-up is meant to stop part-way (the model answers in the
@@ -135,7 +179,9 @@ def supervised_warmup(
     bar = tqdm(
         range(warm.steps), desc="warm-up", file=sys.stderr, disable=not config.runner.progress
     )
-    for _ in bar:
+    for step in bar:
+        if stop is not None and step and step % warm.check_every == 0 and stop(step):
+            break
         picked = torch.randint(len(examples), (warm.batch_size,), generator=generator)
         ids, labels, mask = _right_padded([examples[i] for i in picked.tolist()], pad_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss

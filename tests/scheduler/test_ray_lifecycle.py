@@ -1,11 +1,13 @@
 """Ray start-up and shutdown as a user meets them: Ctrl-C, SIGTERM, joining a cluster."""
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -74,8 +76,11 @@ def start_driver(tmp_path: Path, *args: str) -> subprocess.Popen:
 
 
 def wait_ready(driver: subprocess.Popen) -> str:
+    """The driver's READY line; its later output is drained in the background, so that a full
+    pipe (Ray forwards worker logs to the driver's stdout) never blocks it."""
     for line in driver.stdout:
         if line.startswith("READY"):
+            threading.Thread(target=driver.stdout.read, daemon=True).start()
             return line
     raise AssertionError(f"the driver exited before starting its workers (rc {driver.wait()})")
 
@@ -99,16 +104,20 @@ def test_interrupted_driver_leaves_no_process_behind(tmp_path, sig):
             os.killpg(driver.pid, signal.SIGKILL)
 
 
-def command_lines() -> list[str]:
-    lines = []
+def command_lines_by_pid() -> dict[int, str]:
+    lines = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as cmd:
-                    lines.append(cmd.read().replace(b"\0", b" ").decode(errors="replace"))
+                    lines[int(entry)] = cmd.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
     return lines
+
+
+def command_lines() -> list[str]:
+    return list(command_lines_by_pid().values())
 
 
 def free_port() -> int:
@@ -133,4 +142,20 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path):
         # the job left the cluster running: it did not start it, so it does not stop it
         assert any(f"--gcs_server_port={port}" in cmd for cmd in command_lines())
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        stop_cluster(port)
+
+
+def stop_cluster(port: str) -> None:
+    """Stop the Ray cluster this test started, by its own processes (those that name its GCS
+    port), never `ray stop`, which would stop every Ray on the machine."""
+    marks = (f"--gcs_server_port={port}", f"127.0.0.1:{port}", f":{port} ")
+    named = [pid for pid, cmd in command_lines_by_pid().items() if any(m in cmd for m in marks)]
+    # with their children (the dashboard and runtime-env agents rename themselves, ray::...)
+    mine = set(named).union(*(descendants(pid) for pid in named))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in mine:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in mine) and time.monotonic() < deadline:
+            time.sleep(0.2)
