@@ -21,13 +21,10 @@ from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.weight_version import check_weight_version
 
 MAX_EVAL_STEPS = 1_000_000
 STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
-
-
-class StaleWeightsError(RuntimeError):
-    """The rollout was asked to act with weights it does not hold (a missed weight sync)."""
 
 
 def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic:
@@ -66,13 +63,6 @@ class EmbodiedRollout:
     def set_weight_version(self, version: int) -> None:
         self.version = version
 
-    def _check_version(self, version: int) -> None:
-        if version != self.version:
-            raise StaleWeightsError(
-                f"rollout rank {self.rank} holds policy weights of version {self.version}, but "
-                f"the driver expects version {version}: a weight sync was missed"
-            )
-
     # experience --------------------------------------------------------------------------------
 
     @dispatch(Dispatch.GATHER)
@@ -86,7 +76,7 @@ class EmbodiedRollout:
         the episodes that ended (``episode_return_sum``, ``episode_length_sum``,
         ``episode_count``).
         """
-        self._check_version(version)
+        check_weight_version(self.rank, self.version, version)
         T, current = self.steps, self.env.observe()
         obs = torch.empty((T, *current.shape))
         rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
@@ -109,7 +99,7 @@ class EmbodiedRollout:
     @torch.no_grad()
     def evaluate(self, seed: int, version: int) -> np.ndarray:
         """Returns of one deterministic episode in each eval env (env rank 0's)."""
-        self._check_version(version)
+        check_weight_version(self.rank, self.version, version)
         obs = self.env.eval_reset(seed)
         for _ in range(MAX_EVAL_STEPS):
             action, _, _ = self.model.act(obs, deterministic=True)

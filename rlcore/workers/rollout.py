@@ -20,7 +20,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_causal_lm, load_tokenizer
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.embodied_rollout import StaleWeightsError
+from rlcore.workers.weight_version import check_weight_version
 
 
 class RolloutBackend(Protocol):
@@ -138,11 +138,7 @@ class RolloutWorker:
     def generate(self, prompts: TensorDict, version: int, greedy: bool = False) -> TensorDict:
         """Responses to this rank's ``prompts`` (see ``RolloutBackend.generate``), sampled with
         the actor's weights of ``version`` (greedy for validation)."""
-        if version != self.version:
-            raise StaleWeightsError(
-                f"rollout rank {self.rank} holds policy weights of version {self.version}, but "
-                f"the driver expects version {version}: a weight sync was missed"
-            )
+        check_weight_version(self.rank, self.version, version)
         size = self.config.rollout.micro_batch_size or prompts.batch_size[0]
         parts = [self.engine.generate(part, greedy=greedy) for part in prompts.split(size)]
         return torch.cat(parts) if len(parts) > 1 else parts[0]

@@ -113,10 +113,10 @@ class Trainer:
         rows, norms = [], []
         # One mini-batch per epoch: its counts are the whole batch's, the same every epoch.
         counts = self._global_counts(batch[mask_key], mini) if mini == size else None
+        # Shuffle once per epoch; mini- and micro-batches are then slices. A lone mini-batch in
+        # one pass needs no shuffle: its gradient is a sum, whatever the order.
+        one_pass = mini == size and micro >= mini
         for _ in range(self.sizes.epochs):
-            # Shuffle once per epoch; mini- and micro-batches are then slices. A lone mini-batch
-            # in one pass needs no shuffle: its gradient is a sum, whatever the order.
-            one_pass = mini == size and micro >= mini
             shuffled = batch if one_pass else batch[torch.randperm(size, generator=self.shuffle)]
             epoch_counts = counts or self._global_counts(shuffled[mask_key], mini)
             for i, start in enumerate(range(0, size, mini)):

@@ -14,6 +14,7 @@ from rlcore.config import load_config
 from rlcore.envs import EnvError, make_vector_env, space_spec
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
+from rlcore.workers.weight_version import StaleWeightsError
 
 REPO = Path(__file__).resolve().parents[2]
 CORRIDOR = "tests.runners.corridor:Corridor"
@@ -196,3 +197,16 @@ def test_async_subprocess_envs_step_like_in_process_ones():
     finally:
         for envs in pendulum:
             envs.close()
+
+
+def test_the_rollout_refuses_to_act_with_weights_it_was_not_synced(tmp_path):
+    runner = runner_for(corridor_config(tmp_path))
+    try:
+        with pytest.raises(StaleWeightsError, match="holds policy weights of version -1"):
+            runner.rollout.collect(0)  # nothing synced yet
+        runner._sync()
+        with pytest.raises(StaleWeightsError, match="version 0, but the driver expects version 1"):
+            runner.rollout.evaluate(seed=0, version=1)
+        assert runner.rollout.collect(0).batch_size[0] == 1
+    finally:
+        runner.close()
