@@ -18,7 +18,10 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 DRIVER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C as at a terminal, even when the test runner was started with SIGINT ignored (a
+    # background job), which its children would inherit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from rlcore.config import load_config
     from rlcore.scheduler import Scheduler
 
