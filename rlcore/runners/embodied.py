@@ -64,7 +64,6 @@ class EmbodiedRunner:
             self.components.close()
             raise
         self.version = self.progress.iteration  # of the actor's weights: one per update
-        self.synced = -1  # the version the rollout holds
         self.schedule = Schedule(
             iterations=iterations(config),
             samples_per_iteration=run.rollout_steps * config.env.num_envs,
@@ -103,9 +102,7 @@ class EmbodiedRunner:
         return metrics
 
     def _sync(self) -> None:
-        if self.synced != self.version:
-            self.components.sync_weights("actor", "rollout", self.version)
-            self.synced = self.version
+        self.components.sync_weights("actor", "rollout", self.version)
 
     def _advantages(self, batch: TensorDict) -> None:
         alg = self.config.algorithm

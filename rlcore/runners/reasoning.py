@@ -91,7 +91,6 @@ class ReasoningRunner:
         except BaseException:
             self.components.close()
             raise
-        self.synced = -1  # the version the rollout holds
         self.schedule = Schedule(
             iterations=run.total_iterations,
             samples_per_iteration=config.data.train_batch_size * alg.group_size,
@@ -171,9 +170,7 @@ class ReasoningRunner:
         return metrics
 
     def _sync(self) -> None:
-        if self.synced != self.version:
-            self.components.sync_weights("actor", "rollout", self.version)
-            self.synced = self.version
+        self.components.sync_weights("actor", "rollout", self.version)
 
     def _advantages(self, batch: TensorDict, scores: torch.Tensor, metrics: dict) -> None:
         alg, mask = self.config.algorithm, batch["response_mask"]

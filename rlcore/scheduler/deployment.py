@@ -4,7 +4,7 @@
     env = components.launch(ComponentSpec("env", EnvWorker, (config,)))
     rollout = components.launch(ComponentSpec("rollout", Rollout, (config,), {"env": Peer("env")}))
     rollout.collect(version=0)     # the Rollout itself, or a RemoteHandle to its ranks
-    components.sync_weights("actor", "rollout", version=3)
+    components.sync_weights("actor", "rollout", version=3)   # a no-op if it holds version 3
     components.close()
 
 One plan, two ways to run it, and the driver's code is the same for both:
@@ -20,6 +20,7 @@ a ``Peer`` (a rollout sharing its actor's module, or stepping its env).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -61,10 +62,32 @@ def start_components(plan: PlacementPlan, address: str | None = None) -> InDrive
     return OnRay(plan, address)
 
 
-class InDriver:
+class _Deployment(abc.ABC):
+    """What both deployments share: a weight sync that does nothing when the receiver already
+    holds the version (the drivers sync before each iteration and each evaluation)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, int] = {}  # component -> the weight version it holds
+
+    def sync_weights(self, src: str, dst: str, version: int) -> SyncRecord | None:
+        """Give ``dst`` the weights of ``src`` as version ``version``; None if it has them."""
+        if self._held.get(dst) == version:
+            return None
+        start = time.perf_counter()
+        method = self._copy_weights(src, dst, version)
+        self._held[dst] = version
+        return SyncRecord(method, time.perf_counter() - start, version)
+
+    @abc.abstractmethod
+    def _copy_weights(self, src: str, dst: str, version: int) -> str:
+        """Copy the weights, tell ``dst`` its version; how it was done."""
+
+
+class InDriver(_Deployment):
     """Every component in this process, called directly."""
 
     def __init__(self, plan: PlacementPlan) -> None:
+        super().__init__()
         self.plan = plan
         self.objects: dict[str, Any] = {}
         self._copies: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
@@ -80,11 +103,10 @@ class InDriver:
     def world_size(self, name: str) -> int:
         return 1
 
-    def sync_weights(self, src: str, dst: str, version: int) -> SyncRecord:
+    def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy ``src``'s weights into ``dst`` (nothing to copy for tensors they share)."""
         import torch
 
-        start = time.perf_counter()
         if (src, dst) not in self._copies:
             # The pairs of tensors to copy, found once: weights are updated in place (by the
             # optimiser and by checkpoint loads), so the tensors stay the same objects.
@@ -98,7 +120,7 @@ class InDriver:
             for tensor, source_tensor in self._copies[(src, dst)]:
                 tensor.copy_(source_tensor)
         self.objects[dst].set_weight_version(version)
-        return SyncRecord("in_process", time.perf_counter() - start, version)
+        return "in_process"
 
     def close(self) -> None:
         for obj in reversed(list(self.objects.values())):
@@ -109,12 +131,13 @@ class InDriver:
         self.objects.clear()
 
 
-class OnRay:
+class OnRay(_Deployment):
     """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
 
     def __init__(self, plan: PlacementPlan, address: str | None) -> None:
         from rlcore.scheduler.scheduler import Scheduler
 
+        super().__init__()
         self.plan = plan
         self.scheduler = Scheduler(plan, address=address)
         self.scheduler.start()
@@ -147,11 +170,10 @@ class OnRay:
     def world_size(self, name: str) -> int:
         return self.groups[name].world_size
 
-    def sync_weights(self, src: str, dst: str, version: int) -> SyncRecord:
-        start = time.perf_counter()
-        report = self.scheduler.sync_weights(src, dst)
+    def _copy_weights(self, src: str, dst: str, version: int) -> str:
+        method = self.scheduler.sync_weights(src, dst).method
         self.groups[dst].call_all("set_weight_version", version)
-        return SyncRecord(report.method, time.perf_counter() - start, version)
+        return method
 
     def close(self) -> None:
         self.scheduler.shutdown()
