@@ -18,14 +18,56 @@ from rlcore.config.schema import (
 
 
 def check_config(config: RLCoreConfig) -> None:
-    """Raise ``ConfigError`` listing every cross-field problem of ``config``."""
-    problems = check_algorithm(config.algorithm, config.mode)
+    """Fill in the derived keys, then raise ``ConfigError`` listing every cross-field problem."""
+    problems = derive_keys(config)
+    problems += check_algorithm(config.algorithm, config.mode)
     if isinstance(config, EmbodiedConfig):
         problems += check_embodied(config)
     else:
         problems += check_reasoning(config)
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def derive_keys(config: RLCoreConfig) -> list[str]:
+    """Set each derived key left at null from the key it follows, once, in place:
+
+    - ``algorithm.loss_type``: the mode's (embodied: actor_critic; reasoning: actor);
+    - ``actor.model.add_value_head`` (embodied): ``loss_type == actor_critic``;
+    - ``critic.use_critic_model`` (reasoning): whether ``adv_type`` reads values.
+
+    A derived key set by hand to the other value promises what the run will not do: refused.
+    """
+    alg = config.algorithm
+    if alg.loss_type is None:
+        alg.loss_type = "actor_critic" if config.mode == "embodied" else "actor"
+    problems: list[str] = []
+    if isinstance(config, EmbodiedConfig):
+        model = config.actor.model
+        head = alg.loss_type == "actor_critic"
+        if model.add_value_head is None:
+            model.add_value_head = head
+        elif model.add_value_head != head:
+            problems.append(
+                f"actor.model.add_value_head: {str(model.add_value_head).lower()}, but "
+                f"algorithm.loss_type {alg.loss_type} {'trains' if head else 'has no'} a value "
+                "head; leave add_value_head out: it follows loss_type"
+            )
+        return problems
+    critic = config.critic
+    if alg.adv_type not in ADVANTAGES:
+        return problems  # check_algorithm names the unknown estimator
+    reads = _needs_values(alg)
+    if critic.use_critic_model is None:
+        critic.use_critic_model = reads
+    elif critic.use_critic_model != reads:
+        problems.append(
+            f"critic.use_critic_model: {str(critic.use_critic_model).lower()}, but adv_type "
+            f"{alg.adv_type} {'reads values from a critic' if reads else 'never reads values'}; "
+            "leave use_critic_model out (it follows algorithm.adv_type)"
+            + ("" if reads else ", or pick an estimator that reads values, such as gae")
+        )
+    return problems
 
 
 def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
@@ -103,21 +145,11 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             f"algorithm.loss_agg_func: {alg.loss_agg_func} is the same loss as token-mean for "
             "embodied transitions (each is a one-step sequence); leave it at token-mean"
         )
-    if alg.loss_type == "actor_critic" and not actor.model.add_value_head:
+    if alg.loss_type == "actor":
         problems.append(
-            "algorithm.loss_type: actor_critic trains a value head with the policy, but "
-            "actor.model.add_value_head is false; set it to true"
-        )
-    if alg.loss_type == "actor" and actor.model.add_value_head:
-        problems.append(
-            "actor.model.add_value_head: true, but loss_type actor never trains the head; "
-            "use loss_type actor_critic or drop the head"
-        )
-    if _needs_values(alg) and alg.loss_type != "actor_critic":
-        problems.append(
-            f"algorithm.adv_type: {alg.adv_type} needs state values, which embodied mode gets "
-            "from the shared value head; set algorithm.loss_type=actor_critic and "
-            "actor.model.add_value_head=true"
+            "algorithm.loss_type: embodied mode trains the policy and its value head together "
+            "(actor_critic); a policy without a value head is not built: leave loss_type out or "
+            "set it to actor_critic"
         )
     if config.env.vector_mode == "async" and (
         config.runner.checkpoint_every or config.runner.resume_dir
@@ -144,16 +176,6 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         problems.append(
             "algorithm.loss_type: reasoning mode trains a separate critic model, so the actor "
             "and critic cannot share one backward pass; use loss_type actor"
-        )
-    if _needs_values(alg) and not critic.use_critic_model:
-        problems.append(
-            f"critic.use_critic_model: adv_type {alg.adv_type} needs values from a critic; "
-            "set critic.use_critic_model=true, or pick a critic-free adv_type (grpo, rloo, ...)"
-        )
-    if critic.use_critic_model and not _needs_values(alg) and alg.adv_type in ADVANTAGES:
-        problems.append(
-            f"critic.use_critic_model: true, but adv_type {alg.adv_type} never reads values; "
-            "the critic would be trained for nothing: set it to false"
         )
     if config.rollout.backend == "sglang":
         problems.append(

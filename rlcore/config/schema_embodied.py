@@ -17,8 +17,10 @@ from rlcore.config.sections import (
 
 @dataclass(kw_only=True)
 class ActorModelConfig:
-    add_value_head: bool = key(
-        False, doc="put a value head on the policy's backbone (needed by loss_type actor_critic)"
+    add_value_head: bool | None = key(
+        None,
+        doc="a value head on the policy's backbone; null = derived from algorithm.loss_type "
+        "(actor_critic: true)",
     )
     hidden_sizes: list[int] = key(
         factory=lambda: [64, 64], doc="widths of the MLP trunk", range=">= 1"

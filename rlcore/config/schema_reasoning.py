@@ -111,8 +111,10 @@ class CriticOptimConfig(LMOptimConfig):
 
 @dataclass(kw_only=True)
 class CriticConfig:
-    use_critic_model: bool = key(
-        False, doc="train a separate critic model (needed by estimators that read values)"
+    use_critic_model: bool | None = key(
+        None,
+        doc="train a separate critic model; null = derived from algorithm.adv_type (true for an "
+        "estimator that reads values, such as gae)",
     )
     model_path: str | None = key(
         None, doc="the critic's own model directory; null = start from the actor's weights"

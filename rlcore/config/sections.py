@@ -34,10 +34,10 @@ class AlgorithmConfig:
         doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
         "reinforce_plus_plus_baseline, or one added with register_advantage",
     )
-    loss_type: Literal["actor", "actor_critic"] = key(
-        "actor",
+    loss_type: Literal["actor", "actor_critic"] | None = key(
+        None,
         doc="actor: policy loss only (reasoning, separate critic); actor_critic: policy + value "
-        "loss in one backward pass through a shared backbone (embodied)",
+        "loss in one backward pass through a shared backbone (embodied); null = the mode's own",
     )
     policy_loss: str = key(
         "ppo",

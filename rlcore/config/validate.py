@@ -172,8 +172,8 @@ def _convert(tp: Any, value: Any) -> Any:
         if value is None and type(None) in args:
             return None
         alternatives = [arg for arg in args if arg is not type(None)]
-        if len(alternatives) == 1 and typing.get_origin(alternatives[0]) is dict:
-            return _convert(alternatives[0], value)  # its message names the bad entry
+        if len(alternatives) == 1 and typing.get_origin(alternatives[0]) in (dict, Literal):
+            return _convert(alternatives[0], value)  # its message names the entry, or the choice
         for arg in alternatives:
             try:
                 return _convert(arg, value)

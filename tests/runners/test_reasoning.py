@@ -46,7 +46,7 @@ def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
 def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     _, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, tmp_path, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=4", "critic.use_critic_model=false",
+                         "algorithm.group_size=4",
                          "actor.ppo_micro_batch_size=4")  # fmt: skip
     runner = ReasoningRunner(config, plan_for_config(config))
     assert runner.placed == {"actor", "rollout", "reward"}
