@@ -6,6 +6,9 @@ the per-key validation and before any process starts.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from rlcore.algorithms import ADVANTAGES, POLICY_LOSSES
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import (
@@ -21,6 +24,7 @@ def check_config(config: RLCoreConfig) -> None:
     """Fill in the derived keys, then raise ``ConfigError`` listing every cross-field problem."""
     problems = derive_keys(config)
     problems += check_algorithm(config.algorithm, config.mode)
+    problems += check_components(config)
     if isinstance(config, EmbodiedConfig):
         problems += check_embodied(config)
     else:
@@ -67,6 +71,47 @@ def derive_keys(config: RLCoreConfig) -> list[str]:
             "leave use_critic_model out (it follows algorithm.adv_type)"
             + ("" if reads else ", or pick an estimator that reads values, such as gae")
         )
+    return problems
+
+
+def component_sections(config: RLCoreConfig) -> dict[str, Any]:
+    """Each placed component's config section (the reference has none: it copies the actor)."""
+    if isinstance(config, EmbodiedConfig):
+        return {"actor": config.actor, "rollout": config.rollout, "env": config.env}
+    return {"actor": config.actor, "critic": config.critic, "rollout": config.rollout,
+            "reward": config.reward}  # fmt: skip
+
+
+UNBUILT_BACKENDS = {
+    "fsdp2": "FSDP2 training is not built yet (the FSDP2/CUDA work adds it)",
+    "megatron": "the Megatron-core backend is not built yet (it lands after FSDP2)",
+}
+
+
+def check_components(config: RLCoreConfig) -> list[str]:
+    """Group names (RLinf's ``group_name``) and training backends of the component sections."""
+    problems: list[str] = []
+    named: dict[str, str] = {}
+    for component, sect in component_sections(config).items():
+        name = sect.group_name
+        if name is not None:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                problems.append(
+                    f"{component}.group_name: {name!r} must be letters, digits, '_', '-' or '.' "
+                    "(it names processes)"
+                )
+            elif name in named:
+                problems.append(
+                    f"{component}.group_name: {name!r} already names the {named[name]} group; "
+                    "give each component its own"
+                )
+            named[name] = component
+        backend = getattr(sect, "training_backend", "torch")
+        if backend in UNBUILT_BACKENDS:
+            problems.append(
+                f"{component}.training_backend: {backend}: {UNBUILT_BACKENDS[backend]}; use "
+                "torch (one process, or DistributedDataParallel over the component's ranks)"
+            )
     return problems
 
 
@@ -176,6 +221,12 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         problems.append(
             "algorithm.loss_type: reasoning mode trains a separate critic model, so the actor "
             "and critic cannot share one backward pass; use loss_type actor"
+        )
+    if config.rollout.tensor_parallel_size > 1:
+        problems.append(
+            f"rollout.tensor_parallel_size: {config.rollout.tensor_parallel_size}, but the hf "
+            "engine runs each rollout rank on one device; set it to 1 (more rollout ranks in "
+            "cluster.component_placement give more throughput)"
         )
     if config.rollout.backend == "sglang":
         problems.append(

@@ -1,15 +1,12 @@
-"""Other frameworks' spellings of options rlcore also has, for 'rlcore calls it ...' hints.
+"""Near-misses: other frameworks' option names written under rlcore's sections, for "rlcore calls
+it ..." hints. They are not accepted: unlike the full verl and RLinf paths in ``aliases.py``
+(which are), these are guesses at where an option might live, so the user is shown the key.
 
-Keys are full paths as a verl, RLinf or CleanRL/Stable-Baselines3 user would write them in an
-rlcore config; values are rlcore key paths. docs/config.md holds the whole mapping, including the
-options rlcore spells the same way and those that arrive with later layers.
+Keys are paths as a verl, RLinf or CleanRL/Stable-Baselines3 user might write them in an rlcore
+config; values are rlcore key paths.
 """
 
 FOREIGN_KEYS: dict[str, str] = {
-    # verl: algorithm.*
-    "algorithm.adv_estimator": "algorithm.adv_type",
-    "algorithm.lam": "algorithm.gae_lambda",
-    "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
     # verl: actor_rollout_ref.actor.* and critic.* (rlcore keeps every algorithm knob together)
     "actor.clip_ratio": "algorithm.clip_ratio_low",
     "actor.clip_ratio_low": "algorithm.clip_ratio_low",
@@ -20,28 +17,19 @@ FOREIGN_KEYS: dict[str, str] = {
     "actor.use_kl_loss": "algorithm.use_kl_loss",
     "actor.kl_loss_coef": "algorithm.kl_loss_coef",
     "actor.kl_loss_type": "algorithm.kl_loss_type",
-    "critic.cliprange_value": "algorithm.value_clip",
     # the same verl names written under algorithm
     "algorithm.clip_ratio": "algorithm.clip_ratio_low",
     "algorithm.loss_agg_mode": "algorithm.loss_agg_func",
     "algorithm.entropy_coeff": "algorithm.entropy_bonus",
     "algorithm.cliprange_value": "algorithm.value_clip",
     "algorithm.ppo_epochs": "actor.ppo_epochs",
-    # verl: the rest of actor_rollout_ref.*, critic.*, trainer.*, written under rlcore's sections
+    # verl: actor_rollout_ref.* options written under rlcore's sections
     "rollout.n": "algorithm.group_size",
     "rollout.name": "rollout.backend",
     "rollout.response_length": "data.max_response_length",
     "rollout.prompt_length": "data.max_prompt_length",
     "actor.ppo_micro_batch_size_per_gpu": "actor.ppo_micro_batch_size",
-    "critic.ppo_micro_batch_size_per_gpu": "critic.ppo_micro_batch_size",
-    "critic.model.path": "critic.model_path",
     "model.path": "actor.model.path",
-    "trainer.total_training_steps": "runner.total_iterations",
-    "trainer.test_freq": "runner.val_every",
-    "trainer.save_freq": "runner.checkpoint_every",
-    "trainer.critic_warmup": "critic.critic_warmup",
-    # RLinf
-    "algorithm.update_epoch": "actor.ppo_epochs",
     # CleanRL / Stable-Baselines3
     "algorithm.update_epochs": "actor.ppo_epochs",
     "algorithm.n_epochs": "actor.ppo_epochs",

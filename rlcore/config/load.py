@@ -8,7 +8,8 @@ its schema default can be overridden without ``+``, and an unknown key gets the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rlcore.config.aliases import ALIASES
 from rlcore.config.checks import check_config
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import RLCoreConfig
@@ -86,15 +88,21 @@ def load_cluster_file(path: Path) -> DictConfig:
     return loaded
 
 
+def say_on_stderr(line: str) -> None:
+    print(f"rlcore: {line}", file=sys.stderr)
+
+
 def compose_raw(
     config: str,
     overrides: Sequence[str] = (),
     config_dir: Path = CONFIG_DIR,
     cluster_file: Path | None = None,
+    note: Callable[[str], None] = say_on_stderr,
 ) -> dict:
     """The composed config as a plain dict, interpolations resolved, not yet validated.
 
-    ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it.
+    ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it. verl's and
+    RLinf's spellings (``aliases.py``) become rlcore's keys, each said once through ``note``.
     """
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
@@ -119,12 +127,17 @@ def compose_raw(
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
+    _own_placement_wins(cfg, directory / f"{name}.yaml")
     _placement_from_cluster_choice(cfg, searched, parsed)
     if cluster_file is not None:
         cfg.cluster = load_cluster_file(cluster_file)
+    said: list[str] = []
+    _rename_aliases(cfg, said)
     for override in parsed:
         if not is_group(override):
-            _apply(cfg, override)
+            _apply(cfg, override, said)
+    for line in dict.fromkeys(said):
+        note(line)
     try:
         raw = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
@@ -146,6 +159,15 @@ def _group_file(searched: list[Path], group: str, choice: Any) -> Path | None:
         ),
         None,
     )
+
+
+def _own_placement_wins(cfg: DictConfig, path: Path) -> None:
+    """A config that places the components itself replaces the placement of the configs its
+    defaults list pulls in: Hydra would merge the two mappings, placing components twice."""
+    own = OmegaConf.load(path)
+    placement = OmegaConf.select(own, "cluster.component_placement", default=None)
+    if isinstance(placement, DictConfig):
+        cfg.cluster.component_placement = placement
 
 
 def _placement_from_cluster_choice(
@@ -183,8 +205,56 @@ def _reject_nested_package(cfg: DictConfig, name: str, directory: Path) -> None:
         )
 
 
-def _apply(cfg: DictConfig, override: Override) -> None:
+_ABSENT = object()
+
+
+def _rename_aliases(cfg: DictConfig, said: list[str]) -> None:
+    """Move every alias the YAML sets to the rlcore key(s) it means; a target the YAML also sets
+    to another value is a contradiction."""
+    for path, alias in ALIASES.items():
+        value = OmegaConf.select(cfg, path, default=_ABSENT)
+        if value is _ABSENT:
+            continue
+        parent_key, _, leaf = path.rpartition(".")
+        OmegaConf.select(cfg, parent_key).pop(leaf)
+        _drop_empty_parents(cfg, parent_key)
+        plain = (
+            OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+        )
+        for target, converted in alias.values(path, plain):
+            already = OmegaConf.select(cfg, target, default=_ABSENT)
+            if already is not _ABSENT and already != converted:
+                raise ConfigError(
+                    f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
+                    f"{target} to {already!r}; keep one of the two"
+                )
+            OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
+        said.append(alias.describe(path))
+
+
+def _drop_empty_parents(cfg: DictConfig, path: str) -> None:
+    while path:
+        parent_key, _, leaf = path.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        node = parent.get(leaf)
+        if not isinstance(node, DictConfig) or len(node):
+            return
+        parent.pop(leaf)
+        path = parent_key
+
+
+def _apply(cfg: DictConfig, override: Override, said: list[str]) -> None:
     key = override.key_or_group
+    alias = ALIASES.get(key)
+    if alias is not None:
+        if override.type is OverrideType.DEL:
+            raise ConfigError(
+                f"{override.input_line}: {key} is {' and '.join(alias.targets)} here; delete that"
+            )
+        for target, value in alias.values(key, override.value()):
+            OmegaConf.update(cfg, target, value, merge=False, force_add=True)
+        said.append(alias.describe(key))
+        return
     try:
         if override.type is OverrideType.DEL:
             parent_key, _, leaf = key.rpartition(".")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from rlcore.config.aliases import ALIASES
 from rlcore.config.schema import SCHEMAS, AlgorithmConfig
 from rlcore.config.validate import describe_type, schema_paths
 
@@ -32,8 +33,16 @@ def _default(field: dataclasses.Field) -> str:
     return "**required**"
 
 
+def _spellings(path: str) -> str:
+    """The verl / RLinf spellings accepted for ``path``."""
+    return ", ".join(f"`{a}`" for a, alias in ALIASES.items() if path in alias.targets)
+
+
 def _table(rows: list[tuple[str, dataclasses.Field, object]]) -> list[str]:
-    lines = ["| key | type | default | range | modes | meaning |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| key | type | default | range | modes | also spelled (verl, RLinf) | meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for path, field, tp in rows:
         if dataclasses.is_dataclass(tp):
             continue
@@ -42,8 +51,18 @@ def _table(rows: list[tuple[str, dataclasses.Field, object]]) -> list[str]:
         shown = "" if accepted is None else accepted.text().replace("|", "\\|")
         modes = ", ".join(_modes(path, field))
         lines.append(
-            f"| `{path}` | {describe_type(tp)} | `{_default(field)}` | {shown} | {modes} | {doc} |"
+            f"| `{path}` | {describe_type(tp)} | `{_default(field)}` | {shown} | {modes} | "
+            f"{_spellings(path)} | {doc} |"
         )
+    return lines
+
+
+def alias_table() -> list[str]:
+    """Every accepted verl / RLinf spelling, what it becomes and how its meaning differs."""
+    lines = ["| spelling | from | rlcore key | note |", "|---|---|---|---|"]
+    for path, alias in ALIASES.items():
+        targets = ", ".join(f"`{t}`" for t in alias.targets)
+        lines.append(f"| `{path}` | {alias.origin} | {targets} | {alias.note} |")
     return lines
 
 
@@ -68,7 +87,8 @@ _SECTION_MODES = {
 
 def key_reference() -> str:
     """Markdown tables: the shared ``algorithm`` section, then each mode's other keys."""
-    out = ["### algorithm (both modes)", ""]
+    out = ["### verl and RLinf spellings (accepted, with one line on stderr each)", ""]
+    out += [*alias_table(), "", "### algorithm (both modes)", ""]
     out += _table(list(schema_paths(AlgorithmConfig, prefix="algorithm.")))
     for mode, schema in SCHEMAS.items():
         rows = [r for r in schema_paths(schema) if not r[0].startswith("algorithm")]

@@ -7,8 +7,10 @@ from typing import Literal
 
 from rlcore.config.fields import REQUIRED, key, section
 from rlcore.config.sections import (
+    ActorKeys,
     AlgorithmConfig,
     ClusterConfig,
+    GroupKeys,
     LoggerConfig,
     RunnerConfig,
     UpdateConfig,
@@ -48,13 +50,23 @@ class OptimConfig:
 
 
 @dataclass(kw_only=True)
-class EmbodiedActorConfig(UpdateConfig):
+class EmbodiedActorConfig(UpdateConfig, ActorKeys):
     model: ActorModelConfig = section(ActorModelConfig, doc="the policy network")
     optim: OptimConfig = section(OptimConfig, doc="the optimiser")
 
 
 @dataclass(kw_only=True)
-class EnvConfig:
+class EmbodiedRolloutConfig(GroupKeys):
+    micro_batch_size: int | None = key(
+        None,
+        doc="observations per policy forward while acting, on one rank (RLinf's "
+        "rollout_micro_batch_size); null = all of the rank's envs at once",
+        range=">= 1",
+    )
+
+
+@dataclass(kw_only=True)
+class EnvConfig(GroupKeys):
     id: str = key(
         REQUIRED,
         doc="gymnasium id ('CartPole-v1'), a name from rlcore.envs.register_env, or "
@@ -114,6 +126,7 @@ class EmbodiedConfig:
     mode: Literal["embodied"] = key(REQUIRED, doc="embodied: policies acting in simulators")
     algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
     actor: EmbodiedActorConfig = section(EmbodiedActorConfig, doc="policy training")
+    rollout: EmbodiedRolloutConfig = section(EmbodiedRolloutConfig, doc="acting in the envs")
     env: EnvConfig = section(EnvConfig, doc="the environment")
     runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")

@@ -11,10 +11,13 @@ from typing import Literal
 
 from rlcore.config.fields import REQUIRED, key, section
 from rlcore.config.sections import (
+    ActorKeys,
     AlgorithmConfig,
     ClusterConfig,
+    GroupKeys,
     LoggerConfig,
     RunnerConfig,
+    TrainedKeys,
     UpdateConfig,
 )
 
@@ -97,7 +100,7 @@ class LMOptimConfig:
 
 
 @dataclass(kw_only=True)
-class ReasoningActorConfig(UpdateConfig):
+class ReasoningActorConfig(UpdateConfig, ActorKeys):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
     optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
 
@@ -110,7 +113,7 @@ class CriticOptimConfig(LMOptimConfig):
 
 
 @dataclass(kw_only=True)
-class CriticConfig:
+class CriticConfig(TrainedKeys):
     use_critic_model: bool | None = key(
         None,
         doc="train a separate critic model; null = derived from algorithm.adv_type (true for an "
@@ -141,7 +144,7 @@ class CriticConfig:
 
 
 @dataclass(kw_only=True)
-class RolloutConfig:
+class RolloutConfig(GroupKeys):
     backend: Literal["hf", "sglang"] = key(
         "hf", doc="generation engine: hf (transformers generate, any device) or sglang (GPU)"
     )
@@ -152,13 +155,20 @@ class RolloutConfig:
     top_k: int = key(0, doc="sample from the k most likely tokens; 0 = no limit", range=">= 0")
     micro_batch_size: int | None = key(
         None,
-        doc="sequences per generate call on one rank; null = all of the rank's at once",
+        doc="sequences per generate call on one rank (RLinf's rollout_micro_batch_size); null = "
+        "all of the rank's at once",
+        range=">= 1",
+    )
+    tensor_parallel_size: int = key(
+        1,
+        doc="devices one rollout engine spans (verl's tensor_model_parallel_size); the hf engine "
+        "runs on one, so only 1 is accepted until an engine that shards the model lands",
         range=">= 1",
     )
 
 
 @dataclass(kw_only=True)
-class RewardConfig:
+class RewardConfig(GroupKeys):
     kind: Literal["gsm8k", "math", "custom"] = key(
         "gsm8k", doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom"
     )

@@ -150,6 +150,48 @@ class RunnerConfig:
     )
 
 
+GROUP_NAME_DOC = (
+    "the name of this component's worker group, as RLinf's group_name: it names the Ray "
+    "processes, the placement table and errors; null = the component's name"
+)
+
+
+@dataclass(kw_only=True)
+class GroupKeys:
+    """The keys of every component's section."""
+
+    group_name: str | None = key(None, doc=GROUP_NAME_DOC)
+
+
+TRAINING_BACKENDS = ("torch", "fsdp2", "megatron")
+
+
+@dataclass(kw_only=True)
+class TrainedKeys(GroupKeys):
+    """The keys of a trained component's section (actor, critic)."""
+
+    training_backend: Literal["torch", "fsdp2", "megatron"] = key(
+        "torch",
+        doc="torch: one process, or DistributedDataParallel over the component's ranks; fsdp2 "
+        "and megatron are not built yet and are refused",
+    )
+
+
+@dataclass(kw_only=True)
+class ActorKeys(TrainedKeys):
+    """The keys of the actor's section in both modes, beside its update sizes."""
+
+    log_prob_micro_batch_size: int | None = key(
+        None,
+        doc="samples per forward-only pass on one rank (RLinf's logprob_forward_micro_batch_size, "
+        "verl's log_prob_micro_batch_size_per_gpu). reasoning: the old and reference log-probs, "
+        "null = ppo_micro_batch_size; embodied: set, the actor recomputes the rollout's "
+        "log-probs and values with its own weights before updating, null = it uses the "
+        "rollout's",
+        range=">= 1",
+    )
+
+
 @dataclass(kw_only=True)
 class UpdateConfig:
     ppo_epochs: int = key(1, doc="passes over each batch of experience", range=">= 1")
@@ -169,5 +211,8 @@ class UpdateConfig:
 
 @dataclass(kw_only=True)
 class LoggerConfig:
+    console: bool = key(
+        False, doc="print each iteration's metrics as one line on stderr (verl's 'console')"
+    )
     tensorboard: bool = key(True, doc="write tensorboard events to the run folder")
     wandb: bool = key(False, doc="log to Weights & Biases (offline unless WANDB_API_KEY is set)")

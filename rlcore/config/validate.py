@@ -7,11 +7,13 @@ problem is one line that names the full key path.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from rlcore.config.aliases import ALIASES, foreign_section
 from rlcore.config.errors import ConfigError
 from rlcore.config.foreign_keys import FOREIGN_KEYS
 from rlcore.config.schema import SCHEMAS
@@ -56,17 +58,31 @@ class _Context:
     mode: str
     problems: list[str]
 
-    def unknown_key(self, path: str) -> str:
+    def unknown_key(self, path: str, value: Any) -> list[str]:
+        """One problem per unknown leaf under a foreign section, else one for ``path``."""
+        origin = foreign_section(path)
+        if origin is not None:
+            if isinstance(value, Mapping) and value:
+                return [p for name, item in value.items()
+                        for p in self.unknown_key(f"{path}.{name}", item)]  # fmt: skip
+            parent, _, leaf = path.rpartition(".")
+            siblings = {a.rpartition(".")[2]: a for a in ALIASES if a.rpartition(".")[0] == parent}
+            near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)
+            hint = f"; did you mean '{siblings[near[0]]}'?" if near else ""
+            return [
+                f"{path}: {origin}'s key has no rlcore counterpart{hint} (the {origin} keys rlcore "
+                "accepts are listed in docs/config.md)"
+            ]
         valid = [p for p, _, _ in schema_paths(self.schema)]
         if path in FOREIGN_KEYS:
-            return f"{path}: unknown key; rlcore calls it '{FOREIGN_KEYS[path]}'"
+            return [f"{path}: unknown key; rlcore calls it '{FOREIGN_KEYS[path]}'"]
         other_modes = [m for m, s in SCHEMAS.items() if m != self.mode]
         for other in other_modes:
             if path in {p for p, _, _ in schema_paths(SCHEMAS[other])}:
-                return f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"
+                return [f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"]
         match = closest(path, valid)
         hint = f"; did you mean '{match[0]}'?" if match else ""
-        return f"{path}: unknown key{hint}"
+        return [f"{path}: unknown key{hint}"]
 
 
 def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
@@ -79,7 +95,7 @@ def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in data:
         if name not in fields:
-            ctx.problems.append(ctx.unknown_key(f"{prefix}{name}"))
+            ctx.problems += ctx.unknown_key(f"{prefix}{name}", data[name])
     values: dict[str, Any] = {}
     for name, field in fields.items():
         path, tp = f"{prefix}{name}", hints[name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlcore.did_you_mean import did_you_mean
 from rlcore.placement.components import ComponentRoles
@@ -50,6 +50,11 @@ class PlacementPlan:
     components: dict[str, tuple[RankPlacement, ...]]
     fused: tuple[tuple[str, ...], ...]  # components sharing one process per rank
     skipped: dict[str, str]  # placed but not used by this config -> why
+    group_names: Mapping[str, str] = field(default_factory=dict)  # RLinf's group_name, if set
+
+    def group_name(self, component: str) -> str:
+        """The name of ``component``'s worker group: its ``group_name``, else its own name."""
+        return self.group_names.get(component, component)
 
     def device_set(self, component: str) -> frozenset[int]:
         return frozenset(d for r in self.components[component] for d in r.global_devices)
@@ -100,6 +105,9 @@ class PlacementPlan:
         for group in self.fused:
             if len(group) > 1:
                 lines.append(f"one process per rank for: {', '.join(group)}")
+        if self.group_names:
+            named = ", ".join(f"{c}={g}" for c, g in self.group_names.items())
+            lines.append(f"worker groups: {named}")
         for name, why in self.skipped.items():
             lines.append(f"not started: {name} ({why})")
         return "\n".join(lines)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rlcore.config.checks import component_sections
 from rlcore.config.schema import ClusterConfig, RLCoreConfig
 from rlcore.placement.checks import check_plan
 from rlcore.placement.components import component_roles
@@ -65,4 +66,6 @@ def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus
         fuse=config.cluster.fuse_collocated,
     )
     check_plan(config, plan)
-    return plan
+    named = {c: s.group_name for c, s in component_sections(config).items()
+             if s.group_name is not None and c in plan.components}  # fmt: skip
+    return replace(plan, group_names=named)

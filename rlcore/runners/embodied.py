@@ -8,7 +8,9 @@ other directly; the default layout puts all three in the driver's own process. O
 as in the PPO paper's algorithm box:
 
 1. sync: the rollout gets the actor's latest weights (nothing to copy when they share a module);
-2. collect: ``runner.rollout_steps`` x ``env.num_envs`` transitions (env <-> rollout);
+2. collect: ``runner.rollout_steps`` x ``env.num_envs`` transitions (env <-> rollout); with
+   ``actor.log_prob_micro_batch_size`` set, the actor then recomputes their log-probs and values
+   with its own weights (for a rollout that acts at another precision or on another device);
 3. advantages: truncated episodes bootstrap from ``V(s_final)``; the estimator
    ``algorithm.adv_type`` (GAE) runs over valid steps, then whitening (``rlcore.algorithms``);
 4. update: ``ppo_epochs`` over mini-batches of the policy + value + entropy loss;
@@ -92,6 +94,9 @@ class EmbodiedRunner:
             self._sync()
         with watch("collect"):
             batch = self.rollout.collect(self.version)  # env <-> rollout
+        if self.config.actor.log_prob_micro_batch_size is not None:
+            with watch("recompute"):  # the actor's own numbers, not the rollout's
+                batch.update(self.actor.recompute(batch.select("obs", "actions", "last_obs")))
         with watch("advantages"):
             self._advantages(batch)
         with watch("update"):

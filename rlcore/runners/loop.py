@@ -67,6 +67,7 @@ def train(driver: Driver) -> dict[str, Any]:
         driver.run_dir,
         tensorboard=config.logger.tensorboard,
         wandb=config.logger.wandb,
+        console=config.logger.console,
         config=dataclasses.asdict(config),
     )
     unit = s.samples_per_iteration if s.log_by_samples else 1

@@ -1,16 +1,23 @@
-"""Where a run's metrics go: tensorboard (default) and Weights & Biases (when enabled)."""
+"""Where a run's metrics go: tensorboard (default), Weights & Biases and the console (when
+enabled)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 
 class MetricsLogger:
     """``log(step, {"name": value})`` to every enabled sink; ``close()`` flushes them."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, wandb: bool, config: dict) -> None:
+    def __init__(
+        self, run_dir: Path, *, tensorboard: bool, wandb: bool, config: dict, console: bool = False
+    ) -> None:
+        self._console = console
         self._tb = None
         self._wandb = None
         if tensorboard:
@@ -27,6 +34,9 @@ class MetricsLogger:
             )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if self._console:
+            shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if v is not None)
+            tqdm.write(f"step {step}: {shown}", file=sys.stderr)  # above the progress bar
         if self._tb is not None:
             for name, value in metrics.items():
                 if value is not None:

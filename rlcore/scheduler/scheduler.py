@@ -123,7 +123,7 @@ class Scheduler:
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 slot.group, placement_group_bundle_index=process.devices[0]
             ),
-            name=f"rlcore:{'+'.join(process.components)}:{process.rank}",
+            name=f"rlcore:{'+'.join(map(plan.group_name, process.components))}:{process.rank}",
         ).remote(
             process.components,
             process.rank,
@@ -167,7 +167,7 @@ class Scheduler:
             raise KeyError(f"component '{component}' is not in the plan (placed: {placed})")
         ranks = self.plan.components[component]
         handles = [self._handles[(component, r.rank)] for r in ranks]
-        return WorkerGroup(component, handles, ranks)
+        return WorkerGroup(component, handles, ranks, self.plan.group_name(component))
 
     def launch(self, component: str, cls: type, *args: Any, **kwargs: Any) -> WorkerGroup:
         """Create ``cls(context, *args, **kwargs)`` on every rank of ``component``."""

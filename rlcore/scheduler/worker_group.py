@@ -22,9 +22,14 @@ class WorkerGroup:
     """
 
     def __init__(
-        self, component: str, handles: Sequence[Any], placements: Sequence[RankPlacement]
+        self,
+        component: str,
+        handles: Sequence[Any],
+        placements: Sequence[RankPlacement],
+        group_name: str | None = None,
     ) -> None:
         self.component = component
+        self.group_name = group_name or component
         self.handles = list(handles)
         self.placements = list(placements)
 
@@ -74,7 +79,7 @@ class WorkerGroup:
                 cause = error.cause
                 if isinstance(cause, WorkerError):
                     raise WorkerError(
-                        cause.component, cause.rank, cause.node, cause.detail
+                        cause.component, cause.rank, cause.node, cause.detail, self.group_name
                     ) from None
                 raise self._error(rank, f"{type(cause).__name__}: {cause}") from None
             except RayActorError as error:
@@ -82,4 +87,5 @@ class WorkerGroup:
         raise AssertionError("ray.get failed but no single reference did")  # pragma: no cover
 
     def _error(self, rank: int, detail: str) -> WorkerError:
-        return WorkerError(self.component, rank, self.placements[rank].node, detail)
+        node = self.placements[rank].node
+        return WorkerError(self.component, rank, node, detail, self.group_name)

@@ -60,6 +60,24 @@ class EmbodiedActor(TrainedComponent):
         )
         self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
 
+    @dispatch(Dispatch.SHARD)
+    @torch.no_grad()
+    def recompute(self, batch: TensorDict) -> TensorDict:
+        """The rollout's ``log_probs``, ``values`` (``[N, T]``) and ``last_value`` (``[N]``) of
+        this rank's rows, recomputed with the actor's weights, ``actor.log_prob_micro_batch_size``
+        transitions per forward pass."""
+        rows, steps = batch["actions"].shape[:2]
+        obs, actions = batch["obs"].flatten(0, 1), batch["actions"].flatten(0, 1)
+        size = self.config.actor.log_prob_micro_batch_size or rows * steps
+        parts = [self.model(o, a) for o, a in zip(obs.split(size), actions.split(size),
+                                                   strict=True)]  # fmt: skip
+        log_probs = torch.cat([p[0] for p in parts]).view(rows, steps)
+        values = torch.cat([p[2] for p in parts]).view(rows, steps)
+        last = torch.cat([self.model.value(o) for o in batch["last_obs"].split(size)])
+        return TensorDict(
+            {"log_probs": log_probs, "values": values, "last_value": last}, batch_size=[rows]
+        )
+
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
         """PPO epochs over this rank's rows of ``batch`` (``[N]`` rows of ``[N, T]`` steps, with

@@ -50,6 +50,7 @@ class EmbodiedRollout:
         self.env = env
         self.steps = run.rollout_steps
         self.model = actor.model if actor is not None else make_policy(config, spec)
+        self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
         # Each rank samples its own actions; the stream is saved in checkpoints.
         self.generator = torch.Generator().manual_seed(run.seed + 7919 * (ctx.rank + 1))
         self.version = -1  # no weights synced yet
@@ -72,7 +73,8 @@ class EmbodiedRollout:
 
         Returns ``[N]`` rows (one per env) of ``[N, T]`` entries: ``obs``, ``actions``,
         ``log_probs``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``valid``; and
-        ``[N]`` ones: ``last_value`` (V of the observation after the last step) and the sums of
+        ``[N]`` ones: ``last_obs`` and ``last_value`` (the observation after the last step and its
+        V) and the sums of
         the episodes that ended (``episode_return_sum``, ``episode_length_sum``,
         ``episode_count``).
         """
@@ -82,7 +84,7 @@ class EmbodiedRollout:
         rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
         for t in range(T):
             obs[t] = current
-            action, log_prob, value = self.model.act(current, generator=self.generator)
+            action, log_prob, value = self._act(current)
             step = self.env.step(action, last=t == T - 1)
             for name, item in (("actions", action), ("log_probs", log_prob), ("values", value),
                                ("rewards", step.rewards), ("terminated", step.terminated),
@@ -91,9 +93,18 @@ class EmbodiedRollout:
             current = step.next_obs
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
         batch["obs"] = obs.transpose(0, 1)
+        batch["last_obs"] = current
         batch["last_value"] = self.model.value(current)
         batch.update(self.env.finished_episodes())
         return TensorDict(batch, batch_size=[current.shape[0]])
+
+    def _act(self, obs: torch.Tensor, deterministic: bool = False):
+        """``model.act`` over ``rollout.micro_batch_size`` observations at a time."""
+        if self.micro is None or obs.shape[0] <= self.micro:
+            return self.model.act(obs, deterministic, generator=self.generator)
+        parts = [self.model.act(chunk, deterministic, generator=self.generator)
+                 for chunk in obs.split(self.micro)]  # fmt: skip
+        return tuple(torch.cat(items) for items in zip(*parts, strict=True))
 
     @dispatch(Dispatch.RANK0)
     @torch.no_grad()
@@ -102,7 +113,7 @@ class EmbodiedRollout:
         check_weight_version(self.rank, self.version, version)
         obs = self.env.eval_reset(seed)
         for _ in range(MAX_EVAL_STEPS):
-            action, _, _ = self.model.act(obs, deterministic=True)
+            action, _, _ = self._act(obs, deterministic=True)
             obs, returns = self.env.eval_step(action)
             if returns is not None:
                 return returns

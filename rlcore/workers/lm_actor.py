@@ -59,6 +59,12 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
     )
 
 
+def _forward_size(config: ReasoningConfig) -> int | None:
+    """Responses per forward-only pass (old and reference log-probs) on one rank."""
+    actor = config.actor
+    return actor.log_prob_micro_batch_size or actor.ppo_micro_batch_size
+
+
 def _micro_batches(batch: TensorDict, size: int | None) -> tuple[TensorDict, ...]:
     return batch.split(size or batch.batch_size[0])
 
@@ -89,7 +95,7 @@ class LMActor(TrainedComponent):
         batch = batch.select(*ACTOR_READS[:5]).to(self.device)
         parts = [
             self._log_probs_entropy(self.model, micro, entropy=False)[0].cpu()
-            for micro in _micro_batches(batch, self.config.actor.ppo_micro_batch_size)
+            for micro in _micro_batches(batch, _forward_size(self.config))
         ]
         return torch.cat(parts)
 
@@ -173,7 +179,7 @@ class LMReference:
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
         batch = batch.select(*ACTOR_READS[:5]).to(self.device)
         parts = []
-        for micro in _micro_batches(batch, self.config.actor.ppo_micro_batch_size):
+        for micro in _micro_batches(batch, _forward_size(self.config)):
             width = micro["responses"].shape[1]
             logits = response_logits(self.model, micro, width) / self.temperature
             parts.append(token_log_probs(logits, micro["responses"]).cpu())

@@ -1,0 +1,182 @@
+"""verl's and RLinf's spellings of rlcore keys, accepted as written (the seeds load unchanged).
+
+An alias is a full key path as the other framework writes it (``actor_rollout_ref.rollout.n``,
+``algorithm.lam``, ``algorithm.logprob_forward_micro_batch_size``). ``compose_raw`` rewrites each
+one it finds, in the YAML or on the command line, to the rlcore key(s) it means and says so in one
+line on stderr (``actor_rollout_ref.rollout.n is algorithm.group_size here``). An alias whose
+meaning differs in a way that matters says how in the same line. verl keys with no rlcore
+counterpart are refused by the validator with that reason (``foreign_section``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlcore.config.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Alias:
+    """``origin``'s spelling of ``targets`` (usually one key; verl's ``clip_ratio`` sets both
+    bounds). ``convert`` maps the value (to one value per target when there are several
+    targets and it returns a tuple); ``note`` is said after the mapping on stderr."""
+
+    origin: str
+    targets: tuple[str, ...]
+    convert: Callable[[Any], Any] | None = None
+    note: str = ""
+
+    def values(self, path: str, value: Any) -> list[tuple[str, Any]]:
+        """``[(target, value)]`` for ``value`` written at ``path``."""
+        converted = value if self.convert is None else self.convert(value)
+        if len(self.targets) > 1 and isinstance(converted, tuple):
+            return list(zip(self.targets, converted, strict=True))
+        return [(target, converted) for target in self.targets]
+
+    def describe(self, path: str) -> str:
+        targets = " and ".join(self.targets)
+        return f"{path} ({self.origin}) is {targets} here" + (f"; {self.note}" if self.note else "")
+
+
+def _verl(*targets: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Alias:
+    return Alias("verl", targets, convert, note)
+
+
+def _rlinf(*targets: str, note: str = "") -> Alias:
+    return Alias("RLinf", targets, None, note)
+
+
+LOGGERS = ("console", "tensorboard", "wandb")
+
+
+def _loggers(value: Any) -> tuple[bool, ...]:
+    """verl's ``trainer.logger`` list -> ``(logger.console, logger.tensorboard, logger.wandb)``."""
+    names = [value] if isinstance(value, str) else list(value or [])
+    unknown = [n for n in names if n not in LOGGERS]
+    if unknown:
+        raise ConfigError(
+            f"trainer.logger: {', '.join(map(str, unknown))} is not a logger here; rlcore writes "
+            f"to {', '.join(LOGGERS)}"
+        )
+    return tuple(name in names for name in LOGGERS)
+
+
+def _minus_one_is(off: int) -> Callable[[Any], Any]:
+    return lambda value: off if value == -1 else value
+
+
+def _loss_mode(value: Any) -> Any:
+    return "ppo" if value == "vanilla" else value
+
+
+PER_RANK = (
+    "counted per rank here (verl's deprecated spelling counts across all GPUs, the _per_gpu one "
+    "per GPU; the same on one GPU); micro-batches change memory use, never the update"
+)
+
+ALIASES: dict[str, Alias] = {
+    # verl: actor_rollout_ref.rollout.*
+    "actor_rollout_ref.rollout.n": _verl("algorithm.group_size"),
+    "actor_rollout.ref.rollout.n": _verl(
+        "algorithm.group_size", note="verl's PPO page spells actor_rollout_ref so"
+    ),
+    "actor_rollout_ref.rollout.name": _verl("rollout.backend"),
+    "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
+    "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
+    "actor_rollout_ref.rollout.top_k": _verl(
+        "rollout.top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
+    ),
+    "actor_rollout_ref.rollout.response_length": _verl("data.max_response_length"),
+    "actor_rollout_ref.rollout.prompt_length": _verl("data.max_prompt_length"),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": _verl("rollout.tensor_parallel_size"),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": _verl(
+        "actor.log_prob_micro_batch_size", note=PER_RANK
+    ),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": _verl(
+        "actor.log_prob_micro_batch_size"
+    ),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": _verl(
+        "actor.log_prob_micro_batch_size", note=PER_RANK
+    ),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _verl(
+        "actor.log_prob_micro_batch_size"
+    ),
+    # verl: actor_rollout_ref.model.* and actor_rollout_ref.actor.*
+    "actor_rollout_ref.model.path": _verl("actor.model.path"),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": _verl("actor.ppo_mini_batch_size"),
+    "actor_rollout_ref.actor.ppo_micro_batch_size": _verl(
+        "actor.ppo_micro_batch_size", note=PER_RANK
+    ),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": _verl("actor.ppo_micro_batch_size"),
+    "actor_rollout_ref.actor.ppo_epochs": _verl("actor.ppo_epochs"),
+    "actor_rollout_ref.actor.clip_ratio": _verl(
+        "algorithm.clip_ratio_low", "algorithm.clip_ratio_high"
+    ),
+    "actor_rollout_ref.actor.clip_ratio_low": _verl("algorithm.clip_ratio_low"),
+    "actor_rollout_ref.actor.clip_ratio_high": _verl("algorithm.clip_ratio_high"),
+    "actor_rollout_ref.actor.clip_ratio_c": _verl("algorithm.clip_ratio_c"),
+    "actor_rollout_ref.actor.loss_agg_mode": _verl("algorithm.loss_agg_func"),
+    "actor_rollout_ref.actor.entropy_coeff": _verl("algorithm.entropy_bonus"),
+    "actor_rollout_ref.actor.use_kl_loss": _verl("algorithm.use_kl_loss"),
+    "actor_rollout_ref.actor.kl_loss_coef": _verl("algorithm.kl_loss_coef"),
+    "actor_rollout_ref.actor.kl_loss_type": _verl("algorithm.kl_loss_type"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": _verl(
+        "algorithm.policy_loss", convert=_loss_mode, note="verl's vanilla is ppo"
+    ),
+    "actor_rollout_ref.actor.grad_clip": _verl("actor.optim.max_grad_norm"),
+    "actor_rollout_ref.actor.optim.lr": _verl("actor.optim.lr"),
+    "actor_rollout_ref.actor.optim.weight_decay": _verl("actor.optim.weight_decay"),
+    # verl: critic.* (ppo_mini_batch_size, ppo_epochs, optim.lr, ... are spelled as in rlcore)
+    "critic.model.path": _verl("critic.model_path"),
+    "critic.ppo_micro_batch_size_per_gpu": _verl("critic.ppo_micro_batch_size"),
+    "critic.cliprange_value": _verl("algorithm.value_clip"),
+    "critic.grad_clip": _verl("critic.optim.max_grad_norm"),
+    # verl: algorithm.* (gamma, use_kl_in_reward, kl_penalty, kl_ctrl.* are spelled as in rlcore)
+    "algorithm.adv_estimator": _verl("algorithm.adv_type"),
+    "algorithm.lam": _verl("algorithm.gae_lambda"),
+    "algorithm.norm_adv_by_std_in_grpo": _verl("algorithm.norm_adv_by_std"),
+    # verl: trainer.*
+    "trainer.n_gpus_per_node": _verl("cluster.devices_per_node"),
+    "trainer.nnodes": _verl("cluster.num_nodes"),
+    "trainer.total_training_steps": _verl("runner.total_iterations"),
+    "trainer.test_freq": _verl(
+        "runner.val_every",
+        convert=_minus_one_is(0),
+        note="0 (verl's -1) still validates before and after training",
+    ),
+    "trainer.save_freq": _verl(
+        "runner.checkpoint_every", convert=_minus_one_is(0), note="verl's -1 (never) is 0"
+    ),
+    "trainer.critic_warmup": _verl("critic.critic_warmup"),
+    "trainer.experiment_name": _verl("runner.run_name"),
+    "trainer.logger": _verl(
+        "logger.console",
+        "logger.tensorboard",
+        "logger.wandb",
+        convert=_loggers,
+        note="each logger named is on, the others off",
+    ),
+    # RLinf: algorithm.* (the rest of RLinf's PPO block is spelled as in rlcore)
+    "algorithm.rollout_micro_batch_size": _rlinf("rollout.micro_batch_size"),
+    "algorithm.logprob_forward_micro_batch_size": _rlinf("actor.log_prob_micro_batch_size"),
+    "algorithm.update_epoch": _rlinf("actor.ppo_epochs"),
+    "algorithm.ratio_clip_eps": _rlinf("algorithm.clip_ratio_low", "algorithm.clip_ratio_high"),
+}
+
+# Top-level sections that only another framework has: a key under them that is not an alias
+# gets "no rlcore counterpart" rather than a guess at a near rlcore key.
+FOREIGN_SECTIONS = {
+    "actor_rollout_ref": "verl",
+    "actor_rollout": "verl",
+    "trainer": "verl",
+    "reward_model": "verl",
+    "custom_reward_function": "verl",
+    "ray_init": "verl",
+}
+
+
+def foreign_section(path: str) -> str | None:
+    """The framework whose section ``path`` is in, when rlcore has no such section."""
+    return FOREIGN_SECTIONS.get(path.split(".")[0])

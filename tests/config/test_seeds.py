@@ -1,0 +1,248 @@
+"""The seed documents' configs load as written: verl's command line (seed 000) and RLinf's two
+YAML blocks (seed 002), copied here verbatim (the seeds live outside the repository)."""
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from rlcore.cli import run_entry_point
+from rlcore.config import load_config
+from rlcore.config.errors import ConfigError
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
+from tests.lm_fixtures import TINY
+
+# seed 000 (verl's PPO page), the reference example's overrides after `bash run_gemma.sh`.
+VERL_COMMAND_LINE = [
+    "trainer.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "trainer.logger=['console']",
+    "critic.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+    "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+    "data.train_batch_size=256",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+    "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+    "critic.ppo_micro_batch_size=2",
+]
+
+# seed 002 (RLinf's PPO page), section 3.1, verbatim.
+RLINF_EMBODIED = """
+algorithm:
+
+   # Core PPO settings (recommended not to change)
+   normalize_advantages: True
+   group_size: 1
+   adv_type: gae
+   loss_type: actor_critic
+   loss_agg_func: "token-mean"
+
+   # Algorithm parameters (typically require tuning)
+
+   rollout_micro_batch_size: 256
+   logprob_forward_micro_batch_size: 16  # Larger batch_size improves stability.
+                                         # Adjust according to compute resources and model size.
+
+   entropy_bonus: 0          # Optional: encourage exploration
+   clip_ratio_high: 0.2      # PPO clipping parameter (epsilon)
+   clip_ratio_low: 0.2       # Should match clip_ratio_high
+   value_clip: 0.2           # Stabilizes value function updates
+
+   gamma: 0.99               # Discount factor for GAE
+   gae_lambda: 0.95          # Lambda parameter for GAE
+
+   huber_delta: 10.0         # Delta parameter for Huber loss in value training
+"""
+
+# seed 002, section 3.2: the algorithm block and the placement/component block, verbatim but for
+# the "..." lines that stand for the rest of a config.
+RLINF_REASONING = """
+algorithm:
+   # Group size should be 1
+   group_size: 1
+
+   # Advantage function
+   adv_type: gae
+   gamma: 1
+   gae_lambda: 1
+   normalize_advantages: True
+
+   # The type of actor loss. This is different from embodied tasks,
+   # because the actor and critic are not in the same model and cannot perform backward together.
+   loss_type: actor
+   loss_agg_func: "token-mean"
+
+   # For actor loss
+   clip_ratio_c: 3.0
+   clip_ratio_low: 0.2
+   clip_ratio_high: 0.2
+
+   # For critic loss
+   value_clip: 0.2           # Stabilizes value function updates
+
+cluster:
+  num_nodes: 1
+  component_placement:
+    # Note the addition of a critic component compared to GRPO
+    actor,critic,rollout,reward: all
+
+actor:
+  group_name: "ActorGroup"
+  training_backend: megatron
+
+critic:
+  use_critic_model: true # This parameter indicates that the critic is a complete model, not just a value head.
+  group_name: "CriticGroup"
+  training_backend: megatron
+"""  # noqa: E501 (the seed's own line lengths)
+
+
+def on_top_of(base: str, block: str) -> str:
+    """A user's config file: a shipped config, then the seed's block."""
+    return f"defaults:\n  - /{base}\n  - _self_\n" + textwrap.dedent(block)
+
+
+def test_verl_command_line_maps_every_override_and_says_so(tiny_lm, capsys):
+    _, dirs = tiny_lm
+    local = [o.replace("Qwen/Qwen2.5-0.5B-Instruct", str(dirs.actor)) for o in VERL_COMMAND_LINE]
+    config = load_config("reasoning/tiny_arith_ppo", [*local, "warmup.steps=0"])
+    said = capsys.readouterr().err
+    for alias, target in [
+        ("trainer.n_gpus_per_node", "cluster.devices_per_node"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size", "rollout.tensor_parallel_size"),
+        ("trainer.logger", "logger.console"),
+        ("critic.model.path", "critic.model_path"),
+        ("actor_rollout_ref.model.path", "actor.model.path"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", "actor.ppo_mini_batch_size"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size", "actor.ppo_micro_batch_size"),
+    ]:
+        assert f"rlcore: {alias} (verl) is {target}" in said
+    assert said.count("rlcore: ") == 7  # critic.ppo_micro_batch_size is rlcore's own spelling
+    assert "counted per rank here" in said
+    assert config.cluster.devices_per_node == 1
+    assert config.rollout.tensor_parallel_size == 1
+    assert (config.logger.console, config.logger.tensorboard, config.logger.wandb) == (
+        True, False, False
+    )  # fmt: skip
+    assert config.actor.model.path == config.critic.model_path == str(dirs.actor)
+    assert config.data.train_batch_size == 256
+    assert config.actor.ppo_mini_batch_size == 64
+    assert config.actor.ppo_micro_batch_size == config.critic.ppo_micro_batch_size == 2
+
+
+def test_verl_command_line_runs_as_written_on_the_tiny_model(tiny_lm, tmp_path, capsys):
+    _, dirs = tiny_lm
+    local = [o.replace("Qwen/Qwen2.5-0.5B-Instruct", str(dirs.actor)) for o in VERL_COMMAND_LINE]
+    # The tiny model in place of Qwen2.5; one iteration of the seed's 256 prompts.
+    ours = ["warmup.steps=0", "runner.total_iterations=1", "runner.val_every=0",
+            "runner.progress=false", "data.synthetic.num_val=16", f"runner.output_dir={tmp_path}",
+            "runner.run_name=verl"]  # fmt: skip
+    assert run_entry_point("reasoning/tiny_arith_ppo", [*local, *ours]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["iterations"] == 1
+    assert "step 1: " in err and "actor/pg_loss=" in err  # trainer.logger=['console']
+    assert not (tmp_path / "verl" / "tensorboard").exists()
+
+
+def test_a_verl_key_with_wrong_values_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"trainer.logger: swanlab is not a logger here"):
+        load_config("reasoning/tiny_arith_ppo", ["trainer.logger=[console,swanlab]"])
+    with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size: 2, but the hf engine"):
+        load_config("reasoning/tiny_arith_ppo",
+                    ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"algorithm.group_size: 0 is out of range"):
+        load_config("reasoning/tiny_arith_ppo", ["actor_rollout_ref.rollout.n=0"])
+
+
+def test_an_alias_and_its_rlcore_key_set_apart_in_one_file_are_refused(tmp_path):
+    path = tmp_path / "both.yaml"
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n"))
+    with pytest.raises(ConfigError, match=r"algorithm.lam: set to 0.9, which is "
+                       r"algorithm.gae_lambda here, but the config also sets"):  # fmt: skip
+        load_config(str(path))
+
+
+def test_rlinf_embodied_block_validates_and_runs_as_written(tmp_path, capsys):
+    path = tmp_path / "rlinf_embodied.yaml"
+    path.write_text(on_top_of("embodied/cartpole_ppo", RLINF_EMBODIED))
+    ours = ["runner.total_env_steps=2048", "runner.progress=false", "logger.tensorboard=false",
+            f"runner.output_dir={tmp_path}", "runner.run_name=rlinf"]  # fmt: skip
+    config = load_config(str(path), ours)
+    assert config.rollout.micro_batch_size == 256
+    assert config.actor.log_prob_micro_batch_size == 16
+    assert config.algorithm.huber_delta == 10.0
+    assert run_entry_point(str(path), ours) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["iterations"] == 2048 // (8 * 64)  # cartpole_ppo: 8 steps x 64 envs each
+    assert "recompute" in summary["seconds_per_stage"]  # the actor's own log-prob pass ran
+
+
+def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
+    """Same weights, so the actor's recomputed log-probs and values equal the rollout's (a second
+    computation of the same quantities), whatever the forward sizes."""
+    config = load_config("embodied/cartpole_ppo", [
+        "rollout.micro_batch_size=3", "actor.log_prob_micro_batch_size=5", "env.num_envs=4",
+        "runner.rollout_steps=16", "actor.ppo_mini_batch_size=64", "runner.progress=false",
+        f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
+    ])  # fmt: skip
+    runner = EmbodiedRunner(config, plan_for_config(config))
+    try:
+        runner._sync()
+        batch = runner.rollout.collect(runner.version)
+        again = runner.actor.recompute(batch.select("obs", "actions", "last_obs"))
+        for name in ("log_probs", "values", "last_value"):
+            torch.testing.assert_close(again[name], batch[name], rtol=1e-5, atol=1e-6)
+    finally:
+        runner.close()
+
+
+def test_the_rollout_acts_on_micro_batches_with_the_same_actions(tmp_path):
+    config = load_config("embodied/cartpole_ppo", [
+        "rollout.micro_batch_size=3", "env.num_envs=8", "actor.ppo_mini_batch_size=64",
+        "runner.progress=false",
+        f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
+    ])  # fmt: skip
+    runner = EmbodiedRunner(config, plan_for_config(config))
+    try:
+        rollout, sizes = runner.rollout, []
+        act = rollout.model.act
+        rollout.model.act = lambda obs, *a, **k: sizes.append(len(obs)) or act(obs, *a, **k)
+        obs = torch.randn(8, 4)
+        chunked = rollout._act(obs, deterministic=True)
+        assert sizes == [3, 3, 2]
+        whole = act(obs, deterministic=True)
+        for a, b in zip(chunked, whole, strict=True):
+            torch.testing.assert_close(a, b)
+    finally:
+        runner.close()
+
+
+def test_rlinf_reasoning_block_names_the_backend_it_cannot_run(tmp_path):
+    path = tmp_path / "rlinf_reasoning.yaml"
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", RLINF_REASONING))
+    with pytest.raises(ConfigError) as refused:
+        load_config(str(path))
+    assert str(refused.value).splitlines() == [
+        f"{c}.training_backend: megatron: the Megatron-core backend is not built yet (it lands "
+        "after FSDP2); use torch (one process, or DistributedDataParallel over the component's "
+        "ranks)"
+        for c in ("actor", "critic")
+    ]
+
+
+def test_rlinf_reasoning_block_runs_with_the_torch_backend(tiny_lm, tmp_path, capsys):
+    _, dirs = tiny_lm
+    path = tmp_path / "rlinf_reasoning.yaml"
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo",
+                              RLINF_REASONING.replace("megatron", "torch")))  # fmt: skip
+    ours = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", "cluster.devices_per_node=2",
+            "runner.total_iterations=1", f"runner.output_dir={tmp_path}"]  # fmt: skip
+    config = load_config(str(path), ours)
+    plan = plan_for_config(config)
+    assert {c: plan.world_size(c) for c in plan.components} == dict.fromkeys(
+        ("actor", "critic", "rollout", "reward"), 2
+    )
+    assert "worker groups: actor=ActorGroup, critic=CriticGroup" in plan.table()
+    assert run_entry_point(str(path), ours) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"] == 1
