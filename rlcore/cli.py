@@ -36,10 +36,15 @@ def _exit_with(error: ConfigError) -> SystemExit:
 def load_and_plan(
     config: str, overrides: Sequence[str], cluster_file: Path | None = None
 ) -> tuple[RLCoreConfig, PlacementPlan]:
-    """The validated config and its placement plan; on any problem, stderr and exit status 2."""
+    """The validated config and its placement plan, its inputs checked (``preflight``); on any
+    problem, stderr and exit status 2, before anything starts."""
+    from rlcore.runners.preflight import preflight
+
     try:
         loaded = load_config(config, overrides, cluster_file=cluster_file)
-        return loaded, plan_for_config(loaded)
+        plan = plan_for_config(loaded)
+        preflight(loaded, plan)  # model folders, prompt files, reward, env, checkpoint
+        return loaded, plan
     except ConfigError as error:
         raise _exit_with(error) from None
 

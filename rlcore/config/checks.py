@@ -156,24 +156,16 @@ def _needs_values(alg: AlgorithmConfig) -> bool:
     )
 
 
-def _check_update_sizes(
-    section: str, update: UpdateConfig, batch: int, batch_desc: str, per_mini: int
-) -> list[str]:
-    """``per_mini``: samples (transitions or responses) in one mini-batch."""
-    problems = []
+def _check_update_sizes(section: str, update: UpdateConfig, batch: int, batch_desc: str) -> list[str]:
+    """The mini-batch divides the batch. How a mini-batch splits over ranks and micro-batches is
+    the placement's check (``rlcore/placement/checks.py``): it depends on the ranks."""
     mini = update.ppo_mini_batch_size
     if batch % mini:
-        problems.append(
+        return [
             f"{section}.ppo_mini_batch_size: {mini} does not divide the batch of {batch} "
             f"({batch_desc}); pick a divisor of {batch}"
-        )
-    micro = update.ppo_micro_batch_size
-    if micro is not None and per_mini % micro:
-        problems.append(
-            f"{section}.ppo_micro_batch_size: {micro} does not divide the {per_mini} samples of "
-            f"a mini-batch; pick a divisor of {per_mini}"
-        )
-    return problems
+        ]
+    return []
 
 
 def check_embodied(config: EmbodiedConfig) -> list[str]:
@@ -211,7 +203,7 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
     desc = (
         f"runner.rollout_steps {config.runner.rollout_steps} x env.num_envs {config.env.num_envs}"
     )
-    return problems + _check_update_sizes("actor", actor, batch, desc, actor.ppo_mini_batch_size)
+    return problems + _check_update_sizes("actor", actor, batch, desc)
 
 
 def check_reasoning(config: ReasoningConfig) -> list[str]:
@@ -249,16 +241,10 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         )
     batch = config.data.train_batch_size
     desc = "data.train_batch_size prompts"
-    group = alg.group_size
-    actor_problems = _check_update_sizes(
-        "actor", actor, batch, desc, actor.ppo_mini_batch_size * group
-    )
+    actor_problems = _check_update_sizes("actor", actor, batch, desc)
     problems += actor_problems
     if critic.use_critic_model:
-        resolved = config.critic_update()
-        critic_problems = _check_update_sizes(
-            "critic", resolved, batch, desc, resolved.ppo_mini_batch_size * group
-        )
+        critic_problems = _check_update_sizes("critic", config.critic_update(), batch, desc)
         # A size the critic inherits from the actor was already reported under actor.
         problems += [
             p for p in critic_problems if p.replace("critic.", "actor.", 1) not in actor_problems

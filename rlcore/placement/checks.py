@@ -70,10 +70,21 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
                 f"{KEY_PREFIX}: {name} has {ranks} ranks, which cannot share the {responses} "
                 "responses of an iteration (data.train_batch_size x group_size)"
             )
-    updates = [("actor", config.actor)]
+    actor = config.actor
+    actor_problems = _update_split(
+        "actor", actor, actor.ppo_mini_batch_size * group, plan.world_size("actor")
+    )
+    problems += actor_problems
     if "critic" in plan.components:
-        updates.append(("critic", config.critic_update()))
-    for name, update in updates:
-        per_mini = update.ppo_mini_batch_size * group
-        problems += _update_split(name, update, per_mini, plan.world_size(name))
+        update = config.critic_update()
+        critic_problems = _update_split(
+            "critic", update, update.ppo_mini_batch_size * group, plan.world_size("critic")
+        )
+        # A size the critic inherits from the actor is reported once, under actor.
+        reported = {p.split(":")[0].removeprefix("actor.") for p in actor_problems}
+        problems += [
+            p for p in critic_problems
+            if not (getattr(config.critic, key := p.split(":")[0].removeprefix("critic.")) is None
+                    and key in reported)
+        ]  # fmt: skip
     return problems

@@ -100,15 +100,23 @@ def load_checkpoint(
 ) -> tuple[Progress, dict[str, Any]]:
     """Load every component from ``checkpoint``; the saved ``Progress`` and driver state."""
     driver = json.loads((checkpoint / DRIVER_FILE).read_text())
+    check_resumable(driver, config, checkpoint, world_sizes)
+    for name, component in components.items():
+        component.load_checkpoint(str((checkpoint / name).resolve()))
+    return Progress(**driver["progress"]), driver["state"]
+
+
+def check_resumable(
+    driver: dict[str, Any], config: Any, checkpoint: Path, world_sizes: dict[str, int]
+) -> None:
+    """``checkpoint`` (its ``driver.json`` read as ``driver``) continues ``config`` on a placement
+    with ``world_sizes`` ranks per component; ``ConfigError`` naming what differs if not."""
     check_same_run(driver["config"], dataclasses.asdict(config), checkpoint)
     if driver["world_sizes"] != world_sizes:
         raise ConfigError(
             f"runner.resume_dir: {checkpoint} was written by {driver['world_sizes']} ranks per "
             f"component, this placement has {world_sizes}; resume with as many ranks of each"
         )
-    for name, component in components.items():
-        component.load_checkpoint(str((checkpoint / name).resolve()))
-    return Progress(**driver["progress"]), driver["state"]
 
 
 def find_checkpoint(path: str) -> Path:

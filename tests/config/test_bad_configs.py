@@ -3,6 +3,7 @@
 import pytest
 
 from rlcore.config import ConfigError, load_config
+from rlcore.placement import plan_for_config
 
 CARTPOLE = "embodied/cartpole_ppo"
 ARITH = "reasoning/tiny_arith_ppo"
@@ -70,6 +71,12 @@ BAD = [
      "does not divide the batch of 512"),
     (CARTPOLE, ["actor.ppo_micro_batch_size=100"], "actor.ppo_micro_batch_size",
      "pick a divisor of 512"),
+    (ARITH, ["cluster.devices_per_node=2", "cluster.component_placement={actor:all,critic:all,"
+             "ref:all,rollout:all,reward:all}", "actor.ppo_micro_batch_size=5"],
+     "actor.ppo_micro_batch_size", "each of the 2 actor ranks holds"),
+    (CARTPOLE, ["cluster.devices_per_node=2", "cluster.component_placement={actor:all,"
+                "rollout:all,env:0}"], "cluster.component_placement",
+     "env has 1 rank(s) and rollout 2"),
     (CARTPOLE, ["actor.model.add_value_head=false"], "actor.model.add_value_head",
      "leave add_value_head out: it follows loss_type"),
     (CARTPOLE, ["algorithm.loss_type=actor"], "algorithm.loss_type",
@@ -144,7 +151,7 @@ BAD = [
 @pytest.mark.parametrize(("config", "overrides", "key", "fix"), BAD, ids=lambda p: str(p))
 def test_bad_config_gives_one_line_naming_the_key(config, overrides, key, fix):
     with pytest.raises(ConfigError) as caught:
-        load_config(config, overrides)
+        plan_for_config(load_config(config, overrides))  # all the checks before a start
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"{key}:") or f" {key} " in message, message

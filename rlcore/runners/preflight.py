@@ -1,0 +1,78 @@
+"""The run's inputs, checked before any process starts: model folders, prompt files, the custom
+reward function, the env id and the checkpoint to resume from.
+
+``preflight`` runs in every entry point after the config and placement checks, for
+``runner.dry_run=true``, ``rlcore placement`` and a real start alike, so a dry run refuses what the
+run would refuse later inside a worker. It calls the same functions the workers and the driver
+call when they load these inputs, so the two cannot disagree. It builds nothing: the tiny model and
+its warm-up are left to the run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
+from rlcore.data.prompts import DataError, load_prompt_rows
+from rlcore.envs import make_vector_env, space_spec
+from rlcore.models.lm import check_model_dir
+from rlcore.placement import PlacementPlan
+from rlcore.rewards import load_custom_fn
+from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, find_checkpoint
+from rlcore.workers.env_worker import check_envs_can_be_saved
+
+
+def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
+    """Raise ``ConfigError`` listing every input of ``config`` that the run could not load."""
+    problems: list[str] = []
+
+    def attempt(check: Callable[..., Any], *args: Any) -> None:
+        try:
+            check(*args)
+        except (ConfigError, DataError) as error:  # EnvError is a ConfigError
+            problems.append(str(error))
+
+    if isinstance(config, ReasoningConfig):
+        _reasoning(config, attempt)
+    else:
+        attempt(_probe_env, config)
+    if config.runner.resume_dir is not None:
+        attempt(_check_resume, config, plan)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
+    if config.actor.model.path is not None:
+        attempt(check_model_dir, config.actor.model.path, "actor.model.path")
+    if config.critic.use_critic_model and config.critic.model_path is not None:
+        attempt(check_model_dir, config.critic.model_path, "critic.model_path")
+    data = config.data
+    for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
+        if files:
+            attempt(load_prompt_rows, files, what, data.prompt_key, data.answer_key,
+                    data.answer_format)  # fmt: skip
+    if config.reward.kind == "custom" and config.reward.custom_fn is not None:
+        attempt(load_custom_fn, config.reward.custom_fn)
+
+
+def _probe_env(config: EmbodiedConfig) -> None:
+    """One copy of the env, made and checked as the env worker makes its envs, then closed."""
+    envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
+    try:
+        space_spec(envs, config.env.id)
+        if config.runner.checkpoint_every:
+            check_envs_can_be_saved(envs, config.env.id)
+    finally:
+        envs.close()
+
+
+def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:
+    checkpoint = find_checkpoint(config.runner.resume_dir)
+    driver = json.loads((checkpoint / DRIVER_FILE).read_text())
+    saved = driver["world_sizes"]
+    placed = {name: plan.world_size(name) for name in saved if name in plan.components}
+    check_resumable(driver, config, checkpoint, placed)

@@ -1,0 +1,106 @@
+"""What a run refuses, the dry run refuses: every bad input the runners meet (model folders, prompt
+files, the custom reward, the env, the checkpoint to resume) is refused by the runner itself and,
+with the same line, by ``runner.dry_run=true`` (through ``preflight``), before anything starts."""
+
+import json
+
+import pytest
+
+from rlcore.cli import run_entry_point
+from rlcore.config import load_config
+from rlcore.config.errors import ConfigError
+from rlcore.data.prompts import DataError
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
+from rlcore.runners.reasoning import ReasoningRunner
+from tests.lm_fixtures import TINY
+
+ARITH, CARTPOLE = "reasoning/tiny_arith_ppo", "embodied/cartpole_ppo"
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def bad_inputs(tmp_path):
+    """``(config, overrides, the line both must print)``: one per refusal the runners raise."""
+    (tmp_path / "empty_dir").mkdir()
+    rows = write(tmp_path / "rows.jsonl", json.dumps({"question": "1+1?", "answer": "#### 2"}))
+    no_field = write(tmp_path / "nofield.jsonl", json.dumps({"q": "1+1?", "answer": "#### 2"}))
+    no_number = write(tmp_path / "nonum.jsonl", json.dumps({"question": "?", "answer": "two"}))
+    write(tmp_path / "rows.csv", "question,answer\n")
+    empty = write(tmp_path / "empty.jsonl", "")
+    write(tmp_path / "reward.py", "def other(response, answer):\n    return 0.0\n")
+    custom = ["reward.kind=custom"]
+    run = tmp_path / "finished_run"
+    (run / "checkpoints").mkdir(parents=True)
+    return [
+        (ARITH, ["actor.model.path=/no/such/model", "warmup.steps=0"],
+         "actor.model.path: /no/such/model is not a directory"),
+        (ARITH, [f"actor.model.path={tmp_path / 'empty_dir'}", "warmup.steps=0"],
+         "has no config.json, so it is not a model folder"),
+        (ARITH, ["critic.model_path=/no/critic"], "critic.model_path: /no/critic is not a"),
+        (ARITH, ["data.train_files=[/no/train.jsonl]"],
+         "data.train_files: /no/train.jsonl does not exist"),
+        (ARITH, [f"data.train_files=[{tmp_path / 'rows.csv'}]"], "is neither .parquet nor .jsonl"),
+        (ARITH, [f"data.val_files=[{empty}]"], "data.val_files: " + str(empty) + " is empty"),
+        (ARITH, [f"data.train_files=[{no_field}]"], "has no field 'question' (data.prompt_key)"),
+        (ARITH, [f"data.train_files=[{no_number}]"], "has no number after '####'"),
+        (ARITH, [f"data.train_files=[{rows}]", "data.answer_key=solution"],
+         "has no field 'solution' (data.answer_key)"),
+        (ARITH, [*custom, "reward.custom_fn=/no/reward.py:score"],
+         "reward.custom_fn: /no/reward.py does not exist"),
+        (ARITH, [*custom, f"reward.custom_fn={tmp_path / 'reward.py'}:score"],
+         "defines no function 'score'"),
+        (ARITH, [*custom, "reward.custom_fn=reward.py"], "is not 'path/to/file.py:function'"),
+        (CARTPOLE, ["env.id=CartPol-v1"], "env.id: no environment 'CartPol-v1'"),
+        (CARTPOLE, ["env.id=tests.runners.nowhere:Env"], "env.id:"),
+        (CARTPOLE, ["env.id=Pendulum-v1", "env.vector_mode=native"],
+         "env.vector_mode: 'Pendulum-v1' has no native vector version"),
+        (CARTPOLE, ["runner.resume_dir=/no/run"], "runner.resume_dir: no checkpoint at /no/run"),
+        (CARTPOLE, [f"runner.resume_dir={run}"], f"runner.resume_dir: no checkpoint at {run}"),
+    ]  # fmt: skip
+
+
+def runner_refusal(config_name, args):
+    """What the runner itself raises, built without the entry point's preflight."""
+    config = load_config(config_name, args)
+    runner_cls = EmbodiedRunner if config.mode == "embodied" else ReasoningRunner
+    with pytest.raises((ConfigError, DataError)) as refused:
+        runner_cls(config, plan_for_config(config)).close()
+    return str(refused.value)
+
+
+def test_every_input_the_runner_refuses_the_dry_run_refuses_first(tiny_lm, tmp_path, capsys):
+    _, dirs = tiny_lm
+    ours = {ARITH: [*TINY, f"warmup.cache_dir={dirs.actor.parent}"], CARTPOLE: []}
+    cases = bad_inputs(tmp_path)
+    assert len(cases) >= 15
+    for config, overrides, line in cases:
+        args = [*ours[config], *overrides, f"runner.output_dir={tmp_path / 'out'}"]
+        assert line in runner_refusal(config, args), overrides
+        with pytest.raises(SystemExit) as stopped:
+            run_entry_point(config, [*args, "runner.dry_run=true"])
+        assert stopped.value.code == 2, overrides
+        refused = capsys.readouterr().err.splitlines()
+        assert any(x.startswith("rlcore: config error: ") and line in x for x in refused), overrides
+
+
+def test_a_resume_with_another_config_is_refused_by_the_dry_run(tmp_path, capsys):
+    args = [
+        "runner.total_env_steps=1024",
+        "runner.checkpoint_every=1",
+        "runner.progress=false",
+        f"runner.output_dir={tmp_path}",
+        "runner.run_name=first",
+        "logger.tensorboard=false",
+    ]
+    assert run_entry_point(CARTPOLE, args) == 0
+    changed = [*args, f"runner.resume_dir={tmp_path / 'first'}", "algorithm.gamma=0.9"]
+    line = "trained with other values of algorithm.gamma"
+    assert line in runner_refusal(CARTPOLE, changed)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        run_entry_point(CARTPOLE, [*changed, "runner.dry_run=true"])
+    assert line in capsys.readouterr().err
