@@ -156,7 +156,9 @@ def _needs_values(alg: AlgorithmConfig) -> bool:
     )
 
 
-def _check_update_sizes(section: str, update: UpdateConfig, batch: int, batch_desc: str) -> list[str]:
+def _check_update_sizes(
+    section: str, update: UpdateConfig, batch: int, batch_desc: str
+) -> list[str]:
     """The mini-batch divides the batch. How a mini-batch splits over ranks and micro-batches is
     the placement's check (``rlcore/placement/checks.py``): it depends on the ranks."""
     mini = update.ppo_mini_batch_size
