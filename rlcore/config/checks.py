@@ -236,6 +236,12 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
         )
+    tiny = config.actor.model.tiny
+    if config.actor.model.path is None and tiny.hidden_size % tiny.num_heads:
+        problems.append(
+            f"actor.model.tiny.num_heads: {tiny.num_heads} does not divide hidden_size "
+            f"{tiny.hidden_size}; pick a divisor of {tiny.hidden_size}"
+        )
     if config.warmup.steps and config.actor.model.path is not None:
         problems.append(
             "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 when "

@@ -106,6 +106,8 @@ BAD = [
     (ARITH, ["reward.kind=custom"], "reward.custom_fn", "name the function"),
     (ARITH, ["reward.custom_fn=a.py:f"], "reward.custom_fn", "set reward.kind=custom"),
     (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
+    (ARITH, ["actor.model.tiny.num_heads=3"], "actor.model.tiny.num_heads",
+     "does not divide hidden_size 128"),
     (ARITH, ["rollout.n=4"], "rollout.n", "rlcore calls it 'algorithm.group_size'"),
     (ARITH, ["algorithm.kl_ctrl.target_kl=0"], "algorithm.kl_ctrl.target_kl", "must be > 0"),
     # out of the declared range: the key, the value and the range
