@@ -28,8 +28,8 @@ class Alias:
     convert: Callable[[Any], Any] | None = None
     note: str = ""
 
-    def values(self, path: str, value: Any) -> list[tuple[str, Any]]:
-        """``[(target, value)]`` for ``value`` written at ``path``."""
+    def values(self, value: Any) -> list[tuple[str, Any]]:
+        """``[(target, value)]`` for ``value`` written in this spelling."""
         converted = value if self.convert is None else self.convert(value)
         if len(self.targets) > 1 and isinstance(converted, tuple):
             return list(zip(self.targets, converted, strict=True))

@@ -127,12 +127,13 @@ def compose_raw(
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
-    _own_placement_wins(cfg, directory / f"{name}.yaml")
+    own = OmegaConf.load(directory / f"{name}.yaml")  # the file itself, before composition
+    _own_placement_wins(cfg, own)
     _placement_from_cluster_choice(cfg, searched, parsed)
     if cluster_file is not None:
         cfg.cluster = load_cluster_file(cluster_file)
     said: list[str] = []
-    _rename_aliases(cfg, said)
+    _rename_aliases(cfg, own, said)
     for override in parsed:
         if not is_group(override):
             _apply(cfg, override, said)
@@ -161,10 +162,10 @@ def _group_file(searched: list[Path], group: str, choice: Any) -> Path | None:
     )
 
 
-def _own_placement_wins(cfg: DictConfig, path: Path) -> None:
-    """A config that places the components itself replaces the placement of the configs its
-    defaults list pulls in: Hydra would merge the two mappings, placing components twice."""
-    own = OmegaConf.load(path)
+def _own_placement_wins(cfg: DictConfig, own: DictConfig) -> None:
+    """A config that places the components itself (``own``: the file) replaces the placement of
+    the configs its defaults list pulls in: Hydra would merge the two mappings, placing
+    components twice."""
     placement = OmegaConf.select(own, "cluster.component_placement", default=None)
     if isinstance(placement, DictConfig):
         cfg.cluster.component_placement = placement
@@ -208,21 +209,28 @@ def _reject_nested_package(cfg: DictConfig, name: str, directory: Path) -> None:
 _ABSENT = object()
 
 
-def _rename_aliases(cfg: DictConfig, said: list[str]) -> None:
-    """Move every alias the YAML sets to the rlcore key(s) it means; a target the YAML also sets
-    to another value is a contradiction."""
+def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
+    """Move every alias the composed YAML sets to the rlcore key(s) it means.
+
+    Composition has merged the file with the configs its defaults list names, so precedence is
+    decided against the file itself (``own``): a key the file sets beats the configs below it in
+    either spelling, and the file setting one key in both spellings to different values is a
+    contradiction."""
     for path, alias in ALIASES.items():
         value = OmegaConf.select(cfg, path, default=_ABSENT)
         if value is _ABSENT:
             continue
+        alias_is_own = OmegaConf.select(own, path, default=_ABSENT) is not _ABSENT
         parent_key, _, leaf = path.rpartition(".")
         OmegaConf.select(cfg, parent_key).pop(leaf)
         _drop_empty_parents(cfg, parent_key)
         plain = (
             OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
         )
-        for target, converted in alias.values(path, plain):
-            already = OmegaConf.select(cfg, target, default=_ABSENT)
+        for target, converted in alias.values(plain):
+            already = OmegaConf.select(own, target, default=_ABSENT)
+            if already is not _ABSENT and not alias_is_own:
+                continue  # the file's own rlcore key beats an alias from a config below it
             if already is not _ABSENT and already != converted:
                 raise ConfigError(
                     f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
@@ -251,7 +259,7 @@ def _apply(cfg: DictConfig, override: Override, said: list[str]) -> None:
             raise ConfigError(
                 f"{override.input_line}: {key} is {' and '.join(alias.targets)} here; delete that"
             )
-        for target, value in alias.values(key, override.value()):
+        for target, value in alias.values(override.value()):
             OmegaConf.update(cfg, target, value, merge=False, force_add=True)
         said.append(alias.describe(key))
         return

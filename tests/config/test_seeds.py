@@ -157,10 +157,18 @@ def test_a_verl_key_with_wrong_values_is_refused_naming_it(tmp_path):
 
 def test_an_alias_and_its_rlcore_key_set_apart_in_one_file_are_refused(tmp_path):
     path = tmp_path / "both.yaml"
-    path.write_text(on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n"))
+    path.write_text(
+        on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n  gae_lambda: 0.95\n")
+    )
     with pytest.raises(ConfigError, match=r"algorithm.lam: set to 0.9, which is "
                        r"algorithm.gae_lambda here, but the config also sets"):  # fmt: skip
         load_config(str(path))
+
+
+def test_an_alias_in_a_file_beats_the_config_it_builds_on(tmp_path):
+    path = tmp_path / "lam.yaml"
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n"))
+    assert load_config(str(path)).algorithm.gae_lambda == 0.9  # tiny_arith_ppo sets 1.0
 
 
 def test_rlinf_embodied_block_validates_and_runs_as_written(tmp_path, capsys):
@@ -246,3 +254,29 @@ def test_rlinf_reasoning_block_runs_with_the_torch_backend(tiny_lm, tmp_path, ca
     assert "worker groups: actor=ActorGroup, critic=CriticGroup" in plan.table()
     assert run_entry_point(str(path), ours) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"] == 1
+
+
+def test_verl_sections_in_a_yaml_file_become_rlcore_keys(tmp_path, capsys):
+    path = tmp_path / "verl.yaml"
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", """
+        actor_rollout_ref:
+          rollout:
+            n: 4
+          actor:
+            ppo_mini_batch_size: 32
+            clip_ratio: 0.28
+        algorithm:
+          adv_estimator: grpo
+        trainer:
+          total_training_steps: 7
+        """))  # fmt: skip
+    config = load_config(str(path))
+    assert config.algorithm.group_size == 4 and config.algorithm.adv_type == "grpo"
+    assert config.actor.ppo_mini_batch_size == 32 and config.runner.total_iterations == 7
+    assert config.algorithm.clip_ratio_low == config.algorithm.clip_ratio_high == 0.28
+    assert config.critic.use_critic_model is False  # grpo reads no values
+    said = capsys.readouterr().err
+    assert (
+        "rlcore: actor_rollout_ref.actor.clip_ratio (verl) is algorithm.clip_ratio_low and "
+        "algorithm.clip_ratio_high here" in said
+    )
