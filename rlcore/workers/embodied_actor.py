@@ -57,6 +57,7 @@ class EmbodiedActor(TrainedComponent):
             lr_lambda=(lambda done: 1.0 - done / total) if optim.lr_schedule == "linear" else None,
             schedule_every="update",
             additive=LOSS_SHARES,
+            backend=actor.training_backend,
         )
         self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
 

@@ -38,7 +38,7 @@ CRITIC_READS = ("input_ids", "attention_mask", "position_ids", "responses", "res
 
 
 def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig, update: Any,
-             seed: int) -> Trainer:  # fmt: skip
+             seed: int, backend: str) -> Trainer:  # fmt: skip
     group = config.algorithm.group_size
     warmup = optim.lr_warmup_steps
     return Trainer(
@@ -56,6 +56,7 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         lr_lambda=(lambda step: min(1.0, (step + 1) / warmup)) if warmup else None,
         schedule_every="step",
         additive=LOSS_SHARES,
+        backend=backend,
     )
 
 
@@ -77,7 +78,7 @@ class LMActor(TrainedComponent):
         self.config = config
         model = load_causal_lm(model_dir, config.actor.model.dtype)
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
-                                config.runner.seed)  # fmt: skip
+                                config.runner.seed, config.actor.training_backend)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
         self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
         self.temperature = config.rollout.temperature
@@ -127,7 +128,7 @@ class LMCritic(TrainedComponent):
         model = load_value_model(model_dir, config.actor.model.dtype)
         self.update_sizes = config.critic_update()
         self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,
-                                config.runner.seed + 1)  # fmt: skip
+                                config.runner.seed + 1, config.critic.training_backend)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
 
     @staticmethod

@@ -5,8 +5,9 @@ summed gradient is the global batch's, lets gradients accumulate over micro-batc
 communicating, sums tensors over the ranks, and gathers / scatters the full weights (for weight
 sync and checkpoints; with sharded parameters these are collectives every rank joins).
 
-Built: ``single`` (one rank) and ``ddp`` (``DistributedDataParallel``: every rank holds the whole
-model, gradients are averaged). Sharded strategies (FSDP2, Megatron-core) plug in here.
+Built: ``single`` (one rank), ``ddp`` (``DistributedDataParallel``: every rank holds the whole
+model, gradients are averaged) and ``fsdp2`` (``fully_shard``: parameters, gradients and
+optimiser state sharded over the component's ranks). Megatron-core plugs in here next.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ class Strategy(Protocol):
         """Load whole-model tensors (as ``full_state_dict`` gives them) into ``model``."""
         ...
 
+    def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
+        """Clip the whole model's gradient norm to ``max_norm``; the norm before clipping, a
+        plain tensor, the same on every rank."""
+        ...
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """What ``load_optimizer_state`` restores the optimiser from (plain tensors)."""
+        ...
+
+    def load_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
+    ) -> None: ...
+
 
 class SingleProcess:
     """One rank: the model as it is."""
@@ -73,6 +87,31 @@ class SingleProcess:
     def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
         model.load_state_dict(state)
 
+    def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
+        return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """The whole (unsharded) optimiser state keyed by parameter name, so that it loads
+        under any strategy and onto any number of ranks (a collective under FSDP2)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        return get_optimizer_state_dict(model, optimizer, options=options)
+
+    def load_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(model, optimizer, state, options=options)
+
 
 class DistributedDataParallel(SingleProcess):
     """Whole model on every rank; DDP averages the gradients, so each rank's loss (its share of
@@ -95,9 +134,87 @@ class DistributedDataParallel(SingleProcess):
         return tensor
 
 
-def make_strategy(ctx: Any) -> Strategy:
-    """DDP over the component's group when it has several ranks, else a single process."""
+class FullyShardedDataParallel(SingleProcess):
+    """FSDP2: ``fully_shard`` on each repeated block (an HF decoder layer) and at the root, on a
+    device mesh over the component's own group. Each rank holds 1/world of the parameters,
+    gradients and optimiser state; a forward pass gathers a block's parameters and a backward
+    pass reduce-scatters its gradients, averaged like DDP's, hence the same loss scale.
+
+    Every method that touches whole weights (``full_state_dict``, checkpoints) is a collective:
+    every rank of the component calls it. The optimiser is built after ``wrap``, over the sharded
+    parameters.
+    """
+
+    name = "fsdp2"
+
+    def __init__(self, group: Any, rank: int, world_size: int, device: torch.device) -> None:
+        self.group, self.rank, self.world_size, self.device = group, rank, world_size, device
+        self.loss_scale = float(world_size)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = DeviceMesh.from_group(self.group, self.device.type)
+        for block in _repeated_blocks(model):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+
+    def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
+        @contextlib.contextmanager
+        def accumulate():
+            module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
+
+        return accumulate()
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, group=self.group)
+        return tensor
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+    def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # DTensor -> plain
+
+
+def _repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The items of the model's outermost ``nn.ModuleList``s (an HF model's decoder layers):
+    each becomes one FSDP unit, gathered for its own forward and backward."""
+    blocks: list[nn.Module] = []
+    inside: set[int] = set()  # modules within a block already taken
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and id(module) not in inside:
+            blocks.extend(module)
+            inside.update(id(m) for block in module for m in block.modules())
+    return blocks
+
+
+BACKENDS = ("torch", "fsdp2")
+
+
+def make_strategy(ctx: Any, backend: str = "torch") -> Strategy:
+    """``backend`` torch: DDP over the component's group when it has several ranks, else a single
+    process. fsdp2: ``fully_shard`` over the group; on one rank there is nothing to shard, and
+    the model trains as a single process does (the same arithmetic)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"training backend {backend!r}: built are {', '.join(BACKENDS)}")
     world = getattr(ctx, "world_size", 1)
-    if world > 1:
-        return DistributedDataParallel(ctx.group, ctx.rank, world)
-    return SingleProcess()
+    if world == 1:
+        return SingleProcess()
+    if backend == "fsdp2":
+        return FullyShardedDataParallel(ctx.group, ctx.rank, world, ctx.torch_device)
+    return DistributedDataParallel(ctx.group, ctx.rank, world)

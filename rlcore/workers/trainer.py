@@ -55,6 +55,8 @@ class Trainer:
             (``schedule_every="step"``) or per ``fit`` (``"update"``); None keeps it constant.
         max_grad_norm: clip the global gradient norm to this; None: no clipping.
         seed: seeds the mini-batch shuffle (the same on every rank: each shuffles its own rows).
+        backend: the training backend (``strategy.make_strategy``): torch (single or DDP) or
+            fsdp2.
     """
 
     def __init__(
@@ -69,8 +71,9 @@ class Trainer:
         lr_lambda: Callable[[int], float] | None = None,
         schedule_every: str = "step",
         additive: frozenset[str] = frozenset(),
+        backend: str = "torch",
     ) -> None:
-        self.strategy: Strategy = make_strategy(ctx)
+        self.strategy: Strategy = make_strategy(ctx, backend)
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
         self.model = model.to(self.device)
         self.model.train()
@@ -156,7 +159,7 @@ class Trainer:
         return self.strategy.all_reduce(counts).long().tolist()
 
     def _step(self) -> torch.Tensor:
-        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        norm = self.strategy.clip_grad_norm(self.model, self.max_grad_norm)
         if torch.isfinite(norm):
             self.optimizer.step()
         else:  # a NaN/inf gradient would poison Adam's moments for good: skip the step
@@ -191,7 +194,7 @@ class Trainer:
         if self.rank == 0:
             save_weights(weights, directory / "model.safetensors")
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.strategy.optimizer_state(self.model, self.optimizer),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "shuffle": self.shuffle.get_state(),
             "steps": self.steps,
@@ -204,7 +207,7 @@ class Trainer:
             self.model, load_weights(directory / "model.safetensors")
         )
         state = torch.load(directory / f"trainer_rank{self.rank}.pt", weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])
