@@ -83,7 +83,6 @@ def component_sections(config: RLCoreConfig) -> dict[str, Any]:
 
 
 UNBUILT_BACKENDS = {
-    "fsdp2": "FSDP2 training is not built yet (the FSDP2/CUDA work adds it)",
     "megatron": "the Megatron-core backend is not built yet (it lands after FSDP2)",
 }
 
@@ -110,7 +109,8 @@ def check_components(config: RLCoreConfig) -> list[str]:
         if backend in UNBUILT_BACKENDS:
             problems.append(
                 f"{component}.training_backend: {backend}: {UNBUILT_BACKENDS[backend]}; use "
-                "torch (one process, or DistributedDataParallel over the component's ranks)"
+                "torch (one process, or DistributedDataParallel over the component's ranks) or "
+                "fsdp2 (parameters sharded over them)"
             )
     return problems
 

@@ -172,8 +172,9 @@ class TrainedKeys(GroupKeys):
 
     training_backend: Literal["torch", "fsdp2", "megatron"] = key(
         "torch",
-        doc="torch: one process, or DistributedDataParallel over the component's ranks; fsdp2 "
-        "and megatron are not built yet and are refused",
+        doc="torch: one process, or DistributedDataParallel over the component's ranks; fsdp2: "
+        "parameters, gradients and optimiser state sharded over them (FSDP2; on one rank the "
+        "same as torch); megatron is not built yet and is refused",
     )
 
 

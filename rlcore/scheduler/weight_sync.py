@@ -84,8 +84,9 @@ class WeightSync:
     def _check_compatible(self, src: str, dst: str) -> list[tuple]:
         """Both sides hold the same names, shapes and dtypes; checked once per pair."""
         if (src, dst) not in self._layouts:
+            # Every rank is asked: a sharded model (FSDP2) gathers its weights collectively.
             layouts = [
-                group.get([group.handles[0].weights_meta.remote(name)], ranks=[0])[0]
+                group.get([h.weights_meta.remote(name) for h in group.handles])[0]
                 for name, group in ((src, self.group(src)), (dst, self.group(dst)))
             ]
             if layouts[0] != layouts[1]:
@@ -102,9 +103,17 @@ class WeightSync:
         group.get([h.copy_weights.remote(src, dst) for h in group.handles])
 
     def _object_store(self, src: str, dst: str) -> None:
-        weights = self.group(src).handles[0].export_weights.remote(src)
+        sender = self.group(src)
+        weights = sender.handles[0].export_weights.remote(src)
+        helping = self._gather_elsewhere(src)
         group = self.group(dst)
         group.get([h.import_weights.remote(dst, weights) for h in group.handles])
+        sender.get(helping, ranks=range(1, sender.world_size))
+
+    def _gather_elsewhere(self, src: str) -> list[Any]:
+        """The sender's other ranks take part in gathering its whole weights, which rank 0 sends
+        (a collective when the weights are sharded; a no-op copy of views otherwise)."""
+        return [h.gather_weights.remote(src) for h in self.group(src).handles[1:]]
 
     def _collective(self, src: str, dst: str) -> None:
         sender, receivers = self.group(src), self.group(dst)
@@ -123,5 +132,6 @@ class WeightSync:
             ray.get(opens, timeout=self.timeout_s + 30)
             self._groups.add(name)
         sent = root.broadcast_weights.remote(name, src)
+        helping = self._gather_elsewhere(src)
         receivers.get([h.broadcast_weights.remote(name, dst) for h in receivers.handles])
-        sender.get([sent], ranks=[0])
+        sender.get([sent, *helping])

@@ -142,6 +142,10 @@ class WorkerProcess:
             for k, t in sorted(weights.items())
         ]
 
+    def gather_weights(self, component: str) -> None:
+        """Join a collective gather of ``component``'s whole weights that another rank sends."""
+        self.instances[component].weights()
+
     def export_weights(self, component: str) -> dict[str, Any]:
         # Raw bytes as numpy arrays, not tensors: Ray stores them without pickling (6x faster for
         # 100M parameters, measured), receivers on the node read them in place from shared

@@ -49,7 +49,8 @@ class EmbodiedRollout:
         self.rank = ctx.rank
         self.env = env
         self.steps = run.rollout_steps
-        self.model = actor.model if actor is not None else make_policy(config, spec)
+        shared = actor is not None and not actor.trainer.shards  # a sharded module cannot act
+        self.model = actor.model if shared else make_policy(config, spec)
         self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
         # Each rank samples its own actions; the stream is saved in checkpoints.
         self.generator = torch.Generator().manual_seed(run.seed + 7919 * (ctx.rank + 1))

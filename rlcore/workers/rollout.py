@@ -123,7 +123,8 @@ class RolloutWorker:
             raise NotImplementedError(
                 "rollout.backend: sglang is not built yet (a later issue adds it); use hf"
             )
-        model = actor.model if actor is not None else None
+        # The actor's own module, unless FSDP2 shards it: then a whole copy, synced each time.
+        model = actor.model if actor is not None and not actor.trainer.shards else None
         self.engine: RolloutBackend = HFEngine(config, model_dir, ctx.torch_device, model)
         self.version = -1  # no weights synced yet
 

@@ -98,6 +98,12 @@ class Trainer:
     def world_size(self) -> int:
         return self.strategy.world_size
 
+    @property
+    def shards(self) -> bool:
+        """Each rank holds a part of the parameters (FSDP2 over several ranks): the module cannot
+        run a forward pass on one rank alone, so a rollout needs its own whole copy."""
+        return self.strategy.name == "fsdp2"
+
     # the update --------------------------------------------------------------------------------
 
     def fit(self, batch: TensorDict, loss_fn: LossFn, mask_key: str) -> dict[str, float]:

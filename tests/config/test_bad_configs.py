@@ -43,7 +43,7 @@ BAD = [
     (ARITH, ["actor.group_name=G", "critic.group_name=G"], "critic.group_name",
      "already names the actor group"),
     (ARITH, ["rollout.group_name=my group"], "rollout.group_name", "letters, digits"),
-    (ARITH, ["critic.training_backend=fsdp2"], "critic.training_backend", "use torch"),
+    (ARITH, ["critic.training_backend=megatron"], "critic.training_backend", "or fsdp2"),
     (CARTPOLE, ["actor.training_backend=megatron"], "actor.training_backend", "not built yet"),
     (CARTPOLE, ["actor.training_backend=deepspeed"], "actor.training_backend",
      "not one of torch, fsdp2, megatron"),

@@ -234,7 +234,7 @@ def test_rlinf_reasoning_block_names_the_backend_it_cannot_run(tmp_path):
     assert str(refused.value).splitlines() == [
         f"{c}.training_backend: megatron: the Megatron-core backend is not built yet (it lands "
         "after FSDP2); use torch (one process, or DistributedDataParallel over the component's "
-        "ranks)"
+        "ranks) or fsdp2 (parameters sharded over them)"
         for c in ("actor", "critic")
     ]
 

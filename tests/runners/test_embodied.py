@@ -210,3 +210,23 @@ def test_the_rollout_refuses_to_act_with_weights_it_was_not_synced(tmp_path):
         assert runner.rollout.collect(0).batch_size[0] == 1
     finally:
         runner.close()
+
+
+def test_fsdp2_actor_on_two_ranks_trains_and_the_rollout_acts_with_whole_weights(tmp_path):
+    config = load_config("embodied/cartpole_ppo", [
+        "cluster.devices_per_node=2", "cluster.component_placement={actor:all,rollout:all,env:all}",
+        "actor.training_backend=fsdp2", "runner.total_env_steps=1024", "runner.eval_every=1",
+        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
+    ])  # fmt: skip
+    runner = runner_for(config)
+    try:
+        group = runner.components.group
+        runner.iterate(1)
+        runner._sync()
+        trained = group("actor").call_all("weights")  # a collective: every rank gathers
+        for rank in (0, 1):
+            synced = group("rollout").call_rank(rank, "weights")
+            assert all(torch.equal(trained[0][k], synced[k]) for k in synced)
+        assert runner.evaluate(1)["eval/return_mean"] > 0  # rank 0 alone acts: a whole copy
+    finally:
+        runner.close()

@@ -146,6 +146,33 @@ def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
     assert runner.run()["iterations"] == 2
 
 
+@pytest.mark.parametrize("layout", ["data-parallel", "rollout-apart"])
+def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, layout):
+    """FSDP2 over 2 ranks: the rollout (fused with a rank, or apart) gets the whole trained
+    weights, gathered from every actor rank."""
+    _, dirs = tiny_lm
+    placement = {
+        "data-parallel": (2, "{actor:all,critic:all,rollout:all,reward:all}"),
+        "rollout-apart": (3, "{actor:0-1,critic:0-1,rollout:2,reward:2}"),
+    }[layout]
+    config = tiny_config(dirs.actor.parent, tmp_path, f"cluster.devices_per_node={placement[0]}",
+                         f"cluster.component_placement={placement[1]}",
+                         "actor.training_backend=fsdp2", "critic.training_backend=fsdp2",
+                         *length_reward(tmp_path))  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    group = runner.components.group
+    start = group("rollout").call_rank(0, "weights")
+    runner.iterate(1)
+    runner._sync()
+    trained = group("actor").call_all("weights")  # a collective: every rank gathers
+    assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
+    assert any(not torch.equal(trained[0][k], start[k]) for k in start)
+    for rank in range(group("rollout").world_size):
+        synced = group("rollout").call_rank(rank, "weights")
+        assert all(torch.equal(trained[0][k], synced[k]) for k in synced)
+    assert runner.run()["iterations"] == 2
+
+
 def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_entry_point("reasoning/tiny_arith_ppo",
