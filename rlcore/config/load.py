@@ -220,7 +220,7 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
         value = OmegaConf.select(cfg, path, default=_ABSENT)
         if value is _ABSENT:
             continue
-        alias_is_own = OmegaConf.select(own, path, default=_ABSENT) is not _ABSENT
+        alias_is_own = _own_value(own, path) is not _ABSENT
         parent_key, _, leaf = path.rpartition(".")
         OmegaConf.select(cfg, parent_key).pop(leaf)
         _drop_empty_parents(cfg, parent_key)
@@ -228,7 +228,7 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
             OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
         )
         for target, converted in alias.values(plain):
-            already = OmegaConf.select(own, target, default=_ABSENT)
+            already = _own_value(own, target)
             if already is not _ABSENT and not alias_is_own:
                 continue  # the file's own rlcore key beats an alias from a config below it
             if already is not _ABSENT and already != converted:
@@ -238,6 +238,12 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
                 )
             OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
         said.append(alias.describe(path))
+
+
+def _own_value(own: DictConfig, path: str) -> Any:
+    """What the file itself writes at ``path`` (``_ABSENT`` if nothing); an interpolation that
+    points outside the file is not resolved here."""
+    return OmegaConf.select(own, path, default=_ABSENT, throw_on_resolution_failure=False)
 
 
 def _drop_empty_parents(cfg: DictConfig, path: str) -> None:
