@@ -105,6 +105,9 @@ ALIASES: dict[str, Alias] = {
     ),
     # verl: actor_rollout_ref.model.* and actor_rollout_ref.actor.*
     "actor_rollout_ref.model.path": _verl("actor.model.path"),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": _verl(
+        "actor.model.gradient_checkpointing"
+    ),
     "actor_rollout_ref.actor.ppo_mini_batch_size": _verl("actor.ppo_mini_batch_size"),
     "actor_rollout_ref.actor.ppo_micro_batch_size": _verl(
         "actor.ppo_micro_batch_size", note=PER_RANK

@@ -84,6 +84,11 @@ class LMConfig:
         None, doc="a local Hugging Face model directory; null = the tiny model built (and cached)"
     )
     dtype: Literal["float32", "bfloat16"] = key("float32", doc="parameter dtype")
+    gradient_checkpointing: bool = key(
+        False,
+        doc="the actor and critic recompute each decoder layer's activations in the backward "
+        "pass instead of keeping them: less memory for another forward pass per layer",
+    )
     tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
 
 

@@ -66,6 +66,18 @@ def load_tokenizer(path: str | Path) -> Any:
     return tokenizer
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer's activations in backward (torch.utils.checkpoint, the
+    non-reentrant kind, which FSDP2 and frozen inputs work with)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(
+        model, "activation_checkpointing_enable"
+    ):  # the newer name (5.x); the older one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 

@@ -1,5 +1,5 @@
 """The run's inputs, checked before any process starts: model folders, prompt files, the custom
-reward function, the env id and the checkpoint to resume from.
+reward function, the env id, the checkpoint to resume from, and Ray when the plan needs it.
 
 ``preflight`` runs in every entry point after the config and placement checks, for
 ``runner.dry_run=true``, ``rlcore placement`` and a real start alike, so a dry run refuses what the
@@ -22,6 +22,7 @@ from rlcore.models.lm import check_model_dir
 from rlcore.placement import PlacementPlan
 from rlcore.rewards import load_custom_fn
 from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, find_checkpoint
+from rlcore.scheduler.deployment import runs_in_driver
 from rlcore.workers.env_worker import check_envs_can_be_saved
 
 
@@ -41,6 +42,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
         attempt(_probe_env, config)
     if config.runner.resume_dir is not None:
         attempt(_check_resume, config, plan)
+    attempt(_check_ray, config, plan)
     if problems:
         raise ConfigError("\n".join(problems))
 
@@ -68,6 +70,20 @@ def _probe_env(config: EmbodiedConfig) -> None:
             check_envs_can_be_saved(envs, config.env.id)
     finally:
         envs.close()
+
+
+def _check_ray(config: RLCoreConfig, plan: PlacementPlan) -> None:
+    """A plan of several processes (or a cluster to join) runs on Ray; one process needs none."""
+    if runs_in_driver(plan, config.cluster.address):
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"cluster.component_placement: this plan runs {len(plan.processes())} processes, "
+            "which needs Ray (pip install ray); place every component on one slot (e.g. "
+            "actor,rollout,env: 0) to run in this process without it"
+        ) from None
 
 
 def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:

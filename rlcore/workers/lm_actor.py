@@ -26,7 +26,7 @@ from rlcore.algorithms import (
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import LMOptimConfig
 from rlcore.data.sequences import response_logits, token_log_probs
-from rlcore.models.lm import load_causal_lm, load_value_model
+from rlcore.models.lm import enable_gradient_checkpointing, load_causal_lm, load_value_model
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
@@ -41,6 +41,8 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
              seed: int, backend: str) -> Trainer:  # fmt: skip
     group = config.algorithm.group_size
     warmup = optim.lr_warmup_steps
+    if config.actor.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return Trainer(
         ctx,
         model,

@@ -93,6 +93,26 @@ def test_micro_batch_size_does_not_change_the_gradient(tiny_lm, mode):
             assert torch.allclose(split[name], grad, atol=1e-5, rtol=1e-4), (trainer_cls, name)
 
 
+def test_gradient_checkpointing_gives_the_same_gradient(tiny_lm):
+    config, dirs = tiny_lm
+    batch = make_batch(config, dirs)
+    batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch) + 0.05
+    batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
+    recompute = tiny_config(dirs.actor.parent, dirs.actor.parent,
+                            "actor.model.gradient_checkpointing=true")  # fmt: skip
+    for component_cls in (LMActor, LMCritic):
+        checkpointed = component_cls(SOLO, recompute, dirs.actor)
+        model = checkpointed.model
+        assert (
+            getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
+        )
+        kept = gradients(component_cls(SOLO, config, dirs.actor), batch, micro=4)
+        again = gradients(checkpointed, batch, micro=4)
+        assert kept.keys() == again.keys() and kept
+        for name, grad in kept.items():
+            assert torch.allclose(again[name], grad, atol=1e-6, rtol=1e-5), (component_cls, name)
+
+
 # -- 2 ranks vs 1 -------------------------------------------------------------------------------
 
 
