@@ -70,11 +70,12 @@ class EmbodiedActor(TrainedComponent):
         rows, steps = batch["actions"].shape[:2]
         obs, actions = batch["obs"].flatten(0, 1), batch["actions"].flatten(0, 1)
         size = self.config.actor.log_prob_micro_batch_size or rows * steps
-        parts = [self.model(o, a) for o, a in zip(obs.split(size), actions.split(size),
-                                                   strict=True)]  # fmt: skip
-        log_probs = torch.cat([p[0] for p in parts]).view(rows, steps)
-        values = torch.cat([p[2] for p in parts]).view(rows, steps)
-        last = torch.cat([self.model.value(o) for o in batch["last_obs"].split(size)])
+        on = self.trainer.device
+        pairs = zip(obs.split(size), actions.split(size), strict=True)
+        parts = [self.model(o.to(on), a.to(on)) for o, a in pairs]
+        log_probs = torch.cat([p[0] for p in parts]).view(rows, steps).cpu()
+        values = torch.cat([p[2] for p in parts]).view(rows, steps).cpu()
+        last = torch.cat([self.model.value(o.to(on)) for o in batch["last_obs"].split(size)]).cpu()
         return TensorDict(
             {"log_probs": log_probs, "values": values, "last_value": last}, batch_size=[rows]
         )

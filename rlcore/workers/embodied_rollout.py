@@ -50,10 +50,13 @@ class EmbodiedRollout:
         self.env = env
         self.steps = run.rollout_steps
         shared = actor is not None and not actor.trainer.shards  # a sharded module cannot act
-        self.model = actor.model if shared else make_policy(config, spec)
+        # The component's device (a GPU when the plan gives it one); envs and batches stay on
+        # the CPU, observations go to the policy and its outputs come back.
+        self.device = actor.trainer.device if shared else ctx.torch_device
+        self.model = actor.model if shared else make_policy(config, spec).to(self.device)
         self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
         # Each rank samples its own actions; the stream is saved in checkpoints.
-        self.generator = torch.Generator().manual_seed(run.seed + 7919 * (ctx.rank + 1))
+        self.generator = torch.Generator(self.device).manual_seed(run.seed + 7919 * (ctx.rank + 1))
         self.version = -1  # no weights synced yet
 
     # weights -----------------------------------------------------------------------------------
@@ -95,17 +98,19 @@ class EmbodiedRollout:
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
         batch["obs"] = obs.transpose(0, 1)
         batch["last_obs"] = current
-        batch["last_value"] = self.model.value(current)
+        batch["last_value"] = self.model.value(current.to(self.device)).cpu()
         batch.update(self.env.finished_episodes())
         return TensorDict(batch, batch_size=[current.shape[0]])
 
     def _act(self, obs: torch.Tensor, deterministic: bool = False):
-        """``model.act`` over ``rollout.micro_batch_size`` observations at a time."""
-        if self.micro is None or obs.shape[0] <= self.micro:
-            return self.model.act(obs, deterministic, generator=self.generator)
-        parts = [self.model.act(chunk, deterministic, generator=self.generator)
-                 for chunk in obs.split(self.micro)]  # fmt: skip
-        return tuple(torch.cat(items) for items in zip(*parts, strict=True))
+        """``model.act`` over ``rollout.micro_batch_size`` observations at a time, on the
+        policy's device; the results on the CPU."""
+        chunks = (
+            [obs] if self.micro is None or obs.shape[0] <= self.micro else obs.split(self.micro)
+        )
+        parts = [self.model.act(chunk.to(self.device), deterministic, generator=self.generator)
+                 for chunk in chunks]  # fmt: skip
+        return tuple(torch.cat(items).cpu() for items in zip(*parts, strict=True))
 
     @dispatch(Dispatch.RANK0)
     @torch.no_grad()
