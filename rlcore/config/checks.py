@@ -25,6 +25,7 @@ def check_config(config: RLCoreConfig) -> None:
     problems = derive_keys(config)
     problems += check_algorithm(config.algorithm, config.mode)
     problems += check_components(config)
+    problems += check_runner(config)
     if isinstance(config, EmbodiedConfig):
         problems += check_embodied(config)
     else:
@@ -112,6 +113,22 @@ def check_components(config: RLCoreConfig) -> list[str]:
                 "torch (one process, or DistributedDataParallel over the component's ranks) or "
                 "fsdp2 (parameters sharded over them)"
             )
+    return problems
+
+
+def check_runner(config: RLCoreConfig) -> list[str]:
+    run = config.runner
+    problems = []
+    if run.resume == "auto" and run.run_name is None:
+        problems.append(
+            "runner.resume: auto continues the run folder OUTPUT_DIR/RUN_NAME, so it needs a "
+            "fixed runner.run_name (the default name has a timestamp)"
+        )
+    if run.resume == "auto" and run.resume_dir is not None:
+        problems.append(
+            "runner.resume_dir: set together with runner.resume=auto; keep one (resume_dir names "
+            "the checkpoint, auto finds the run folder's newest)"
+        )
     return problems
 
 

@@ -148,6 +148,18 @@ class RunnerConfig:
     dry_run: bool = key(
         False, doc="validate the config, print the placement plan and exit without starting"
     )
+    resume: Literal["never", "auto"] = key(
+        "never",
+        doc="auto: continue from the newest complete checkpoint of OUTPUT_DIR/RUN_NAME when it "
+        "has one, else start there (so a job scheduler can re-launch the same command); needs "
+        "runner.run_name",
+    )
+    keep_checkpoints: int | None = key(
+        3,
+        doc="checkpoints kept in the run folder: the oldest is removed once a newer one is "
+        "complete; null = keep all",
+        range=">= 1",
+    )
 
 
 GROUP_NAME_DOC = (

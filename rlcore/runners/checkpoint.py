@@ -8,21 +8,27 @@
         critic/ ...          likewise
         rollout/rank{r}.pt   each rank's sampling RNG
         env/                 each rank's carry-over (rank{r}.pt) and pickled envs
+        manifest.json        every file above with its size and sha256, written last
 
 Each component writes its own folder (``save_checkpoint(dir)``, every rank its own files), so a
 component placed in another process writes where it runs: on several machines the run folder
-must be on storage they share. A checkpoint is written to a temporary folder and renamed into
-place, so a crash mid-write leaves the previous one whole.
+must be on storage they share. A checkpoint is written to a temporary folder, its files
+flushed, its manifest written last, then renamed into place: a crash mid-write leaves the
+previous one whole, and a checkpoint whose files disagree with its manifest (truncated, edited,
+half-copied) is never loaded. ``runner.keep_checkpoints`` bounds how many stay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
+import os
 import shutil
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
+MANIFEST_FILE = "manifest.json"
 
 # Keys that may differ between a run and its resumption: they do not change what is computed.
 # The cluster may change too, as long as every component keeps its number of ranks (checked
@@ -37,6 +44,7 @@ DRIVER_FILE = "driver.json"
 RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
                     "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
                     "runner.val_every", "runner.dry_run", "logger.tensorboard", "logger.wandb",
+                    "runner.resume", "runner.keep_checkpoints",
                     "logger.console",
                     *(f"{c}.group_name" for c in ("actor", "critic", "rollout", "reward", "env")),
                     "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",
@@ -44,11 +52,27 @@ RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "
                     "cluster.fuse_collocated"}  # fmt: skip
 
 
-def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
-    """The run folder (created, with ``config.json``) and the checkpoint to resume from, if any:
-    ``runner.resume_dir``'s, whose run folder is then this run's."""
+def say(line: str) -> None:
+    print(f"rlcore: {line}", file=sys.stderr)
+
+
+def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path | None:
+    """``runner.resume_dir``'s checkpoint; with ``runner.resume=auto`` the newest complete one of
+    OUTPUT_DIR/RUN_NAME (None when it has none yet); else None."""
     run = config.runner
-    checkpoint = find_checkpoint(run.resume_dir) if run.resume_dir else None
+    if run.resume_dir:
+        return find_checkpoint(run.resume_dir, log)
+    if run.resume == "auto":
+        folder = Path(run.output_dir) / run.run_name
+        return newest_complete(folder, log) if folder.is_dir() else None
+    return None
+
+
+def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
+    """The run folder (created, with ``config.json``) and the checkpoint to resume from, if any
+    (``checkpoint_to_resume``): the run folder is then the checkpoint's."""
+    run = config.runner
+    checkpoint = checkpoint_to_resume(config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = run.run_name or f"{default_name}-s{run.seed}-{stamp}"
     run_dir = checkpoint.parent.parent if checkpoint else Path(run.output_dir) / name
@@ -59,14 +83,83 @@ def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
 
 @contextlib.contextmanager
 def written_atomically(directory: Path) -> Iterator[Path]:
-    """A fresh temporary folder to fill, renamed to ``directory`` when the block ends without
-    error: a crash mid-write leaves the previous checkpoint whole."""
+    """A fresh temporary folder to fill; when the block ends without error its files are
+    flushed to disk, the manifest is written last, and the folder is renamed to ``directory``:
+    a crash mid-write leaves the previous checkpoint whole."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     yield tmp
+    write_manifest(tmp)
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: every file of ``folder`` with its size and sha256, each file flushed
+    to disk first."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+        rel = str(path.relative_to(folder))
+        files[rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    with (folder / MANIFEST_FILE).open("w") as f:
+        json.dump({"files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def check_manifest(checkpoint: Path) -> str | None:
+    """What is wrong with ``checkpoint``'s files against its manifest, or None if nothing."""
+    manifest = checkpoint / MANIFEST_FILE
+    if not manifest.is_file():
+        return f"{manifest} is missing (the checkpoint was not finished)"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{manifest} is not a readable manifest"
+    for rel, entry in files.items():
+        path = checkpoint / rel
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.stat().st_size != entry["bytes"]:
+            return f"{path} has {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
+        if _sha256(path) != entry["sha256"]:
+            return f"{path} differs from the file that was written (sha256)"
+    return None
+
+
+def newest_complete(run_dir: Path, log: Callable[[str], None] = say) -> Path | None:
+    """The newest checkpoint of ``run_dir`` whose files match its manifest; each newer broken
+    one is reported through ``log`` and skipped."""
+    for checkpoint in reversed(_checkpoints(run_dir)):
+        problem = check_manifest(checkpoint)
+        if problem is None:
+            return checkpoint
+        log(f"skipped checkpoint {checkpoint.name}: {problem}")
+    return None
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoint folders, oldest first (temporary ``.tmp`` folders excluded)."""
+    found = (run_dir / "checkpoints").glob("iter_*[0-9]") if run_dir.is_dir() else []
+    return sorted(p for p in found if p.is_dir())
+
+
+def remove_old_checkpoints(run_dir: Path, keep: int | None) -> None:
+    """All but the newest ``keep`` checkpoints (None: keep all)."""
+    if keep is not None:
+        for old in _checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -89,6 +182,7 @@ def save_checkpoint(
             "state": driver_state,
         }
         (tmp / DRIVER_FILE).write_text(json.dumps(driver))
+    remove_old_checkpoints(run_dir, config.runner.keep_checkpoints)
     return where
 
 
@@ -119,18 +213,22 @@ def check_resumable(
         )
 
 
-def find_checkpoint(path: str) -> Path:
-    """``path`` itself if it is a checkpoint, else the latest checkpoint of the run at ``path``."""
+def find_checkpoint(path: str, log: Callable[[str], None] = say) -> Path:
+    """``path`` itself if it is a checkpoint (refused, naming the file, if its files disagree
+    with its manifest), else the newest complete checkpoint of the run at ``path``."""
     where = Path(path)
-    if (where / DRIVER_FILE).is_file():
+    if (where / DRIVER_FILE).is_file() or (where / MANIFEST_FILE).is_file():
+        problem = check_manifest(where)
+        if problem is not None:
+            raise ConfigError(f"runner.resume_dir: {where} cannot be resumed: {problem}")
         return where
-    found = sorted((where / "checkpoints").glob("iter_*[0-9]")) if where.is_dir() else []
-    if not found:
+    found = newest_complete(where, log)
+    if found is None:
         raise ConfigError(
-            f"runner.resume_dir: no checkpoint at {path} (give RUN/checkpoints/iter_K, or a run "
-            "folder that has checkpoints)"
+            f"runner.resume_dir: no complete checkpoint at {path} (give RUN/checkpoints/iter_K, "
+            "or a run folder that has checkpoints)"
         )
-    return found[-1]
+    return found
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

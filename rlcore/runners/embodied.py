@@ -27,7 +27,7 @@ from tensordict import TensorDict
 from rlcore.algorithms import bootstrap_truncations, compute_advantages, explained_variance
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.placement import PlacementPlan
-from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint
+from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint, say
 from rlcore.runners.loop import Schedule, train
 from rlcore.runners.progress import Progress, Stopwatch
 from rlcore.scheduler.deployment import ComponentSpec, start_components
@@ -62,6 +62,7 @@ class EmbodiedRunner:
                 self.progress, _ = load_checkpoint(
                     resume_from, config, self._saved(), self._world_sizes()
                 )
+                say(f"resumed from {resume_from} at iteration {self.progress.iteration}")
         except BaseException:
             self.components.close()
             raise

@@ -21,7 +21,7 @@ from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.lm import check_model_dir
 from rlcore.placement import PlacementPlan
 from rlcore.rewards import load_custom_fn
-from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, find_checkpoint
+from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, checkpoint_to_resume
 from rlcore.scheduler.deployment import runs_in_driver
 from rlcore.workers.env_worker import check_envs_can_be_saved
 
@@ -40,8 +40,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
         _reasoning(config, attempt)
     else:
         attempt(_probe_env, config)
-    if config.runner.resume_dir is not None:
-        attempt(_check_resume, config, plan)
+    attempt(_check_resume, config, plan)
     attempt(_check_ray, config, plan)
     if problems:
         raise ConfigError("\n".join(problems))
@@ -87,7 +86,9 @@ def _check_ray(config: RLCoreConfig, plan: PlacementPlan) -> None:
 
 
 def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:
-    checkpoint = find_checkpoint(config.runner.resume_dir)
+    checkpoint = checkpoint_to_resume(config, log=lambda line: None)  # the run says it
+    if checkpoint is None:
+        return
     driver = json.loads((checkpoint / DRIVER_FILE).read_text())
     saved = driver["world_sizes"]
     placed = {name: plan.world_size(name) for name in saved if name in plan.components}

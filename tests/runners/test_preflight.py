@@ -58,8 +58,10 @@ def bad_inputs(tmp_path):
         (CARTPOLE, ["env.id=tests.runners.nowhere:Env"], "env.id:"),
         (CARTPOLE, ["env.id=Pendulum-v1", "env.vector_mode=native"],
          "env.vector_mode: 'Pendulum-v1' has no native vector version"),
-        (CARTPOLE, ["runner.resume_dir=/no/run"], "runner.resume_dir: no checkpoint at /no/run"),
-        (CARTPOLE, [f"runner.resume_dir={run}"], f"runner.resume_dir: no checkpoint at {run}"),
+        (CARTPOLE, ["runner.resume_dir=/no/run"],
+         "runner.resume_dir: no complete checkpoint at /no/run"),
+        (CARTPOLE, [f"runner.resume_dir={run}"],
+         f"runner.resume_dir: no complete checkpoint at {run}"),
     ]  # fmt: skip
 
 

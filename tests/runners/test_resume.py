@@ -1,5 +1,6 @@
 """A run resumed from a checkpoint ends exactly where the uninterrupted one ends, in any layout."""
 
+import json
 import shutil
 
 import pytest
@@ -87,7 +88,7 @@ def test_resuming_with_another_number_of_ranks_is_refused(tmp_path):
 
 
 def test_resume_from_a_folder_without_checkpoints_says_what_to_give(tmp_path):
-    with pytest.raises(ConfigError, match=r"runner\.resume_dir: no checkpoint at"):
+    with pytest.raises(ConfigError, match=r"runner\.resume_dir: no complete checkpoint at"):
         run(config(tmp_path, f"runner.resume_dir={tmp_path}"))
 
 
@@ -99,3 +100,47 @@ def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
         run(config(tmp_path, unpicklable, "env.vector_mode=sync"))
     assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
                       "runner.checkpoint_every=0"))["iterations"] == 6  # fmt: skip
+
+
+def test_a_damaged_checkpoint_is_skipped_or_named_never_loaded(tmp_path, capsys):
+    run(config(tmp_path, "runner.run_name=full"))
+    newest = tmp_path / "full" / "checkpoints" / "iter_000006"
+    manifest = json.loads((newest / "manifest.json").read_text())["files"]
+    assert "actor/model.safetensors" in manifest and "driver.json" in manifest
+    weights = newest / "actor" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])  # truncated, as by a crash or a bad copy
+    capsys.readouterr()
+    # A run folder: the newest complete checkpoint (iteration 3) is used, the broken one named.
+    resumed = run(config(tmp_path, f"runner.resume_dir={tmp_path / 'full'}"))
+    assert resumed["iterations"] == 6
+    err = capsys.readouterr().err
+    assert f"skipped checkpoint iter_000006: {weights} has" in err
+    assert "the manifest says" in err
+    # The broken checkpoint itself, by name: refused, naming the file.
+    run(config(tmp_path, "runner.run_name=again"))
+    edited = tmp_path / "again" / "checkpoints" / "iter_000006" / "driver.json"
+    edited.write_text(edited.read_text().replace('"iteration": 6', '"iteration": 5'))
+    with pytest.raises(ConfigError, match=r"cannot be resumed: .*driver.json differs"):
+        run(config(tmp_path, f"runner.resume_dir={edited.parent}"))
+
+
+def test_keep_checkpoints_removes_the_oldest_once_a_newer_one_is_complete(tmp_path):
+    run(config(tmp_path, "runner.run_name=kept", "runner.checkpoint_every=1",
+               "runner.keep_checkpoints=2"))  # fmt: skip
+    left = sorted(p.name for p in (tmp_path / "kept" / "checkpoints").iterdir())
+    assert left == ["iter_000005", "iter_000006"]
+
+
+def test_resume_auto_relaunches_the_same_command_where_it_stopped(tmp_path, capsys):
+    full = run(config(tmp_path, "runner.run_name=full"))
+    same = ("runner.run_name=job", "runner.resume=auto")
+    assert run(config(tmp_path, *same))["iterations"] == 6  # nothing to resume: a fresh start
+    # Killed after iteration 3: the iteration-6 checkpoint was never finished.
+    shutil.rmtree(tmp_path / "job" / "checkpoints" / "iter_000006")
+    resumed = run(config(tmp_path, *same))
+    assert "resumed from" in capsys.readouterr().err
+    a, b = final_weights(tmp_path / "full"), final_weights(tmp_path / "job")
+    assert all(a[k].equal(b[k]) for k in a)
+    assert resumed["eval_return_mean"] == full["eval_return_mean"]
+    with pytest.raises(ConfigError, match=r"runner\.resume: auto .* needs a fixed"):
+        config(tmp_path, "runner.resume=auto")
