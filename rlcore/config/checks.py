@@ -119,6 +119,12 @@ def check_components(config: RLCoreConfig) -> list[str]:
 def check_runner(config: RLCoreConfig) -> list[str]:
     run = config.runner
     problems = []
+    name = run.run_name
+    if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name):
+        problems.append(
+            f"runner.run_name: {name!r} must be one folder name (no '/', not '.' or '..'): the "
+            "run is written to OUTPUT_DIR/RUN_NAME and nowhere else"
+        )
     if run.resume == "auto" and run.run_name is None:
         problems.append(
             "runner.resume: auto continues the run folder OUTPUT_DIR/RUN_NAME, so it needs a "

@@ -106,6 +106,8 @@ BAD = [
     (ARITH, ["reward.kind=custom"], "reward.custom_fn", "name the function"),
     (ARITH, ["reward.custom_fn=a.py:f"], "reward.custom_fn", "set reward.kind=custom"),
     (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
+    (CARTPOLE, ["runner.run_name=../x"], "runner.run_name", "must be one folder name"),
+    (ARITH, ["runner.run_name=a/b"], "runner.run_name", "no '/'"),
     (CARTPOLE, ["runner.resume=auto"], "runner.resume", "needs a fixed runner.run_name"),
     (CARTPOLE, ["runner.resume=auto", "runner.run_name=a", "runner.resume_dir=/x"],
      "runner.resume_dir", "keep one"),
