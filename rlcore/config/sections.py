@@ -175,9 +175,6 @@ class GroupKeys:
     group_name: str | None = key(None, doc=GROUP_NAME_DOC)
 
 
-TRAINING_BACKENDS = ("torch", "fsdp2", "megatron")
-
-
 @dataclass(kw_only=True)
 class TrainedKeys(GroupKeys):
     """The keys of a trained component's section (actor, critic)."""
