@@ -213,12 +213,16 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             "(actor_critic); a policy without a value head is not built: leave loss_type out or "
             "set it to actor_critic"
         )
-    if config.env.vector_mode == "async" and (
-        config.runner.checkpoint_every or config.runner.resume_dir
+    pickled = config.env.checkpoint_state == "pickle"
+    if (
+        pickled
+        and config.env.vector_mode == "async"
+        and (config.runner.checkpoint_every or config.runner.resume_dir)
     ):
         problems.append(
-            "runner.checkpoint_every: checkpoints save the envs, which subprocess envs "
-            "(env.vector_mode=async) cannot; use vector_mode sync or native, or checkpoint_every=0"
+            "env.checkpoint_state: pickle saves the envs, which subprocess envs "
+            "(env.vector_mode=async) cannot be; use env.checkpoint_state=reseed, vector_mode "
+            "sync or native, or runner.checkpoint_every=0"
         )
     if not actor.model.hidden_sizes:
         problems.append("actor.model.hidden_sizes: give at least one layer width, e.g. [64, 64]")

@@ -86,6 +86,13 @@ class EnvConfig(GroupKeys):
     )
     clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this", range="> 0")
     clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this", range="> 0")
+    checkpoint_state: Literal["reseed", "pickle"] = key(
+        "reseed",
+        doc="what a checkpoint keeps of the envs: reseed = nothing that runs code on load (a "
+        "resumed run resets its envs with a new seed and starts fresh episodes, so it is not "
+        "bit-exact); pickle = the envs themselves (bit-exact resume, but loading runs pickled "
+        "code: only load such a checkpoint from a trusted source)",
+    )
 
 
 @dataclass(kw_only=True)

@@ -44,7 +44,7 @@ MANIFEST_FILE = "manifest.json"
 RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
                     "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
                     "runner.val_every", "runner.dry_run", "logger.tensorboard", "logger.wandb",
-                    "runner.resume", "runner.keep_checkpoints",
+                    "runner.resume", "runner.keep_checkpoints", "env.checkpoint_state",
                     "logger.console",
                     *(f"{c}.group_name" for c in ("actor", "critic", "rollout", "reward", "env")),
                     "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",

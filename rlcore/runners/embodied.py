@@ -58,11 +58,15 @@ class EmbodiedRunner:
                 {"env": Peer("env"), "actor": Peer("actor", local_only=True)},
             ))  # fmt: skip
             self.progress = Progress()
+            self.resumed_from = resume_from
             if resume_from is not None:
                 self.progress, _ = load_checkpoint(
                     resume_from, config, self._saved(), self._world_sizes()
                 )
                 say(f"resumed from {resume_from} at iteration {self.progress.iteration}")
+                if config.env.checkpoint_state == "reseed":
+                    say("the envs start fresh episodes (env.checkpoint_state=reseed): this run "
+                        "is not bit-exact with one never stopped")  # fmt: skip
         except BaseException:
             self.components.close()
             raise
@@ -164,6 +168,10 @@ class EmbodiedRunner:
             "steps_to_threshold": p.reached_samples,
             "placement": self.plan.layout,
             "actor_ranks": self.components.world_size("actor"),
+            # Resumed with the envs' own state (pickle), the run equals one never stopped.
+            "resume_bit_exact": None
+            if self.resumed_from is None
+            else self.config.env.checkpoint_state == "pickle",
         }
 
     # the run -----------------------------------------------------------------------------------

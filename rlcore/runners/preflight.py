@@ -23,7 +23,7 @@ from rlcore.placement import PlacementPlan
 from rlcore.rewards import load_custom_fn
 from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, checkpoint_to_resume
 from rlcore.scheduler.deployment import runs_in_driver
-from rlcore.workers.env_worker import check_envs_can_be_saved
+from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 
 
 def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
@@ -65,7 +65,7 @@ def _probe_env(config: EmbodiedConfig) -> None:
     envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
     try:
         space_spec(envs, config.env.id)
-        if config.runner.checkpoint_every:
+        if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":
             check_envs_can_be_saved(envs, config.env.id)
     finally:
         envs.close()
@@ -93,3 +93,5 @@ def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:
     saved = driver["world_sizes"]
     placed = {name: plan.world_size(name) for name in saved if name in plan.components}
     check_resumable(driver, config, checkpoint, placed)
+    if isinstance(config, EmbodiedConfig) and config.env.checkpoint_state == "pickle":
+        check_pickled_envs(checkpoint / "env", list(range(plan.world_size("env"))))

@@ -54,9 +54,19 @@ def check_envs_can_be_saved(envs: Any, env_id: str) -> None:
     except Exception as error:  # pickling raises whatever the object's reducer raises
         raise ConfigError(
             f"runner.checkpoint_every: the envs of {env_id} cannot be saved in a checkpoint "
-            f"({type(error).__name__}: {str(error)[:120]}); set runner.checkpoint_every=0, or "
+            f"({type(error).__name__}: {str(error)[:120]}); use env.checkpoint_state=reseed "
+            "(resume then starts fresh episodes), runner.checkpoint_every=0, or "
             "env.vector_mode=sync if the env itself can be pickled"
         ) from None
+
+
+def check_pickled_envs(env_dir: Path, ranks: list[int]) -> None:
+    """The checkpoint's env folder holds the pickled envs of every rank in ``ranks``."""
+    if any(not (env_dir / f"envs_rank{r}.pkl").is_file() for r in ranks):
+        raise ConfigError(
+            f"env.checkpoint_state: pickle, but {env_dir} holds no pickled envs (it was saved "
+            "with reseed); resume with env.checkpoint_state=reseed"
+        )
 
 
 class EnvWorker:
@@ -73,7 +83,8 @@ class EnvWorker:
             if self.rank == 0:
                 self.eval_envs = make_vector_env(env.id, run.eval_episodes, env.vector_mode)
             self.spec = space_spec(self.envs, env.id)
-            if run.checkpoint_every:
+            self.pickled = env.checkpoint_state == "pickle"
+            if run.checkpoint_every and self.pickled:
                 check_envs_can_be_saved(self.envs, env.id)
         except BaseException:
             self.close()
@@ -86,6 +97,8 @@ class EnvWorker:
             if env.normalize_reward
             else None
         )
+        self.seed = run.seed
+        self.steps_taken = 0  # vector steps, for the seed of a reseeded resume
         obs, _ = self.envs.reset(seed=run.seed + 1000 * self.rank)
         self.obs = torch.as_tensor(obs, dtype=torch.float32)
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
@@ -113,6 +126,7 @@ class EnvWorker:
         observations only give V for bootstrapping (normalised without updating the statistics;
         the next rollout's first step takes them in)."""
         next_obs, reward, term, trunc, _ = self.envs.step(env_action(self.spec, actions))
+        self.steps_taken += 1
         check_finite(self.env_id, next_obs, reward)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
         done = terminated | truncated
@@ -178,7 +192,7 @@ class EnvWorker:
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
         return seen, (self.eval_returns.copy() if self.eval_done.all() else None)
 
-    # checkpoints: each rank its envs (pickled where they live) and carry-over ------------------
+    # checkpoints: each rank's carry-over, and its envs when env.checkpoint_state is pickle ------
 
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str) -> None:
@@ -192,19 +206,36 @@ class EnvWorker:
                          "length": torch.from_numpy(self.finished_length),
                          "count": torch.from_numpy(self.finished_count)},
             "obs_norm": _state(self.obs_norm), "reward_scaler": _state(self.reward_scaler),
+            "steps_taken": self.steps_taken,
         }  # fmt: skip
         torch.save(state, where / f"rank{self.rank}.pt")
-        (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
+        if self.pickled:
+            (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
         where = Path(directory)
         state = torch.load(where / f"rank{self.rank}.pt", weights_only=True)
-        self.envs.close()
-        self.envs = cloudpickle.loads((where / f"envs_rank{self.rank}.pkl").read_bytes())
-        self.obs, self.prev_done = state["obs"], state["prev_done"]
-        self.episode_return = state["episode_return"].numpy().copy()
-        self.episode_length = state["episode_length"].numpy().copy()
+        self.steps_taken = state["steps_taken"]
+        pickled = where / f"envs_rank{self.rank}.pkl"
+        if self.pickled:
+            check_pickled_envs(where, [self.rank])
+            # The only load in rlcore that runs pickled code: opted into with
+            # env.checkpoint_state=pickle, for checkpoints from a trusted source.
+            self.envs.close()
+            self.envs = cloudpickle.loads(pickled.read_bytes())
+            self.obs, self.prev_done = state["obs"], state["prev_done"]
+            self.episode_return = state["episode_return"].numpy().copy()
+            self.episode_length = state["episode_length"].numpy().copy()
+        else:
+            # Fresh episodes from a seed of this rank and point in the run: reproducible, but
+            # not the episodes an unbroken run would have gone on with.
+            reseed = self.seed + 1000 * self.rank + 7_919 * self.steps_taken
+            obs, _ = self.envs.reset(seed=reseed)
+            self.obs = torch.as_tensor(obs, dtype=torch.float32)
+            self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
+            self.episode_return = np.zeros(self.num_envs)
+            self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self.finished_return = state["finished"]["return"].numpy().copy()
         self.finished_length = state["finished"]["length"].numpy().copy()
         self.finished_count = state["finished"]["count"].numpy().copy()

@@ -1,7 +1,9 @@
 """A run resumed from a checkpoint ends exactly where the uninterrupted one ends, in any layout."""
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -9,13 +11,16 @@ from safetensors.torch import load_file
 from rlcore.config import ConfigError, load_config
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
+from rlcore.runners.preflight import preflight
 
 SMALL = [
     "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=384",
     "actor.ppo_mini_batch_size=32", "actor.ppo_epochs=2", "runner.checkpoint_every=3",
     "runner.eval_every=2", "runner.eval_episodes=2", "runner.progress=false",
     "logger.tensorboard=false", "env.solved_threshold=null",
+    "env.checkpoint_state=pickle",  # the envs themselves: bit-exact resumes
 ]  # fmt: skip
+REPO = Path(__file__).resolve().parents[2]
 PLACEMENTS = {
     "one-process": None,
     "env-apart": "{env:0,rollout:1,actor:1}",
@@ -100,6 +105,43 @@ def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
         run(config(tmp_path, unpicklable, "env.vector_mode=sync"))
     assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
                       "runner.checkpoint_every=0"))["iterations"] == 6  # fmt: skip
+    # Without pickling the envs, they need not be picklable.
+    assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
+                      "env.checkpoint_state=reseed"))["iterations"] == 6  # fmt: skip
+
+
+def test_by_default_a_checkpoint_runs_no_code_on_load_and_resume_says_it_is_not_exact(
+    tmp_path, capsys
+):
+    reseed = "env.checkpoint_state=reseed"
+    full = run(config(tmp_path, reseed, "runner.run_name=full"))
+    assert full["resume_bit_exact"] is None  # not resumed
+    checkpoint = tmp_path / "full" / "checkpoints" / "iter_000003"
+    assert not list(checkpoint.rglob("*.pkl"))
+    stopped = tmp_path / "stopped" / "checkpoints"
+    shutil.copytree(checkpoint, stopped / "iter_000003")
+    capsys.readouterr()
+    resumed = run(config(tmp_path, reseed, f"runner.resume_dir={stopped.parent}"))
+    assert resumed["iterations"] == 6 and resumed["resume_bit_exact"] is False
+    assert "not bit-exact with one never stopped" in capsys.readouterr().err
+    # Asking for the pickled envs of a checkpoint that has none is refused, naming the fix, by
+    # the run and by the dry run.
+    pickle = config(tmp_path, f"runner.resume_dir={stopped.parent}")
+    with pytest.raises(ConfigError, match=r"holds no pickled envs .* env.checkpoint_state=reseed"):
+        run(pickle)
+    with pytest.raises(ConfigError, match=r"holds no pickled envs"):
+        preflight(pickle, plan_for_config(pickle))
+
+
+def test_nothing_but_the_opt_in_env_path_unpickles():
+    """Checkpoints are safetensors, JSON and weights_only torch files, except the envs of
+    env.checkpoint_state=pickle."""
+    found = []
+    for path in sorted((REPO / "rlcore").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"weights_only=False|pickle\.load|cloudpickle\.load", line):
+                found.append(f"{path.relative_to(REPO)}:{number}")
+    assert len(found) == 1 and found[0].startswith("rlcore/workers/env_worker.py"), found
 
 
 def test_a_damaged_checkpoint_is_skipped_or_named_never_loaded(tmp_path, capsys):
