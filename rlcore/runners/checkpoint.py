@@ -7,7 +7,8 @@
                              shuffle) of every rank
         critic/ ...          likewise
         rollout/rank{r}.pt   each rank's sampling RNG
-        env/                 each rank's carry-over (rank{r}.pt) and pickled envs
+        env/                 each rank's carry-over (rank{r}.pt), and its pickled envs only with
+                             env.checkpoint_state=pickle
         manifest.json        every file above with its size and sha256, written last
 
 Each component writes its own folder (``save_checkpoint(dir)``, every rank its own files), so a
