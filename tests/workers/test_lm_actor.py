@@ -1,6 +1,7 @@
 """The LM actor and critic: log-probs line up with what the sampler drew, micro-batching and
 data-parallel ranks do not change a mini-batch's gradient."""
 
+import contextlib
 import os
 import socket
 from types import SimpleNamespace
@@ -127,18 +128,30 @@ def update_params(component_cls, ctx, config, dirs, batch):
     return {k: v.detach().clone() for k, v in component.weights().items()}, held
 
 
-def rank_main(rank, port, out, component_cls, config, dirs, batch):
+@contextlib.contextmanager
+def gloo_rank(rank, port, batch):
+    """Rank ``rank`` of a 2-process gloo group: its context and its half of ``batch``."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         half = len(batch) // 2
-        shard = batch[rank * half : (rank + 1) * half]
         ctx = SimpleNamespace(group=dist.group.WORLD, world_size=2, rank=rank,
                               torch_device=torch.device("cpu"))  # fmt: skip
-        weights, held = update_params(component_cls, ctx, config, dirs, shard)
-        torch.save({"weights": weights, "held": held}, os.path.join(out, f"rank{rank}.pt"))
+        yield ctx, batch[rank * half : (rank + 1) * half]
     finally:
         dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(rank, port, out, component_cls, config, dirs, batch):
+    with gloo_rank(rank, port, batch) as (ctx, shard):
+        weights, held = update_params(component_cls, ctx, config, dirs, shard)
+        torch.save({"weights": weights, "held": held}, os.path.join(out, f"rank{rank}.pt"))
 
 
 @pytest.mark.parametrize("component_cls", [LMActor, LMCritic], ids=["actor", "critic"])
@@ -158,9 +171,7 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, b
     # Uneven valid tokens per rank: a per-rank token mean would weigh them wrongly.
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()
     single, _ = update_params(component_cls, SOLO, config, dirs, batch)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(rank_main, args=(port, str(tmp_path), component_cls, config, dirs, batch), nprocs=2,
              join=True)  # fmt: skip
     saved = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
@@ -179,13 +190,7 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, b
 
 def resume_main(rank, port, out, config, dirs, batch):
     """Update, checkpoint, and go on twice: unbroken and from the checkpoint."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        half = len(batch) // 2
-        shard = batch[rank * half : (rank + 1) * half]
-        ctx = SimpleNamespace(group=dist.group.WORLD, world_size=2, rank=rank,
-                              torch_device=torch.device("cpu"))  # fmt: skip
+    with gloo_rank(rank, port, batch) as (ctx, shard):
         unbroken = LMActor(ctx, config, dirs.actor)
         unbroken.update(shard)
         unbroken.save_checkpoint(os.path.join(out, "checkpoint"))
@@ -195,8 +200,6 @@ def resume_main(rank, port, out, config, dirs, batch):
         resumed.update(shard)
         both = {"unbroken": unbroken.weights(), "resumed": resumed.weights()}
         torch.save(both, os.path.join(out, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_path):
@@ -206,9 +209,7 @@ def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_
     config.actor.training_backend = "fsdp2"
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(resume_main, args=(port, str(tmp_path), config, dirs, batch), nprocs=2, join=True)
     two = torch.load(tmp_path / "rank0.pt")
     for name, value in two["unbroken"].items():
