@@ -89,7 +89,8 @@ def load_cluster_file(path: Path) -> DictConfig:
 
 
 def say_on_stderr(line: str) -> None:
-    print(f"rlcore: {line}", file=sys.stderr)
+    """A line for the user, on stderr (stdout holds the plan and the summary)."""
+    print(f"rlcore: {line}", file=sys.stderr, flush=True)
 
 
 def compose_raw(

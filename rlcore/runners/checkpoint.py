@@ -27,13 +27,13 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rlcore.config.errors import ConfigError
+from rlcore.config.load import say_on_stderr as say
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
@@ -51,10 +51,6 @@ RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "
                     "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",
                     "cluster.address", "cluster.component_placement",
                     "cluster.fuse_collocated"}  # fmt: skip
-
-
-def say(line: str) -> None:
-    print(f"rlcore: {line}", file=sys.stderr)
 
 
 def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path | None:

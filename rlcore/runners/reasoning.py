@@ -23,7 +23,6 @@ every ``val_every`` iterations and after the last.
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import torch
@@ -38,6 +37,7 @@ from rlcore.algorithms import (
     masked_mean,
     scores_to_token_rewards,
 )
+from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
 from rlcore.models.lm import load_tokenizer
@@ -51,10 +51,6 @@ from rlcore.scheduler.deployment import ComponentSpec, start_components
 from rlcore.scheduler.handles import Peer
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
 from rlcore.workers.rollout import RolloutWorker
-
-
-def log(message: str) -> None:
-    print(f"rlcore: {message}", file=sys.stderr, flush=True)
 
 
 class ReasoningRunner:
