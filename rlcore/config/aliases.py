@@ -103,6 +103,7 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": _verl(
         "actor.log_prob_micro_batch_size"
     ),
+    "actor_rollout_ref.nccl_timeout": _verl("cluster.collective_timeout_s"),
     # verl: actor_rollout_ref.model.* and actor_rollout_ref.actor.*
     "actor_rollout_ref.model.path": _verl("actor.model.path"),
     "actor_rollout_ref.model.enable_gradient_checkpointing": _verl(

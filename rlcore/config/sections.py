@@ -141,6 +141,13 @@ class ClusterConfig:
     fuse_collocated: bool = key(
         True, doc="components placed on the same slots share one process per rank"
     )
+    collective_timeout_s: float = key(
+        600.0,
+        doc="seconds a rank waits in a collective (an all-reduce, a weight broadcast) for its "
+        "peers before failing, so a dead or hung peer never hangs the others (verl's "
+        "nccl_timeout)",
+        range="> 0",
+    )
 
 
 @dataclass(kw_only=True)
@@ -159,6 +166,14 @@ class RunnerConfig:
         doc="checkpoints kept in the run folder: the oldest is removed once a newer one is "
         "complete; null = keep all",
         range=">= 1",
+    )
+    max_restarts: int = key(
+        3,
+        doc="when a worker process dies (killed, out of memory, its node lost) or a collective "
+        "times out, stop every worker, start them again and resume from the newest complete "
+        "checkpoint (from the start when there is none), at most this many times; 0 = the run "
+        "ends with the error. Components in the driver's own process are not restarted",
+        range=">= 0",
     )
 
 

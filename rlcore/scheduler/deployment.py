@@ -55,11 +55,14 @@ def runs_in_driver(plan: PlacementPlan, address: str | None) -> bool:
     return len(plan.processes()) == 1 and address is None
 
 
-def start_components(plan: PlacementPlan, address: str | None = None) -> InDriver | OnRay:
-    """Where ``plan``'s components will run (see the module docstring); nothing built yet."""
+def start_components(
+    plan: PlacementPlan, address: str | None = None, collective_timeout_s: float = 600.0
+) -> InDriver | OnRay:
+    """Where ``plan``'s components will run (see the module docstring); nothing built yet.
+    ``collective_timeout_s``: how long a rank waits for its peers in a collective."""
     if runs_in_driver(plan, address):
         return InDriver(plan)
-    return OnRay(plan, address)
+    return OnRay(plan, address, collective_timeout_s)
 
 
 class _Deployment(abc.ABC):
@@ -103,6 +106,10 @@ class InDriver(_Deployment):
     def world_size(self, name: str) -> int:
         return 1
 
+    def dead_processes(self) -> list[tuple[tuple[str, ...], int, int, str]]:
+        """None: every component lives in the driver's own process."""
+        return []
+
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy ``src``'s weights into ``dst`` (nothing to copy for tensors they share)."""
         import torch
@@ -122,7 +129,7 @@ class InDriver(_Deployment):
         self.objects[dst].set_weight_version(version)
         return "in_process"
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
         for obj in reversed(list(self.objects.values())):
             close = getattr(obj, "close", None)
             if close is not None:
@@ -134,12 +141,14 @@ class InDriver(_Deployment):
 class OnRay(_Deployment):
     """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
 
-    def __init__(self, plan: PlacementPlan, address: str | None) -> None:
+    def __init__(
+        self, plan: PlacementPlan, address: str | None, collective_timeout_s: float = 600.0
+    ) -> None:
         from rlcore.scheduler.scheduler import Scheduler
 
         super().__init__()
         self.plan = plan
-        self.scheduler = Scheduler(plan, address=address)
+        self.scheduler = Scheduler(plan, address=address, collective_timeout_s=collective_timeout_s)
         self.scheduler.start()
         self.groups: dict[str, Any] = {}
         self.classes: dict[str, type] = {}
@@ -175,8 +184,13 @@ class OnRay(_Deployment):
         self.groups[dst].call_all("set_weight_version", version)
         return method
 
-    def close(self) -> None:
-        self.scheduler.shutdown()
+    def dead_processes(self) -> list[tuple[tuple[str, ...], int, int, str]]:
+        """``(components, rank, node, cause)`` of each worker process that is gone."""
+        return self.scheduler.dead_processes()
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop the processes, giving them ``wait_s`` to close their components."""
+        self.scheduler.shutdown(wait_s)
 
 
 def _local_peers(spec: ComponentSpec, built: dict[str, Any]) -> tuple[tuple, dict]:

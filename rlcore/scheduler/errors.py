@@ -15,4 +15,29 @@ class WorkerError(RuntimeError):
         super().__init__(f"{named} rank {rank} on node {node}: {detail}")
 
     def __reduce__(self):
-        return (WorkerError, (self.component, self.rank, self.node, self.detail, self.group))
+        return (type(self), (self.component, self.rank, self.node, self.detail, self.group))
+
+
+class WorkerLost(WorkerError):
+    """A worker process that is gone (killed, out of memory, its node lost), not one that
+    raised: the run goes on only if its processes are started again (``runner.max_restarts``)."""
+
+
+# What torch.distributed says when a peer of a collective is gone or hung: gloo's broken
+# connection and timeout, NCCL's watchdog and errors, torch's DistBackendError.
+COLLECTIVE_FAILURES = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Timed out waiting",
+    "DistBackendError",
+    "DistNetworkError",
+    "Watchdog caught collective operation timeout",
+    "NCCL communicator was aborted",
+)
+
+
+def is_collective_failure(error: BaseException) -> bool:
+    """``error`` (often a ``WorkerError`` carrying a worker's traceback) is a collective that
+    failed because a peer died or hung, not a bug in the code that called it."""
+    text = f"{type(error).__name__}: {error}"
+    return any(phrase in text for phrase in COLLECTIVE_FAILURES)

@@ -40,6 +40,8 @@ class Scheduler:
         backend: torch.distributed backend of each component's group; None = nccl on cuda, gloo
             on cpu. ``init_distributed=False`` skips the groups (a plan on simulated GPUs).
         timeout_s: how long to wait for resources and for group rendezvous before failing.
+        collective_timeout_s: how long a rank waits in a collective for its peers (a dead or
+            hung peer makes the others fail after this long instead of hanging).
     """
 
     def __init__(
@@ -50,12 +52,14 @@ class Scheduler:
         backend: str | None = None,
         init_distributed: bool = True,
         timeout_s: float = 120.0,
+        collective_timeout_s: float = 600.0,
     ) -> None:
         self.plan = plan
         self.address = address
         self.backend = backend or ("nccl" if plan.device == "cuda" else "gloo")
         self.init_distributed = init_distributed
         self.timeout_s = timeout_s
+        self.collective_timeout_s = collective_timeout_s
         self.info: dict[tuple[str, int], dict[str, Any]] = {}  # (component, rank) -> describe()
         self._handles: dict[tuple[str, int], Any] = {}  # (component, rank) -> process
         self._slots: list[NodeSlots] = []
@@ -66,7 +70,8 @@ class Scheduler:
     @classmethod
     def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
         """The scheduler of a validated config: its placement plan, on ``cluster.address``."""
-        return cls(plan_for_config(config), address=config.cluster.address, **options)
+        return cls(plan_for_config(config), address=config.cluster.address,
+                   collective_timeout_s=config.cluster.collective_timeout_s, **options)  # fmt: skip
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -96,7 +101,7 @@ class Scheduler:
             if self.init_distributed:
                 self._init_groups()
             self._weights = WeightSync(self.plan, self.group, self.info, self.backend,
-                                       self.timeout_s)  # fmt: skip
+                                       self.timeout_s, self.collective_timeout_s)  # fmt: skip
         except BaseException:
             self.shutdown()
             raise
@@ -154,8 +159,12 @@ class Scheduler:
             handles = [self._handles[(group[0], r.rank)] for r in ranks]
             addr = self.info[(group[0], 0)]["ip"]
             port = ray.get(handles[0].free_port.remote())
-            calls += [h.init_distributed.remote(self.backend, addr, port, self.timeout_s)
-                      for h in handles]  # fmt: skip
+            calls += [
+                h.init_distributed.remote(
+                    self.backend, addr, port, self.timeout_s, self.collective_timeout_s
+                )
+                for h in handles
+            ]
         ray.get(calls, timeout=self.timeout_s + 30)
 
     # use ---------------------------------------------------------------------------------------
@@ -181,15 +190,37 @@ class Scheduler:
             raise RuntimeError("the scheduler has not started: call start() or use `with`")
         return self._weights.sync(src, dst, method)
 
+    def dead_processes(self, wait_s: float = 5.0) -> list[tuple[tuple[str, ...], int, int, str]]:
+        """``(components, rank, node, cause)`` of each process that is gone. A process busy in a
+        long call (or stuck in a collective) does not answer within ``wait_s`` and counts as
+        alive: only a death is reported."""
+        from rlcore.scheduler.worker_group import death_cause
+
+        where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
+        handles = list({id(h): h for h in self._handles.values()}.values())
+        pings = {h.describe.remote(): h for h in handles}
+        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=wait_s)
+        dead = []
+        for ref in answered:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                name, rank = where[id(pings[ref])]
+                process = next(p for p in self.plan.processes()
+                               if p.rank == rank and name in p.components)  # fmt: skip
+                dead.append((process.components, rank, process.node, death_cause(error)))
+        return dead
+
     # shutdown ----------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Stop every process this scheduler started; safe to call more than once."""
+    def shutdown(self, wait_s: float = 10.0) -> None:
+        """Stop every process this scheduler started, giving them ``wait_s`` to close their
+        components first; safe to call more than once."""
         handles = list({id(h): h for h in self._handles.values()}.values())
         if handles and ray.is_initialized():
             # A dead or hung worker must not stop the clean-up of the others.
             with contextlib.suppress(Exception):
-                ray.get([h.close.remote() for h in handles], timeout=10)
+                ray.get([h.close.remote() for h in handles], timeout=wait_s)
             for h in handles:
                 with contextlib.suppress(Exception):
                     ray.kill(h)

@@ -40,7 +40,8 @@ class WeightSync:
     """Weight copies between the components of one plan.
 
     ``group(name)`` gives a component's ``WorkerGroup``; ``info[(name, rank)]["ip"]`` where each
-    rank runs; ``backend`` / ``timeout_s`` those of the collective groups it opens.
+    rank runs; ``backend`` the collective groups' it opens, ``timeout_s`` their rendezvous's and
+    ``collective_timeout_s`` their broadcasts'.
     """
 
     def __init__(
@@ -50,9 +51,11 @@ class WeightSync:
         info: dict[tuple[str, int], dict[str, Any]],
         backend: str,
         timeout_s: float,
+        collective_timeout_s: float,
     ) -> None:
         self.plan, self.group, self.info = plan, group, info
         self.backend, self.timeout_s = backend, timeout_s
+        self.collective_timeout_s = collective_timeout_s
         self._layouts: dict[tuple[str, str], list[tuple]] = {}  # checked pair -> tensor layout
         self._groups: set[str] = set()  # collective groups already opened
 
@@ -126,7 +129,7 @@ class WeightSync:
             addr, port = self.info[(src, 0)]["ip"], ray.get(root.free_port.remote())
             opens = [
                 m.open_sync_group.remote(name, addr, port, i, len(members), self.backend,
-                                         self.timeout_s)
+                                         self.timeout_s, self.collective_timeout_s)
                 for i, m in enumerate(members)
             ]  # fmt: skip
             ray.get(opens, timeout=self.timeout_s + 30)

@@ -86,8 +86,16 @@ class WorkerProcess:
     def free_port(self) -> int:
         return _free_port()
 
-    def init_distributed(self, backend: str, master_addr: str, master_port: int, timeout_s: float):
-        """The default group over this rank's fused components, and one group per component."""
+    def init_distributed(
+        self,
+        backend: str,
+        master_addr: str,
+        master_port: int,
+        timeout_s: float,
+        collective_timeout_s: float,
+    ) -> None:
+        """The default group over this rank's fused components, and one group per component:
+        rendezvous within ``timeout_s``, each collective within ``collective_timeout_s``."""
         import torch.distributed as dist
 
         os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
@@ -96,7 +104,7 @@ class WorkerProcess:
             init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank,
             world_size=self.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=datetime.timedelta(seconds=collective_timeout_s),
         )
         for name in self.names:  # every rank creates them in the same order, as torch requires
             self.groups[name] = (
@@ -180,17 +188,27 @@ class WorkerProcess:
                     tensor.copy_(source[name])
 
     def open_sync_group(
-        self, name: str, addr: str, port: int, rank: int, size: int, backend: str, timeout_s: float
+        self,
+        name: str,
+        addr: str,
+        port: int,
+        rank: int,
+        size: int,
+        backend: str,
+        timeout_s: float,
+        collective_timeout_s: float,
     ) -> None:
         import torch.distributed as dist
 
-        timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(addr, port, size, rank == 0, timeout=timeout)
-        group = (
-            dist.ProcessGroupNCCL(store, rank, size)
-            if backend == "nccl"
-            else dist.ProcessGroupGloo(store, rank, size, timeout)
-        )
+        store = dist.TCPStore(addr, port, size, rank == 0,
+                              timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+        timeout = datetime.timedelta(seconds=collective_timeout_s)
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            group = dist.ProcessGroupNCCL(store, rank, size, options)
+        else:
+            group = dist.ProcessGroupGloo(store, rank, size, timeout)
         self.sync_groups[name] = (group, rank)
 
     def broadcast_weights(self, name: str, component: str) -> None:

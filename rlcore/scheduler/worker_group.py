@@ -9,7 +9,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from rlcore.placement import RankPlacement
-from rlcore.scheduler.errors import WorkerError
+from rlcore.scheduler.errors import WorkerError, WorkerLost
 
 
 class WorkerGroup:
@@ -66,26 +66,63 @@ class WorkerGroup:
         return self.get(self.scatter_async(method, shards, *args, **kwargs))
 
     def get(self, refs: Sequence[ray.ObjectRef], ranks: Sequence[int] | None = None) -> list[Any]:
-        """Wait for ``refs`` (one per rank unless ``ranks`` says which); errors name the rank."""
+        """Wait for ``refs`` (one per rank unless ``ranks`` says which); errors name the rank.
+
+        At the first failure the others get ``GRACE_S`` to finish, then a process that died
+        (``WorkerLost``) is reported before any exception: a peer's death makes the survivors
+        of a collective fail too, and they are not the cause. Nobody waits for a rank stuck in
+        a collective with a dead peer."""
         ranks = list(range(len(refs))) if ranks is None else list(ranks)
-        try:
-            return ray.get(list(refs))
-        except (RayTaskError, RayActorError):
-            pass
-        for rank, ref in zip(ranks, refs, strict=True):  # find the first failing rank, in order
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
             try:
-                ray.get(ref)
-            except RayTaskError as error:
-                cause = error.cause
-                if isinstance(cause, WorkerError):
-                    raise WorkerError(
-                        cause.component, cause.rank, cause.node, cause.detail, self.group_name
-                    ) from None
-                raise self._error(rank, f"{type(cause).__name__}: {cause}") from None
-            except RayActorError as error:
-                raise self._error(rank, f"the worker process died: {error}") from None
-        raise AssertionError("ray.get failed but no single reference did")  # pragma: no cover
+                ray.get(ready[0])
+            except (RayTaskError, RayActorError):
+                break
+        else:
+            return ray.get(list(refs))
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=self.GRACE_S)
+        errors: list[WorkerError] = []
+        for rank, ref in zip(ranks, refs, strict=True):
+            if ray.wait([ref], timeout=0)[0]:
+                error = self._failure(rank, ref)
+                if error is not None:
+                    errors.append(error)
+        lost = [e for e in errors if isinstance(e, WorkerLost)]
+        raise (lost or errors)[0] from None
+
+    GRACE_S = 5.0  # how long the other ranks get to fail or finish after the first failure
+
+    def _failure(self, rank: int, ref: ray.ObjectRef) -> WorkerError | None:
+        """The error of a finished ``ref``, naming the rank, or None if it succeeded."""
+        try:
+            ray.get(ref)
+        except RayTaskError as error:
+            cause = error.cause
+            if isinstance(cause, WorkerError):
+                group = self.group_name if cause.component == self.component else cause.group
+                return type(cause)(cause.component, cause.rank, cause.node, cause.detail, group)
+            return self._error(rank, f"{type(cause).__name__}: {cause}")
+        except RayActorError as error:
+            node = self.placements[rank].node
+            return WorkerLost(self.component, rank, node, f"the worker process died: "
+                              f"{death_cause(error)}", self.group_name)  # fmt: skip
+        return None
 
     def _error(self, rank: int, detail: str) -> WorkerError:
         node = self.placements[rank].node
         return WorkerError(self.component, rank, node, detail, self.group_name)
+
+
+def death_cause(error: BaseException) -> str:
+    """The first sentence of a Ray actor death that says why (killed, out of memory, node lost),
+    e.g. ``SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2``."""
+    text = str(error)
+    kind = text.split("Worker exit type: ", 1)[1].split()[0] if "Worker exit type: " in text else ""
+    for marker in ("Worker exit detail: ", "The actor is dead because ", "The actor died "):
+        if marker in text:
+            sentence = text.split(marker, 1)[1].split("\n")[0].split(". ")[0].strip().rstrip(".")
+            return f"{kind}: {sentence}" if kind else sentence
+    return text.splitlines()[0] if text else type(error).__name__
