@@ -87,33 +87,20 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
     if config.runner.dry_run:
         print("rlcore: dry run: the config and placement are valid; nothing was started.")
         return 0
-    if config.mode == "embodied":
-        return _run_embodied(config, plan)
-    return _run_reasoning(config, plan)
+    return _run(config, plan)
 
 
-def _run_reasoning(config: RLCoreConfig, plan: PlacementPlan) -> int:
-    """Bad data or model paths are reported like bad configs: one line, status 2."""
+def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
+    """Train under the supervisor (restarts after a lost worker). Bad data or model paths are
+    reported like bad configs: one line, status 2."""
     from rlcore.data import DataError
-    from rlcore.runners.reasoning import ReasoningRunner
+    from rlcore.runners.supervisor import run
 
     try:
-        runner = ReasoningRunner(config, plan)
+        summary = run(config, plan)
     except (ConfigError, DataError) as error:
         raise _exit_with(ConfigError(str(error))) from None
-    print(json.dumps(runner.run()))
-    return 0
-
-
-def _run_embodied(config: RLCoreConfig, plan: PlacementPlan) -> int:
-    """One process on this machine: no Ray at all. More processes: through the scheduler."""
-    from rlcore.runners.embodied import EmbodiedRunner
-
-    try:
-        runner = EmbodiedRunner(config, plan)
-    except ConfigError as error:
-        raise _exit_with(error) from None
-    print(json.dumps(runner.run()))
+    print(json.dumps(summary))
     return 0
 
 

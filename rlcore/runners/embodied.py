@@ -45,7 +45,10 @@ class EmbodiedRunner:
         run = config.runner
         torch.set_num_threads(run.torch_threads)
         self.run_dir, resume_from = open_run_folder(config, config.env.id.replace(":", "."))
-        self.components = start_components(plan, config.cluster.address)
+        self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
+        self.components = start_components(
+            plan, config.cluster.address, config.cluster.collective_timeout_s
+        )
         try:
             launch = self.components.launch
             self.env: EnvWorker = launch(ComponentSpec("env", EnvWorker, (config,)))
@@ -177,7 +180,8 @@ class EmbodiedRunner:
     # the run -----------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        """Train to ``runner.total_env_steps`` (or the solved threshold); the run's summary."""
+        """Train to ``runner.total_env_steps`` (or the solved threshold); the run's summary.
+        (``supervisor.run`` is the same with restarts after a lost worker.)"""
         try:
             return train(self)
         finally:

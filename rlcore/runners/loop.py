@@ -9,7 +9,7 @@ A driver (``EmbodiedRunner``, ``ReasoningRunner``) says what an iteration and an
         every eval_every iterations and at the end:  driver.evaluate(iteration)
         every checkpoint_every iterations and at the end: driver.checkpoint()
         log metrics; advance the progress bar
-    write summary.json (the driver's fields and the mean seconds per stage)
+    write summary.json (the driver's fields, the mean seconds per stage, the restarts)
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Driver(Protocol):
     schedule: Schedule
     progress: Progress
     run_dir: Path
+    restarts: list[dict[str, Any]]  # the supervisor's restarts before this attempt (supervisor.py)
 
     def iterate(self, iteration: int) -> dict[str, float]: ...
 
@@ -129,5 +130,7 @@ def train(driver: Driver) -> dict[str, Any]:
         if name.startswith("time/")
     }
     summary["run_dir"] = str(driver.run_dir)
+    summary["restarts"] = len(driver.restarts)
+    summary["restart_log"] = driver.restarts
     (driver.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -71,7 +71,10 @@ class ReasoningRunner:
         )
         data = config.data.train_files[0] if config.data.train_files else "arith"
         self.run_dir, resume_from = open_run_folder(config, data.rsplit("/", 1)[-1].split(".")[0])
-        self.components = start_components(plan, config.cluster.address)
+        self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
+        self.components = start_components(
+            plan, config.cluster.address, config.cluster.collective_timeout_s
+        )
         try:
             self._launch()
             self.progress = Progress()
@@ -226,6 +229,10 @@ class ReasoningRunner:
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p = self.progress
+        log(
+            f"validation accuracy: {p.first_eval['val/accuracy']:.3f} before PPO, "
+            f"{p.last_eval['val/accuracy']:.3f} after ({len(self.val_set)} prompts, greedy)"
+        )
         return {
             "val_accuracy_before": round(p.first_eval["val/accuracy"], 4),
             "val_accuracy_after": round(p.last_eval["val/accuracy"], 4),
@@ -250,15 +257,12 @@ class ReasoningRunner:
     # the run -----------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        """Validate, train ``runner.total_iterations`` iterations, validate; the run's summary."""
+        """Validate, train ``runner.total_iterations`` iterations, validate; the run's summary.
+        (``supervisor.run`` is the same with restarts after a lost worker.)"""
         try:
-            summary = train(self)
+            return train(self)
         finally:
             self.close()
-        before, after = summary["val_accuracy_before"], summary["val_accuracy_after"]
-        log(f"validation accuracy: {before:.3f} before PPO, {after:.3f} after "
-            f"({len(self.val_set)} prompts, greedy)")  # fmt: skip
-        return summary
 
     def close(self) -> None:
         self.components.close()

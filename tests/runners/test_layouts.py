@@ -7,6 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcore.config import load_config
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_SLOTS = "cluster.devices_per_node=2"
@@ -26,21 +32,49 @@ def main(*args, timeout=300):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_each_layout_solves_cartpole_and_the_dry_run_accepts_it(tmp_path, layout):
+def run_through_entry_point(tmp_path, layout, *extra):
     placement = (TWO_SLOTS, f"cluster.component_placement={LAYOUTS[layout]}")
-    dry = main(*placement, "runner.dry_run=true")
+    dry = main(*placement, "runner.dry_run=true", *extra)
     assert dry.returncode == 0, dry.stderr
     assert "dry run: the config and placement are valid" in dry.stdout
-    done = main(*placement, f"runner.output_dir={tmp_path}")
+    done = main(*placement, f"runner.output_dir={tmp_path}", *extra)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["actor_ranks"] == (2 if layout == "data-parallel" else 1)
+    assert summary["restarts"] == 0
+    return summary
+
+
+def final_actor(summary):
+    checkpoint = f"checkpoints/iter_{summary['iterations']:06d}/actor/model.safetensors"
+    return load_file(Path(summary["run_dir"]) / checkpoint)
+
+
+@pytest.mark.parametrize("layout", ["one-process", "data-parallel"])
+def test_a_layout_solves_cartpole_and_the_dry_run_accepts_it(tmp_path, layout):
+    summary = run_through_entry_point(tmp_path, layout)
     assert summary["eval_return_mean"] >= 475, summary
     assert summary["steps_to_threshold"] is not None
-    assert summary["actor_ranks"] == (2 if layout == "data-parallel" else 1)
     run_dir = Path(summary["run_dir"])
     saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert saved[-1] == f"iter_{summary['iterations']:06d}"  # the stop at the threshold is saved
+
+
+SHORT = ("runner.total_env_steps=5120",)  # 10 iterations, one evaluation
+
+
+@pytest.mark.parametrize("layout", ["env-apart", "rollout-apart"])
+def test_the_split_layouts_compute_what_one_process_computes(tmp_path, layout):
+    """The env or the actor in a process of its own changes where the numbers are computed,
+    not the numbers: 10 iterations end with the weights of the one-process run, bit for bit
+    (so these layouts solve CartPole when the one-process layout does)."""
+    split = run_through_entry_point(tmp_path / "split", layout, *SHORT)
+    config = load_config("embodied/cartpole_ppo", [*SHORT, f"runner.output_dir={tmp_path}",
+                                                   "runner.progress=false"])  # fmt: skip
+    alone = EmbodiedRunner(config, plan_for_config(config)).run()
+    assert split["eval_return_mean"] == alone["eval_return_mean"]
+    a, b = final_actor(split), final_actor(alone)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,191 @@
+"""A run that survives its workers: ``run(config, plan)`` trains, and when a worker process dies
+(killed, out of memory, its node lost) or a collective times out, it stops every worker, starts
+the placement again and resumes from the newest complete checkpoint of the run folder (from the
+start when there is none yet), at most ``runner.max_restarts`` times.
+
+    summary = run(config, plan)      # what the entry points and ``rlcore`` call
+
+Each restart is said on stderr (the component, rank, node, cause, and the iteration resumed
+from) and listed in ``summary.json`` (``restarts``, ``restart_log``). A run that loses a worker
+twice after the same iteration, or more than ``max_restarts`` times, stops with a ``RunLost``
+that tells each loss: restarting again would only repeat it. An exception raised by a
+component's code (a bug, a bad input) is not a loss: it ends the run as before, as does any
+error in a plan that runs in the driver's own process (nothing there can die alone).
+
+Ray is started (or joined) once for all attempts, so a restart costs the workers' start-up,
+not Ray's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.load import say_on_stderr as say
+from rlcore.placement import PlacementPlan
+from rlcore.runners.checkpoint import newest_complete
+from rlcore.runners.loop import train
+from rlcore.scheduler.deployment import runs_in_driver
+from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
+
+# How long the surviving workers get to close their components once a peer is gone.
+CLOSE_AFTER_LOSS_S = 2.0
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A worker process that is gone, or a collective that timed out: where, and why."""
+
+    components: tuple[str, ...]
+    rank: int
+    node: int
+    cause: str
+
+    def describe(self) -> str:
+        return f"{'+'.join(self.components)} rank {self.rank} on node {self.node}: {self.cause}"
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One restart: the loss, the last iteration finished before it, the iteration resumed
+    from (0: from the start, no checkpoint yet)."""
+
+    loss: Loss
+    after_iteration: int
+    resumed_from: int
+
+    def as_dict(self) -> dict[str, Any]:
+        loss = {**dataclasses.asdict(self.loss), "components": list(self.loss.components)}
+        return {**loss, "after_iteration": self.after_iteration, "resumed_from": self.resumed_from}
+
+
+class RunLost(RuntimeError):
+    """The run lost its workers again and again: the story of each loss."""
+
+
+def runner_class(config: Any) -> type:
+    if config.mode == "embodied":
+        from rlcore.runners.embodied import EmbodiedRunner
+
+        return EmbodiedRunner
+    from rlcore.runners.reasoning import ReasoningRunner
+
+    return ReasoningRunner
+
+
+def run(config: Any, plan: PlacementPlan) -> dict[str, Any]:
+    """Train ``config`` on ``plan``, restarting lost workers (see the module docstring); the
+    run's summary."""
+    cls = runner_class(config)
+    if config.runner.max_restarts == 0 or runs_in_driver(plan, config.cluster.address):
+        return cls(config, plan).run()
+    with _ray_session(plan, config.cluster.address):
+        return Supervisor(cls, config, plan).run()
+
+
+@contextlib.contextmanager
+def _ray_session(plan: PlacementPlan, address: str | None) -> Iterator[None]:
+    """Ray started or joined once for every attempt, and shut down after if started here."""
+    import ray
+
+    from rlcore.scheduler.ray_cluster import connect
+
+    owned = connect(plan, address)
+    try:
+        yield
+    finally:
+        if owned and ray.is_initialized():
+            ray.shutdown()
+
+
+class Supervisor:
+    """Attempts of one run: each builds the runner (resuming from the run folder's newest
+    complete checkpoint after the first) and trains it to the end or to a loss."""
+
+    def __init__(self, cls: type, config: Any, plan: PlacementPlan) -> None:
+        self.cls, self.config, self.plan = cls, config, plan
+        self.restarts: list[Restart] = []
+        self.run_dir: Path | None = None  # known once the first attempt has built its runner
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        while True:
+            runner = None
+            try:
+                runner = self.cls(config, self.plan)
+                self.run_dir = runner.run_dir
+                runner.restarts = [r.as_dict() for r in self.restarts]
+                summary = train(runner)
+            except Exception as error:
+                loss = self._loss(runner, error)
+                if runner is not None:
+                    runner.components.close(CLOSE_AFTER_LOSS_S if loss else 10.0)
+                if loss is None or self.run_dir is None:  # a first start has nothing to resume
+                    raise
+                # Lost while starting again: nothing new was done since the last resume.
+                done = runner.progress.iteration if runner is not None else None
+                config = self._restart(config, loss, self.run_dir, done, error)
+                continue
+            except BaseException:  # Ctrl-C, SIGTERM: stop the workers, keep the exception
+                if runner is not None:
+                    runner.close()
+                raise
+            runner.close()
+            return summary
+
+    def _loss(self, runner: Any, error: Exception) -> Loss | None:
+        """What was lost, if ``error`` comes from a loss rather than from a component's code."""
+        if isinstance(error, ConfigError):
+            return None
+        if runner is not None:
+            dead = runner.components.dead_processes()
+            if dead:
+                components, rank, node, cause = dead[0]
+                return Loss(components, rank, node, f"the process died: {cause}")
+        if isinstance(error, WorkerLost):
+            return Loss((error.component,), error.rank, error.node, error.detail)
+        if isinstance(error, WorkerError) and is_collective_failure(error):
+            first = error.detail.splitlines()[0]
+            return Loss((error.component,), error.rank, error.node,
+                        f"a collective failed (a peer is gone or hung): {first}")  # fmt: skip
+        return None
+
+    def _restart(
+        self, config: Any, loss: Loss, run_dir: Path, done: int | None, error: Exception
+    ) -> Any:
+        """The config of the next attempt (resume from ``run_dir``), or ``RunLost``."""
+        done = done if done is not None else (self.restarts[-1].resumed_from
+                                              if self.restarts else 0)  # fmt: skip
+        limit = config.runner.max_restarts
+        stop = None
+        if self.restarts and self.restarts[-1].after_iteration == done:
+            stop = f"lost a worker twice after iteration {done}; restarting again would repeat it"
+        elif len(self.restarts) >= limit:
+            lost = len(self.restarts) + 1
+            stop = f"lost a worker {lost} times, more than runner.max_restarts={limit}"
+        if stop is not None:
+            raise RunLost(self._story(stop, loss, done)) from error
+        checkpoint = newest_complete(run_dir, say)
+        resumed = 0 if checkpoint is None else int(checkpoint.name.removeprefix("iter_"))
+        self.restarts.append(Restart(loss, done, resumed))
+        where = "the start" if checkpoint is None else f"checkpoint {checkpoint.name}"
+        say(f"restart {len(self.restarts)} of {limit}: {loss.describe()}; it died after "
+            f"iteration {done}; resuming from {where}")  # fmt: skip
+        runner = dataclasses.replace(config.runner, run_name=run_dir.name, resume="auto",
+                                     output_dir=str(run_dir.parent), resume_dir=None)  # fmt: skip
+        return dataclasses.replace(config, runner=runner)
+
+    def _story(self, headline: str, loss: Loss, done: int) -> str:
+        lines = [f"the run {headline}:"]
+        for number, r in enumerate(self.restarts, 1):
+            lines.append(
+                f"  loss {number}: {r.loss.describe()} (after iteration {r.after_iteration}; "
+                f"resumed from iteration {r.resumed_from})"
+            )
+        lines.append(f"  loss {len(self.restarts) + 1}: {loss.describe()} (after iteration {done})")
+        return "\n".join(lines)

@@ -1,0 +1,281 @@
+"""A run survives its workers: kill -9 a worker process mid-run (or mid-checkpoint) and the run
+restarts its placement, resumes from the newest complete checkpoint and ends with the weights
+of a run never broken. Without Ray: the supervisor's rules on a driver that fails on cue."""
+
+import os
+import signal
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcore.config import ConfigError, load_config
+from rlcore.placement import plan_for_config
+from rlcore.runners import supervisor
+from rlcore.runners.embodied import EmbodiedRunner
+from rlcore.runners.loop import Schedule
+from rlcore.runners.progress import Progress
+from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.runners.supervisor import RunLost, Supervisor
+from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
+from rlcore.scheduler.handles import RemoteHandle
+from rlcore.scheduler.worker_group import death_cause
+from tests.lm_fixtures import tiny_config
+from tests.runners.test_reasoning import length_reward
+from tests.runners.test_resume import LAYOUTS, SMALL
+
+# -- kill -9 on Ray -------------------------------------------------------------------------------
+
+
+def kill(runner, component, rank=0):
+    """SIGKILL the process hosting ``component``'s ``rank`` (a process this test started)."""
+    os.kill(runner.components.scheduler.info[(component, rank)]["pid"], signal.SIGKILL)
+
+
+def kill_once(monkeypatch, cls, method, iteration, component, kills=None):
+    """Kill ``component``'s process (rank 0) the first time the driver calls ``cls.method``
+    with ``iteration`` iterations done, before the call runs; ``kills`` lists those made."""
+    original, kills = getattr(cls, method), [] if kills is None else kills
+
+    def wrapped(self, *args, **kwargs):
+        if self.progress.iteration == iteration and (method, iteration) not in kills:
+            kills.append((method, iteration))
+            kill(self, component)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, method, wrapped)
+    return kills
+
+
+def embodied(tmp_path, name, *extra):
+    return load_config("embodied/cartpole_ppo",
+                       [*SMALL, f"runner.output_dir={tmp_path}", f"runner.run_name={name}",
+                        *extra])  # fmt: skip
+
+
+def final_actor(run_dir):
+    return load_file(run_dir / "checkpoints" / "iter_000006" / "actor" / "model.safetensors")
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs from the unbroken run"
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory):
+    """The final actor of the SMALL run in one process (the env-apart and rollout-apart layouts
+    compute the same numbers: tests/runners/test_resume.py)."""
+    out = tmp_path_factory.mktemp("unbroken")
+    config = embodied(out, "full")
+    EmbodiedRunner(config, plan_for_config(config)).run()
+    return final_actor(out / "full")
+
+
+def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(tmp_path, monkeypatch,
+                                                                    unbroken):  # fmt: skip
+    """Killed in iteration 5 (checkpoint 3 is the newest), then again while checkpoint 6 is
+    being written (the actor's and rollout's files are in, the env's not): both times the run
+    resumes from checkpoint 3, and ends bit for bit where the unbroken run ends."""
+    kills = kill_once(monkeypatch, EmbodiedRunner, "iterate", 4, "env")
+    kill_once(monkeypatch, EmbodiedRunner, "checkpoint", 6, "env", kills)
+    config = embodied(tmp_path, "killed", *LAYOUTS["env-apart"])
+    summary = supervisor.run(config, plan_for_config(config))
+    assert kills == [("iterate", 4), ("checkpoint", 6)]
+    assert summary["iterations"] == 6 and summary["restarts"] == 2
+    log = summary["restart_log"]
+    assert [(r["components"], r["after_iteration"], r["resumed_from"]) for r in log] == [
+        (["env"], 4, 3), (["env"], 6, 3)
+    ]  # fmt: skip
+    assert "the process died" in log[0]["cause"]
+    assert_same(final_actor(tmp_path / "killed"), unbroken)
+    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert checkpoints == ["iter_000003", "iter_000006"]  # the half-written one is gone
+
+
+def test_rollout_apart_survives_a_killed_actor(tmp_path, monkeypatch, unbroken):
+    kill_once(monkeypatch, EmbodiedRunner, "iterate", 4, "actor")
+    config = embodied(tmp_path, "killed", *LAYOUTS["rollout-apart"])
+    summary = supervisor.run(config, plan_for_config(config))
+    assert summary["restarts"] == 1 and summary["restart_log"][0]["components"] == ["actor"]
+    assert_same(final_actor(tmp_path / "killed"), unbroken)
+
+
+def test_a_data_parallel_actor_survives_a_rank_killed_as_its_update_starts(tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    """Rank 1 dies as the update starts: rank 0 is left in an all-reduce with a dead peer (it
+    fails at once, gloo sees the closed connection; a hung peer would time out after
+    cluster.collective_timeout_s). The run resumes and ends as the unbroken one."""
+    full = embodied(tmp_path, "full", *LAYOUTS["data-parallel"])
+    EmbodiedRunner(full, plan_for_config(full)).run()
+
+    original, state = RemoteHandle._call, {}
+
+    def call(self, method, mode, args, kwargs):
+        if method == "update" and state.get("armed"):
+            state["armed"] = False
+            kill(state["runner"], "actor", rank=1)
+        return original(self, method, mode, args, kwargs)
+
+    def iterate(self, iteration, _iterate=EmbodiedRunner.iterate):
+        if iteration == 5 and "runner" not in state:
+            state.update(runner=self, armed=True)
+        return _iterate(self, iteration)
+
+    monkeypatch.setattr(RemoteHandle, "_call", call)
+    monkeypatch.setattr(EmbodiedRunner, "iterate", iterate)
+    config = embodied(tmp_path, "killed", *LAYOUTS["data-parallel"])
+    summary = supervisor.run(config, plan_for_config(config))
+    (restart,) = summary["restart_log"]
+    assert restart["rank"] == 1 and "actor" in restart["components"]
+    assert (restart["after_iteration"], restart["resumed_from"]) == (4, 3)
+    assert_same(final_actor(tmp_path / "killed"), final_actor(tmp_path / "full"))
+
+
+def test_reasoning_survives_a_killed_rollout_process(tiny_lm, tmp_path, monkeypatch):
+    _, dirs = tiny_lm
+    common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
+              "runner.total_iterations=3", *length_reward(tmp_path),
+              "cluster.devices_per_node=2",
+              "cluster.component_placement={actor:0,critic:0,ref:0,rollout:1,reward:1}",
+              )  # fmt: skip
+    cache = dirs.actor.parent
+    full = tiny_config(cache, tmp_path, *common, "runner.run_name=full")
+    ReasoningRunner(full, plan_for_config(full)).run()
+    kill_once(monkeypatch, ReasoningRunner, "iterate", 2, "rollout")
+    config = tiny_config(cache, tmp_path, *common, "runner.run_name=killed")
+    summary = supervisor.run(config, plan_for_config(config))
+    (restart,) = summary["restart_log"]
+    assert restart["components"] == ["rollout", "reward"]
+    assert (restart["after_iteration"], restart["resumed_from"]) == (2, 2)
+    for name in ("actor", "critic"):
+        a, b = (load_file(tmp_path / run / "checkpoints/iter_000003" / name / "model.safetensors")
+                for run in ("full", "killed"))  # fmt: skip
+        assert_same(a, b)
+
+
+# -- the supervisor's rules, without Ray ---------------------------------------------------------
+
+
+class FailingDriver:
+    """A driver whose iteration ``k`` loses a worker while ``FAILS`` still lists ``k``; it
+    checkpoints nothing, so every restart starts from the beginning."""
+
+    FAILS: ClassVar[list[int]] = []
+    BUILT: ClassVar[list] = []
+
+    def __init__(self, config, plan):
+        self.config, self.run_dir = config, Path(config.runner.output_dir) / config.runner.run_name
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress, self.restarts = Progress(), []
+        self.schedule = Schedule(iterations=5, samples_per_iteration=1, eval_every=0,
+                                 eval_first=False, eval_metric="eval", checkpoint_every=0,
+                                 threshold=None, stop_at_threshold=False, show_progress=False,
+                                 log_by_samples=False, postfix={})  # fmt: skip
+        self.components = self
+        FailingDriver.BUILT.append(config)
+
+    def iterate(self, iteration):
+        if iteration in self.FAILS:
+            self.FAILS.remove(iteration)
+            raise WorkerLost("env", 0, 0, "the worker process died: SYSTEM_ERROR: killed")
+        return {}
+
+    def evaluate(self, iteration):
+        return {"eval": float(iteration)}
+
+    def checkpoint(self):
+        raise AssertionError("checkpoint_every is 0")
+
+    def summary(self, wall_s, means):
+        return {"iterations": self.progress.iteration}
+
+    def dead_processes(self):
+        return []
+
+    def close(self, wait_s=10.0):
+        pass
+
+
+def supervise(tmp_path, fails, max_restarts=3):
+    FailingDriver.FAILS, FailingDriver.BUILT = list(fails), []
+    config = embodied(tmp_path, "run", f"runner.max_restarts={max_restarts}",
+                      "logger.tensorboard=false")  # fmt: skip
+    return Supervisor(FailingDriver, config, plan_for_config(config)).run()
+
+
+def test_each_loss_restarts_the_run_in_its_own_folder_and_is_counted(tmp_path, capsys):
+    summary = supervise(tmp_path, [2, 3])
+    assert summary["iterations"] == 5 and summary["restarts"] == 2
+    assert [r["after_iteration"] for r in summary["restart_log"]] == [1, 2]
+    assert [r["resumed_from"] for r in summary["restart_log"]] == [0, 0]
+    first, *again = FailingDriver.BUILT
+    assert first.runner.resume == "never"
+    for config in again:  # the same folder, resumed from its newest checkpoint if any
+        assert (config.runner.run_name, config.runner.resume) == ("run", "auto")
+        assert config.runner.output_dir == str(tmp_path)
+    err = capsys.readouterr().err
+    assert "restart 1 of 3: env rank 0 on node 0: the worker process died: SYSTEM_ERROR" in err
+    assert "it died after iteration 1; resuming from the start" in err
+
+
+def test_a_run_that_dies_twice_after_the_same_iteration_stops_with_the_story(tmp_path):
+    with pytest.raises(RunLost) as lost:
+        supervise(tmp_path, [3, 3, 3])
+    story = str(lost.value)
+    assert "lost a worker twice after iteration 2" in story
+    assert "loss 1: env rank 0 on node 0" in story and "loss 2:" in story
+    assert isinstance(lost.value.__cause__, WorkerLost)
+
+
+def test_losses_past_max_restarts_end_the_run(tmp_path):
+    with pytest.raises(RunLost, match=r"lost a worker 3 times, more than runner.max_restarts=2"):
+        supervise(tmp_path, [2, 3, 4], max_restarts=2)
+
+
+def test_a_bug_in_a_component_is_not_a_loss(tmp_path):
+    class Buggy(FailingDriver):
+        def iterate(self, iteration):
+            raise WorkerError("actor", 0, 0, "ValueError: a bug")
+
+    FailingDriver.BUILT = []
+    config = embodied(tmp_path, "run", "logger.tensorboard=false")
+    with pytest.raises(WorkerError, match="a bug"):
+        Supervisor(Buggy, config, plan_for_config(config)).run()
+    assert len(FailingDriver.BUILT) == 1  # not restarted
+    with pytest.raises(ConfigError):  # nor is a config error
+        Supervisor(_raising(ConfigError("x")), config, plan_for_config(config)).run()
+
+
+def _raising(error):
+    def build(config, plan):
+        raise error
+
+    return build
+
+
+def test_what_counts_as_a_collective_failure_and_a_death_cause():
+    gloo = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+            "[127.0.0.1]:27334: Connection reset by peer. This is typically caused by a remote "
+            "worker hanging")  # fmt: skip
+    assert is_collective_failure(WorkerError("actor", 0, 0, gloo))
+    assert is_collective_failure(WorkerError("actor", 0, 0, "DistBackendError: NCCL error"))
+    assert not is_collective_failure(WorkerError("actor", 0, 0, "ValueError: bad shape"))
+    ray_text = ("The actor died unexpectedly before finishing this task.\n\tclass_name: "
+                "WorkerProcess\nThe actor is dead because its worker process has died. Worker "
+                "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+                "connection error code 2. End of file. Some common causes include: (1) the OOM "
+                "killer")  # fmt: skip
+    assert death_cause(RuntimeError(ray_text)) == (
+        "SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2"
+    )
+
+
+def test_max_restarts_is_a_validated_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"runner.max_restarts"):
+        embodied(tmp_path, "run", "runner.max_restarts=-1")
+    with pytest.raises(ConfigError, match=r"cluster.collective_timeout_s"):
+        embodied(tmp_path, "run", "cluster.collective_timeout_s=0")
