@@ -3,6 +3,8 @@
     rlcore config CONFIG [key=value ...] [--json] [--cluster FILE]   the validated config
     rlcore placement CONFIG [key=value ...] [--json] [--cluster FILE]  the placement plan
     rlcore keys [--write DOC]                                     the key reference
+    rlcore export RUN [--step N] OUT         a run's policy as a Hugging Face folder (reasoning)
+                                             or for rlcore.load_policy (embodied)
 
 CONFIG is a config name under configs/ (``embodied/cartpole_ppo``) or a YAML path; ``--cluster``
 replaces the config's cluster section with a file's (docs/placement.md). A bad config or
@@ -115,8 +117,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     place.add_argument("--json", action="store_true", help="print one JSON object")
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
+    export = commands.add_parser(
+        "export", help="write a run's policy as a Hugging Face folder or an rlcore policy"
+    )
+    export.add_argument("run", type=Path, help="the run folder (or one of its checkpoints)")
+    export.add_argument("out", type=Path, help="the folder to write")
+    export.add_argument("--step", type=int, help="the iteration of the checkpoint (newest)")
     args = _parse(parser, argv)
 
+    if args.command == "export":
+        from rlcore.export import export as export_run
+
+        try:
+            export_run(args.run, args.out, args.step)
+        except ConfigError as error:
+            raise _exit_with(error) from None
+        return 0
     if args.command == "keys":
         if args.write:
             write_reference(args.write)

@@ -1,0 +1,230 @@
+"""A trained policy out of its run folder, in a form that needs no rlcore run to use.
+
+    rlcore export RUN [--step N] OUT
+
+- **Reasoning**: OUT is a Hugging Face model folder (``config.json``, ``model.safetensors``, the
+  tokenizer, ``generation_config.json`` with the run's sampling settings and stop tokens) that
+  ``transformers.AutoModelForCausalLM.from_pretrained(OUT)`` (and so vLLM or SGLang) loads; with
+  a critic, ``OUT/critic`` likewise (``AutoModelForTokenClassification``, one label: the value).
+- **Embodied**: OUT holds ``policy.json`` (spaces, network, observation normalisation) and
+  ``policy.safetensors``; ``rlcore.load_policy(OUT)`` returns the policy as a callable module,
+  observations in, actions out (the mode of the distribution unless ``deterministic=False``).
+
+The checkpoint is RUN's newest complete one, or ``iter_N`` with ``--step N``; a checkpoint whose
+files disagree with its manifest is refused, naming the file. Nothing in it is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.load import say_on_stderr as say
+from rlcore.config.load import validate_config
+from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
+from rlcore.workers.weights_file import load_weights
+
+POLICY_FORMAT = "rlcore-policy/1"
+
+
+def pick_checkpoint(run: str | Path, step: int | None) -> Path:
+    """``run``'s newest complete checkpoint, or its ``iter_{step}`` (refused, naming the file,
+    when its files disagree with its manifest)."""
+    if step is None:
+        return find_checkpoint(str(run))
+    checkpoint = Path(run) / "checkpoints" / f"iter_{step:06d}"
+    if not checkpoint.is_dir():
+        raise ConfigError(f"--step {step}: {checkpoint} does not exist")
+    problem = check_manifest(checkpoint)
+    if problem is not None:
+        raise ConfigError(f"--step {step}: {checkpoint} cannot be exported: {problem}")
+    return checkpoint
+
+
+def export(run: str | Path, out: str | Path, step: int | None = None) -> Path:
+    """Write the policy of ``run``'s checkpoint to ``out`` (see the module docstring)."""
+    checkpoint = pick_checkpoint(run, step)
+    config = validate_config(json.loads((checkpoint / DRIVER_FILE).read_text())["config"])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if config.mode == "reasoning":
+        _export_language_models(config, checkpoint, out)
+    else:
+        _export_policy(config, checkpoint, out)
+    say(f"exported {checkpoint} to {out}")
+    return out
+
+
+# reasoning ---------------------------------------------------------------------------------------
+
+
+def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
+    from transformers import GenerationConfig
+
+    from rlcore.models.lm import load_causal_lm, load_tokenizer, load_value_model
+    from rlcore.models.warmup import prepare_models
+
+    # The architecture and tokenizer of the run's models (the tiny one from its cache, rebuilt
+    # the same if the cache is gone); the trained weights replace theirs.
+    dirs = prepare_models(config, say)
+    tokenizer = load_tokenizer(dirs.actor)
+    dtype = config.actor.model.dtype
+    actor = load_causal_lm(dirs.actor, dtype)
+    _load_exactly(actor, checkpoint / "actor" / "model.safetensors")
+    eos = actor.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    r = config.rollout
+    actor.generation_config = GenerationConfig(
+        do_sample=True,  # the trained policy samples; pass do_sample=False for greedy answers
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k or None,
+        max_new_tokens=config.data.max_response_length,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    actor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    if (checkpoint / "critic").is_dir():
+        critic = load_value_model(dirs.critic, dtype)  # as LMCritic builds it
+        _load_exactly(critic, checkpoint / "critic" / "model.safetensors")
+        critic.save_pretrained(out / "critic")
+        load_tokenizer(dirs.critic).save_pretrained(out / "critic")
+
+
+def _load_exactly(model: torch.nn.Module, weights: Path) -> None:
+    """``weights`` into ``model``; every tensor of each must match the other."""
+    state = load_weights(weights)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ConfigError(
+            f"{weights} does not fit the run's model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}"
+        )
+
+
+# embodied ----------------------------------------------------------------------------------------
+
+
+def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
+    from safetensors.torch import save_file
+
+    from rlcore.envs import make_vector_env, space_spec
+
+    envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
+    try:
+        spec = space_spec(envs, config.env.id)
+    finally:
+        envs.close()
+    weights = load_weights(checkpoint / "actor" / "model.safetensors")
+    env_state = torch.load(checkpoint / "env" / "rank0.pt", weights_only=True)
+    norm = env_state["obs_norm"]
+    m = config.actor.model
+    described = {
+        "format": POLICY_FORMAT,
+        "env_id": config.env.id,
+        "spec": {
+            "obs_shape": list(spec.obs_shape),
+            "action_kind": spec.action_kind,
+            "action_dims": list(spec.action_dims),
+            "action_low": None if spec.action_low is None else spec.action_low.tolist(),
+            "action_high": None if spec.action_high is None else spec.action_high.tolist(),
+            "obs_scale": spec.obs_scale,
+        },
+        "model": {
+            "hidden_sizes": list(m.hidden_sizes),
+            "activation": m.activation,
+            "shared_backbone": m.shared_backbone,
+            "log_std_init": m.log_std_init,
+        },
+        # env rank 0's running statistics (each env rank keeps its own)
+        "obs_norm": None if norm is None else {"clip": config.env.clip_obs},
+    }
+    tensors = {f"model.{k}": v.contiguous() for k, v in _unaliased(weights).items()}
+    if norm is not None:
+        tensors.update({f"obs_norm.{k}": torch.as_tensor(v) for k, v in norm.items()})
+    save_file(tensors, str(out / "policy.safetensors"))
+    (out / "policy.json").write_text(json.dumps(described, indent=2))
+
+
+def _unaliased(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with each shared tensor (a shared trunk under two names) stored as a copy."""
+    return {k: v.clone() for k, v in state.items()}
+
+
+class Policy(torch.nn.Module):
+    """An exported embodied policy: ``policy(obs)`` -> actions, for one observation or a batch,
+    numpy or torch, raw as the env returns them (normalised here as in training)."""
+
+    def __init__(self, model: Any, spec: Any, normalizer: Any) -> None:
+        super().__init__()
+        self.model, self.spec, self.normalizer = model.eval(), spec, normalizer
+
+    @torch.no_grad()
+    def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        from rlcore.workers.env_worker import env_action
+
+        batch = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        single = batch.dim() == len(self.spec.obs_shape)
+        if single:
+            batch = batch[None]
+        if self.normalizer is not None:
+            batch = self.normalizer(batch, update=False)
+        action, _, _ = self.model.act(batch, deterministic=deterministic)
+        sent = env_action(self.spec, action)
+        return sent[0] if single else sent
+
+
+def load_policy(path: str | Path) -> Policy:
+    """The policy ``rlcore export`` wrote to ``path`` (an embodied run's)."""
+    from safetensors.torch import load_file
+
+    from rlcore.envs.normalization import ObsNormalizer
+    from rlcore.envs.vector import SpaceSpec
+    from rlcore.models.actor_critic import ActorCritic
+
+    folder = Path(path)
+    described_file = folder / "policy.json"
+    if not described_file.is_file():
+        raise FileNotFoundError(
+            f"{described_file} is missing: give a folder written by `rlcore export` from an "
+            "embodied run (a reasoning run's export loads with transformers)"
+        )
+    described = json.loads(described_file.read_text())
+    if described.get("format") != POLICY_FORMAT:
+        raise ValueError(f"{described_file}: format {described.get('format')!r} is not "
+                         f"{POLICY_FORMAT!r}")  # fmt: skip
+    s = described["spec"]
+    spec = SpaceSpec(
+        tuple(s["obs_shape"]),
+        s["action_kind"],
+        tuple(s["action_dims"]),
+        None if s["action_low"] is None else np.asarray(s["action_low"], dtype=np.float32),
+        None if s["action_high"] is None else np.asarray(s["action_high"], dtype=np.float32),
+        s["obs_scale"],
+    )
+    m = described["model"]
+    model = ActorCritic(spec, m["hidden_sizes"], m["activation"], m["shared_backbone"],
+                        ortho_init=False, log_std_init=m["log_std_init"])  # fmt: skip
+    tensors = load_file(str(folder / "policy.safetensors"))
+    model.load_state_dict(
+        {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    )
+    normalizer = None
+    if described["obs_norm"] is not None:
+        normalizer = ObsNormalizer(spec.obs_shape, described["obs_norm"]["clip"])
+        normalizer.load_state_dict(
+            {
+                k.removeprefix("obs_norm."): v
+                for k, v in tensors.items()
+                if k.startswith("obs_norm.")
+            }
+        )
+    return Policy(model, spec, normalizer)

@@ -1,0 +1,141 @@
+"""`rlcore export`: a reasoning run's actor as a Hugging Face folder that transformers loads and
+that answers the validation prompts as the trained policy does; an embodied run's policy for
+`rlcore.load_policy`, which balances CartPole as the trained one did."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import rlcore
+from rlcore.cli import main
+from rlcore.config import load_config
+from rlcore.data.sampler import prompt_batch
+from rlcore.data.sequences import response_mask
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
+from rlcore.runners.reasoning import ReasoningRunner
+from tests.lm_fixtures import tiny_config
+from tests.runners.test_reasoning import length_reward
+
+
+def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_policy(
+    tiny_lm, tmp_path
+):
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+    _, dirs = tiny_lm
+    cache = dirs.actor.parent
+    common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r")
+    ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common))).run()
+    run_dir = tmp_path / "r"
+    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
+
+    # The trained policy's greedy answers to the validation prompts, from the run resumed.
+    resumed = ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common,
+                                                    f"runner.resume_dir={run_dir}")))  # fmt: skip
+    rows = list(range(len(resumed.val_set)))
+    prompts = prompt_batch(rows, resumed.val_set, 1, resumed.tokenizer.pad_token_id)
+    resumed._sync()
+    trained = resumed.rollout.generate(prompts, resumed.version, greedy=True)
+    resumed.close()
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert tokenizer.get_vocab() == resumed.tokenizer.get_vocab()
+    width = prompts["input_ids"].shape[1]
+    out = model.generate(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"],
+                         do_sample=False)  # fmt: skip
+    answers = out[:, width:]
+    eos = model.generation_config.eos_token_id
+    mask = response_mask(answers, eos if isinstance(eos, list) else [eos])
+    assert int(trained["response_mask"].sum()) > len(rows)  # answers, not only stop tokens
+    for row in range(len(rows)):
+        mine = answers[row][mask[row].bool()].tolist()
+        theirs = trained["responses"][row][trained["response_mask"][row].bool()].tolist()
+        assert mine == theirs, (row, tokenizer.decode(mine), tokenizer.decode(theirs))
+    # The sampling settings of the run, and trained weights (not the base model's).
+    assert model.generation_config.max_new_tokens == resumed.config.data.max_response_length
+    base = AutoModelForCausalLM.from_pretrained(dirs.actor).state_dict()
+    assert any(not torch.equal(base[k], v) for k, v in model.state_dict().items())
+    critic = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf" / "critic")
+    saved = load_file(run_dir / "checkpoints" / "iter_000002" / "critic" / "model.safetensors")
+    exported = critic.state_dict()
+    assert all(torch.equal(exported[k], v) for k, v in saved.items())
+
+
+def _planned(config):
+    return config, plan_for_config(config)
+
+
+def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path):
+    """The default job trained to its threshold, exported: the loaded policy keeps a plain
+    gymnasium CartPole up for the full 500 steps, as the run's evaluation said it would."""
+    config = load_config("embodied/cartpole_ppo",
+                         [f"runner.output_dir={tmp_path}", "runner.run_name=c",
+                          "runner.progress=false", "logger.tensorboard=false"])  # fmt: skip
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
+    assert summary["eval_return_mean"] >= 475
+    assert main(["export", str(tmp_path / "c"), str(tmp_path / "policy")]) == 0
+    policy = rlcore.load_policy(tmp_path / "policy")
+    returns = []
+    for seed in range(5):
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(policy(obs)))
+            total, done = total + reward, terminated or truncated
+        returns.append(total)
+    assert np.mean(returns) >= 475, returns
+
+
+def test_an_exported_policy_normalises_observations_with_the_runs_statistics(tmp_path):
+    config = load_config("embodied/cartpole_ppo", [
+        "env.id=Pendulum-v1", "env.vector_mode=sync", "env.normalize_obs=true",
+        "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=128",
+        "actor.ppo_mini_batch_size=32", "env.solved_threshold=null", "runner.progress=false",
+        f"runner.output_dir={tmp_path}", "runner.run_name=p", "logger.tensorboard=false",
+    ])  # fmt: skip
+    EmbodiedRunner(config, plan_for_config(config)).run()
+    assert main(["export", str(tmp_path / "p"), "--step", "2", str(tmp_path / "policy")]) == 0
+    policy = rlcore.load_policy(tmp_path / "policy")
+    described = json.loads((tmp_path / "policy" / "policy.json").read_text())
+    env_state = torch.load(tmp_path / "p/checkpoints/iter_000002/env/rank0.pt", weights_only=True)
+    mean, var = env_state["obs_norm"]["mean"].numpy(), env_state["obs_norm"]["var"].numpy()
+    clip = described["obs_norm"]["clip"]
+    obs = np.random.default_rng(0).uniform(-8, 8, size=(16, 3)).astype(np.float32)  # as the env
+    by_hand = np.clip((obs - mean) / np.sqrt(var + 1e-8), -clip, clip).astype(np.float32)
+
+    def expected(rows):
+        mode, _, _ = policy.model.act(torch.from_numpy(by_hand[rows]), deterministic=True)
+        return np.clip(mode.detach().numpy(), -2.0, 2.0)  # Pendulum's torque bounds
+
+    assert np.array_equal(policy(obs), expected(slice(None)))
+    assert np.array_equal(policy(obs[0]), expected(slice(0, 1))[0])  # one observation
+
+
+def test_export_errors_name_what_is_wrong(tmp_path, capsys):
+    def refused(*args):
+        with pytest.raises(SystemExit) as exit_:
+            main(["export", *map(str, args)])
+        assert exit_.value.code == 2
+        return capsys.readouterr().err
+
+    assert "no complete checkpoint at" in refused(tmp_path / "nothing", tmp_path / "out")
+    config = load_config("embodied/cartpole_ppo", [
+        "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=128",
+        "actor.ppo_mini_batch_size=32", "env.solved_threshold=null", "runner.progress=false",
+        f"runner.output_dir={tmp_path}", "runner.run_name=c", "logger.tensorboard=false",
+    ])  # fmt: skip
+    EmbodiedRunner(config, plan_for_config(config)).run()
+    assert "--step 7: " in refused(tmp_path / "c", "--step", "7", tmp_path / "out")
+    weights = tmp_path / "c/checkpoints/iter_000002/actor/model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    err = refused(tmp_path / "c", "--step", "2", tmp_path / "out")
+    assert f"{weights} has 100 bytes, the manifest says" in err
+    with pytest.raises(FileNotFoundError, match=r"policy.json is missing: give a folder written"):
+        rlcore.load_policy(tmp_path)
