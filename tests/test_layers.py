@@ -15,7 +15,7 @@ LAYERS = [  # lowest first
     {"envs"},
     {"models", "data", "rewards"},
     {"workers"},
-    {"runners"},
+    {"runners", "export"},
     {"cli"},
 ]
 
