@@ -9,6 +9,8 @@ reads V(final observation) from the policy's forward pass on it (see runners/emb
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,7 +51,12 @@ def make_vector_env(
             raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
         chosen = "vector_entry_point" if mode in ("native", "auto") and native else mode
         chosen = "sync" if chosen == "auto" else chosen
-        envs = gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
+        if chosen == "async":
+            envs = gym.vector.AsyncVectorEnv(
+                [_ignoring_sigint(lambda: gym.make(target, **env_kwargs))] * num_envs
+            )
+        else:
+            envs = gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
     else:
         if mode == "native":
             raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
@@ -57,12 +64,26 @@ def make_vector_env(
         def factory() -> gym.Env:
             return make_env(env_id, **env_kwargs)
 
-        vector_cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
-        envs = vector_cls([factory] * num_envs)
+        if mode == "async":
+            envs = gym.vector.AsyncVectorEnv([_ignoring_sigint(factory)] * num_envs)
+        else:
+            envs = gym.vector.SyncVectorEnv([factory] * num_envs)
     autoreset = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise EnvError(f"env.id: '{env_id}' vectorises with {autoreset}; rlcore needs next-step")
     return envs
+
+
+def _ignoring_sigint(factory: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+    """``factory`` run in an env subprocess that ignores SIGINT: Ctrl-C reaches the whole
+    process group, and it is the run's to handle (it stops after the iteration and closes its
+    envs); an env process dying of it mid-step would break that."""
+
+    def make() -> gym.Env:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return factory()
+
+    return make
 
 
 def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:

@@ -10,14 +10,22 @@ A driver (``EmbodiedRunner``, ``ReasoningRunner``) says what an iteration and an
         every checkpoint_every iterations and at the end: driver.checkpoint()
         log metrics; advance the progress bar
     write summary.json (the driver's fields, the mean seconds per stage, the restarts)
+
+SIGINT (Ctrl-C) or SIGTERM during training lets the current iteration finish, then writes a
+checkpoint (unless ``checkpoint_every`` is 0) and ``summary.json`` marked ``"interrupted":
+true``, and ends with ``RunInterrupted`` (exit status 128 + the signal's number). A second
+signal stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import signal
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -26,6 +34,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from rlcore.config.load import say_on_stderr as say
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.progress import Progress
 
@@ -61,8 +70,56 @@ class Driver(Protocol):
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]: ...
 
 
+class RunInterrupted(SystemExit):
+    """The run stopped on a signal after saving what it had (exit status 128 + signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+class StopRequests:
+    """While training, the first SIGINT or SIGTERM is a request to stop after the current
+    iteration (``signum`` is set); a second one stops at once. Outside the main thread (where
+    Python cannot install handlers) signals behave as they would without it."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.honoured = False  # the loop stopped early for it
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._request)
+        return self
+
+    def _request(self, signum: int, frame: object) -> None:
+        if self.signum is not None:  # the second one: at once
+            self.__exit__()
+            raise KeyboardInterrupt if signum == signal.SIGINT else RunInterrupted(signum)
+        self.signum = signum
+        say(f"{signal.Signals(signum).name}: stopping after this iteration, with a checkpoint "
+            "and the summary (send it again to stop at once)")  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            with contextlib.suppress(TypeError, ValueError):
+                signal.signal(sig, handler)
+        self._previous.clear()
+
+
 def train(driver: Driver) -> dict[str, Any]:
     """Run ``driver`` to the end of its schedule; its summary (also written to summary.json)."""
+    with StopRequests() as stop:
+        summary = _train(driver, stop)
+    if stop.honoured:
+        say(f"interrupted: the summary is in {driver.run_dir / 'summary.json'}")
+        raise RunInterrupted(stop.signum)
+    return summary
+
+
+def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     s, progress, config = driver.schedule, driver.progress, driver.config
     logger = MetricsLogger(
         driver.run_dir,
@@ -95,7 +152,8 @@ def train(driver: Driver) -> dict[str, Any]:
                 progress.samples + s.samples_per_iteration,
             )
             last = iteration == s.iterations
-            if (s.eval_every and iteration % s.eval_every == 0) or last:
+            interrupted = stop.signum is not None
+            if ((s.eval_every and iteration % s.eval_every == 0) or last) and not interrupted:
                 timer = time.perf_counter()
                 progress.last_eval = driver.evaluate(iteration)
                 metrics.update(progress.last_eval)
@@ -106,6 +164,8 @@ def train(driver: Driver) -> dict[str, Any]:
                     progress.reached_samples = progress.samples
                     last = last or s.stop_at_threshold
             progress.elapsed_s = time.perf_counter() - start
+            stop.honoured = interrupted and not last  # stopping early, for the signal
+            last = last or interrupted
             if s.checkpoint_every and (iteration % s.checkpoint_every == 0 or last):
                 driver.checkpoint()
             logger.log(progress.samples if s.log_by_samples else iteration, metrics)
@@ -132,5 +192,6 @@ def train(driver: Driver) -> dict[str, Any]:
     summary["run_dir"] = str(driver.run_dir)
     summary["restarts"] = len(driver.restarts)
     summary["restart_log"] = driver.restarts
+    summary["interrupted"] = stop.honoured
     (driver.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
