@@ -226,7 +226,10 @@ class ReasoningRunnerConfig(RunnerConfig):
     torch_threads: int = key(2, doc="torch CPU threads per process", range=">= 1")
     progress: bool = key(True, doc="show a progress bar on stderr")
     checkpoint_every: int = key(
-        0, doc="iterations between checkpoints (the last one included); 0 = none", range=">= 0"
+        10,
+        doc="iterations between checkpoints (and one at the end, so a finished run keeps its "
+        "trained weights); 0 = none",
+        range=">= 0",
     )
     resume_dir: str | None = key(
         None, doc="resume from this run folder's latest checkpoint (or a checkpoint folder)"

@@ -65,15 +65,50 @@ def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path 
     return None
 
 
+def check_run_folder(config: Any, folder: Path | None = None) -> None:
+    """Refuse to start a new run in a folder that already holds one (its checkpoints and
+    metrics would mix with this run's, and a later resume could pick the other run's): a run
+    reuses its folder only to continue it (``runner.resume=auto`` or ``runner.resume_dir``)."""
+    run = config.runner
+    if run.resume == "auto" or run.resume_dir:
+        return
+    if folder is None:
+        if run.run_name is None:
+            return  # a fresh timestamped name
+        folder = Path(run.output_dir) / run.run_name
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"runner.output_dir: {folder} is a file, not a folder for the run")
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ConfigError(
+            f"runner.run_name: {folder} already holds a run; pick another run_name, or continue "
+            "that run with runner.resume=auto"
+        )
+
+
 def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
     """The run folder (created, with ``config.json``) and the checkpoint to resume from, if any
-    (``checkpoint_to_resume``): the run folder is then the checkpoint's."""
+    (``checkpoint_to_resume``): the run folder is then the checkpoint's. A folder holding
+    another run is refused (``check_run_folder``)."""
     run = config.runner
     checkpoint = checkpoint_to_resume(config)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = run.run_name or f"{default_name}-s{run.seed}-{stamp}"
-    run_dir = checkpoint.parent.parent if checkpoint else Path(run.output_dir) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if checkpoint is not None:
+        run_dir = checkpoint.parent.parent
+    elif run.run_name is not None:
+        run_dir = Path(run.output_dir) / run.run_name
+    else:  # a fresh name: NAME-sSEED-TIMESTAMP, -2, -3, ... when runs start in the same second
+        stamp = (
+            Path(run.output_dir) / f"{default_name}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        run_dir, number = stamp, 1
+        while run_dir.exists():
+            number += 1
+            run_dir = stamp.with_name(f"{stamp.name}-{number}")
+    check_run_folder(config, run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        where = f"cannot make the run folder {run_dir}: {error}"
+        raise ConfigError(f"runner.output_dir: {where}") from None
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     return run_dir, checkpoint
 

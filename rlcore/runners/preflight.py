@@ -21,7 +21,12 @@ from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.lm import check_model_dir
 from rlcore.placement import PlacementPlan
 from rlcore.rewards import load_custom_fn
-from rlcore.runners.checkpoint import DRIVER_FILE, check_resumable, checkpoint_to_resume
+from rlcore.runners.checkpoint import (
+    DRIVER_FILE,
+    check_resumable,
+    check_run_folder,
+    checkpoint_to_resume,
+)
 from rlcore.scheduler.deployment import runs_in_driver
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 
@@ -41,6 +46,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
     else:
         attempt(_probe_env, config)
     attempt(_check_resume, config, plan)
+    attempt(check_run_folder, config)
     attempt(_check_ray, config, plan)
     if problems:
         raise ConfigError("\n".join(problems))

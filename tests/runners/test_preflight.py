@@ -35,6 +35,9 @@ def bad_inputs(tmp_path):
     custom = ["reward.kind=custom"]
     run = tmp_path / "finished_run"
     (run / "checkpoints").mkdir(parents=True)
+    (tmp_path / "out" / "taken").mkdir(parents=True)  # the harness's runner.output_dir
+    write(tmp_path / "out" / "taken" / "config.json", "{}")
+    write(tmp_path / "out" / "a_file", "")
     return [
         (ARITH, ["actor.model.path=/no/such/model", "warmup.steps=0"],
          "actor.model.path: /no/such/model is not a directory"),
@@ -62,6 +65,10 @@ def bad_inputs(tmp_path):
          "runner.resume_dir: no complete checkpoint at /no/run"),
         (CARTPOLE, [f"runner.resume_dir={run}"],
          f"runner.resume_dir: no complete checkpoint at {run}"),
+        (CARTPOLE, ["runner.run_name=taken"],
+         "already holds a run; pick another run_name, or continue that run with runner.resume"),
+        (ARITH, ["runner.run_name=taken"], "already holds a run"),
+        (CARTPOLE, ["runner.run_name=a_file"], "a_file is a file, not a folder for the run"),
     ]  # fmt: skip
 
 
