@@ -183,10 +183,22 @@ class RewardConfig(GroupKeys):
     correct_score: float = key(1.0, doc="reward of a correct answer", range="any")
     format_score: float = key(0.0, doc="reward of a well-formed but wrong answer", range="any")
     custom_fn: str | None = key(
-        None, doc="kind custom: 'path/to/file.py:function' taking (response, answer) -> float"
+        None,
+        doc="kind custom: 'path/to/file.py:function' taking (response, answer) and returning "
+        "a finite number (right when >= correct_score) or {'score': number, 'correct': bool}",
     )
     timeout_s: float = key(
-        2.0, doc="parsing one response may take this long; then it scores 0", range="> 0"
+        2.0,
+        doc="seconds scoring one response may take (kinds math and custom); past it, its "
+        "scoring process is killed and replaced and the response scores 0 (counted in "
+        "reward/timeouts)",
+        range="> 0",
+    )
+    num_processes: int = key(
+        2,
+        doc="scoring processes per reward rank for the kinds math and custom (gsm8k's bounded "
+        "regex runs in the reward worker itself)",
+        range=">= 1",
     )
 
 

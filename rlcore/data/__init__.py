@@ -1,14 +1,27 @@
-"""Prompts for reasoning runs: the shipped arithmetic task, and parquet/jsonl files."""
+"""Prompts for reasoning runs: the shipped arithmetic task, and parquet/jsonl files.
 
-from rlcore.data.answers import extract_gsm8k_answer, parse_number
-from rlcore.data.arith import arithmetic_problems
-from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
+Names are imported on first use, so ``rlcore.data.answers`` (which the scoring processes read
+answers with) comes without the config package and torch.
+"""
 
-__all__ = [
-    "DataError",
-    "PromptSet",
-    "arithmetic_problems",
-    "extract_gsm8k_answer",
-    "load_prompt_rows",
-    "parse_number",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "DataError": "rlcore.data.prompts",
+    "PromptSet": "rlcore.data.prompts",
+    "load_prompt_rows": "rlcore.data.prompts",
+    "arithmetic_problems": "rlcore.data.arith",
+    "extract_gsm8k_answer": "rlcore.data.answers",
+    "parse_number": "rlcore.data.answers",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'rlcore.data' has no attribute '{name}'")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -1,7 +1,32 @@
 """Rule-based rewards for reasoning runs: GSM8K numbers, math answers via math-verify, or a
-user's function. Model output is only parsed, never executed, and parsing has a time limit."""
+user's function. Model output is only parsed, never executed, and scoring has a deadline that
+holds (scoring.py).
 
-from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
-from rlcore.rewards.worker import RewardWorker
+Names are imported on first use: a scoring process imports ``rlcore.rewards.scoring`` without
+torch or transformers, so it starts (and is replaced after a timeout) in a fraction of a second.
+"""
 
-__all__ = ["RewardWorker", "gsm8k_correct", "load_custom_fn", "math_correct"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "RewardWorker": "rlcore.rewards.worker",
+    "RewardError": "rlcore.rewards.scoring",
+    "ScoringPool": "rlcore.rewards.scoring",
+    "Rules": "rlcore.rewards.judge",
+    "Verdict": "rlcore.rewards.judge",
+    "judge": "rlcore.rewards.judge",
+    "gsm8k_correct": "rlcore.rewards.rules",
+    "load_custom_fn": "rlcore.rewards.rules",
+    "math_correct": "rlcore.rewards.rules",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'rlcore.rewards' has no attribute '{name}'")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -8,7 +8,6 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from rlcore.config.errors import ConfigError
 from rlcore.data.answers import extract_gsm8k_answer, last_number, parse_number
 
 # Answers are read from the end of a response; a runaway response is cut here first, which also
@@ -40,25 +39,28 @@ def gsm8k_correct(response: str, answer: str, mode: str = "strict") -> bool | No
     return got == want
 
 
-def math_correct(response: str, answer: str) -> bool | None:
+def math_correct(response: str, answer: str, timeout_s: int | None = None) -> bool | None:
     """``\\boxed{}`` (or any final expression) equivalence by math-verify: ``\\frac{1}{2}`` = 0.5.
 
-    The timeouts math-verify implements with signals work only in a main thread; this runs in a
-    thread of the reward worker, which enforces ``reward.timeout_s`` itself.
+    ``timeout_s``: math-verify's own limits on parsing and on verifying, which it implements
+    with signal alarms and so only in a main thread (the scoring processes run this there; they
+    are also killed past ``reward.timeout_s``: scoring.py).
     """
     from math_verify import parse, verify
 
-    predicted = parse(response[-MAX_CHARS:], parsing_timeout=None)
+    predicted = parse(response[-MAX_CHARS:], parsing_timeout=timeout_s)
     if not predicted:
         return None
     gold = parse(
-        answer if "\\boxed" in answer or "$" in answer else f"${answer}$", parsing_timeout=None
+        answer if "\\boxed" in answer or "$" in answer else f"${answer}$", parsing_timeout=timeout_s
     )
-    return bool(verify(gold, predicted, timeout_seconds=None))
+    return bool(verify(gold, predicted, timeout_seconds=timeout_s))
 
 
 def load_custom_fn(spec: str) -> Callable[[str, str], float]:
     """``path/to/file.py:function`` -> the function; errors name ``reward.custom_fn``."""
+    from rlcore.config.errors import ConfigError  # here: scoring processes start without it
+
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
         raise ConfigError(f"reward.custom_fn: '{spec}' is not 'path/to/file.py:function'")

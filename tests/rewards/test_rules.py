@@ -8,7 +8,14 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
-from rlcore.rewards import RewardWorker, gsm8k_correct, load_custom_fn, math_correct
+from rlcore.rewards import (
+    RewardWorker,
+    Rules,
+    ScoringPool,
+    gsm8k_correct,
+    load_custom_fn,
+    math_correct,
+)
 
 
 @pytest.mark.parametrize(
@@ -59,13 +66,11 @@ class Letters:
 def worker(**reward) -> RewardWorker:
     w = RewardWorker.__new__(RewardWorker)
     defaults = {"kind": "gsm8k", "gsm8k_mode": "strict", "correct_score": 1.0, "format_score": 0.1,
-                "custom_fn": None, "timeout_s": 2.0}  # fmt: skip
+                "custom_fn": None, "timeout_s": 2.0, "num_processes": 1}  # fmt: skip
     w.config = SimpleNamespace(**(defaults | reward))
     w.tokenizer = Letters()
-    w.custom = load_custom_fn(w.config.custom_fn) if w.config.custom_fn else None
-    import concurrent.futures
-
-    w.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    w.rules = Rules.of(w.config)
+    w.pool = ScoringPool(w.config) if w.config.kind != "gsm8k" else None
     return w
 
 
@@ -86,14 +91,21 @@ def test_reward_worker_scores_right_wrong_and_unparsed_responses():
     assert not out["timed_out"].any()
 
 
-def test_a_scorer_that_hangs_scores_zero_after_the_timeout(tmp_path):
+def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path, capsys):
     (tmp_path / "slow.py").write_text(
         "import time\n"
-        "def score(r, a):\n    if r == 'slow':\n        time.sleep(3)\n    return 1.0\n"
+        "def score(r, a):\n    if r == 'slow':\n        time.sleep(1000)\n    return 1.0\n"
     )
     w = worker(kind="custom", custom_fn=f"{tmp_path}/slow.py:score", timeout_s=0.3)
-    start = time.perf_counter()
-    out = w.score(encode(["slow", "fast"], ["x", "x"]))
-    assert time.perf_counter() - start < 2.0
+    try:
+        w.score(encode(["fast"], ["x"]))  # the scoring process is up
+        start = time.perf_counter()
+        out = w.score(encode(["slow", "fast"], ["x", "x"]))
+        assert time.perf_counter() - start < 2.0
+    finally:
+        w.close()
     assert out["scores"].tolist() == [0.0, 1.0]
     assert out["timed_out"].tolist() == [True, False]
+    assert out["unparsed"].tolist() == [False, False]
+    said = capsys.readouterr().err
+    assert "1 of 2 responses took over reward.timeout_s=0.3 s and score 0; response 0" in said

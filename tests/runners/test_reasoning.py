@@ -22,7 +22,8 @@ def length_reward(tmp_path):
     (tmp_path / "length.py").write_text(
         "def score(response, answer):\n    return len(response) % 3\n"
     )
-    return ("reward.kind=custom", f"reward.custom_fn={tmp_path}/length.py:score")
+    return ("reward.kind=custom", f"reward.custom_fn={tmp_path}/length.py:score",
+            "reward.num_processes=1")  # fmt: skip
 
 
 def run(config):

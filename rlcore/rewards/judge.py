@@ -1,0 +1,97 @@
+"""The verdict on one response, and the loop of a scoring process (``scoring.py`` runs it).
+
+This module imports neither torch nor the config package: a scoring process starts, and is
+replaced after a timeout, in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
+
+
+class BadReward(Exception):
+    """A custom reward that raised or returned something other than a finite number."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What judging reads of the ``reward`` section (plain values: no config import needed)."""
+
+    kind: str
+    gsm8k_mode: str
+    correct_score: float
+    format_score: float
+    custom_fn: str | None
+    timeout_s: float
+
+    @classmethod
+    def of(cls, reward: Any) -> Rules:
+        return cls(reward.kind, reward.gsm8k_mode, reward.correct_score, reward.format_score,
+                   reward.custom_fn, reward.timeout_s)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verdict:
+    score: float
+    correct: bool | None  # None: the response has no answer in the expected form
+    timed_out: bool = False
+
+
+def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0) -> Verdict:
+    """The verdict on one response (``custom``: the loaded custom function or None). A custom
+    function returns a number (right when it reaches ``correct_score``) or ``{"score": number,
+    "correct": bool}`` (its own verdict); anything else is a ``BadReward``."""
+    if custom is not None:
+        where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
+        try:
+            returned = custom(response, answer)
+        except Exception as error:
+            raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
+        verdict = returned.get("correct") if isinstance(returned, dict) else None
+        score = returned.get("score") if isinstance(returned, dict) else returned
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise BadReward(f"{where} returned {returned!r}; return a number, or "
+                            "{'score': number, 'correct': bool}")  # fmt: skip
+        if not math.isfinite(score):
+            raise BadReward(f"{where} returned {score}; rewards must be finite numbers")
+        correct = bool(verdict) if verdict is not None else score >= rules.correct_score
+        return Verdict(float(score), correct)
+    if rules.kind == "math":
+        # math-verify's own limits too (signal alarms: whole seconds, main thread only)
+        correct = math_correct(response, answer, timeout_s=max(1, math.ceil(rules.timeout_s)))
+    else:
+        correct = gsm8k_correct(response, answer, rules.gsm8k_mode)
+    if correct is None:
+        return Verdict(0.0, None)
+    return Verdict(rules.correct_score if correct else rules.format_score, correct)
+
+
+def serve(conn: Any, rules: Rules) -> None:
+    """A scoring process: says ``"ready"``, then ``(index, response, answer)`` in, ``(index,
+    Verdict)`` or ``(index, message)`` (a bad reward, a failure) out, until ``None``."""
+    try:
+        custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
+    except Exception as error:
+        conn.send(("failed", f"{type(error).__name__}: {error}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        index, response, answer = message
+        try:
+            conn.send((index, judge(rules, custom, response, answer, index)))
+        except BadReward as error:
+            conn.send((index, str(error)))
+        except Exception as error:  # the rules themselves failing: say where
+            detail = traceback.format_exc(limit=-3)
+            conn.send((index, f"reward: scoring response {index} failed: {error}\n{detail}"))

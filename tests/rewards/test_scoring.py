@@ -1,0 +1,103 @@
+"""Scoring has a deadline that holds: a custom reward that sleeps or spins holding the GIL, and
+math-verify on a tower of powers, are stopped after reward.timeout_s (their process killed and
+replaced) and score 0; a reward that is not a finite number ends the run naming the function."""
+
+import time
+
+import pytest
+
+from rlcore.config import load_config
+from rlcore.rewards import RewardError, ScoringPool
+
+REWARD = """
+import math
+
+def spins(response, answer):
+    if response == "slow":
+        return float(10 ** (10 ** 10) % 7)  # C code holding the GIL for minutes
+    return 1.0 if response == answer else 0.0
+
+def nan(response, answer):
+    return math.nan if response == "bad" else 0.0
+
+def text(response, answer):
+    return "1.0"
+
+def raises(response, answer):
+    raise KeyError("answer")
+
+def verdict(response, answer):
+    return {"score": 0.5, "correct": response == answer}
+"""
+
+
+def reward_config(tmp_path, *extra):
+    (tmp_path / "reward.py").write_text(REWARD)
+    return load_config("reasoning/tiny_arith_ppo", ["reward.kind=custom", *extra]).reward
+
+
+def pool(tmp_path, function, *extra):
+    config = reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:{function}",
+                           "reward.timeout_s=0.5", *extra)  # fmt: skip
+    return ScoringPool(config)
+
+
+def test_a_scorer_spinning_in_c_is_stopped_at_the_deadline_and_the_next_batch_goes_on(tmp_path):
+    """It holds the GIL: a thread's timeout could not stop it (a sleeping scorer: test_rules)."""
+    scoring = pool(tmp_path, "spins")
+    try:
+        scoring.score([("warm", "up")])  # the processes' start-up is not the point here
+        start = time.monotonic()
+        verdicts = scoring.score([("slow", "7"), ("7", "7"), ("slow", "7"), ("8", "7")])
+        took = time.monotonic() - start
+        assert [(v.score, v.correct, v.timed_out) for v in verdicts] == [
+            (0.0, False, True), (1.0, True, False), (0.0, False, True), (0.0, False, False)
+        ]  # fmt: skip
+        assert took < 0.5 * 2 + 3  # two rounds of the deadline, plus replacing processes
+        again = scoring.score([("7", "7"), ("6", "7")])  # the replacements score
+        assert [v.correct for v in again] == [True, False]
+    finally:
+        scoring.close()
+    assert all(not p.is_alive() for p, _ in scoring._workers)
+
+
+def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path):
+    config = load_config("reasoning/tiny_arith_ppo",
+                         ["reward.kind=math", "reward.timeout_s=0.5"]).reward  # fmt: skip
+    scoring = ScoringPool(config)
+    try:
+        start = time.monotonic()
+        tower, right = scoring.score([("\\boxed{9^{9^{9^{9}}}}", "3"), ("\\boxed{\\frac{1}{2}}",
+                                                                         "0.5")])  # fmt: skip
+        assert time.monotonic() - start < 10
+        assert tower.score == 0.0 and not tower.correct
+        assert right.correct
+    finally:
+        scoring.close()
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        ("nan", r"reward.custom_fn: .*reward.py:nan on response 1 returned nan; rewards must be "
+                r"finite numbers"),
+        ("text", r"reward.custom_fn: .*:text on response 0 returned '1.0'; return a number, or"),
+        ("raises", r"reward.custom_fn: .*:raises on response 0 raised KeyError: 'answer'"),
+    ],
+)  # fmt: skip
+def test_a_reward_that_is_not_a_finite_number_names_the_function(tmp_path, function, message):
+    scoring = pool(tmp_path, function, "reward.num_processes=1")
+    try:
+        with pytest.raises(RewardError, match=message):
+            scoring.score([("ok", "1"), ("bad", "1")])
+    finally:
+        scoring.close()
+
+
+def test_a_custom_verdict_is_the_accuracy_not_a_threshold_on_the_score(tmp_path):
+    scoring = pool(tmp_path, "verdict", "reward.correct_score=0.1")
+    try:
+        verdicts = scoring.score([("7", "7"), ("6", "7")])
+    finally:
+        scoring.close()
+    assert [(v.score, v.correct) for v in verdicts] == [(0.5, True), (0.5, False)]
