@@ -149,6 +149,23 @@ def test_bad_cluster_files_are_named(tmp_path, capsys):
         assert capsys.readouterr().err == f"rlcore: config error: {message}\n"
 
 
+def test_yaml_syntax_errors_are_one_line_naming_the_file_and_place(tmp_path, capsys):
+    cluster, config = tmp_path / "cluster.yaml", tmp_path / "run.yaml"
+    cluster.write_text("num_nodes: 1\n devices: [\n")
+    config.write_text("mode: embodied\nenv:\n  id: [CartPole\n")
+    for args, message in [
+        (["embodied/cartpole_ppo", "--cluster", str(cluster)],
+         f"{cluster}: not valid YAML: mapping values are not allowed here (line 2, column 9)"),
+        ([str(config)],
+         f"{config}: not valid YAML: expected ',' or ']', but got '<stream end>' (line 4, "),
+    ]:  # fmt: skip
+        with pytest.raises(SystemExit) as stopped:
+            main(["placement", *args])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlcore: config error: {message}") and err.count("\n") == 1, err
+
+
 def test_unknown_cluster_name_suggests_one(capsys):
     with pytest.raises(SystemExit):
         main(["placement", "embodied/cartpole_ppo", "cluster=gpu_1x9"])

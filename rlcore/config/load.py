@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
@@ -79,6 +80,8 @@ def load_cluster_file(path: Path) -> DictConfig:
         raise ConfigError(f"{path}: no such cluster file")
     try:
         loaded = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        raise ConfigError(yaml_problem(path, exc)) from None
     except (OmegaConfBaseException, OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not readable YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(loaded, DictConfig):
@@ -86,6 +89,24 @@ def load_cluster_file(path: Path) -> DictConfig:
     if list(loaded.keys()) == ["cluster"]:
         loaded = loaded.cluster
     return loaded
+
+
+def yaml_problem(path: Path, error: yaml.YAMLError) -> str:
+    """One line: the file, what the YAML parser found wrong, and where."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{path}: not valid YAML: {problem}{where}; fix the file's syntax"
+
+
+def _check_yaml_files(first: Path, directory: Path) -> None:
+    """``first``, then every YAML file a composition may read in ``directory`` (its files and
+    its groups'), parses; Hydra would print the parser's traceback instead."""
+    for path in [first, *sorted([*directory.glob("*.yaml"), *directory.glob("*/*.yaml")])]:
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(yaml_problem(path, exc)) from None
 
 
 def say_on_stderr(line: str) -> None:
@@ -123,6 +144,10 @@ def compose_raw(
     try:
         with initialize_config_dir(version_base=None, config_dir=str(directory)):
             cfg = compose(config_name=name, overrides=group_overrides)
+    except yaml.YAMLError:
+        for folder in searched:
+            _check_yaml_files(directory / f"{name}.yaml", folder)  # names the broken file
+        raise
     except (HydraException, OmegaConfBaseException) as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None

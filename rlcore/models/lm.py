@@ -7,6 +7,7 @@ in ``rlcore.models.warmup``), so a bad path fails first, naming its key.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,14 @@ def check_model_dir(path: str, setting: str) -> Path:
         )
     if not (directory / "config.json").is_file():
         raise ConfigError(f"{setting}: {path} has no config.json, so it is not a model folder")
+    try:
+        described = json.loads((directory / "config.json").read_text())
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"{setting}: {directory / 'config.json'} is not readable JSON "
+                          f"({error}); the model folder is damaged") from None  # fmt: skip
+    if not isinstance(described, dict) or "model_type" not in described:
+        raise ConfigError(f"{setting}: {directory / 'config.json'} names no model_type, so "
+                          "transformers cannot build the model")  # fmt: skip
     return directory
 
 

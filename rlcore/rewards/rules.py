@@ -71,7 +71,13 @@ def load_custom_fn(spec: str) -> Callable[[str, str], float]:
     if module_spec is None or module_spec.loader is None:
         raise ConfigError(f"reward.custom_fn: {path} cannot be imported as a Python file")
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # a syntax error, a failing import: the user's file, not rlcore
+        line = getattr(error, "lineno", None)
+        at = f" (line {line})" if line else ""
+        what = f"{type(error).__name__}: {getattr(error, 'msg', error)}{at}"
+        raise ConfigError(f"reward.custom_fn: {path} cannot be loaded: {what}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.custom_fn: {path} defines no function '{name}'")

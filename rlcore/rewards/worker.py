@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from rlcore.config.load import say_on_stderr as say
 from rlcore.config.schema import ReasoningConfig
 from rlcore.models.lm import load_tokenizer
+from rlcore.rewards.rules import load_custom_fn
 from rlcore.rewards.scoring import Rules, ScoringPool, judge
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 
@@ -24,6 +25,8 @@ class RewardWorker:
         self.config = config.reward
         self.tokenizer = load_tokenizer(model_dir)
         self.rules = Rules.of(self.config)
+        if self.config.kind == "custom":
+            load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
         self.pool = ScoringPool(self.config) if self.config.kind != "gsm8k" else None
 
     @dispatch(Dispatch.SHARD)

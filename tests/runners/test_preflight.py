@@ -35,6 +35,9 @@ def bad_inputs(tmp_path):
     custom = ["reward.kind=custom"]
     run = tmp_path / "finished_run"
     (run / "checkpoints").mkdir(parents=True)
+    write(tmp_path / "broken.py", "def score(response, answer)\n    return 1.0\n")
+    (tmp_path / "damaged_model").mkdir()
+    write(tmp_path / "damaged_model" / "config.json", "{not json")
     (tmp_path / "out" / "taken").mkdir(parents=True)  # the harness's runner.output_dir
     write(tmp_path / "out" / "taken" / "config.json", "{}")
     write(tmp_path / "out" / "a_file", "")
@@ -57,6 +60,10 @@ def bad_inputs(tmp_path):
         (ARITH, [*custom, f"reward.custom_fn={tmp_path / 'reward.py'}:score"],
          "defines no function 'score'"),
         (ARITH, [*custom, "reward.custom_fn=reward.py"], "is not 'path/to/file.py:function'"),
+        (ARITH, [*custom, f"reward.custom_fn={tmp_path / 'broken.py'}:score"],
+         "broken.py cannot be loaded: SyntaxError: expected ':' (line 1)"),
+        (ARITH, [f"actor.model.path={tmp_path / 'damaged_model'}", "warmup.steps=0"],
+         "config.json is not readable JSON"),
         (CARTPOLE, ["env.id=CartPol-v1"], "env.id: no environment 'CartPol-v1'"),
         (CARTPOLE, ["env.id=tests.runners.nowhere:Env"], "env.id:"),
         (CARTPOLE, ["env.id=Pendulum-v1", "env.vector_mode=native"],
