@@ -240,4 +240,8 @@ class LoggerConfig:
         False, doc="print each iteration's metrics as one line on stderr (verl's 'console')"
     )
     tensorboard: bool = key(True, doc="write tensorboard events to the run folder")
-    wandb: bool = key(False, doc="log to Weights & Biases (offline unless WANDB_API_KEY is set)")
+    wandb: bool = key(
+        False,
+        doc="log to Weights & Biases: online when WANDB_API_KEY is set and the server answers "
+        "within 3 s, else offline in the run folder (said on stderr)",
+    )

@@ -25,13 +25,7 @@ class MetricsLogger:
 
             self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         if wandb:
-            import wandb as wandb_module
-
-            # Offline unless the user configured a key: a run never blocks on a login prompt.
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-            self._wandb = wandb_module.init(
-                project="rlcore", dir=str(run_dir), config=config, mode=mode, name=run_dir.name
-            )
+            self._wandb = _start_wandb(run_dir, config)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if self._console:
@@ -49,3 +43,36 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+WANDB_CONNECT_S = 3.0  # how long the wandb server gets to answer before the run logs offline
+
+
+def _start_wandb(run_dir: Path, config: dict) -> Any:
+    """A wandb run: online when a key is set and the server answers, else offline (a run never
+    blocks on a login prompt, nor for minutes on a server it cannot reach), said on stderr."""
+    import socket
+    from urllib.parse import urlparse
+
+    import wandb
+
+    from rlcore.config.load import say_on_stderr as say
+
+    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    if mode == "online":
+        url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname, port), timeout=WANDB_CONNECT_S).close()
+        except OSError as error:
+            say(f"wandb: {url.hostname}:{port} is not reachable ({error}); logging offline to "
+                f"{run_dir / 'wandb'} (upload later with `wandb sync`)")  # fmt: skip
+            mode = "offline"
+    options = {"project": "rlcore", "dir": str(run_dir), "config": config, "name": run_dir.name}
+    try:
+        return wandb.init(mode=mode, **options)
+    except Exception as error:  # reachable but refusing (a bad key, a server error)
+        if mode == "offline":
+            raise
+        say(f"wandb: online logging failed ({type(error).__name__}: {error}); logging offline")
+        return wandb.init(mode="offline", **options)
