@@ -167,6 +167,12 @@ class RunnerConfig:
         "complete; null = keep all",
         range=">= 1",
     )
+    max_skipped_steps: int = key(
+        5,
+        doc="optimiser steps in a row that may have a NaN or infinite gradient (each is skipped, "
+        "counted in the summary's skipped_steps); one more ends the run, naming the component",
+        range=">= 0",
+    )
     max_restarts: int = key(
         3,
         doc="when a worker process dies (killed, out of memory, its node lost) or a collective "

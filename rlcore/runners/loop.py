@@ -135,6 +135,7 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     start = time.perf_counter() - progress.elapsed_s  # wall time counts across resumes
     timings: dict[str, list[float]] = defaultdict(list)
     shown: dict[str, float] = {}
+    skipped: dict[str, int] = {}  # component -> optimiser steps skipped for a non-finite gradient
     try:
         if s.eval_first and progress.first_eval is None:
             progress.first_eval = driver.evaluate(0)
@@ -172,6 +173,8 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
             for name, value in metrics.items():
                 if name.startswith(("time/", "perf/")):
                     timings[name].append(value)
+                elif name.endswith("/skipped_steps"):
+                    skipped[name.split("/")[0]] = int(value)
             bar.update(unit)
             shown.update({short: round(metrics[m], 3) for m, short in s.postfix.items()
                           if m in metrics})  # fmt: skip
@@ -193,5 +196,6 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     summary["restarts"] = len(driver.restarts)
     summary["restart_log"] = driver.restarts
     summary["interrupted"] = stop.honoured
+    summary["skipped_steps"] = skipped
     (driver.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -58,6 +58,7 @@ class EmbodiedActor(TrainedComponent):
             schedule_every="update",
             additive=LOSS_SHARES,
             backend=actor.training_backend,
+            max_skipped_steps=config.runner.max_skipped_steps,
         )
         self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
 

@@ -59,6 +59,7 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         schedule_every="step",
         additive=LOSS_SHARES,
         backend=backend,
+        max_skipped_steps=config.runner.max_skipped_steps,
     )
 
 

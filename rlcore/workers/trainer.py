@@ -45,6 +45,10 @@ class UpdateSizes:
     micro_batch_size: int | None  # samples per forward/backward on one rank; None = the mini-batch
 
 
+class NonFiniteError(RuntimeError):
+    """More consecutive optimiser steps with a NaN or infinite gradient than allowed."""
+
+
 class Trainer:
     """See the module docstring.
 
@@ -72,8 +76,11 @@ class Trainer:
         schedule_every: str = "step",
         additive: frozenset[str] = frozenset(),
         backend: str = "torch",
+        max_skipped_steps: int | None = None,
     ) -> None:
         self.strategy: Strategy = make_strategy(ctx, backend)
+        self.component = getattr(ctx, "component", "model")
+        self.max_skipped_steps = max_skipped_steps
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
         self.model = model.to(self.device)
         self.model.train()
@@ -89,6 +96,7 @@ class Trainer:
         self.shuffle = torch.Generator().manual_seed(seed)
         self.steps = 0
         self.skipped_steps = 0
+        self.skipped_in_a_row = 0
 
     @property
     def rank(self) -> int:
@@ -168,8 +176,18 @@ class Trainer:
         norm = self.strategy.clip_grad_norm(self.model, self.max_grad_norm)
         if torch.isfinite(norm):
             self.optimizer.step()
+            self.skipped_in_a_row = 0
         else:  # a NaN/inf gradient would poison Adam's moments for good: skip the step
             self.skipped_steps += 1
+            self.skipped_in_a_row += 1
+            limit = self.max_skipped_steps
+            if limit is not None and self.skipped_in_a_row > limit:
+                raise NonFiniteError(
+                    f"{self.component}: {self.skipped_in_a_row} optimiser steps in a row had a "
+                    f"NaN or infinite gradient and were skipped (runner.max_skipped_steps="
+                    f"{limit}): the loss or its inputs are not finite; check the rewards and "
+                    "observations, or lower the learning rate"
+                )
         if self.scheduler is not None and self.schedule_every == "step":
             self.scheduler.step()
         self.steps += 1
@@ -185,6 +203,7 @@ class Trainer:
             means = torch.where(share, means, means / self.world_size)
         result = dict(zip(names, means.tolist(), strict=True))
         result["lr"] = lr
+        result["skipped_steps"] = float(self.skipped_steps)  # since the start of the run
         return result
 
     # weights and checkpoints -------------------------------------------------------------------
