@@ -226,9 +226,14 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
         )
     if not actor.model.hidden_sizes:
         problems.append("actor.model.hidden_sizes: give at least one layer width, e.g. [64, 64]")
+    batch = config.runner.rollout_steps * config.env.num_envs
+    if config.runner.total_env_steps < batch:
+        problems.append(
+            f"runner.total_env_steps: {config.runner.total_env_steps} is less than one iteration "
+            f"(runner.rollout_steps x env.num_envs = {batch} steps); raise it to at least {batch}"
+        )
     if problems:
         return problems
-    batch = config.runner.rollout_steps * config.env.num_envs
     desc = (
         f"runner.rollout_steps {config.runner.rollout_steps} x env.num_envs {config.env.num_envs}"
     )
