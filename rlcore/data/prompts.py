@@ -57,6 +57,21 @@ def load_prompt_rows(
                         f"{path}: row {number} has no field '{field}' ({setting}); "
                         f"its fields: {have}"
                     )
+                value = row[field]
+                if value is None or (isinstance(value, str) and not value.strip()):
+                    raise DataError(
+                        f"{path}: row {number}: the '{field}' field is "
+                        f"{'null' if value is None else 'empty'}; give every row a "
+                        f"{'prompt' if field == prompt_key else 'answer'} or drop it"
+                    )
+                if not isinstance(value, str | int | float):
+                    hint = (" (chat messages, as in verl's files? rlcore reads the text and "
+                            "applies the chat template itself: point data.prompt_key at the "
+                            "question's text)") if isinstance(value, list) else ""  # fmt: skip
+                    raise DataError(
+                        f"{path}: row {number}: the '{field}' field is a "
+                        f"{type(value).__name__}, not text{hint}"
+                    )
             answer = str(row[answer_key])
             if answer_format == "gsm8k":
                 written = extract_gsm8k_answer(answer)

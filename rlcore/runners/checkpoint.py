@@ -239,11 +239,27 @@ def check_resumable(
     """``checkpoint`` (its ``driver.json`` read as ``driver``) continues ``config`` on a placement
     with ``world_sizes`` ranks per component; ``ConfigError`` naming what differs if not."""
     check_same_run(driver["config"], dataclasses.asdict(config), checkpoint)
+    done, target = driver["progress"]["iteration"], _target_iterations(config)
+    # A re-launch (runner.resume=auto) of a run that has finished finds nothing left to do.
+    if done > target or (done == target and config.runner.resume != "auto"):
+        key = "total_env_steps" if config.mode == "embodied" else "total_iterations"
+        raise ConfigError(
+            f"runner.{key}: {checkpoint} has already trained {done} iterations, and this "
+            f"config stops at {target}: nothing would be trained; raise runner.{key} to go on"
+        )
     if driver["world_sizes"] != world_sizes:
         raise ConfigError(
             f"runner.resume_dir: {checkpoint} was written by {driver['world_sizes']} ranks per "
             f"component, this placement has {world_sizes}; resume with as many ranks of each"
         )
+
+
+def _target_iterations(config: Any) -> int:
+    if config.mode == "embodied":
+        from rlcore.workers.embodied_actor import iterations
+
+        return iterations(config)
+    return config.runner.total_iterations
 
 
 def find_checkpoint(path: str, log: Callable[[str], None] = say) -> Path:

@@ -1,6 +1,7 @@
 """Reading prompt files: formats, and errors that name the file and the key."""
 
 import json
+import re
 
 import pytest
 
@@ -34,6 +35,23 @@ def test_a_missing_field_names_the_file_the_key_and_the_fields_there(tmp_path):
     fields = r"\(data.prompt_key\); its fields: answer, problem"
     with pytest.raises(DataError, match=r"q.jsonl: row 0 has no field 'question' " + fields):
         load(path)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"question": None, "answer": "#### 2"}, "row 0: the 'question' field is null"),
+        ({"question": "  ", "answer": "#### 2"}, "row 0: the 'question' field is empty"),
+        ({"question": "1+1?", "answer": None}, "row 0: the 'answer' field is null"),
+        ({"question": [{"role": "user", "content": "1+1?"}], "answer": "#### 2"},
+         "the 'question' field is a list, not text (chat messages, as in verl's files?"),
+    ],
+)  # fmt: skip
+def test_a_null_empty_or_non_text_field_is_refused_not_trained_on(tmp_path, row, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError, match=re.escape(message)):
+        load_prompt_rows([str(path)], "data.train_files", "question", "answer", "gsm8k")
 
 
 def test_an_empty_file_and_a_missing_file_are_named(tmp_path):

@@ -77,6 +77,19 @@ def test_resuming_with_another_config_names_the_changed_keys(tmp_path):
         run(config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}", "algorithm.gamma=0.9"))
 
 
+def test_resuming_a_run_that_is_already_at_its_target_is_refused(tmp_path):
+    run(config(tmp_path, "runner.run_name=a", "runner.total_env_steps=192"))  # 3 iterations
+    for steps in (128, 192):  # fewer than done, and exactly as many
+        with pytest.raises(ConfigError, match=r"runner.total_env_steps: .* has already trained 3 "
+                           r"iterations, and this config stops at"):  # fmt: skip
+            run(config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}",
+                       f"runner.total_env_steps={steps}"))  # fmt: skip
+    # A job scheduler re-launching the finished run (resume=auto) finds nothing left to do.
+    again = run(config(tmp_path, "runner.run_name=a", "runner.resume=auto",
+                       "runner.total_env_steps=192"))  # fmt: skip
+    assert again["iterations"] == 3
+
+
 def test_a_run_resumes_bit_for_bit_in_another_layout_with_as_many_ranks(tmp_path):
     """Each rank's state is its own: one process saved it, three processes carry on."""
     run(config(tmp_path, "runner.run_name=full"))
