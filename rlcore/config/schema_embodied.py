@@ -86,6 +86,12 @@ class EnvConfig(GroupKeys):
     )
     clip_obs: float = key(10.0, doc="normalised observations are clipped to ± this", range="> 0")
     clip_reward: float = key(10.0, doc="scaled rewards are clipped to ± this", range="> 0")
+    step_timeout_s: float | None = key(
+        None,
+        doc="seconds one vector step may take; past it the run ends with an error naming the "
+        "env and the step, instead of hanging on an env that blocks; null = no limit",
+        range="> 0",
+    )
     checkpoint_state: Literal["reseed", "pickle"] = key(
         "reseed",
         doc="what a checkpoint keeps of the envs: reseed = nothing that runs code on load (a "

@@ -10,6 +10,7 @@ reads V(final observation) from the policy's forward pass on it (see runners/emb
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -106,6 +107,54 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
         f"env.id: '{env_id}' acts in {act}; rlcore's policies handle Discrete, MultiDiscrete and "
         "1-D Box action spaces"
     )
+
+
+class _StepTimeout(Exception):
+    pass
+
+
+def _raise_timeout(signum: int, frame: object) -> None:
+    raise _StepTimeout
+
+
+def step_within(
+    envs: gym.vector.VectorEnv, actions: np.ndarray, timeout_s: float | None, what: str
+) -> tuple:
+    """``envs.step(actions)``, or ``EnvError`` naming ``what`` when it takes over
+    ``timeout_s`` (None: no limit). Subprocess envs are waited for with a timeout (then closed
+    with ``terminate=True``); in-process envs are interrupted by a timer signal, which Python
+    delivers between bytecodes and to blocking calls (a C routine holding the GIL delays it),
+    and only in the main thread: elsewhere the limit is refused, naming the fix."""
+    if timeout_s is None:
+        return envs.step(actions)
+    message = (
+        f"env.step_timeout_s: {what} took over {timeout_s:g} s; the env hangs or is slower "
+        "than that: fix it, or raise env.step_timeout_s"
+    )
+    if isinstance(envs, gym.vector.AsyncVectorEnv):
+        import multiprocessing
+
+        envs.step_async(actions)
+        try:
+            return envs.step_wait(timeout=timeout_s)
+        except multiprocessing.TimeoutError:
+            envs.close(terminate=True)
+            raise EnvError(message) from None
+    if threading.current_thread() is not threading.main_thread():
+        raise EnvError(
+            "env.step_timeout_s: in-process envs are timed by a signal, which only the main "
+            "thread receives, and this run steps them in another thread; use "
+            "env.vector_mode=async (subprocess envs), or leave the limit out"
+        )
+    previous = signal.signal(signal.SIGALRM, _raise_timeout)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return envs.step(actions)
+    except _StepTimeout:
+        raise EnvError(message) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def check_finite(env_id: str, obs: np.ndarray, reward: np.ndarray) -> None:

@@ -23,6 +23,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec, check_finite, make_vector_env, space_spec
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
+from rlcore.envs.vector import step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 
 
@@ -76,6 +77,7 @@ class EnvWorker:
         env, run = config.env, config.runner
         self.rank = ctx.rank
         self.env_id = env.id
+        self.step_timeout_s = env.step_timeout_s
         self.num_envs = env.num_envs // ctx.world_size
         self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode)
         self.eval_envs = None
@@ -125,7 +127,10 @@ class EnvWorker:
         """Apply ``actions`` ``[N, ...]``. ``last``: the rollout's final step, whose next
         observations only give V for bootstrapping (normalised without updating the statistics;
         the next rollout's first step takes them in)."""
-        next_obs, reward, term, trunc, _ = self.envs.step(env_action(self.spec, actions))
+        next_obs, reward, term, trunc, _ = step_within(
+            self.envs, env_action(self.spec, actions), self.step_timeout_s,
+            f"env '{self.env_id}' rank {self.rank}, step {self.steps_taken + 1}",
+        )  # fmt: skip
         self.steps_taken += 1
         check_finite(self.env_id, next_obs, reward)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
@@ -139,16 +144,6 @@ class EnvWorker:
         self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
         return Transition(rewards, terminated, truncated, valid,
                           self._policy_obs(self.obs, update=not last))  # fmt: skip
-
-    def _env_action(self, action: torch.Tensor) -> np.ndarray:
-        """What the envs receive: Gaussian samples clipped to the space, indices as they are."""
-        if self.spec.action_kind == "box":
-            low, high = (
-                torch.as_tensor(self.spec.action_low),
-                torch.as_tensor(self.spec.action_high),
-            )
-            return torch.clamp(action, low, high).numpy()
-        return action.numpy()
 
     def _track_episodes(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         self.episode_return += reward * valid
@@ -186,7 +181,10 @@ class EnvWorker:
     def eval_step(self, actions: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         """One step of every eval env; the observations, and the returns once all episodes ended
         (each env's first episode; the steps after it ended do not count)."""
-        obs, reward, term, trunc, _ = self.eval_envs.step(env_action(self.spec, actions))
+        obs, reward, term, trunc, _ = step_within(
+            self.eval_envs, env_action(self.spec, actions), self.step_timeout_s,
+            f"eval env '{self.env_id}'",
+        )  # fmt: skip
         self.eval_returns += reward * ~self.eval_done
         self.eval_done |= term | trunc
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)

@@ -38,6 +38,16 @@ class NanEnv(Corridor):
         return obs * np.nan, reward, terminated, truncated, info
 
 
+class Stuck(Corridor):
+    """Its 5th call of step never returns (a simulator that hangs)."""
+
+    def step(self, action):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 5:
+            threading.Event().wait()
+        return super().step(action)
+
+
 class DictObs(Corridor):
     observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (1,))})
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,19 @@ def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path):
     runner = runner_for(corridor_config(tmp_path, "env.id=tests.runners.corridor:NanEnv"))
     with pytest.raises(EnvError, match="NanEnv' returned a non-finite observation"):
         runner.run()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_that_hangs_ends_the_run_at_the_step_timeout_naming_it(tmp_path, mode):
+    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Stuck",
+                             f"env.vector_mode={mode}", "env.step_timeout_s=0.5",
+                             "env.checkpoint_state=reseed")  # fmt: skip
+    runner = runner_for(config)
+    start = time.monotonic()
+    with pytest.raises(EnvError, match=r"env.step_timeout_s: env 'tests.runners.corridor:Stuck' "
+                       r"rank 0, step \d+ took over 0.5 s"):  # fmt: skip
+        runner.run()
+    assert time.monotonic() - start < 10
 
 
 def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
