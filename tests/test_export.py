@@ -36,7 +36,7 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
 
     # The trained policy's greedy answers to the validation prompts, from the run resumed.
     resumed = ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common,
-                                                    f"runner.resume_dir={run_dir}")))  # fmt: skip
+                                                    "runner.resume=auto")))  # fmt: skip
     rows = list(range(len(resumed.val_set)))
     prompts = prompt_batch(rows, resumed.val_set, 1, resumed.tokenizer.pad_token_id)
     resumed._sync()

@@ -73,15 +73,16 @@ class WorkerGroup:
         of a collective fail too, and they are not the cause. Nobody waits for a rank stuck in
         a collective with a dead peer."""
         ranks = list(range(len(refs))) if ranks is None else list(ranks)
+        values: dict[ray.ObjectRef, Any] = {}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             try:
-                ray.get(ready[0])
+                values[ready[0]] = ray.get(ready[0])
             except (RayTaskError, RayActorError):
                 break
         else:
-            return ray.get(list(refs))
+            return [values[ref] for ref in refs]
         if pending:
             ray.wait(pending, num_returns=len(pending), timeout=self.GRACE_S)
         errors: list[WorkerError] = []

@@ -140,7 +140,7 @@ def test_by_default_a_checkpoint_runs_no_code_on_load_and_resume_says_it_is_not_
     assert "not bit-exact with one never stopped" in capsys.readouterr().err
     # Asking for the pickled envs of a checkpoint that has none is refused, naming the fix, by
     # the run and by the dry run.
-    pickle = config(tmp_path, f"runner.resume_dir={stopped.parent}")
+    pickle = config(tmp_path, f"runner.resume_dir={stopped / 'iter_000003'}")
     with pytest.raises(ConfigError, match=r"holds no pickled envs .* env.checkpoint_state=reseed"):
         run(pickle)
     with pytest.raises(ConfigError, match=r"holds no pickled envs"):
