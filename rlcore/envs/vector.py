@@ -120,6 +120,20 @@ def _raise_timeout(signum: int, frame: object) -> None:
 def step_within(
     envs: gym.vector.VectorEnv, actions: np.ndarray, timeout_s: float | None, what: str
 ) -> tuple:
+    """``envs.step(actions)``; an env that fails (an exception, observations that do not fit
+    its space) is an ``EnvError`` naming ``what`` and the error, in one line."""
+    try:
+        return _timed_step(envs, actions, timeout_s, what)
+    except EnvError:
+        raise
+    except Exception as error:
+        first = (str(error).splitlines() or [""])[0]
+        raise EnvError(f"env.id: {what} failed: {type(error).__name__}: {first}") from error
+
+
+def _timed_step(
+    envs: gym.vector.VectorEnv, actions: np.ndarray, timeout_s: float | None, what: str
+) -> tuple:
     """``envs.step(actions)``, or ``EnvError`` naming ``what`` when it takes over
     ``timeout_s`` (None: no limit). Subprocess envs are waited for with a timeout (then closed
     with ``terminate=True``); in-process envs are interrupted by a timer signal, which Python

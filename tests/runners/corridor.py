@@ -48,6 +48,14 @@ class Stuck(Corridor):
         return super().step(action)
 
 
+class WrongShape(Corridor):
+    """Declares (1,) observations, returns (2,) ones."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return np.append(obs, 0.0), reward, terminated, truncated, info
+
+
 class DictObs(Corridor):
     observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (1,))})
 

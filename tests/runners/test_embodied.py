@@ -141,6 +141,13 @@ def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path):
         runner.run()
 
 
+def test_an_env_whose_step_fails_is_named_in_one_line(tmp_path):
+    runner = runner_for(corridor_config(tmp_path, "env.id=tests.runners.corridor:WrongShape"))
+    with pytest.raises(EnvError, match=r"env.id: env 'tests.runners.corridor:WrongShape' rank 0, "
+                       r"step 1 failed: ValueError: "):  # fmt: skip
+        runner.run()
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_env_that_hangs_ends_the_run_at_the_step_timeout_naming_it(tmp_path, mode):
     config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Stuck",
