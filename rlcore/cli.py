@@ -93,15 +93,21 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
 
 
 def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
-    """Train under the supervisor (restarts after a lost worker). Bad data or model paths are
-    reported like bad configs: one line, status 2."""
+    """Train under the supervisor (restarts after a lost worker). Bad data, model paths, envs
+    and rewards are reported like bad configs, wherever they are met: one line, status 2."""
     from rlcore.data import DataError
     from rlcore.runners.supervisor import run
+    from rlcore.scheduler.errors import WorkerError
 
     try:
         summary = run(config, plan)
     except (ConfigError, DataError) as error:
         raise _exit_with(ConfigError(str(error))) from None
+    except WorkerError as error:  # a bad input met in a worker process: one line, as above
+        if error.user_error is None:
+            raise
+        where = f"{error.group or error.component} rank {error.rank} on node {error.node}"
+        raise _exit_with(ConfigError(f"{error.user_error} ({where})")) from None
     print(json.dumps(summary))
     return 0
 

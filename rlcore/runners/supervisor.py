@@ -140,8 +140,8 @@ class Supervisor:
 
     def _loss(self, runner: Any, error: Exception) -> Loss | None:
         """What was lost, if ``error`` comes from a loss rather than from a component's code."""
-        if isinstance(error, ConfigError):
-            return None
+        if isinstance(error, ConfigError) or getattr(error, "user_error", None):
+            return None  # a bad input, in the driver or in a worker: restarting repeats it
         if runner is not None:
             dead = runner.components.dead_processes()
             if dead:

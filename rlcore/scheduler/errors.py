@@ -7,15 +7,25 @@ class WorkerError(RuntimeError):
     """An exception raised inside a worker, re-raised in the driver with where it happened."""
 
     def __init__(
-        self, component: str, rank: int, node: int, detail: str, group: str | None = None
+        self,
+        component: str,
+        rank: int,
+        node: int,
+        detail: str,
+        group: str | None = None,
+        user_error: str | None = None,
     ) -> None:
         self.component, self.rank, self.node, self.detail = component, rank, node, detail
         self.group = group
+        # The message of a ConfigError (a bad input: an env, a reward, data) raised in the
+        # worker: the entry point prints it as one line, as it does for one raised in the driver.
+        self.user_error = user_error
         named = f"{group} ({component})" if group and group != component else component
         super().__init__(f"{named} rank {rank} on node {node}: {detail}")
 
     def __reduce__(self):
-        return (type(self), (self.component, self.rank, self.node, self.detail, self.group))
+        args = (self.component, self.rank, self.node, self.detail, self.group, self.user_error)
+        return (type(self), args)
 
 
 class WorkerLost(WorkerError):

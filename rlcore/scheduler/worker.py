@@ -132,13 +132,16 @@ class WorkerProcess:
         return self._guard(component, lambda: target(*args, **kwargs))
 
     def _guard(self, component: str, fn):
+        from rlcore.config.errors import ConfigError
+
         try:
             return fn()
         except Exception as exc:
             detail = (
                 f"{type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             )
-            raise WorkerError(component, self.rank, self.node, detail) from None
+            user = str(exc) if isinstance(exc, ConfigError) else None
+            raise WorkerError(component, self.rank, self.node, detail, user_error=user) from None
 
     # Weight transfer (see weight_sync.py) ------------------------------------------------------
 

@@ -104,7 +104,8 @@ class WorkerGroup:
             cause = error.cause
             if isinstance(cause, WorkerError):
                 group = self.group_name if cause.component == self.component else cause.group
-                return type(cause)(cause.component, cause.rank, cause.node, cause.detail, group)
+                return type(cause)(cause.component, cause.rank, cause.node, cause.detail, group,
+                                   cause.user_error)  # fmt: skip
             return self._error(rank, f"{type(cause).__name__}: {cause}")
         except RayActorError as error:
             node = self.placements[rank].node

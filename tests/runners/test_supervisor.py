@@ -279,3 +279,35 @@ def test_max_restarts_is_a_validated_key(tmp_path):
         embodied(tmp_path, "run", "runner.max_restarts=-1")
     with pytest.raises(ConfigError, match=r"cluster.collective_timeout_s"):
         embodied(tmp_path, "run", "cluster.collective_timeout_s=0")
+
+
+def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(tmp_path, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """An EnvError raised in a worker process (here: the guard every worker call runs under)
+    reaches the entry point as the one line it would be in the driver, naming where."""
+    from rlcore.cli import run_entry_point
+    from rlcore.envs.registry import EnvError
+    from rlcore.scheduler.worker import WorkerProcess
+
+    process = WorkerProcess(("env",), 1, 2, 1, 0, (1,), "cpu", {})
+
+    def step():
+        raise EnvError("env.id: env 'Bad' rank 1, step 3 failed: ValueError: shape")
+
+    with pytest.raises(WorkerError) as raised:
+        process._guard("env", step)
+    assert raised.value.user_error.startswith("env.id: env 'Bad' rank 1, step 3 failed")
+    config = embodied(tmp_path, "run", "logger.tensorboard=false")
+    assert Supervisor(_raising(raised.value), config, plan_for_config(config))._loss(
+        None, raised.value) is None  # fmt: skip
+
+    def run(config, plan):
+        raise raised.value
+
+    monkeypatch.setattr(supervisor, "run", run)
+    with pytest.raises(SystemExit) as stopped:
+        run_entry_point("embodied/cartpole_ppo", [f"runner.output_dir={tmp_path}"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith("rlcore: config error: env.id: env 'Bad' rank 1, step 3 failed: "
+                        "ValueError: shape (env rank 1 on node 0)\n")  # fmt: skip
