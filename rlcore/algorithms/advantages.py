@@ -226,6 +226,103 @@ def compute_rloo_advantage(
     return advantages, advantages
 
 
+# verl's names for its vectorised versions of the two above; these are vectorised already.
+# (For a group of one, verl's vectorised RLOO gives 0 where its looped one and this keep s_i.)
+register_advantage("grpo_vectorized", needs_groups=True)(compute_grpo_advantage)
+register_advantage("rloo_vectorized", needs_groups=True)(compute_rloo_advantage)
+
+
+@register_advantage("grpo_passk", needs_groups=True)
+def compute_grpo_passk_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k training (Chen et al. 2025, arXiv 2503.19595), verl's ``grpo_passk``: in each group
+    only the best response learns, by ``s_max - s_second`` (over the group's unbiased std plus
+    ``epsilon`` when ``norm_adv_by_std``); every other response gets 0. A tie at the top gives
+    0 to all. Needs groups of at least 2. returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    gid = _group_ids(index, scores.shape[0], scores.device)
+    adv = torch.zeros_like(scores)
+    for group in range(int(gid.max()) + 1):
+        rows = (gid == group).nonzero().squeeze(-1)
+        if rows.numel() < 2:
+            raise ValueError(
+                f"grpo_passk needs at least 2 responses per group; group {group} has "
+                f"{rows.numel()} (algorithm.group_size)"
+            )
+        top, where = torch.topk(scores[rows], 2)
+        gap = top[0] - top[1]
+        adv[rows[where[0]]] = gap / (scores[rows].std() + epsilon) if norm_adv_by_std else gap
+    advantages = _on_valid_tokens(adv, valid)
+    return advantages, advantages
+
+
+@register_advantage("opo", needs_groups=True)
+def compute_opo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (Hao et al. 2025, arXiv 2505.23585), verl's ``opo``: ``s_i - b_g`` with the optimal
+    baseline for sequence-level rewards, the length-weighted group mean
+    ``b_g = sum_j len_j s_j / sum_j len_j`` (``len``: valid tokens); a group of one has
+    ``b = 0``. No std normalisation. returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    lengths = valid.sum(-1).to(scores.dtype)
+    gid = _group_ids(index, scores.shape[0], scores.device)
+    zeros = torch.zeros(int(gid.max()) + 1, dtype=scores.dtype, device=scores.device)
+    count = zeros.index_add(0, gid, torch.ones_like(scores))
+    weighted = zeros.index_add(0, gid, lengths * scores)
+    total = zeros.index_add(0, gid, lengths)
+    baseline = torch.where(count > 1, weighted / total.clamp_min(1), zeros)
+    advantages = _on_valid_tokens(scores - baseline[gid], valid)
+    return advantages, advantages
+
+
+@register_advantage("gpg", needs_groups=True)
+def compute_gpg_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+    f_norm: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (Chu et al. 2025, arXiv 2504.02546), verl's ``gpg`` estimator:
+    ``alpha * (s_i - mean_g) / f_norm`` with ``alpha = B / (responses whose score is not 0)``,
+    which scales the gradient up by the share of responses that carry signal; a group of one has
+    mean 0. No std normalisation. returns = advantages.
+    """
+    valid = response_mask.bool()
+    scores = _sequence_scores(token_level_rewards, valid)
+    mean, _, _ = group_score_stats(scores, index)
+    alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1)
+    advantages = _on_valid_tokens(alpha * (scores - mean) / f_norm, valid)
+    return advantages, advantages
+
+
 @register_advantage("reinforce_plus_plus", normalizes=True)
 def compute_reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,

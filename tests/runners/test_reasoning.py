@@ -57,12 +57,17 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     assert runner.run()["iterations"] == 2
 
 
-@pytest.mark.parametrize("loss", ["gspo", "gpg"])
-def test_each_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys, loss):
+@pytest.mark.parametrize(
+    "choice",
+    ["algorithm.policy_loss=gspo", "algorithm.policy_loss=gpg", "algorithm.adv_type=grpo_passk",
+     "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized"],
+)  # fmt: skip
+def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys,
+                                                                 choice):  # fmt: skip
     _, dirs = tiny_lm
     args = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", f"runner.output_dir={tmp_path}",
-            f"algorithm.policy_loss={loss}", "logger.console=true", "runner.checkpoint_every=0",
-            "algorithm.adv_type=grpo", "algorithm.group_size=4"]  # fmt: skip
+            "runner.checkpoint_every=0", "algorithm.adv_type=grpo", "algorithm.group_size=4",
+            choice]  # fmt: skip
     assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["iterations"] == 2 and summary["skipped_steps"] == {"actor": 0}
