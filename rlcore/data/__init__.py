@@ -6,8 +6,7 @@ answers with) comes without the config package and torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlcore.lazy import lazy_exports
 
 _WHERE = {
     "DataError": "rlcore.data.prompts",
@@ -20,8 +19,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'rlcore.data' has no attribute '{name}'")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_exports("rlcore.data", _WHERE)

@@ -2,14 +2,13 @@
 user's function. Model output is only parsed, never executed, and scoring has a deadline that
 holds (scoring.py).
 
-Names are imported on first use: a scoring process imports ``rlcore.rewards.scoring`` without
+Names are imported on first use: a scoring process imports ``rlcore.rewards.judge`` without
 torch or transformers, so it starts (and is replaced after a timeout) in a fraction of a second.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlcore.lazy import lazy_exports
 
 _WHERE = {
     "RewardWorker": "rlcore.rewards.worker",
@@ -25,8 +24,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'rlcore.rewards' has no attribute '{name}'")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_exports("rlcore.rewards", _WHERE)

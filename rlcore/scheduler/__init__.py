@@ -6,8 +6,7 @@ file first; so the exports below load on first use, keeping Hydra, the config la
 driver-side code out of the workers (2.7 s of imports each, measured, against 0.7 s for Ray).
 """
 
-import importlib
-from typing import Any
+from rlcore.lazy import lazy_exports
 
 _EXPORTS = {
     "ComponentSpec": "rlcore.scheduler.deployment",
@@ -25,8 +24,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'rlcore.scheduler' has no attribute '{name}'")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports("rlcore.scheduler", _EXPORTS)

@@ -121,8 +121,13 @@ def test_gradient_is_zero_exactly_where_a_clip_binds(tokens, low, high, c):
     assert taken == pytest.approx(binds.sum().item() / n)
 
 
-@given(split_batches(), st.sampled_from(AGG_MODES), st.one_of(st.none(), st.just(3.0)))
-def test_micro_batched_policy_loss_equals_the_full_batch(batch, mode, c):
+@given(
+    split_batches(),
+    st.sampled_from(AGG_MODES),
+    st.one_of(st.none(), st.just(3.0)),
+    st.sampled_from(["ppo", "gspo"]),  # gspo: its ratio is per sequence, rows stay whole
+)
+def test_micro_batched_policy_loss_equals_the_full_batch(batch, mode, c, name):
     b, t, seed, cuts = batch
     gen = torch.Generator().manual_seed(seed)
     old = torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.3
@@ -130,8 +135,10 @@ def test_micro_batched_policy_loss_equals_the_full_batch(batch, mode, c):
     adv = torch.randn(b, t, generator=gen, dtype=torch.float64)
     mask = torch.rand(b, t, generator=gen) < 0.7
 
+    fn = get_policy_loss_fn(name)
+
     def loss_fn(o, n, a, m, agg, **counts):
-        return policy_loss(o, n, a, m, clip_ratio_c=c, loss_agg_mode=agg, **counts)[0]
+        return fn(o, n, a, m, clip_ratio_c=c, loss_agg_mode=agg, **counts)[0]
 
     assert_micro_batches_match_full_batch(loss_fn, (old, new, adv), 1, mask, cuts, mode)
 

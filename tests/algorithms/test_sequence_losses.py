@@ -1,5 +1,6 @@
 """GSPO and GPG, verl's loss_mode=gspo and =gpg: values and gradients worked out by hand, and
-properties (GSPO is PPO when every token of a sequence has the same ratio)."""
+properties (GSPO is PPO when every token of a sequence has the same ratio; its micro-batches
+equal the full batch: test_policy_loss.py)."""
 
 import math
 
@@ -10,7 +11,6 @@ from hypothesis import strategies as st
 
 from rlcore.algorithms import AGG_MODES, get_policy_loss_fn, policy_loss
 from rlcore.config import load_config
-from tests.algorithms.microbatching import assert_micro_batches_match_full_batch, split_batches
 
 gspo, gpg = get_policy_loss_fn("gspo"), get_policy_loss_fn("gpg")
 
@@ -49,21 +49,6 @@ def test_gspo_is_ppo_when_every_token_of_a_sequence_has_the_same_ratio(b, t, see
         results.append((loss, *torch.autograd.grad(loss, new)))
     assert torch.allclose(results[0][0], results[1][0])
     assert torch.allclose(results[0][1], results[1][1])
-
-
-@given(split_batches(), st.sampled_from(AGG_MODES))
-def test_micro_batched_gspo_equals_the_full_batch(batch, mode):
-    b, t, seed, cuts = batch
-    gen = torch.Generator().manual_seed(seed)
-    old = torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.3
-    new = (old + torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.3).requires_grad_()
-    adv = torch.randn(b, t, generator=gen, dtype=torch.float64)
-    mask = torch.rand(b, t, generator=gen) < 0.7
-
-    def loss_fn(o, n, a, m, agg, **counts):
-        return gspo(o, n, a, m, loss_agg_mode=agg, **counts)[0]
-
-    assert_micro_batches_match_full_batch(loss_fn, (old, new, adv), 1, mask, cuts, mode)
 
 
 def test_gpg_is_the_plain_policy_gradient():
