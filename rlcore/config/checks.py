@@ -26,6 +26,7 @@ def check_config(config: RLCoreConfig) -> None:
     problems += check_algorithm(config.algorithm, config.mode)
     problems += check_components(config)
     problems += check_runner(config)
+    problems += check_cluster(config)
     if isinstance(config, EmbodiedConfig):
         problems += check_embodied(config)
     else:
@@ -136,6 +137,17 @@ def check_runner(config: RLCoreConfig) -> list[str]:
             "the checkpoint, auto finds the run folder's newest)"
         )
     return problems
+
+
+def check_cluster(config: RLCoreConfig) -> list[str]:
+    cluster = config.cluster
+    if cluster.network_interface is None or cluster.address is not None:
+        return []
+    return [
+        f"cluster.network_interface: {cluster.network_interface!r} applies to a cluster run "
+        "(cluster.address set); a local run binds Ray, the torch.distributed stores, gloo and "
+        "NCCL to 127.0.0.1 only; remove the key, or set cluster.address"
+    ]
 
 
 def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:

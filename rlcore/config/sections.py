@@ -133,6 +133,13 @@ class ClusterConfig:
         doc="null = start a local Ray; 'auto' or 'host:port' = join a cluster started with "
         "`ray start`",
     )
+    network_interface: str | None = key(
+        None,
+        doc="a cluster run (cluster.address set): the network interface (e.g. eth0) that the "
+        "torch.distributed stores, gloo and NCCL bind to on every node; null = the address each "
+        "node's Ray uses (`ray start --node-ip-address`). A local run binds all of them, and "
+        "Ray, to 127.0.0.1, and refuses this key",
+    )
     component_placement: dict[str, str | int] | None = key(
         None,
         doc="components -> device ranks (docs/placement.md); null = every component the "

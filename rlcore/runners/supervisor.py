@@ -93,14 +93,14 @@ def _ray_session(plan: PlacementPlan, address: str | None) -> Iterator[None]:
     """Ray started or joined once for every attempt, and shut down after if started here."""
     import ray
 
-    from rlcore.scheduler.ray_cluster import connect
+    from rlcore.scheduler.ray_cluster import connect, disconnect
 
     owned = connect(plan, address)
     try:
         yield
     finally:
         if owned and ray.is_initialized():
-            ray.shutdown()
+            disconnect()
 
 
 class Supervisor:

@@ -1,6 +1,6 @@
 """A run's components, started where the placement plan puts them, and reached through handles.
 
-    components = start_components(plan, address=config.cluster.address)
+    components = start_components(plan, config.cluster)
     env = components.launch(ComponentSpec("env", EnvWorker, (config,)))
     rollout = components.launch(ComponentSpec("rollout", Rollout, (config,), {"env": Peer("env")}))
     rollout.collect(version=0)     # the Rollout itself, or a RemoteHandle to its ranks
@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore.config.sections import ClusterConfig
 from rlcore.placement import PlacementPlan
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext
@@ -55,14 +56,14 @@ def runs_in_driver(plan: PlacementPlan, address: str | None) -> bool:
     return len(plan.processes()) == 1 and address is None
 
 
-def start_components(
-    plan: PlacementPlan, address: str | None = None, collective_timeout_s: float = 600.0
-) -> InDriver | OnRay:
+def start_components(plan: PlacementPlan, cluster: ClusterConfig | None = None) -> InDriver | OnRay:
     """Where ``plan``'s components will run (see the module docstring); nothing built yet.
-    ``collective_timeout_s``: how long a rank waits for its peers in a collective."""
-    if runs_in_driver(plan, address):
+    ``cluster``: the Ray address, collective timeout and network interface (the defaults when
+    None)."""
+    cluster = cluster or ClusterConfig()
+    if runs_in_driver(plan, cluster.address):
         return InDriver(plan)
-    return OnRay(plan, address, collective_timeout_s)
+    return OnRay(plan, cluster)
 
 
 class _Deployment(abc.ABC):
@@ -141,14 +142,14 @@ class InDriver(_Deployment):
 class OnRay(_Deployment):
     """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
 
-    def __init__(
-        self, plan: PlacementPlan, address: str | None, collective_timeout_s: float = 600.0
-    ) -> None:
+    def __init__(self, plan: PlacementPlan, cluster: ClusterConfig) -> None:
         from rlcore.scheduler.scheduler import Scheduler
 
         super().__init__()
         self.plan = plan
-        self.scheduler = Scheduler(plan, address=address, collective_timeout_s=collective_timeout_s)
+        self.scheduler = Scheduler(plan, address=cluster.address,
+                                   collective_timeout_s=cluster.collective_timeout_s,
+                                   network_interface=cluster.network_interface)  # fmt: skip
         self.scheduler.start()
         self.groups: dict[str, Any] = {}
         self.classes: dict[str, type] = {}

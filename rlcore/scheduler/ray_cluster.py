@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,8 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 
 from rlcore.config.errors import ConfigError
 from rlcore.placement import PlacementPlan
+from rlcore.scheduler import reaper
+from rlcore.scheduler.network import local_ray_node
 
 NODE_ID_LABEL = "ray.io/node-id"
 
@@ -32,8 +35,23 @@ def connect(plan: PlacementPlan, address: str | None) -> bool:
     num_cpus = max(os.cpu_count() or 1, plan.devices_per_node) if plan.device == "cpu" else None
     # "local", not None: with None, Ray joins whatever /tmp/ray/ray_current_cluster names, even
     # a cluster that died long ago, instead of starting the local one asked for.
-    ray.init(address="local", num_cpus=num_cpus, **common)
+    with local_ray_node():  # every Ray server on 127.0.0.1 (network.py)
+        ray.init(address="local", num_cpus=num_cpus, **common)
+    global _watcher
+    _watcher = reaper.start(os.getpid())
     return True
+
+
+_watcher: subprocess.Popen | None = None  # reaper.py's watcher of the local Ray started here
+
+
+def disconnect() -> None:
+    """Shut down the Ray that ``connect`` started, and let its watcher go."""
+    global _watcher
+    ray.shutdown()
+    if _watcher is not None:
+        reaper.stop(_watcher)
+        _watcher = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,15 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
-from rlcore.scheduler.ray_cluster import NodeSlots, SchedulerError, connect, release, reserve
+from rlcore.scheduler.network import transport_env
+from rlcore.scheduler.ray_cluster import (
+    NodeSlots,
+    SchedulerError,
+    connect,
+    disconnect,
+    release,
+    reserve,
+)
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
 from rlcore.scheduler.worker import WorkerProcess
 from rlcore.scheduler.worker_group import WorkerGroup
@@ -53,9 +61,11 @@ class Scheduler:
         init_distributed: bool = True,
         timeout_s: float = 120.0,
         collective_timeout_s: float = 600.0,
+        network_interface: str | None = None,
     ) -> None:
         self.plan = plan
         self.address = address
+        self.network_interface = network_interface
         self.backend = backend or ("nccl" if plan.device == "cuda" else "gloo")
         self.init_distributed = init_distributed
         self.timeout_s = timeout_s
@@ -70,8 +80,10 @@ class Scheduler:
     @classmethod
     def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
         """The scheduler of a validated config: its placement plan, on ``cluster.address``."""
-        return cls(plan_for_config(config), address=config.cluster.address,
-                   collective_timeout_s=config.cluster.collective_timeout_s, **options)  # fmt: skip
+        cluster = config.cluster
+        return cls(plan_for_config(config), address=cluster.address,
+                   collective_timeout_s=cluster.collective_timeout_s,
+                   network_interface=cluster.network_interface, **options)  # fmt: skip
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -117,6 +129,8 @@ class Scheduler:
             "LOCAL_RANK": str(same_node.index(process.rank)),
             "LOCAL_WORLD_SIZE": str(len(same_node)),
             "NODE_RANK": str(process.node),
+            # gloo's and NCCL's sockets: loopback in a local run (network.py)
+            **transport_env(self.network_interface, local=self.address is None),
         }
         if plan.device == "cuda" and len(process.devices) > 1:
             # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
@@ -157,8 +171,7 @@ class Scheduler:
         for group in self.plan.fused:
             ranks = self.plan.components[group[0]]
             handles = [self._handles[(group[0], r.rank)] for r in ranks]
-            addr = self.info[(group[0], 0)]["ip"]
-            port = ray.get(handles[0].free_port.remote())
+            addr, port = ray.get(handles[0].listen.remote(self.info[(group[0], 0)]["ip"]))
             calls += [
                 h.init_distributed.remote(
                     self.backend, addr, port, self.timeout_s, self.collective_timeout_s
@@ -229,7 +242,7 @@ class Scheduler:
             release(self._slots)
         self._slots = []
         if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
+            disconnect()
         self._owns_ray = False
         self._restore_sigterm()
 

@@ -126,7 +126,7 @@ class WeightSync:
             raise ValueError(f"collective sync needs {src} rank 0 apart from every {dst} rank")
         name = f"{src}->{dst}"
         if name not in self._groups:
-            addr, port = self.info[(src, 0)]["ip"], ray.get(root.free_port.remote())
+            addr, port = ray.get(root.listen.remote(self.info[(src, 0)]["ip"]))
             opens = [
                 m.open_sync_group.remote(name, addr, port, i, len(members), self.backend,
                                          self.timeout_s, self.collective_timeout_s)

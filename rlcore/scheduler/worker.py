@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlcore.scheduler.errors import WorkerError
+from rlcore.scheduler.network import INTERFACE_ENV, bind_listener
 
 if TYPE_CHECKING:
     import torch
@@ -45,12 +46,6 @@ class WorkerContext:
         return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 class WorkerProcess:
     """One OS process: the components it hosts at one rank. Run as a Ray actor."""
 
@@ -72,6 +67,7 @@ class WorkerProcess:
         self.instances: dict[str, Any] = {}
         self.groups: dict[str, Any] = {}
         self.sync_groups: dict[str, tuple[Any, int]] = {}
+        self._listeners: dict[int, socket.socket] = {}  # port -> socket a TCP store will serve
 
     def describe(self) -> dict[str, Any]:
         import ray
@@ -83,8 +79,24 @@ class WorkerProcess:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 
-    def free_port(self) -> int:
-        return _free_port()
+    def listen(self, node_address: str) -> tuple[str, int]:
+        """Bind the socket that this rank's next TCP store will serve (on cluster.network_interface
+        when set, else on ``node_address``, loopback in a local run); its address and port."""
+        listener = bind_listener(node_address, os.environ.get(INTERFACE_ENV) or None)
+        address, port = listener.getsockname()[:2]
+        self._listeners[port] = listener
+        return address, port
+
+    def _store(self, addr: str, port: int, size: int, rank: int, timeout_s: float) -> Any:
+        """torch.distributed's TCP store: rank 0 serves it from the socket ``listen`` bound."""
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if rank != 0:
+            return dist.TCPStore(addr, port, size, False, timeout=timeout)
+        listener = self._listeners.pop(port)  # the store owns the descriptor from here on
+        return dist.TCPStore(addr, port, size, True, timeout=timeout,
+                             master_listen_fd=listener.detach())  # fmt: skip
 
     def init_distributed(
         self,
@@ -101,7 +113,7 @@ class WorkerProcess:
         os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
         dist.init_process_group(
             backend,
-            init_method=f"tcp://{master_addr}:{master_port}",
+            store=self._store(master_addr, master_port, self.world_size, self.rank, timeout_s),
             rank=self.rank,
             world_size=self.world_size,
             timeout=datetime.timedelta(seconds=collective_timeout_s),
@@ -203,8 +215,7 @@ class WorkerProcess:
     ) -> None:
         import torch.distributed as dist
 
-        store = dist.TCPStore(addr, port, size, rank == 0,
-                              timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+        store = self._store(addr, port, size, rank, timeout_s)
         timeout = datetime.timedelta(seconds=collective_timeout_s)
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
@@ -240,6 +251,9 @@ class WorkerProcess:
                     close()
         self.instances.clear()
         self.sync_groups.clear()
+        for listener in self._listeners.values():
+            listener.close()
+        self._listeners.clear()
         import torch.distributed as dist
 
         if dist.is_initialized():

@@ -108,6 +108,8 @@ BAD = [
     (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
     (CARTPOLE, ["runner.run_name=../x"], "runner.run_name", "must be one folder name"),
     (ARITH, ["runner.run_name=a/b"], "runner.run_name", "no '/'"),
+    (CARTPOLE, ["cluster.network_interface=eth0"], "cluster.network_interface",
+     "a local run binds Ray, the torch.distributed stores, gloo and NCCL to 127.0.0.1"),
     (CARTPOLE, ["runner.resume=auto"], "runner.resume", "needs a fixed runner.run_name"),
     (CARTPOLE, ["runner.resume=auto", "runner.run_name=a", "runner.resume_dir=/x"],
      "runner.resume_dir", "keep one"),

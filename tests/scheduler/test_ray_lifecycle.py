@@ -26,9 +26,10 @@ DRIVER = textwrap.dedent(
     from rlcore.scheduler import Scheduler
 
     address = "null" if sys.argv[1] == "local" else sys.argv[1]
+    placement = sys.argv[3] if len(sys.argv) > 3 else "{env:0,actor:1,rollout:1}"
     config = load_config("embodied/cartpole_ppo", [
         f"cluster.address={address}", "cluster.device=cpu", "cluster.devices_per_node=2",
-        "cluster.component_placement={env:0,actor:1,rollout:1}",
+        f"cluster.component_placement={placement}",
     ])
     with Scheduler.from_config(config) as scheduler:
         import ray
@@ -88,16 +89,56 @@ def wait_ready(driver: subprocess.Popen) -> str:
     raise AssertionError(f"the driver exited before starting its workers (rc {driver.wait()})")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def listening(pids: set[int]) -> list[tuple[int, str, int]]:
+    """``(pid, address, port)`` of each TCP socket in the listening state that ``pids`` hold,
+    read from /proc/net/tcp and tcp6 (what `ss -ltnp` shows)."""
+    owner = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        owner[target[8:-1]] = pid
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                fields = row.split()
+                if fields[3] == "0A" and fields[9] in owner:  # 0A: TCP_LISTEN
+                    address, port = fields[1].split(":")
+                    raw = bytes.fromhex(address)
+                    # each 32-bit word is little-endian
+                    ip = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                    text = socket.inet_ntop(socket.AF_INET if len(ip) == 4 else socket.AF_INET6, ip)
+                    found.append((owner[fields[9]], text, int(port, 16)))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    return (
+        address.startswith("127.")
+        or address in ("::1", "::ffff:127.0.0.1")
+        or (address.startswith("::ffff:127."))
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_driver_leaves_no_process_behind(tmp_path, sig):
-    driver = start_driver(tmp_path, "local", "wait")
+    # two ranks of one fused group: a TCP store and gloo pairs besides Ray's servers
+    driver = start_driver(tmp_path, "local", "wait", "{env:0-1,actor:0-1,rollout:0-1}")
     try:
         wait_ready(driver)
         spawned = descendants(driver.pid)
         assert len(spawned) >= 4  # Ray's gcs and raylet, two workers, helpers
+        sockets = listening(spawned | {driver.pid})
+        assert len(sockets) >= 6, sockets  # gcs, raylet, workers' gRPC, store, gloo
+        exposed = [s for s in sockets if not is_loopback(s[1])]
+        assert not exposed, f"listening beyond loopback: {exposed}"
         driver.send_signal(sig)
         driver.wait(timeout=60)
-        deadline = time.monotonic() + 30
+        # Ray's agents outlive a SIGKILLed driver by 60 s unless its watcher stops them.
+        deadline = time.monotonic() + 20
         while any(running(p) for p in spawned) and time.monotonic() < deadline:
             time.sleep(0.25)
         left = [p for p in spawned if running(p)]

@@ -1,0 +1,115 @@
+"""Stops a local Ray's processes when the driver that started them dies without shutting it down.
+
+``ray.shutdown()`` stops a local Ray, and Ray's GCS and raylet share the driver's fate. A driver
+killed with SIGKILL runs no code, though, and the raylet's agents (dashboard agent, runtime-env
+agent) then outlive it by a minute: each notices its raylet is gone, then waits 60 s trying to
+tell the dead GCS. ``start`` launches this file as a small watcher that holds a pipe from the
+driver: when the pipe closes (the driver exited, however it ended) and the Ray processes of this
+run are still there after a grace period, it kills them. It is run as a script with the standard
+library only (no torch, no rlcore import), ignores Ctrl-C (the driver's own clean-up runs then),
+and knows a process by its pid and start time, so a reused pid is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+GRACE_S = 3.0
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _identity(pid: int) -> str | None:
+    """``pid:start_time``: one process, never a later one that reuses its pid."""
+    stat = _stat(pid)
+    return None if stat is None or stat[0] == "Z" else f"{pid}:{stat[19]}"
+
+
+def _pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _raylet_children(raylet_pid: int) -> list[int]:
+    """Processes the raylet started (agents, workers): they carry its pid in their environment,
+    and keep it when the raylet dies and they are handed to init."""
+    mark = f"RAY_RAYLET_PID={raylet_pid}".encode()
+    found = []
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def ray_processes(driver_pid: int) -> tuple[int | None, list[int]]:
+    """The raylet among the driver's children, and every Ray process the driver started."""
+    children = [p for p in _pids() if (_stat(p) or ["", "0"])[1] == str(driver_pid)]
+    raylet = None
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"/raylet/raylet" in f.read().split(b"\0")[0]:
+                    raylet = pid
+        except OSError:
+            continue
+    return raylet, children
+
+
+def start(driver_pid: int) -> subprocess.Popen | None:
+    """The watcher of the Ray this driver just started; None when it has no raylet child."""
+    raylet, children = ray_processes(driver_pid)
+    if raylet is None:
+        return None
+    known = [i for i in map(_identity, children) if i is not None]
+    return subprocess.Popen(
+        [sys.executable, __file__, str(_identity(raylet)), *known],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # not in the driver's process group: a Ctrl-C does not reach it
+    )
+
+
+def stop(watcher: subprocess.Popen) -> None:
+    """The driver shut its Ray down itself: let the watcher go (it finds nothing to kill)."""
+    if watcher.stdin is not None:
+        watcher.stdin.close()
+    try:
+        watcher.wait(timeout=GRACE_S + 10)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+
+
+def _watch(raylet: str, known: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdin.buffer.read()  # returns when the driver closes the pipe or dies
+    raylet_pid = int(raylet.split(":")[0])
+    deadline = time.monotonic() + GRACE_S
+    while True:
+        alive = {int(i.split(":")[0]) for i in known if _identity(int(i.split(":")[0])) == i}
+        if _identity(raylet_pid) in (None, raylet):  # its pid not yet taken by another process
+            alive.update(p for p in _raylet_children(raylet_pid) if _identity(p) is not None)
+        alive.discard(os.getpid())
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    _watch(sys.argv[1], sys.argv[2:])
