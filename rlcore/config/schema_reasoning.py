@@ -185,7 +185,8 @@ class RewardConfig(GroupKeys):
     custom_fn: str | None = key(
         None,
         doc="kind custom: 'path/to/file.py:function' taking (response, answer) and returning "
-        "a finite number (right when >= correct_score) or {'score': number, 'correct': bool}",
+        "{'score': number, 'correct': bool} (the verdict the accuracy counts; verl's 'acc' "
+        "too), or a bare finite number (a reward with no verdict: no accuracy is reported)",
     )
     timeout_s: float = key(
         2.0,

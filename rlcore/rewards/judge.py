@@ -38,29 +38,34 @@ class Rules:
 @dataclass(frozen=True)
 class Verdict:
     score: float
-    correct: bool | None  # None: the response has no answer in the expected form
+    correct: bool | None  # None: no answer in the expected form, or no verdict (judged False)
     timed_out: bool = False
+    judged: bool = True  # False: a custom function that returned a bare number (no verdict)
 
 
 def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0) -> Verdict:
     """The verdict on one response (``custom``: the loaded custom function or None). A custom
-    function returns a number (right when it reaches ``correct_score``) or ``{"score": number,
-    "correct": bool}`` (its own verdict); anything else is a ``BadReward``."""
+    function returns ``{"score": number, "correct": bool}`` (verl's ``"acc"`` is read as
+    ``"correct"``), or a bare number: a reward with no verdict, which no accuracy counts (a
+    score is never turned into a verdict by a threshold). Anything else is a ``BadReward``."""
     if custom is not None:
         where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
         try:
             returned = custom(response, answer)
         except Exception as error:
             raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
-        verdict = returned.get("correct") if isinstance(returned, dict) else None
+        verdict = None
+        if isinstance(returned, dict):
+            verdict = returned.get("correct", returned.get("acc"))
         score = returned.get("score") if isinstance(returned, dict) else returned
         if isinstance(score, bool) or not isinstance(score, int | float):
             raise BadReward(f"{where} returned {returned!r}; return a number, or "
                             "{'score': number, 'correct': bool}")  # fmt: skip
         if not math.isfinite(score):
             raise BadReward(f"{where} returned {score}; rewards must be finite numbers")
-        correct = bool(verdict) if verdict is not None else score >= rules.correct_score
-        return Verdict(float(score), correct)
+        if verdict is None:
+            return Verdict(float(score), None, judged=False)
+        return Verdict(float(score), bool(verdict))
     if rules.kind == "math":
         # math-verify's own limits too (signal alarms: whole seconds, main thread only)
         correct = math_correct(response, answer, timeout_s=max(1, math.ceil(rules.timeout_s)))

@@ -50,7 +50,10 @@ class RewardWorker:
         rows = {
             "scores": torch.tensor([v.score for v in verdicts], dtype=torch.float32),
             "correct": torch.tensor([bool(v.correct) for v in verdicts]),
-            "unparsed": torch.tensor([v.correct is None and not v.timed_out for v in verdicts]),
+            "judged": torch.tensor([v.judged for v in verdicts]),
+            "unparsed": torch.tensor(
+                [v.judged and v.correct is None and not v.timed_out for v in verdicts]
+            ),
             "timed_out": torch.tensor([v.timed_out for v in verdicts]),
         }
         return TensorDict(rows, batch_size=[len(texts)])

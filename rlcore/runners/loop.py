@@ -159,8 +159,9 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
                 progress.last_eval = driver.evaluate(iteration)
                 metrics.update(progress.last_eval)
                 metrics["time/eval_s"] = time.perf_counter() - timer
-                value = progress.last_eval[s.eval_metric]
-                if s.threshold is not None and progress.reached_s is None and value >= s.threshold:
+                value = progress.last_eval.get(s.eval_metric)  # absent: nothing to compare
+                if (s.threshold is not None and value is not None and progress.reached_s is None
+                        and value >= s.threshold):  # fmt: skip
                     progress.reached_s = time.perf_counter() - start
                     progress.reached_samples = progress.samples
                     last = last or s.stop_at_threshold

@@ -191,7 +191,7 @@ class ReasoningRunner:
         lengths = mask.sum(-1).float()
         metrics = {
             "reward/mean": float(scored["scores"].mean()),
-            "reward/accuracy": float(scored["correct"].float().mean()),
+            **_accuracy("reward/accuracy", scored),
             "reward/unparsed": float(scored["unparsed"].float().mean()),
             "reward/timeouts": int(scored["timed_out"].sum()),
             "response/length_mean": float(lengths.mean()),
@@ -216,8 +216,9 @@ class ReasoningRunner:
         padded = rows + rows[: (-len(rows)) % ranks]  # whole shards; the extras are dropped
         prompts = prompt_batch(padded, self.val_set, 1, self.tokenizer.pad_token_id)
         batch = prompts.update(self.rollout.generate(prompts, self.version, greedy=True))
-        correct = self.reward.score(batch)["correct"][: len(rows)]
-        return {"val/accuracy": float(correct.float().mean())}
+        scored = self.reward.score(batch)[: len(rows)]
+        return {"val/reward_mean": float(scored["scores"].mean()),
+                **_accuracy("val/accuracy", scored)}  # fmt: skip
 
     def checkpoint(self):
         state = {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
@@ -227,13 +228,16 @@ class ReasoningRunner:
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p = self.progress
+        # accuracy when the scorer gives verdicts; a bare-number custom reward has only means
+        name = "accuracy" if "val/accuracy" in p.first_eval else "reward_mean"
+        before, after = p.first_eval[f"val/{name}"], p.last_eval[f"val/{name}"]
         log(
-            f"validation accuracy: {p.first_eval['val/accuracy']:.3f} before PPO, "
-            f"{p.last_eval['val/accuracy']:.3f} after ({len(self.val_set)} prompts, greedy)"
+            f"validation {name.replace('_', ' ')}: {before:.3f} before PPO, {after:.3f} after "
+            f"({len(self.val_set)} prompts, greedy)"
         )
         return {
-            "val_accuracy_before": round(p.first_eval["val/accuracy"], 4),
-            "val_accuracy_after": round(p.last_eval["val/accuracy"], 4),
+            f"val_{name}_before": round(before, 4),
+            f"val_{name}_after": round(after, 4),
             "val_prompts": len(self.val_set),
             "iterations": p.iteration,
             "wall_s": round(wall_s, 3),
@@ -264,3 +268,12 @@ class ReasoningRunner:
 
     def close(self) -> None:
         self.components.close()
+
+
+def _accuracy(name: str, scored: TensorDict) -> dict[str, float]:
+    """``{name: share of correct responses}`` over those the scorer gave a verdict on; empty
+    when it gave none (a custom reward that returns bare numbers)."""
+    judged = scored["judged"]
+    if not judged.any():
+        return {}
+    return {name: float(scored["correct"][judged].float().mean())}

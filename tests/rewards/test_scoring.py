@@ -8,6 +8,7 @@ import pytest
 
 from rlcore.config import load_config
 from rlcore.rewards import RewardError, ScoringPool
+from rlcore.rewards.judge import Rules, judge
 
 REWARD = """
 import math
@@ -15,7 +16,7 @@ import math
 def spins(response, answer):
     if response == "slow":
         return float(10 ** (10 ** 10) % 7)  # C code holding the GIL for minutes
-    return 1.0 if response == answer else 0.0
+    return {"score": float(response == answer), "correct": response == answer}
 
 def nan(response, answer):
     return math.nan if response == "bad" else 0.0
@@ -101,3 +102,10 @@ def test_a_custom_verdict_is_the_accuracy_not_a_threshold_on_the_score(tmp_path)
     finally:
         scoring.close()
     assert [(v.score, v.correct) for v in verdicts] == [(0.5, True), (0.5, False)]
+    rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
+    # verl's name for the verdict
+    acc = judge(rules, lambda r, a: {"score": 1.0, "acc": r == a}, "6", "7")
+    assert (acc.correct, acc.judged) == (False, True)
+    # a bare number is a reward without a verdict, however high: no accuracy counts it
+    bare = judge(rules, lambda r, a: 5.0, "7", "7")
+    assert (bare.score, bare.correct, bare.judged) == (5.0, None, False)
