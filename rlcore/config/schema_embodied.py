@@ -89,7 +89,9 @@ class EnvConfig(GroupKeys):
     step_timeout_s: float | None = key(
         None,
         doc="seconds one vector step may take; past it the run ends with an error naming the "
-        "env and the step, instead of hanging on an env that blocks; null = no limit",
+        "env and the step, instead of hanging on an env that blocks; null = no limit for envs "
+        "in the driver's process, 300 for envs in their own processes (placed apart, or "
+        "vector_mode async)",
         range="> 0",
     )
     checkpoint_state: Literal["reseed", "pickle"] = key(

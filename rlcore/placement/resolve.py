@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rlcore.config.checks import component_sections
-from rlcore.config.schema import ClusterConfig, RLCoreConfig
+from rlcore.config.schema import ClusterConfig, EmbodiedConfig, RLCoreConfig
 from rlcore.placement.checks import check_plan
 from rlcore.placement.components import component_roles
 from rlcore.placement.grammar import PlacementError
@@ -66,6 +66,21 @@ def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus
         fuse=config.cluster.fuse_collocated,
     )
     check_plan(config, plan)
+    _derive_env_deadline(config, plan)
     named = {c: s.group_name for c, s in component_sections(config).items()
              if s.group_name is not None and c in plan.components}  # fmt: skip
     return replace(plan, group_names=named)
+
+
+APART_STEP_TIMEOUT_S = 300.0
+
+
+def _derive_env_deadline(config: RLCoreConfig, plan: PlacementPlan) -> None:
+    """``env.step_timeout_s`` left null: no limit while the envs step in the driver's own process
+    (Ctrl-C reaches a stuck env there), 300 s once they step anywhere else (a Ray worker, or
+    ``vector_mode=async`` subprocesses), where an env that blocks would hang the run for good."""
+    if not isinstance(config, EmbodiedConfig) or config.env.step_timeout_s is not None:
+        return
+    in_driver = len(plan.processes()) == 1 and config.cluster.address is None
+    if config.env.vector_mode == "async" or not in_driver:
+        config.env.step_timeout_s = APART_STEP_TIMEOUT_S

@@ -164,3 +164,24 @@ def test_shipped_cluster_layouts_plan(cluster, configs):
         p = plan_for_config(load_config(name, [f"cluster={cluster}"]), gpus=lambda: 0)
         assert p.num_nodes * p.devices_per_node >= 1
         assert set(p.components) >= {"actor", "rollout"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "deadline"),
+    [
+        ([], None),  # envs in the driver's process: Ctrl-C reaches them
+        (["env.vector_mode=async"], 300.0),  # subprocesses
+        (
+            ["cluster.devices_per_node=2", "cluster.component_placement={env:0,actor:1,rollout:1}"],
+            300.0,
+        ),  # a Ray worker
+        (["env.vector_mode=async", "env.step_timeout_s=7"], 7.0),  # the user's own limit
+    ],
+)
+def test_envs_out_of_the_drivers_reach_step_under_a_deadline(overrides, deadline):
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+
+    config = load_config("embodied/cartpole_ppo", ["cluster.device=cpu", *overrides])
+    plan_for_config(config, gpus=lambda: 0)
+    assert config.env.step_timeout_s == deadline
