@@ -85,6 +85,11 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.rollout.name": _verl("rollout.backend"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
+    "actor_rollout_ref.rollout.val_kwargs.n": _verl(
+        "runner.val_n",
+        note="validation samples besides the greedy answer, which is always taken",
+    ),
+    "actor_rollout_ref.rollout.val_kwargs.temperature": _verl("rollout.val_temperature"),
     "actor_rollout_ref.rollout.top_k": _verl(
         "rollout.top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
     ),
@@ -155,6 +160,9 @@ ALIASES: dict[str, Alias] = {
     ),
     "trainer.critic_warmup": _verl("critic.critic_warmup"),
     "trainer.experiment_name": _verl("runner.run_name"),
+    "trainer.log_val_generations": _verl(
+        "runner.log_val_generations", note="written to RUN/validation/iter_NNNNNN.jsonl"
+    ),
     "trainer.logger": _verl(
         "logger.console",
         "logger.tensorboard",

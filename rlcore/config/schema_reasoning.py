@@ -158,6 +158,12 @@ class RolloutConfig(GroupKeys):
         1.0, doc="nucleus sampling: keep the smallest set with this much mass", range="(0, 1]"
     )
     top_k: int = key(0, doc="sample from the k most likely tokens; 0 = no limit", range=">= 0")
+    val_temperature: float = key(
+        1.0,
+        doc="sampling temperature of the runner.val_n validation samples per prompt (verl's "
+        "val_kwargs.temperature)",
+        range="> 0",
+    )
     micro_batch_size: int | None = key(
         None,
         doc="sequences per generate call on one rank (RLinf's rollout_micro_batch_size); null = "
@@ -235,6 +241,19 @@ class ReasoningRunnerConfig(RunnerConfig):
     run_name: str | None = key(None, doc="the run's folder name; null = CONFIG-SEED-TIMESTAMP")
     val_every: int = key(
         0, doc="iterations between greedy validations (0 = before and after)", range=">= 0"
+    )
+    val_n: int = key(
+        0,
+        doc="besides the greedy answer, responses sampled per validation prompt at "
+        "rollout.val_temperature, for val/mean@n and val/pass@k (k = 1 and n, unbiased); "
+        "0 = greedy accuracy only (verl's val_kwargs.n)",
+        range=">= 0",
+    )
+    log_val_generations: int = key(
+        16,
+        doc="validation prompts whose generations (prompt, response, score, verdict) are "
+        "written to RUN/validation/iter_NNNNNN.jsonl at each validation; 0 = none",
+        range=">= 0",
     )
     torch_threads: int = key(2, doc="torch CPU threads per process", range=">= 1")
     progress: bool = key(True, doc="show a progress bar on stderr")

@@ -47,6 +47,7 @@ from rlcore.rewards import RewardWorker
 from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint
 from rlcore.runners.loop import Schedule, train
 from rlcore.runners.progress import Progress, Stopwatch
+from rlcore.runners.validation import sample_metrics, write_generations
 from rlcore.scheduler.deployment import ComponentSpec, start_components
 from rlcore.scheduler.handles import Peer
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
@@ -208,17 +209,32 @@ class ReasoningRunner:
     # validation and checkpoints ----------------------------------------------------------------
 
     def evaluate(self, iteration: int) -> dict[str, float]:
-        """Greedy accuracy on the validation prompts."""
+        """Greedy accuracy on the validation prompts; with ``runner.val_n`` = n, also n samples
+        per prompt (``validation.py``); generations of the first prompts to the run folder."""
         self._sync()
+        run, pad = self.config.runner, self.tokenizer.pad_token_id
         rows = list(range(len(self.val_set)))
         ranks = math.lcm(self.components.world_size("rollout"),
                          self.components.world_size("reward"))  # fmt: skip
         padded = rows + rows[: (-len(rows)) % ranks]  # whole shards; the extras are dropped
-        prompts = prompt_batch(padded, self.val_set, 1, self.tokenizer.pad_token_id)
+        prompts = prompt_batch(padded, self.val_set, 1, pad)
         batch = prompts.update(self.rollout.generate(prompts, self.version, greedy=True))
-        scored = self.reward.score(batch)[: len(rows)]
-        return {"val/reward_mean": float(scored["scores"].mean()),
-                **_accuracy("val/accuracy", scored)}  # fmt: skip
+        greedy = batch.update(self.reward.score(batch))[: len(rows)]
+        metrics = {"val/reward_mean": float(greedy["scores"].mean()),
+                   **_accuracy("val/accuracy", greedy)}  # fmt: skip
+        n, samples = run.val_n, None
+        if n:
+            many = prompt_batch(padded, self.val_set, n, pad)
+            many.update(self.rollout.sample_validation(many, self.version, run.seed + iteration))
+            samples = many.update(self.reward.score(many))[: len(rows) * n]
+            metrics.update(sample_metrics(samples, n))
+        shown = rows[: run.log_val_generations]
+        if shown:
+            where = self.run_dir / "validation" / f"iter_{iteration:06d}.jsonl"
+            texts = [self.val_set.prompts[i] for i in shown]
+            answers = [self.val_set.answers[i] for i in shown]
+            write_generations(where, self.tokenizer, texts, answers, greedy, samples, n)
+        return metrics
 
     def checkpoint(self):
         state = {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),

@@ -26,8 +26,13 @@ from rlcore.workers.weight_version import check_weight_version
 class RolloutBackend(Protocol):
     """What the rollout needs of a generation engine."""
 
-    def generate(self, prompts: TensorDict, *, greedy: bool) -> TensorDict:
-        """``prompts`` holds ``input_ids`` / ``attention_mask`` ``[B, P]`` (left-padded); the
+    device: torch.device
+
+    def generate(
+        self, prompts: TensorDict, *, greedy: bool, temperature: float | None = None
+    ) -> TensorDict:
+        """Sampled at ``temperature`` (None: ``rollout.temperature``) unless ``greedy``.
+        ``prompts`` holds ``input_ids`` / ``attention_mask`` ``[B, P]`` (left-padded); the
         result holds ``input_ids`` / ``attention_mask`` / ``position_ids`` ``[B, P + R]`` and
         ``responses`` / ``response_mask`` ``[B, R]``, R = ``data.max_response_length``."""
         ...
@@ -59,14 +64,14 @@ class HFEngine:
     def weights(self) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())
 
-    def generation_config(self, greedy: bool) -> Any:
+    def generation_config(self, greedy: bool, temperature: float | None = None) -> Any:
         from transformers import GenerationConfig
 
         r = self.config.rollout
         options: dict[str, Any] = {"do_sample": False}
         if not greedy:
-            options = {"do_sample": True, "temperature": r.temperature, "top_p": r.top_p,
-                       "top_k": r.top_k or None}  # fmt: skip
+            options = {"do_sample": True, "temperature": temperature or r.temperature,
+                       "top_p": r.top_p, "top_k": r.top_k or None}  # fmt: skip
         return GenerationConfig(
             max_new_tokens=self.config.data.max_response_length,
             eos_token_id=self.eos_ids,
@@ -76,19 +81,21 @@ class HFEngine:
         )
 
     @torch.no_grad()
-    def generate(self, prompts: TensorDict, *, greedy: bool) -> TensorDict:
+    def generate(
+        self, prompts: TensorDict, *, greedy: bool, temperature: float | None = None
+    ) -> TensorDict:
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._generate(prompts, greedy)
+            return self._generate(prompts, self.generation_config(greedy, temperature))
         finally:
             self.model.train(was_training)
 
-    def _generate(self, prompts: TensorDict, greedy: bool) -> TensorDict:
+    def _generate(self, prompts: TensorDict, generation_config: Any) -> TensorDict:
         ids = prompts["input_ids"].to(self.device)
         mask = prompts["attention_mask"].to(self.device)
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=self.generation_config(greedy)
+            input_ids=ids, attention_mask=mask, generation_config=generation_config
         )
         width = self.config.data.max_response_length
         responses = out[:, ids.shape[1] :]
@@ -140,8 +147,23 @@ class RolloutWorker:
         """Responses to this rank's ``prompts`` (see ``RolloutBackend.generate``), sampled with
         the actor's weights of ``version`` (greedy for validation)."""
         check_weight_version(self.rank, self.version, version)
+        return self._in_parts(prompts, greedy=greedy)
+
+    @dispatch(Dispatch.SHARD)
+    def sample_validation(self, prompts: TensorDict, version: int, seed: int) -> TensorDict:
+        """Validation samples of this rank's ``prompts`` at ``rollout.val_temperature``, drawn
+        from a torch RNG seeded with ``seed`` and this rank, apart from the training sampler's
+        (which validation must not move: a resumed run would sample differently)."""
+        check_weight_version(self.rank, self.version, version)
+        devices = [self.engine.device] if self.engine.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed + 7919 * (self.rank + 1))
+            return self._in_parts(prompts, greedy=False,
+                                  temperature=self.config.rollout.val_temperature)  # fmt: skip
+
+    def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:
         size = self.config.rollout.micro_batch_size or prompts.batch_size[0]
-        parts = [self.engine.generate(part, greedy=greedy) for part in prompts.split(size)]
+        parts = [self.engine.generate(part, **options) for part in prompts.split(size)]
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     # checkpoints: the sampler's RNG (transformers samples from torch's global one) -------------

@@ -34,14 +34,27 @@ def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     cache = dirs.actor.parent
     code = run_entry_point("reasoning/tiny_arith_ppo", [*TINY, f"warmup.cache_dir={cache}",
-                           f"runner.output_dir={tmp_path}", "runner.run_name=r"])  # fmt: skip
+                           f"runner.output_dir={tmp_path}", "runner.run_name=r",
+                           "runner.val_n=3", "runner.log_val_generations=2",
+                           "logger.console=true"])  # fmt: skip
     assert code == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    summary = json.loads(last)
+    out = capsys.readouterr()
+    summary = json.loads(out.out.strip().splitlines()[-1])
     assert summary == json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["iterations"] == 2 and summary["wall_s"] > 0
     for key in ("val_accuracy_before", "val_accuracy_after"):
         assert 0.0 <= summary[key] <= 1.0
+    # validation with 3 samples per prompt: its metrics, and the generations of 2 prompts
+    step0 = next(line for line in out.err.splitlines() if line.startswith("step 0:"))
+    metrics = dict(item.split("=") for item in step0.split(": ", 1)[1].split())
+    assert {"val/mean@3", "val/pass@1", "val/pass@3", "val/reward_mean@3"} <= set(metrics)
+    assert float(metrics["val/pass@1"]) <= float(metrics["val/pass@3"])
+    lines = (tmp_path / "r/validation/iter_000000.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert len(first["samples"]) == 3 and first["prompt"] and first["answer"]
+    assert set(first["greedy"]) == {"response", "score", "correct"}
+    assert (tmp_path / "r/validation/iter_000002.jsonl").is_file()  # the last validation
 
 
 def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):

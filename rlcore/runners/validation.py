@@ -1,0 +1,71 @@
+"""Reasoning validation beyond the greedy answer: n samples per prompt (mean@n, pass@k) and the
+generations written to the run folder for a reader.
+
+Metrics (``runner.val_n = n > 0``, verdicts from the scorer):
+
+- ``val/mean@n``: the share of the n samples that are right, averaged over prompts;
+- ``val/pass@k`` for k = 1 and k = n: the chance that at least one of k samples drawn from a
+  prompt's n is right, by the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374)
+  ``1 - C(n - c, k) / C(n, k)`` with c the prompt's right samples, averaged over prompts
+  (pass@1 equals mean@n; pass@n is the share of prompts with any right sample);
+- ``val/reward_mean@n``: the mean score of the samples (also for a custom reward with no
+  verdicts, which gives no mean@n or pass@k).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of a prompt with ``c`` right answers among ``n`` samples."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:  # every draw of k holds a right one
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sample_metrics(scored: TensorDict, n: int) -> dict[str, float]:
+    """The metrics above from ``scored`` rows of n samples per prompt, prompt by prompt."""
+    metrics = {f"val/reward_mean@{n}": float(scored["scores"].float().mean())}
+    if not bool(scored["judged"].all()):
+        return metrics
+    right = scored["correct"].reshape(-1, n).sum(-1).tolist()
+    metrics[f"val/mean@{n}"] = sum(c / n for c in right) / len(right)
+    for k in sorted({1, n}):
+        metrics[f"val/pass@{k}"] = sum(pass_at_k(n, c, k) for c in right) / len(right)
+    return metrics
+
+
+def _generation(tokenizer: Any, row: TensorDict) -> dict[str, Any]:
+    response = row["responses"][row["response_mask"].bool()]
+    verdict = bool(row["correct"]) if bool(row["judged"]) else None
+    return {"response": tokenizer.decode(response, skip_special_tokens=True),
+            "score": float(row["scores"]), "correct": verdict}  # fmt: skip
+
+
+def write_generations(
+    path: Path,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    answers: list[str],
+    greedy: TensorDict,
+    samples: TensorDict | None,
+    n: int,
+) -> None:
+    """One JSON line per prompt: its text, answer, greedy generation and its n samples."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as out:
+        for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+            line = {"prompt": tokenizer.decode(torch.tensor(prompt), skip_special_tokens=True),
+                    "answer": answer, "greedy": _generation(tokenizer, greedy[i])}  # fmt: skip
+            if samples is not None:
+                line["samples"] = [_generation(tokenizer, samples[i * n + j]) for j in range(n)]
+            out.write(json.dumps(line) + "\n")
