@@ -160,6 +160,9 @@ ALIASES: dict[str, Alias] = {
     ),
     "trainer.critic_warmup": _verl("critic.critic_warmup"),
     "trainer.experiment_name": _verl("runner.run_name"),
+    "reward_model.overlong_buffer.enable": _verl("reward.overlong_buffer.enable"),
+    "reward_model.overlong_buffer.len": _verl("reward.overlong_buffer.len"),
+    "reward_model.overlong_buffer.penalty_factor": _verl("reward.overlong_buffer.penalty_factor"),
     "trainer.log_val_generations": _verl(
         "runner.log_val_generations", note="written to RUN/validation/iter_NNNNNN.jsonl"
     ),

@@ -276,6 +276,18 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
             "reward.custom_fn: reward.kind is custom, so name the function: "
             "reward.custom_fn=path/to/file.py:function"
         )
+    buffer, longest = reward.overlong_buffer, config.data.max_response_length
+    if buffer.enable and not 0 < buffer.len <= longest:
+        problems.append(
+            f"reward.overlong_buffer.len: {buffer.len}, but the buffer must hold 1 to "
+            f"data.max_response_length ({longest}) tokens when overlong shaping is enabled; "
+            "DAPO's recipe holds 4096 of 20480"
+        )
+    if not buffer.enable and (buffer.len, buffer.penalty_factor) != (0, 1.0):
+        problems.append(
+            "reward.overlong_buffer: len or penalty_factor set, but enable is false, so nothing "
+            "would use them; set reward.overlong_buffer.enable=true, or leave them out"
+        )
     if reward.kind != "custom" and reward.custom_fn is not None:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"

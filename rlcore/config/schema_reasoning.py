@@ -179,6 +179,24 @@ class RolloutConfig(GroupKeys):
 
 
 @dataclass(kw_only=True)
+class OverlongBufferConfig:
+    enable: bool = key(
+        False,
+        doc="DAPO's overlong reward shaping: a response reaching into the last `len` tokens "
+        "before data.max_response_length loses up to penalty_factor, linearly in how far it "
+        "reaches (verl's reward_model.overlong_buffer)",
+    )
+    len: int = key(
+        0,
+        doc="the buffer: tokens before data.max_response_length where shaping applies",
+        range=">= 0",
+    )
+    penalty_factor: float = key(
+        1.0, doc="the penalty of a response that fills the whole buffer", range=">= 0"
+    )
+
+
+@dataclass(kw_only=True)
 class RewardConfig(GroupKeys):
     kind: Literal["gsm8k", "math", "custom"] = key(
         "gsm8k", doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom"
@@ -206,6 +224,9 @@ class RewardConfig(GroupKeys):
         doc="scoring processes per reward rank for the kinds math and custom (gsm8k's bounded "
         "regex runs in the reward worker itself)",
         range=">= 1",
+    )
+    overlong_buffer: OverlongBufferConfig = section(
+        OverlongBufferConfig, doc="DAPO's soft penalty on responses near the length limit"
     )
 
 

@@ -23,6 +23,7 @@ class RewardWorker:
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config.reward
+        self.max_response_length = config.data.max_response_length
         self.tokenizer = load_tokenizer(model_dir)
         self.rules = Rules.of(self.config)
         if self.config.kind == "custom":
@@ -56,9 +57,27 @@ class RewardWorker:
             ),
             "timed_out": torch.tensor([v.timed_out for v in verdicts]),
         }
+        buffer = self.config.overlong_buffer
+        if buffer.enable:
+            lengths = batch["response_mask"].sum(-1)
+            rows["overlong_penalty"] = overlong_penalty(
+                lengths, self.max_response_length, buffer.len, buffer.penalty_factor
+            )
+            rows["scores"] = rows["scores"] + rows["overlong_penalty"]
         return TensorDict(rows, batch_size=[len(texts)])
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, max_length: int, buffer: int, factor: float
+) -> torch.Tensor:
+    """DAPO's overlong reward shaping (Yu et al. 2025, arXiv 2503.14476; verl's DAPO reward
+    manager): 0 for a response of at most ``max_length - buffer`` tokens, then falling linearly
+    to ``-factor`` at ``max_length``: ``min(0, -(length - (max_length - buffer)) / buffer *
+    factor)``."""
+    excess = lengths.to(torch.float32) - (max_length - buffer)
+    return torch.clamp(-excess / buffer * factor, max=0.0)

@@ -198,6 +198,10 @@ class ReasoningRunner:
             "response/length_mean": float(lengths.mean()),
             "response/clip_ratio": float((lengths == mask.shape[1]).float().mean()),
         }
+        if "overlong_penalty" in scored:
+            penalty = scored["overlong_penalty"]
+            metrics["reward/overlong_penalty_mean"] = float(penalty.mean())
+            metrics["reward/overlong"] = float((penalty < 0).float().mean())
         if "values" in batch:
             values = batch["values"]
             metrics["critic/value_mean"] = float(masked_mean(values, mask))
