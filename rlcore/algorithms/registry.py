@@ -14,10 +14,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Entry(Generic[F]):
-    """A registered function and the facts about it that config validation needs."""
+    """A registered function and the facts about it that config validation needs.
+
+    ``extra_kwargs``: its keyword-only parameters beyond the registry's required ones, in
+    signature order (a policy loss's options: the caller passes exactly these).
+    """
 
     fn: F
     traits: dict[str, Any] = field(default_factory=dict)
+    extra_kwargs: tuple[str, ...] = ()
 
 
 class Registry(Generic[F]):
@@ -41,7 +46,7 @@ class Registry(Generic[F]):
                     f"(by {self._entries[name].fn.__module__}); pick another name"
                 )
             self._check_signature(name, fn)
-            self._entries[name] = Entry(fn, dict(traits))
+            self._entries[name] = Entry(fn, dict(traits), self._extra_kwargs(fn))
             return fn
 
         return decorator
@@ -63,6 +68,14 @@ class Registry(Generic[F]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+    def _extra_kwargs(self, fn: F) -> tuple[str, ...]:
+        params = inspect.signature(fn).parameters.values()
+        return tuple(
+            p.name
+            for p in params
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in self.required_kwargs
+        )
 
     def _check_signature(self, name: str, fn: F) -> None:
         params = inspect.signature(fn).parameters

@@ -76,6 +76,10 @@ PER_RANK = (
     "per GPU; the same on one GPU); micro-batches change memory use, never the update"
 )
 
+# verl's actor.policy_loss.<option> keys, each algorithm.policy_loss_options.<option> here
+POLICY_LOSS_OPTIONS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
+                       "ppo_kl_coef", "dro_beta")  # fmt: skip
+
 ALIASES: dict[str, Alias] = {
     # verl: actor_rollout_ref.rollout.*
     "actor_rollout_ref.rollout.n": _verl("algorithm.group_size"),
@@ -134,6 +138,15 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.actor.policy_loss.loss_mode": _verl(
         "algorithm.policy_loss", convert=_loss_mode, note="verl's vanilla is ppo"
     ),
+    **{
+        f"actor_rollout_ref.actor.policy_loss.{option}": _verl(
+            f"algorithm.policy_loss_options.{option}"
+        )
+        for option in POLICY_LOSS_OPTIONS
+    },
+    # verl keeps SAPO's temperatures on the actor, not under policy_loss
+    "actor_rollout_ref.actor.tau_pos": _verl("algorithm.policy_loss_options.tau_pos"),
+    "actor_rollout_ref.actor.tau_neg": _verl("algorithm.policy_loss_options.tau_neg"),
     "actor_rollout_ref.actor.grad_clip": _verl("actor.optim.max_grad_norm"),
     "actor_rollout_ref.actor.optim.lr": _verl("actor.optim.lr"),
     "actor_rollout_ref.actor.optim.weight_decay": _verl("actor.optim.weight_decay"),

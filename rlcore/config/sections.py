@@ -28,6 +28,42 @@ class KLCtrlConfig:
 
 
 @dataclass(kw_only=True)
+class PolicyLossOptions:
+    """The options of the policy losses that read them, under verl's names (its
+    ``actor.policy_loss.*``, and ``actor.tau_pos`` / ``tau_neg``). A loss reads those named by
+    its signature; a value other than the default for a loss that does not read it is refused."""
+
+    clip_cov_ratio: float = key(
+        0.0002,
+        doc="clip_cov: share of valid tokens whose gradient is cut (at least one)",
+        range="(0, 1]",
+    )
+    clip_cov_lb: float = key(
+        1.0, doc="clip_cov: a token can be cut when its covariance is above this", range="any"
+    )
+    clip_cov_ub: float = key(
+        5.0, doc="clip_cov: a token can be cut when its covariance is below this", range="any"
+    )
+    kl_cov_ratio: float = key(
+        0.0002,
+        doc="kl_cov: share of valid tokens (largest covariance first, at least one) penalised",
+        range="(0, 1]",
+    )
+    ppo_kl_coef: float = key(
+        0.1, doc="kl_cov: weight of the |log_prob - old_log_prob| penalty", range=">= 0"
+    )
+    tau_pos: float = key(1.0, doc="sapo: gate temperature where the advantage is > 0", range="> 0")
+    tau_neg: float = key(
+        1.05, doc="sapo: gate temperature where the advantage is <= 0", range="> 0"
+    )
+    dro_beta: float | None = key(
+        None,
+        doc="dro: weight β of the β/2 (log_prob - old_log_prob)² penalty; dro needs it set",
+        range="> 0",
+    )
+
+
+@dataclass(kw_only=True)
 class AlgorithmConfig:
     adv_type: str = key(
         "gae",
@@ -41,8 +77,13 @@ class AlgorithmConfig:
     )
     policy_loss: str = key(
         "ppo",
-        doc="policy loss: ppo (clipped surrogate, dual-clip), or one added with "
-        "register_policy_loss",
+        doc="policy loss: ppo (= vanilla; clipped surrogate, dual-clip), gspo, gpg, clip_cov, "
+        "kl_cov, cispo, sapo, geo_mean, dppo_tv, dppo_kl, dro (docs/algorithms.md), or one added "
+        "with register_policy_loss",
+    )
+    policy_loss_options: PolicyLossOptions = section(
+        PolicyLossOptions,
+        doc="the policy losses' own options, verl's names; set only those the chosen loss reads",
     )
     loss_agg_func: AggMode = key(
         "token-mean", doc="how per-token losses become a scalar (see docs/algorithms.md)"

@@ -60,7 +60,10 @@ class EmbodiedActor(TrainedComponent):
             backend=actor.training_backend,
             max_skipped_steps=config.runner.max_skipped_steps,
         )
-        self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
+        # the loss with the options it reads (algorithm.policy_loss_options) bound
+        self.policy_loss = get_policy_loss_fn(
+            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
+        )
 
     @dispatch(Dispatch.SHARD)
     @torch.no_grad()

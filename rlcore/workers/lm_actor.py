@@ -83,7 +83,10 @@ class LMActor(TrainedComponent):
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
                                 config.runner.seed, config.actor.training_backend)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
-        self.policy_loss = get_policy_loss_fn(config.algorithm.policy_loss)
+        # the loss with the options it reads (algorithm.policy_loss_options) bound
+        self.policy_loss = get_policy_loss_fn(
+            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
+        )
         self.temperature = config.rollout.temperature
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict, entropy: bool):
