@@ -304,6 +304,11 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
             "reward.custom_fn: reward.kind is custom, so name the function: "
             "reward.custom_fn=path/to/file.py:function"
         )
+    if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
+        problems.append(
+            "algorithm.filter_groups.enable: dynamic sampling keeps groups whose responses "
+            "differ, and a group of algorithm.group_size 1 never does; set group_size >= 2"
+        )
     buffer, longest = reward.overlong_buffer, config.data.max_response_length
     if buffer.enable and not 0 < buffer.len <= longest:
         problems.append(

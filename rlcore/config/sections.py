@@ -64,6 +64,24 @@ class PolicyLossOptions:
 
 
 @dataclass(kw_only=True)
+class FilterGroupsConfig:
+    enable: bool = key(
+        False,
+        doc="drop each group whose responses all score alike (no signal for a group baseline) "
+        "and generate more prompts until data.train_batch_size groups are kept (DAPO)",
+    )
+    metric: Literal["acc", "score"] = key(
+        "acc", doc="what must differ within a kept group: acc = the verdicts, score = the rewards"
+    )
+    max_num_gen_batches: int = key(
+        10,
+        doc="generation batches one iteration may take before the run stops, naming the data "
+        "as too easy or too hard; 0 = no limit",
+        range=">= 0",
+    )
+
+
+@dataclass(kw_only=True)
 class AlgorithmConfig:
     adv_type: str = key(
         "gae",
@@ -155,6 +173,11 @@ class AlgorithmConfig:
     )
     kl_loss_type: KLKind = key(
         "low_var_kl", doc="KL estimator for the KL loss", modes=("reasoning",)
+    )
+    filter_groups: FilterGroupsConfig = section(
+        FilterGroupsConfig,
+        doc="DAPO's dynamic sampling: train on groups whose responses differ only",
+        modes=("reasoning",),
     )
 
 

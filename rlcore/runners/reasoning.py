@@ -37,6 +37,7 @@ from rlcore.algorithms import (
     masked_mean,
     scores_to_token_rewards,
 )
+from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
@@ -78,6 +79,7 @@ class ReasoningRunner:
             self._launch()
             self.progress = Progress()
             self.version = 0  # of the actor's weights: one per actor update
+            self.generated_tokens = 0  # response tokens generated for training, dropped included
             if resume_from is not None:
                 self.progress, state = load_checkpoint(
                     resume_from, config, self._saved(), self._world_sizes()
@@ -85,6 +87,7 @@ class ReasoningRunner:
                 self.sampler.load_state_dict(state["sampler"])
                 self.kl_ctrl.load_state_dict(state["kl_ctrl"])
                 self.version = state["version"]
+                self.generated_tokens = state.get("generated_tokens", 0)
                 log(f"resumed from {resume_from} at iteration {self.progress.iteration}")
         except BaseException:
             self.components.close()
@@ -130,16 +133,11 @@ class ReasoningRunner:
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
-        cfg, alg = self.config, self.config.algorithm
+        cfg = self.config
         watch = Stopwatch()
         with watch("sync"):
             self._sync()
-        prompts = prompt_batch(self.sampler.next(cfg.data.train_batch_size), self.train_set,
-                               alg.group_size, self.tokenizer.pad_token_id)  # fmt: skip
-        with watch("generate"):
-            batch = prompts.update(self.rollout.generate(prompts, self.version))
-        with watch("reward"):
-            scored = self.reward.score(batch)
+        batch, scored, metrics = self._generate(watch)
         with watch("logprob"):
             batch["old_log_probs"] = self.actor.compute_log_probs(batch)
         if self.ref is not None:
@@ -148,7 +146,6 @@ class ReasoningRunner:
         if self.critic is not None:
             with watch("values"):
                 batch["values"] = self.critic.compute_values(batch)
-        metrics: dict[str, float] = {}
         with watch("advantages"):
             self._advantages(batch, scored["scores"], metrics)
         if self.critic is not None:
@@ -162,10 +159,52 @@ class ReasoningRunner:
         metrics.update(watch.metrics())
         total = sum(watch.seconds.values())
         metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
-        metrics["perf/generated_tokens_per_s"] = float(batch["response_mask"].sum()) / max(
-            watch.seconds["generate"], 1e-9
-        )
+        generated = metrics.pop("sampling/generated_tokens")
+        self.generated_tokens += int(generated)
+        metrics["perf/generated_tokens_per_s"] = generated / max(watch.seconds["generate"], 1e-9)
         return metrics
+
+    def _generate(self, watch: Stopwatch) -> tuple[TensorDict, TensorDict, dict[str, float]]:
+        """One batch of groups, generated and scored. With DAPO's dynamic sampling
+        (``algorithm.filter_groups``), groups whose responses all score alike (no signal for a
+        group baseline) are dropped and more prompts generated until ``data.train_batch_size``
+        groups are kept, at most ``max_num_gen_batches`` generation batches; the extra kept
+        groups of the last one are left out (as verl does)."""
+        cfg, alg = self.config, self.config.algorithm
+        wanted, size, pad = cfg.data.train_batch_size, alg.group_size, self.tokenizer.pad_token_id
+        rule = alg.filter_groups
+        kept: list[tuple[TensorDict, TensorDict]] = []
+        groups = generations = generated = 0
+        while True:
+            prompts = prompt_batch(self.sampler.next(wanted), self.train_set, size, pad)
+            prompts["index"] += generations * wanted  # one id per group over all the batches
+            with watch("generate"):
+                batch = prompts.update(self.rollout.generate(prompts, self.version))
+            with watch("reward"):
+                scored = self.reward.score(batch)
+            generations += 1
+            generated += int(batch["response_mask"].sum())
+            if not rule.enable:
+                return batch, scored, {"sampling/generated_tokens": float(generated)}
+            varied = varied_groups(scored, rule.metric, size)
+            kept.append((batch[varied], scored[varied]))
+            groups += int(varied.sum()) // size
+            if groups >= wanted:
+                break
+            if rule.max_num_gen_batches and generations >= rule.max_num_gen_batches:
+                raise ConfigError(
+                    f"algorithm.filter_groups: {generations} generation batches kept {groups} of "
+                    f"the {wanted} groups wanted with varied {rule.metric}; the prompts are too "
+                    "hard or too easy for the policy: raise max_num_gen_batches (0 = no limit) "
+                    "or change the data"
+                )
+        rows = wanted * size
+        batch = torch.cat([b for b, _ in kept])[:rows]
+        scored = torch.cat([s for _, s in kept])[:rows]
+        metrics = {"sampling/generation_batches": float(generations),
+                   "sampling/kept_group_share": groups / (generations * wanted),
+                   "sampling/generated_tokens": float(generated)}  # fmt: skip
+        return batch, scored, metrics
 
     def _sync(self) -> None:
         self.components.sync_weights("actor", "rollout", self.version)
@@ -242,7 +281,7 @@ class ReasoningRunner:
 
     def checkpoint(self):
         state = {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
-                 "version": self.version}  # fmt: skip
+                 "version": self.version, "generated_tokens": self.generated_tokens}  # fmt: skip
         return save_checkpoint(self.run_dir, self.config, self.progress, self._saved(),
                                self._world_sizes(), state)  # fmt: skip
 
@@ -270,6 +309,7 @@ class ReasoningRunner:
                 )
                 if f"perf/{metric}" in means
             },
+            "generated_tokens": self.generated_tokens,
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),
@@ -297,3 +337,20 @@ def _accuracy(name: str, scored: TensorDict) -> dict[str, float]:
     if not judged.any():
         return {}
     return {name: float(scored["correct"][judged].float().mean())}
+
+
+def varied_groups(scored: TensorDict, metric: str, size: int) -> torch.Tensor:
+    """``[B]`` bool: rows of groups (``size`` consecutive rows) whose ``metric`` differs within
+    the group: ``acc`` the verdicts, ``score`` the scores (DAPO's dynamic sampling keeps them)."""
+    if metric == "acc":
+        if not bool(scored["judged"].all()):
+            raise ConfigError(
+                "algorithm.filter_groups.metric: acc needs the scorer's verdicts, and the custom "
+                "reward returns bare numbers; use metric=score, or return {'score', 'correct'}"
+            )
+        values = scored["correct"].float()
+    else:
+        values = scored["scores"].float()
+    grouped = values.reshape(-1, size)
+    varied = (grouped != grouped[:, :1]).any(-1)
+    return varied.repeat_interleave(size)

@@ -66,8 +66,10 @@ class Letters:
 def worker(**reward) -> RewardWorker:
     w = RewardWorker.__new__(RewardWorker)
     defaults = {"kind": "gsm8k", "gsm8k_mode": "strict", "correct_score": 1.0, "format_score": 0.1,
-                "custom_fn": None, "timeout_s": 2.0, "num_processes": 1}  # fmt: skip
+                "custom_fn": None, "timeout_s": 2.0, "num_processes": 1,
+                "overlong_buffer": SimpleNamespace(enable=False)}  # fmt: skip
     w.config = SimpleNamespace(**(defaults | reward))
+    w.max_response_length = 12
     w.tokenizer = Letters()
     w.rules = Rules.of(w.config)
     w.pool = ScoringPool(w.config) if w.config.kind != "gsm8k" else None

@@ -73,15 +73,27 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
 @pytest.mark.parametrize(
     "choice",
     ["algorithm.policy_loss=gspo", "algorithm.policy_loss=gpg", "algorithm.adv_type=grpo_passk",
-     "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized"],
+     "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized",
+     *(f"algorithm.policy_loss={name}" for name in ("vanilla", "clip_cov", "kl_cov", "cispo",
+                                                     "sapo", "geo_mean", "dppo_tv", "dppo_kl")),
+     "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",
+     # a barely trained model is never right: DAPO's groups must differ in their scores
+     "--config reasoning/tiny_arith_dapo data.train_batch_size=4 LENGTH_REWARD "
+     "algorithm.filter_groups.metric=score"],
 )  # fmt: skip
 def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys,
                                                                  choice):  # fmt: skip
     _, dirs = tiny_lm
+    name, overrides = "reasoning/tiny_arith_ppo", choice.split()
+    if overrides[0] == "--config":  # a shipped recipe, run as a user would
+        name, overrides = overrides[1], overrides[2:]
+    if "LENGTH_REWARD" in overrides:
+        overrides.remove("LENGTH_REWARD")
+        overrides += length_reward(tmp_path)
     args = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", f"runner.output_dir={tmp_path}",
             "runner.checkpoint_every=0", "algorithm.adv_type=grpo", "algorithm.group_size=4",
-            choice]  # fmt: skip
-    assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
+            *overrides]  # fmt: skip
+    assert run_entry_point(name, args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["iterations"] == 2 and summary["skipped_steps"] == {"actor": 0}
 
