@@ -81,6 +81,12 @@ def serve(conn: Any, rules: Rules) -> None:
     Verdict)`` or ``(index, message)`` (a bad reward, a failure) out, until ``None``."""
     try:
         custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
+        if rules.kind == "math":
+            # math-verify loads its grammar and sympy on first use (seconds on a busy machine):
+            # here, before "ready", so that no response's deadline pays for it
+            math_correct(
+                "\\boxed{\\frac{1}{2}}", "0.5", timeout_s=max(1, math.ceil(rules.timeout_s))
+            )
     except Exception as error:
         conn.send(("failed", f"{type(error).__name__}: {error}"))
         return
