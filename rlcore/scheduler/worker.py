@@ -152,7 +152,9 @@ class WorkerProcess:
             detail = (
                 f"{type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             )
-            user = str(exc) if isinstance(exc, ConfigError) else None
+            # a bad input met by a peer this component called (an env stepped for a rollout)
+            # is still a bad input: one line at the CLI, not a traceback
+            user = str(exc) if isinstance(exc, ConfigError) else getattr(exc, "user_error", None)
             raise WorkerError(component, self.rank, self.node, detail, user_error=user) from None
 
     # Weight transfer (see weight_sync.py) ------------------------------------------------------
