@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -95,8 +96,20 @@ def stop(watcher: subprocess.Popen) -> None:
 
 def _watch(raylet: str, known: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.stdin.buffer.read()  # returns when the driver closes the pipe or dies
     raylet_pid = int(raylet.split(":")[0])
+    known = list(known)
+    # Until the driver closes the pipe (or dies), remember each process the raylet starts: the
+    # agents rename themselves, which can wipe the RAY_RAYLET_PID mark from their environment.
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+        if _identity(raylet_pid) == raylet:
+            for pid in _pids():
+                if (_stat(pid) or ["", "0"])[1] == str(raylet_pid):
+                    mark = _identity(pid)
+                    if mark is not None and mark not in known:
+                        known.append(mark)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break
     deadline = time.monotonic() + GRACE_S
     while True:
         alive = {int(i.split(":")[0]) for i in known if _identity(int(i.split(":")[0])) == i}
