@@ -113,6 +113,11 @@ class PlacementPlan:
         return "\n".join(lines)
 
 
+def runs_in_driver(plan: PlacementPlan, address: str | None) -> bool:
+    """One process and no cluster to join: every component runs in the driver, no Ray at all."""
+    return len(plan.processes()) == 1 and address is None
+
+
 def _layout(sets: dict[str, frozenset[int]]) -> str:
     """collocated: one device set for all; disaggregated: the distinct sets are pairwise
     disjoint (components placed identically count as one, so ``env: 0, actor,rollout: 1`` is

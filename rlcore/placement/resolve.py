@@ -11,7 +11,7 @@ from rlcore.config.schema import ClusterConfig, EmbodiedConfig, RLCoreConfig
 from rlcore.placement.checks import check_plan
 from rlcore.placement.components import component_roles
 from rlcore.placement.grammar import PlacementError
-from rlcore.placement.plan import PlacementPlan, build_plan
+from rlcore.placement.plan import PlacementPlan, build_plan, runs_in_driver
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,5 @@ def _derive_env_deadline(config: RLCoreConfig, plan: PlacementPlan) -> None:
     ``vector_mode=async`` subprocesses), where an env that blocks would hang the run for good."""
     if not isinstance(config, EmbodiedConfig) or config.env.step_timeout_s is not None:
         return
-    in_driver = len(plan.processes()) == 1 and config.cluster.address is None
-    if config.env.vector_mode == "async" or not in_driver:
+    if config.env.vector_mode == "async" or not runs_in_driver(plan, config.cluster.address):
         config.env.step_timeout_s = APART_STEP_TIMEOUT_S

@@ -19,7 +19,7 @@ from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError, load_prompt_rows
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.lm import check_model_dir
-from rlcore.placement import PlacementPlan
+from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
 from rlcore.runners.checkpoint import (
     DRIVER_FILE,
@@ -27,7 +27,6 @@ from rlcore.runners.checkpoint import (
     check_run_folder,
     checkpoint_to_resume,
 )
-from rlcore.scheduler.deployment import runs_in_driver
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 
 

@@ -27,10 +27,9 @@ from typing import Any
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as say
-from rlcore.placement import PlacementPlan
+from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.runners.checkpoint import newest_complete
 from rlcore.runners.loop import train
-from rlcore.scheduler.deployment import runs_in_driver
 from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
 
 # How long the surviving workers get to close their components once a peer is gone.

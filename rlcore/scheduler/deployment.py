@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.config.sections import ClusterConfig
-from rlcore.placement import PlacementPlan
+from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext
 
@@ -49,11 +49,6 @@ class SyncRecord:
     method: str
     seconds: float
     version: int
-
-
-def runs_in_driver(plan: PlacementPlan, address: str | None) -> bool:
-    """One process and no cluster to join: every component runs in the driver, no Ray at all."""
-    return len(plan.processes()) == 1 and address is None
 
 
 def start_components(plan: PlacementPlan, cluster: ClusterConfig | None = None) -> InDriver | OnRay:

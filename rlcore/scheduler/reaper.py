@@ -56,9 +56,13 @@ def _raylet_children(raylet_pid: int) -> list[int]:
     return found
 
 
+def _children(parent: int) -> list[int]:
+    return [p for p in _pids() if (_stat(p) or ["", "0"])[1] == str(parent)]
+
+
 def ray_processes(driver_pid: int) -> tuple[int | None, list[int]]:
     """The raylet among the driver's children, and every Ray process the driver started."""
-    children = [p for p in _pids() if (_stat(p) or ["", "0"])[1] == str(driver_pid)]
+    children = _children(driver_pid)
     raylet = None
     for pid in children:
         try:
@@ -103,11 +107,10 @@ def _watch(raylet: str, known: list[str]) -> None:
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], 1.0)
         if _identity(raylet_pid) == raylet:
-            for pid in _pids():
-                if (_stat(pid) or ["", "0"])[1] == str(raylet_pid):
-                    mark = _identity(pid)
-                    if mark is not None and mark not in known:
-                        known.append(mark)
+            for pid in _children(raylet_pid):
+                mark = _identity(pid)
+                if mark is not None and mark not in known:
+                    known.append(mark)
         if ready and not os.read(sys.stdin.fileno(), 4096):
             break
     deadline = time.monotonic() + GRACE_S
