@@ -8,12 +8,12 @@ ManiSkill3 tasks are gymnasium ids ``maniskill/<Task>`` (rlcore/envs/maniskill.p
 
 from rlcore.envs import maniskill  # registers the maniskill/ ids
 from rlcore.envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
-from rlcore.envs.vector import SpaceSpec, check_finite, make_vector_env, space_spec
+from rlcore.envs.vector import SpaceSpec, check_output, make_vector_env, space_spec
 
 __all__ = [
     "EnvError",
     "SpaceSpec",
-    "check_finite",
+    "check_output",
     "make_env",
     "make_vector_env",
     "maniskill",

@@ -122,8 +122,22 @@ def step_within(
 ) -> tuple:
     """``envs.step(actions)``; an env that fails (an exception, observations that do not fit
     its space) is an ``EnvError`` naming ``what`` and the error, in one line."""
+    return _guarded(envs, "step", (actions,), {}, timeout_s, what)
+
+
+def reset_within(
+    envs: gym.vector.VectorEnv, seed: int, timeout_s: float | None, what: str
+) -> tuple:
+    """``envs.reset(seed=seed)`` under the same guard and deadline as a step."""
+    return _guarded(envs, "reset", (), {"seed": seed}, timeout_s, what)
+
+
+def _guarded(
+    envs: gym.vector.VectorEnv, op: str, args: tuple, kwargs: dict,
+    timeout_s: float | None, what: str,
+) -> tuple:  # fmt: skip
     try:
-        return _timed_step(envs, actions, timeout_s, what)
+        return _timed(envs, op, args, kwargs, timeout_s, what)
     except EnvError:
         raise
     except Exception as error:
@@ -131,16 +145,18 @@ def step_within(
         raise EnvError(f"env.id: {what} failed: {type(error).__name__}: {first}") from error
 
 
-def _timed_step(
-    envs: gym.vector.VectorEnv, actions: np.ndarray, timeout_s: float | None, what: str
-) -> tuple:
-    """``envs.step(actions)``, or ``EnvError`` naming ``what`` when it takes over
-    ``timeout_s`` (None: no limit). Subprocess envs are waited for with a timeout (then closed
-    with ``terminate=True``); in-process envs are interrupted by a timer signal, which Python
-    delivers between bytecodes and to blocking calls (a C routine holding the GIL delays it),
-    and only in the main thread: elsewhere the limit is refused, naming the fix."""
+def _timed(
+    envs: gym.vector.VectorEnv, op: str, args: tuple, kwargs: dict,
+    timeout_s: float | None, what: str,
+) -> tuple:  # fmt: skip
+    """``envs.<op>(*args, **kwargs)`` (``op``: step or reset), or ``EnvError`` naming ``what``
+    when it takes over ``timeout_s`` (None: no limit). Subprocess envs are waited for with a
+    timeout (then closed with ``terminate=True``); in-process envs are interrupted by a timer
+    signal, which Python delivers between bytecodes and to blocking calls (a C routine holding
+    the GIL delays it), and only in the main thread: elsewhere the limit is refused, naming
+    the fix."""
     if timeout_s is None:
-        return envs.step(actions)
+        return getattr(envs, op)(*args, **kwargs)
     message = (
         f"env.step_timeout_s: {what} took over {timeout_s:g} s; the env hangs or is slower "
         "than that: fix it, or raise env.step_timeout_s"
@@ -148,9 +164,9 @@ def _timed_step(
     if isinstance(envs, gym.vector.AsyncVectorEnv):
         import multiprocessing
 
-        envs.step_async(actions)
+        getattr(envs, f"{op}_async")(*args, **kwargs)
         try:
-            return envs.step_wait(timeout=timeout_s)
+            return getattr(envs, f"{op}_wait")(timeout=timeout_s)
         except multiprocessing.TimeoutError:
             envs.close(terminate=True)
             raise EnvError(message) from None
@@ -163,7 +179,7 @@ def _timed_step(
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        return envs.step(actions)
+        return getattr(envs, op)(*args, **kwargs)
     except _StepTimeout:
         raise EnvError(message) from None
     finally:
@@ -171,8 +187,19 @@ def _timed_step(
         signal.signal(signal.SIGALRM, previous)
 
 
-def check_finite(env_id: str, obs: np.ndarray, reward: np.ndarray) -> None:
-    """Stop on NaN or inf from an env, naming it, instead of training on garbage."""
-    if not (np.isfinite(obs).all() and np.isfinite(reward).all()):
-        what = "observation" if not np.isfinite(obs).all() else "reward"
-        raise EnvError(f"env.id: '{env_id}' returned a non-finite {what} (NaN or inf)")
+def check_output(
+    env_id: str, where: str, obs: np.ndarray, reward: np.ndarray | None, obs_shape: tuple
+) -> None:
+    """Stop on NaN or inf from an env, or observations of another shape than its space
+    declares, naming it and ``where`` (step or reset), instead of training on garbage."""
+    got = tuple(np.shape(obs))[1:]
+    if got != tuple(obs_shape):
+        raise EnvError(
+            f"env.id: '{env_id}' returned observations of shape {got} from {where}, and its "
+            f"observation_space declares {tuple(obs_shape)}; make them agree"
+        )
+    for name, values in (("observation", obs), ("reward", reward)):
+        if values is not None and not np.isfinite(values).all():
+            raise EnvError(
+                f"env.id: '{env_id}' returned a non-finite {name} (NaN or inf) from {where}"
+            )

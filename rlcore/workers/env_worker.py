@@ -21,9 +21,9 @@ import torch
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
-from rlcore.envs import SpaceSpec, check_finite, make_vector_env, space_spec
+from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
-from rlcore.envs.vector import step_within
+from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 
 
@@ -101,8 +101,7 @@ class EnvWorker:
         )
         self.seed = run.seed
         self.steps_taken = 0  # vector steps, for the seed of a reseeded resume
-        obs, _ = self.envs.reset(seed=run.seed + 1000 * self.rank)
-        self.obs = torch.as_tensor(obs, dtype=torch.float32)
+        self.obs = self._reset(self.envs, run.seed + 1000 * self.rank, f"rank {self.rank}")
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -114,6 +113,14 @@ class EnvWorker:
         return self.spec
 
     # training episodes -------------------------------------------------------------------------
+
+    def _reset(self, envs: Any, seed: int, who: str) -> torch.Tensor:
+        """``envs`` reset under the step deadline, their observations checked like a step's."""
+        obs, _ = reset_within(
+            envs, seed, self.step_timeout_s, f"env '{self.env_id}' {who}, reset"
+        )  # fmt: skip
+        check_output(self.env_id, "reset", obs, None, self.spec.obs_shape)
+        return torch.as_tensor(obs, dtype=torch.float32)
 
     def _policy_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
         return obs if self.obs_norm is None else self.obs_norm(obs, update)
@@ -132,7 +139,7 @@ class EnvWorker:
             f"env '{self.env_id}' rank {self.rank}, step {self.steps_taken + 1}",
         )  # fmt: skip
         self.steps_taken += 1
-        check_finite(self.env_id, next_obs, reward)
+        check_output(self.env_id, f"step {self.steps_taken}", next_obs, reward, self.spec.obs_shape)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
         done = terminated | truncated
         valid = ~self.prev_done
@@ -173,10 +180,10 @@ class EnvWorker:
     # evaluation (rank 0) -----------------------------------------------------------------------
 
     def eval_reset(self, seed: int) -> torch.Tensor:
-        obs, _ = self.eval_envs.reset(seed=seed)
+        obs = self._reset(self.eval_envs, seed, "eval")
         n = self.eval_envs.num_envs
         self.eval_returns, self.eval_done = np.zeros(n), np.zeros(n, dtype=bool)
-        return self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
+        return self._policy_obs(obs, update=False)
 
     def eval_step(self, actions: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         """One step of every eval env; the observations, and the returns once all episodes ended
@@ -185,6 +192,7 @@ class EnvWorker:
             self.eval_envs, env_action(self.spec, actions), self.step_timeout_s,
             f"eval env '{self.env_id}'",
         )  # fmt: skip
+        check_output(self.env_id, "an eval step", obs, reward, self.spec.obs_shape)
         self.eval_returns += reward * ~self.eval_done
         self.eval_done |= term | trunc
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
@@ -229,8 +237,7 @@ class EnvWorker:
             # Fresh episodes from a seed of this rank and point in the run: reproducible, but
             # not the episodes an unbroken run would have gone on with.
             reseed = self.seed + 1000 * self.rank + 7_919 * self.steps_taken
-            obs, _ = self.envs.reset(seed=reseed)
-            self.obs = torch.as_tensor(obs, dtype=torch.float32)
+            self.obs = self._reset(self.envs, reseed, f"rank {self.rank}")
             self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
             self.episode_return = np.zeros(self.num_envs)
             self.episode_length = np.zeros(self.num_envs, dtype=np.int64)

@@ -38,6 +38,12 @@ class NanEnv(Corridor):
         return obs * np.nan, reward, terminated, truncated, info
 
 
+class NanReset(Corridor):
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs * np.nan, info
+
+
 class Stuck(Corridor):
     """Its 5th call of step never returns (a simulator that hangs)."""
 
@@ -54,6 +60,14 @@ class WrongShape(Corridor):
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
         return np.append(obs, 0.0), reward, terminated, truncated, info
+
+
+class WrongShapeReset(Corridor):
+    """Declares (1,) observations, and its reset returns a (2,) one."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return np.append(obs, 0.0), info
 
 
 class DictObs(Corridor):

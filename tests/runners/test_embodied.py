@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config import load_config
-from rlcore.envs import EnvError, make_vector_env, space_spec
+from rlcore.envs import EnvError, check_output, make_vector_env, space_spec
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.workers.weight_version import StaleWeightsError
@@ -135,10 +135,11 @@ def test_bad_envs_are_named_with_the_fix(env_id, message):
     assert str(caught.value).startswith("env.id: ") and message in str(caught.value)
 
 
-def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path):
-    runner = runner_for(corridor_config(tmp_path, "env.id=tests.runners.corridor:NanEnv"))
-    with pytest.raises(EnvError, match="NanEnv' returned a non-finite observation"):
-        runner.run()
+@pytest.mark.parametrize(("env", "where"), [("NanEnv", "step 1"), ("NanReset", "reset")])
+def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path, env, where):
+    message = rf"{env}' returned a non-finite observation .* from {where}$"
+    with pytest.raises(EnvError, match=message):
+        runner_for(corridor_config(tmp_path, f"env.id=tests.runners.corridor:{env}")).run()
 
 
 def test_an_env_whose_step_fails_is_named_in_one_line(tmp_path):
@@ -146,6 +147,21 @@ def test_an_env_whose_step_fails_is_named_in_one_line(tmp_path):
     with pytest.raises(EnvError, match=r"env.id: env 'tests.runners.corridor:WrongShape' rank 0, "
                        r"step 1 failed: ValueError: "):  # fmt: skip
         runner.run()
+
+
+def test_an_env_whose_reset_returns_another_shape_than_its_space_is_named(tmp_path):
+    env = "tests.runners.corridor:WrongShapeReset"
+    with pytest.raises(EnvError, match=rf"env.id: env '{env}' rank 0, reset failed: ValueError"):
+        runner_for(corridor_config(tmp_path, f"env.id={env}")).run()
+
+
+def test_observations_of_another_shape_than_the_space_declares_are_refused():
+    # a native vector env hands its arrays over unchecked; the worker's check names the env
+    with pytest.raises(EnvError, match=r"'E' returned observations of shape \(3,\) from step 2, "
+                       r"and its observation_space declares \(4,\)"):  # fmt: skip
+        check_output("E", "step 2", np.zeros((2, 3)), np.zeros(2), (4,))
+    with pytest.raises(EnvError, match=r"'E' returned a non-finite reward .* from reset"):
+        check_output("E", "reset", np.zeros((2, 4)), np.array([0.0, np.inf]), (4,))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
