@@ -8,6 +8,7 @@ in ``rlcore.models.warmup``), so a bad path fails first, naming its key.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,18 @@ CHAT_TEMPLATE = (
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def check_model_dir(path: str, setting: str) -> Path:
-    """``path`` as a directory holding a Hugging Face model, or a ConfigError naming ``setting``."""
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")  # fmt: skip
+# A folder holding none of these has no tokenizer: transformers then builds an empty one that
+# encodes every prompt to nothing, and generation fails far from the cause.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")  # fmt: skip
+
+
+def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
+    """``path`` as a directory holding a Hugging Face model (its config, readable weight files
+    and, with ``tokenizer``, a tokenizer), or a ConfigError naming ``setting``. Weight files are
+    checked by their headers (safetensors) or archive index (torch), not loaded."""
     directory = Path(path).expanduser()
     if not directory.is_dir():
         raise ConfigError(
@@ -43,7 +54,55 @@ def check_model_dir(path: str, setting: str) -> Path:
     if not isinstance(described, dict) or "model_type" not in described:
         raise ConfigError(f"{setting}: {directory / 'config.json'} names no model_type, so "
                           "transformers cannot build the model")  # fmt: skip
+    _check_weights(directory, setting)
+    if tokenizer and not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{setting}: {directory} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "copy the tokenizer files of the model into the folder"
+        )
     return directory
+
+
+def _check_weights(directory: Path, setting: str) -> None:
+    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
+    if not present:
+        raise ConfigError(
+            f"{setting}: {directory} holds no weights (none of {', '.join(WEIGHT_FILES)}); "
+            "the model folder is incomplete"
+        )
+    name = present[0]
+    files = [directory / name]
+    if name.endswith(".index.json"):
+        try:
+            shards = sorted(set(json.loads(files[0].read_text())["weight_map"].values()))
+        except (ValueError, OSError, KeyError, TypeError, AttributeError) as error:
+            raise ConfigError(f"{setting}: {files[0]} is not a readable weight index "
+                              f"({type(error).__name__}: {error}); the model folder is damaged"
+                              ) from None  # fmt: skip
+        files = [directory / shard for shard in shards]
+    for file in files:
+        if not file.is_file():
+            raise ConfigError(f"{setting}: {file} is named by {name} but missing; the model "
+                              "folder is incomplete")  # fmt: skip
+        _check_weight_file(file, setting)
+
+
+def _check_weight_file(file: Path, setting: str) -> None:
+    if file.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as error:
+            raise ConfigError(f"{setting}: {file} is not a readable safetensors file "
+                              f"({error}); the model folder is damaged") from None  # fmt: skip
+    elif not zipfile.is_zipfile(file):
+        with file.open("rb") as handle:
+            legacy = handle.read(1) == b"\x80"  # torch's pre-1.6 format opens with a pickle
+        if not legacy:
+            raise ConfigError(f"{setting}: {file} is not a torch weight file; the model "
+                              "folder is damaged")  # fmt: skip
 
 
 def _quiet_transformers() -> None:

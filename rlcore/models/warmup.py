@@ -48,7 +48,7 @@ def prepare_models(config: ReasoningConfig, log: Any = print) -> ModelDirs:
                 "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 "
                 "when actor.model.path is set"
             )
-        actor = check_model_dir(model.path, "actor.model.path")
+        actor = check_model_dir(model.path, "actor.model.path", tokenizer=True)
     else:
         actor = _tiny_model_dir(config, log)
     critic = actor

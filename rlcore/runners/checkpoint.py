@@ -73,6 +73,7 @@ def check_run_folder(config: Any, folder: Path | None = None) -> None:
     metrics would mix with this run's, and a later resume could pick the other run's): a run
     reuses its folder only to continue it (``runner.resume=auto`` or ``runner.resume_dir``)."""
     run = config.runner
+    _check_output_dir(Path(run.output_dir))
     if run.resume == "auto" or run.resume_dir:
         return
     if folder is None:
@@ -86,6 +87,25 @@ def check_run_folder(config: Any, folder: Path | None = None) -> None:
             f"runner.run_name: {folder} already holds a run; pick another run_name, or continue "
             "that run with runner.resume=auto"
         )
+
+
+def _check_output_dir(output_dir: Path) -> None:
+    """``runner.output_dir`` is a folder this process can make run folders in, or does not
+    exist yet under one (it is created)."""
+    for path in (output_dir, *output_dir.parents):
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            raise ConfigError(
+                f"runner.output_dir: {path} is a file, so {output_dir} cannot be a folder for "
+                "runs; point runner.output_dir at a folder (it is created if missing)"
+            )
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"runner.output_dir: {path} is not writable by this user, so no run folder can "
+                f"be made in {output_dir}; point runner.output_dir at a writable folder"
+            )
+        return
 
 
 def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:

@@ -53,7 +53,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
 
 def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if config.actor.model.path is not None:
-        attempt(check_model_dir, config.actor.model.path, "actor.model.path")
+        attempt(check_model_dir, config.actor.model.path, "actor.model.path", True)
     if config.critic.use_critic_model and config.critic.model_path is not None:
         attempt(check_model_dir, config.critic.model_path, "critic.model_path")
     data = config.data

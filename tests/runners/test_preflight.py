@@ -3,6 +3,7 @@ files, the custom reward, the env, the checkpoint to resume) is refused by the r
 with the same line, by ``runner.dry_run=true`` (through ``preflight``), before anything starts."""
 
 import json
+import shutil
 
 import pytest
 
@@ -23,8 +24,21 @@ def write(path, text):
     return path
 
 
-def bad_inputs(tmp_path):
-    """``(config, overrides, the line both must print)``: one per refusal the runners raise."""
+def damaged_copy(model, where, damage):
+    """A copy of the model folder ``model`` at ``where`` with ``damage`` done to it."""
+    shutil.copytree(model, where)
+    if damage == "no weights":
+        (where / "model.safetensors").unlink()
+    elif damage == "garbage weights":
+        (where / "model.safetensors").write_bytes(b"\x00garbage" * 1000)
+    else:  # no tokenizer: transformers would build an empty one that encodes nothing
+        (where / "tokenizer.json").unlink()
+    return where
+
+
+def bad_inputs(tmp_path, model):
+    """``(config, overrides, the line both must print)``: one per refusal the runners raise;
+    ``model`` is a good model folder to damage copies of."""
     (tmp_path / "empty_dir").mkdir()
     rows = write(tmp_path / "rows.jsonl", json.dumps({"question": "1+1?", "answer": "#### 2"}))
     no_field = write(tmp_path / "nofield.jsonl", json.dumps({"q": "1+1?", "answer": "#### 2"}))
@@ -41,6 +55,8 @@ def bad_inputs(tmp_path):
     (tmp_path / "out" / "taken").mkdir(parents=True)  # the harness's runner.output_dir
     write(tmp_path / "out" / "taken" / "config.json", "{}")
     write(tmp_path / "out" / "a_file", "")
+    damaged = {d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
+               for d in ("no weights", "garbage weights", "no tokenizer")}  # fmt: skip
     return [
         (ARITH, ["actor.model.path=/no/such/model", "warmup.steps=0"],
          "actor.model.path: /no/such/model is not a directory"),
@@ -64,6 +80,15 @@ def bad_inputs(tmp_path):
          "broken.py cannot be loaded: SyntaxError: expected ':' (line 1)"),
         (ARITH, [f"actor.model.path={tmp_path / 'damaged_model'}", "warmup.steps=0"],
          "config.json is not readable JSON"),
+        (ARITH, [f"actor.model.path={damaged['no weights']}", "warmup.steps=0"],
+         "no_weights holds no weights (none of model.safetensors, "),
+        (ARITH, [f"critic.model_path={damaged['garbage weights']}"],
+         "model.safetensors is not a readable safetensors file"),
+        (ARITH, [f"actor.model.path={damaged['no tokenizer']}", "warmup.steps=0"],
+         "no_tokenizer holds no tokenizer (none of tokenizer.json, "),
+        (ARITH, [f"runner.output_dir={tmp_path / 'out' / 'a_file' / 'runs'}"],
+         "a_file is a file, so"),
+        (CARTPOLE, [f"runner.output_dir={tmp_path / 'out' / 'a_file'}"], "a_file is a file, so"),
         (CARTPOLE, ["env.id=CartPol-v1"], "env.id: no environment 'CartPol-v1'"),
         (CARTPOLE, ["env.id=tests.runners.nowhere:Env"], "env.id:"),
         (CARTPOLE, ["env.id=Pendulum-v1", "env.vector_mode=native"],
@@ -91,10 +116,10 @@ def runner_refusal(config_name, args):
 def test_every_input_the_runner_refuses_the_dry_run_refuses_first(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     ours = {ARITH: [*TINY, f"warmup.cache_dir={dirs.actor.parent}"], CARTPOLE: []}
-    cases = bad_inputs(tmp_path)
+    cases = bad_inputs(tmp_path, dirs.actor)
     assert len(cases) >= 15
     for config, overrides, line in cases:
-        args = [*ours[config], *overrides, f"runner.output_dir={tmp_path / 'out'}"]
+        args = [*ours[config], f"runner.output_dir={tmp_path / 'out'}", *overrides]
         assert line in runner_refusal(config, args), overrides
         with pytest.raises(SystemExit) as stopped:
             run_entry_point(config, [*args, "runner.dry_run=true"])
