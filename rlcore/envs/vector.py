@@ -9,10 +9,16 @@ reads V(final observation) from the policy's forward pass on it (see runners/emb
 
 from __future__ import annotations
 
+import os
+import re
 import signal
+import sysconfig
 import threading
+import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import gymnasium as gym
@@ -136,13 +142,57 @@ def _guarded(
     envs: gym.vector.VectorEnv, op: str, args: tuple, kwargs: dict,
     timeout_s: float | None, what: str,
 ) -> tuple:  # fmt: skip
+    reports: list[warnings.WarningMessage] = []
     try:
+        if isinstance(envs, gym.vector.AsyncVectorEnv):
+            with warnings.catch_warnings(record=True) as reports:
+                return _timed(envs, op, args, kwargs, timeout_s, what)
         return _timed(envs, op, args, kwargs, timeout_s, what)
     except EnvError:
         raise
     except Exception as error:
         first = (str(error).splitlines() or [""])[0]
-        raise EnvError(f"env.id: {what} failed: {type(error).__name__}: {first}") from error
+        place = _where(error, [str(w.message) for w in reports])
+        raise EnvError(f"env.id: {what} failed: {type(error).__name__}: {first}{place}") from error
+    finally:
+        _reissue(reports)
+
+
+# gymnasium's subprocess envs report a failing env by warnings (one with the worker's
+# traceback) before re-raising the bare exception; the error above says it in one line. The
+# other warnings of the step (the envs' own print in their subprocesses) are passed on.
+_ASYNC_REPORTS = re.compile(
+    r"ERROR: (Received the following error from Worker|Traceback|Raising the last exception)"
+)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _reissue(caught: list[warnings.WarningMessage]) -> None:
+    """The warnings a subprocess env step raised, but gymnasium's report of a failed env."""
+    for w in caught:
+        if not _ASYNC_REPORTS.search(str(w.message)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def _where(error: BaseException, reports: list[str]) -> str:
+    """`` (at FILE:LINE in FUNCTION)``: where the env raised ``error``; from its traceback, or
+    for a subprocess env from the traceback in gymnasium's report."""
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(error.__traceback__)]
+    for report in reports:
+        frames += [(f, int(n), name) for f, n, name in _FRAME.findall(report)]
+    users = [f for f in frames if not f[0].startswith(_NOT_THE_ENV)]
+    return f" (at {users[-1][0]}:{users[-1][1]} in {users[-1][2]})" if users else ""
+
+
+# Frames that are not the env's own code: rlcore's, and the standard library's and installed
+# packages' (gymnasium, numpy). An env installed as a package is named without a place.
+_NOT_THE_ENV = tuple(
+    os.path.join(path, "")
+    for path in sorted(
+        {str(Path(__file__).parents[1])}
+        | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    )
+)
 
 
 def _timed(

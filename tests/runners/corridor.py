@@ -1,6 +1,7 @@
 """Hand-made envs whose returns can be worked out by hand (used through 'module:Class')."""
 
 import threading
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -68,6 +69,17 @@ class WrongShapeReset(Corridor):
     def reset(self, *, seed=None, options=None):
         obs, info = super().reset(seed=seed, options=options)
         return np.append(obs, 0.0), info
+
+
+class Raises(Corridor):
+    """Its 2nd step raises (a simulator error), after warning once."""
+
+    def step(self, action):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 2:
+            warnings.warn("corridor: about to fail", stacklevel=1)
+            raise RuntimeError("corridor exploded")
+        return super().step(action)
 
 
 class DictObs(Corridor):

@@ -1,9 +1,11 @@
 """The embodied runner: bootstrapping, masking, env plug-ins and the run summary."""
 
 import json
+import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +149,25 @@ def test_an_env_whose_step_fails_is_named_in_one_line(tmp_path):
     with pytest.raises(EnvError, match=r"env.id: env 'tests.runners.corridor:WrongShape' rank 0, "
                        r"step 1 failed: ValueError: "):  # fmt: skip
         runner.run()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_that_raises_is_one_line_naming_where(tmp_path, mode):
+    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Raises",
+                             f"env.vector_mode={mode}", "env.checkpoint_state=reseed")  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EnvError) as failed:
+            runner_for(config).run()
+    line = re.escape(str(REPO / "tests" / "runners" / "corridor.py"))
+    assert re.fullmatch(r"env.id: env 'tests.runners.corridor:Raises' rank 0, step 2 failed: "
+                        rf"RuntimeError: corridor exploded \(at {line}:\d+ in step\)",
+                        str(failed.value)), failed.value  # fmt: skip
+    # the env's own warning reaches the user (async: in its subprocess's stderr); gymnasium's
+    # report of the failure, with the traceback the line above sums up, does not
+    said = [str(w.message) for w in caught]
+    assert not [m for m in said if "Received the following error" in m or "Traceback" in m]
+    assert ("corridor: about to fail" in said) == (mode == "sync")
 
 
 def test_an_env_whose_reset_returns_another_shape_than_its_space_is_named(tmp_path):
