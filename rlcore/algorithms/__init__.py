@@ -7,6 +7,7 @@ for the formulas and the papers they come from.
 
 from rlcore.algorithms.advantages import (
     ADVANTAGES,
+    INPUTS,
     STANDARD_KWARGS,
     bootstrap_truncations,
     compute_advantages,
@@ -50,6 +51,7 @@ from rlcore.algorithms.value_loss import value_loss
 __all__ = [
     "ADVANTAGES",
     "AGG_MODES",
+    "INPUTS",
     "KL_KINDS",
     "LOSS_SHARES",
     "POLICY_LOSSES",

@@ -29,6 +29,10 @@ from rlcore.algorithms.stats import masked_whiten
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_std")
+# What an estimator may declare it reads beyond those (reasoning runs), each ``[B]`` or ``[B, T]``:
+# the greedy responses' rewards (ReMax), the actor's log-probs of the sampled tokens and the sum
+# of its squared token probabilities at each position (the optimal token baselines).
+INPUTS = ("reward_baselines", "old_log_probs", "sum_pi_squared")
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
 
@@ -40,6 +44,7 @@ def register_advantage(
     needs_groups: bool = False,
     episodic: bool = False,
     normalizes: bool = False,
+    inputs: tuple[str, ...] = (),
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under ``name`` (the value of ``algorithm.adv_type``).
 
@@ -48,13 +53,20 @@ def register_advantage(
     ``episodic``: it also takes ``dones`` (episodes ending inside a row: embodied rollouts).
     ``normalizes``: its advantages are already whitened over the batch, so
     ``normalize_advantages`` does not whiten them again.
+    ``inputs``: what else it reads, as keyword arguments of those names, from ``INPUTS`` (the
+    runner produces each only for an estimator that declares it).
     """
+    unknown = sorted(set(inputs) - set(INPUTS))
+    if unknown:
+        raise ValueError(f"advantage estimator '{name}': unknown inputs {unknown}; known: "
+                         f"{', '.join(INPUTS)}")  # fmt: skip
     return ADVANTAGES.register(
         name,
         needs_values=needs_values,
         needs_groups=needs_groups,
         episodic=episodic,
         normalizes=normalizes,
+        inputs=tuple(inputs),
     )
 
 
@@ -375,6 +387,152 @@ def compute_reinforce_plus_plus_baseline_advantage(
     return advantages, advantages
 
 
+@register_advantage("remax", inputs=("reward_baselines",))
+def compute_remax_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+    reward_baselines: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (Li et al. 2023, arXiv 2310.10505), verl's ``remax``: ``A_t = G_t - b`` with
+    ``G_t`` the undiscounted reward-to-go and ``b`` (``reward_baselines``, ``[B]``) the reward of
+    the greedy response to the row's prompt (the runner generates it). returns = G.
+    """
+    if reward_baselines is None:
+        raise ValueError("remax needs reward_baselines: the greedy responses' rewards")
+    valid = response_mask.bool()
+    returns = _reward_to_go(token_level_rewards, valid)
+    baseline = reward_baselines.to(returns.dtype)[:, None]
+    return _zero_masked(returns - baseline, valid), returns
+
+
+def _reward_to_go(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``G_t``: the sum of the valid rewards from t on; 0 at masked positions."""
+    kept = _zero_masked(token_level_rewards, valid)
+    return _zero_masked(kept.flip(-1).cumsum(-1).flip(-1), valid)
+
+
+@register_advantage("optimal_token_baseline", needs_groups=True,
+                    inputs=("old_log_probs", "sum_pi_squared"))  # fmt: skip
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-8,
+    norm_adv_by_std: bool = True,
+    old_log_probs: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    handle_zero_tail: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optimal token baseline (verl's ``optimal_token_baseline``): a baseline per group and
+    token position, ``b_t = sum_i G_it W_it / (sum_i W_it + epsilon)`` over the group's
+    responses still running at t, where ``W_it`` is the cumulative ``1 - 2 pi + sum pi^2`` (the
+    squared norm of the score function of each sampled token, from ``old_log_probs`` and
+    ``sum_pi_squared``, the sum of the squared token probabilities) up to t: paths of high
+    variance weigh more. ``A_t = G_t - b_t``; a group of one has b = 0. ``handle_zero_tail``:
+    the group's one longest response gets b = 0 past the second longest. returns = G.
+    """
+    return _optimal_token_baseline(token_level_rewards, response_mask, index, old_log_probs,
+                                   sum_pi_squared, handle_zero_tail, epsilon, compact=False,
+                                   name="optimal_token_baseline")  # fmt: skip
+
+
+@register_advantage("tir_optimal_token_baseline", needs_groups=True,
+                    inputs=("old_log_probs", "sum_pi_squared"))  # fmt: skip
+def compute_tir_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-8,
+    norm_adv_by_std: bool = True,
+    old_log_probs: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``optimal_token_baseline`` for tool-integrated (multi-turn) responses, verl's
+    ``tir_optimal_token_baseline``: step t is a response's t-th valid token (tool output
+    between turns is masked out and skipped), empty responses do not count in their group, and
+    ``handle_zero_tail`` is on by default. For one-turn responses it equals
+    ``optimal_token_baseline`` with ``handle_zero_tail``.
+    """
+    return _optimal_token_baseline(token_level_rewards, response_mask, index, old_log_probs,
+                                   sum_pi_squared, handle_zero_tail, epsilon, compact=True,
+                                   name="tir_optimal_token_baseline")  # fmt: skip
+
+
+def _optimal_token_baseline(
+    rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+    old_log_probs: torch.Tensor | None, sum_pi_squared: torch.Tensor | None,
+    handle_zero_tail: bool, epsilon: float, *, compact: bool, name: str,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    if old_log_probs is None or sum_pi_squared is None:
+        raise ValueError(f"{name} needs old_log_probs and sum_pi_squared from the actor")
+    valid = response_mask.bool()
+    B, T = rewards.shape
+    returns = _reward_to_go(rewards, valid)
+    w = 1 - 2 * old_log_probs.to(returns.dtype).exp() + sum_pi_squared.to(returns.dtype)
+    cumulative = _zero_masked(w, valid).cumsum(-1)
+    # compact: each row's valid tokens moved to the front, in order (step k = k-th valid token)
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True) if compact else None
+    lengths = valid.sum(-1)
+    if compact:
+        returns_at, weight_at = returns.gather(1, order), cumulative.gather(1, order)
+        live = torch.arange(T, device=valid.device) < lengths[:, None]
+    else:
+        returns_at, weight_at, live = returns, cumulative, valid
+    weight_at = _zero_masked(weight_at, live)
+    gid = _group_ids(index, B, rewards.device)
+    members = (lengths > 0) if compact else torch.ones_like(lengths, dtype=torch.bool)
+    groups = int(gid.max()) + 1
+    zeros = torch.zeros(groups, T, dtype=returns.dtype, device=returns.device)
+    numerator = zeros.index_add(0, gid, returns_at * weight_at)
+    denominator = zeros.index_add(0, gid, weight_at) + epsilon
+    count = torch.zeros(groups, dtype=torch.long, device=gid.device).index_add(
+        0, gid, members.long()
+    )
+    baseline = torch.where(count[gid, None] > 1, (numerator / denominator)[gid], 0.0)
+    if handle_zero_tail:
+        baseline = _zero_tail(baseline, lengths, gid, members)
+    advantages_at = _zero_masked(returns_at - baseline, live)
+    if compact:  # back to each valid token's own position
+        advantages = torch.zeros_like(returns).scatter(1, order, advantages_at)
+    else:
+        advantages = advantages_at
+    return _zero_masked(advantages, valid), returns
+
+
+def _zero_tail(
+    baseline: torch.Tensor, lengths: torch.Tensor, gid: torch.Tensor, members: torch.Tensor
+) -> torch.Tensor:
+    """No baseline where only the group's one longest response goes on: its steps from the
+    second-longest member's length on."""
+    baseline = baseline.clone()
+    for group in torch.unique(gid[members]).tolist():
+        rows = ((gid == group) & members).nonzero().flatten()
+        if rows.numel() < 2:
+            continue
+        ordered = lengths[rows].sort().values
+        longest, second = int(ordered[-1]), int(ordered[-2])
+        if longest > second:
+            row = rows[lengths[rows] == longest][0]
+            baseline[row, second:] = 0.0
+    return baseline
+
+
 def compute_advantages(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -382,21 +540,27 @@ def compute_advantages(
     *,
     normalize: bool,
     dones: torch.Tensor | None = None,
+    inputs: dict[str, torch.Tensor] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The advantages and returns of estimator ``name``, whitened when ``normalize``.
 
     The one place both modes get their advantages: ``kwargs`` are the standard ones
-    (``STANDARD_KWARGS``); ``dones`` goes to episodic estimators (embodied rollouts, where an
-    episode may end inside a row). Whitening (``masked_whiten`` over the valid positions of the
-    whole batch, i.e. with global moments: the driver holds every rank's rows) is skipped for an
-    estimator that already whitens its output (REINFORCE++).
+    (``STANDARD_KWARGS``); ``inputs`` holds what estimators may declare they read (``INPUTS``),
+    and each gets those it declares; ``dones`` goes to episodic estimators (embodied rollouts,
+    where an episode may end inside a row). Whitening (``masked_whiten`` over the valid positions
+    of the whole batch, i.e. with global moments: the driver holds every rank's rows) is skipped
+    for an estimator that already whitens its output (REINFORCE++).
     """
     entry = ADVANTAGES.entry(name)
     if dones is not None:
         if not entry.traits.get("episodic"):
             raise ValueError(f"advantage estimator '{name}' cannot take episode ends (dones)")
         kwargs["dones"] = dones
+    for needed in entry.traits.get("inputs", ()):
+        if needed not in (inputs or {}):
+            raise ValueError(f"advantage estimator '{name}' needs {needed}; pass it in inputs")
+        kwargs[needed] = inputs[needed]
     advantages, returns = entry.fn(token_level_rewards, response_mask, **kwargs)
     if normalize and not entry.traits.get("normalizes"):
         advantages = masked_whiten(advantages, response_mask)

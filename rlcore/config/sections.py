@@ -86,7 +86,9 @@ class AlgorithmConfig:
     adv_type: str = key(
         "gae",
         doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
-        "reinforce_plus_plus_baseline, or one added with register_advantage",
+        "reinforce_plus_plus_baseline, and verl's grpo_passk, opo, gpg, remax, grpo_vectorized, "
+        "rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline (reasoning; see "
+        "docs/algorithms.md), or one added with register_advantage",
     )
     loss_type: Literal["actor", "actor_critic"] | None = key(
         None,

@@ -8,8 +8,10 @@ One iteration, as in verl's PPO:
 1. sync: the rollout gets the actor's latest weights (nothing to copy when it shares the module);
 2. take ``data.train_batch_size`` prompts; the rollout generates ``group_size`` responses each;
 3. the reward worker scores them (1 for a right answer, ``format_score`` for a wrong one);
-4. the actor recomputes the responses' log-probs (``old_log_probs``), the reference gives its
-   own (for the KL), the critic its values;
+4. the actor recomputes the responses' log-probs (``old_log_probs``; with the sum of squared
+   token probabilities for the optimal token baselines), the reference gives its own (for the
+   KL), the critic its values; for ReMax the rollout answers each prompt greedily once and the
+   reward scores that (the baseline);
 5. the score goes on each response's last token; with ``use_kl_in_reward`` every token pays
    ``kl_coef * KL(actor || ref)``; the estimator (``adv_type``) turns these into per-token
    advantages and returns, whitened when ``normalize_advantages`` (``rlcore.algorithms``);
@@ -29,6 +31,8 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.algorithms import (
+    ADVANTAGES,
+    INPUTS,
     apply_kl_penalty,
     build_kl_controller,
     compute_advantages,
@@ -138,8 +142,16 @@ class ReasoningRunner:
         with watch("sync"):
             self._sync()
         batch, scored, metrics = self._generate(watch)
+        inputs = ADVANTAGES.entry(cfg.algorithm.adv_type).traits["inputs"]
         with watch("logprob"):
-            batch["old_log_probs"] = self.actor.compute_log_probs(batch)
+            if "sum_pi_squared" in inputs:
+                batch.update(self.actor.compute_log_probs_and_sum_pi_squared(batch))
+            else:
+                batch["old_log_probs"] = self.actor.compute_log_probs(batch)
+        if "reward_baselines" in inputs:
+            with watch("generate_baseline"):
+                batch["reward_baselines"] = self._greedy_baselines(batch)
+            metrics["reward/greedy_baseline_mean"] = float(batch["reward_baselines"].mean())
         if self.ref is not None:
             with watch("ref"):
                 batch["ref_log_probs"] = self.ref.compute_log_probs(batch)
@@ -220,11 +232,34 @@ class ReasoningRunner:
                 rewards, _ = apply_kl_penalty(rewards, batch["old_log_probs"],
                                               batch["ref_log_probs"], mask, self.kl_ctrl,
                                               alg.kl_penalty)  # fmt: skip
+        inputs = {name: batch[name] for name in INPUTS if name in batch}
         batch["advantages"], batch["returns"] = compute_advantages(
             alg.adv_type, rewards, mask, normalize=alg.normalize_advantages,
             values=batch.get("values"), index=batch["index"], gamma=alg.gamma,
-            lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std,
+            lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std, inputs=inputs,
         )  # fmt: skip
+
+    def _greedy_baselines(self, batch: TensorDict) -> torch.Tensor:
+        """ReMax's baseline, ``[B]``: the reward of the greedy response to each row's prompt,
+        generated once per group (greedy decoding draws nothing from the sampler's RNG)."""
+        size = self.config.algorithm.group_size
+        prompt_width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        firsts = batch[::size]
+        prompts = TensorDict(
+            {"input_ids": firsts["input_ids"][:, :prompt_width],
+             "attention_mask": firsts["attention_mask"][:, :prompt_width],
+             "index": firsts["index"]},
+            batch_size=firsts.batch_size,
+        )  # fmt: skip
+        prompts["answers"] = firsts["answers"]
+        groups = prompts.batch_size[0]
+        ranks = math.lcm(self.components.world_size("rollout"),
+                         self.components.world_size("reward"))  # fmt: skip
+        rows = list(range(groups))
+        padded = prompts[rows + rows[: (-groups) % ranks]]  # whole shards; extras dropped
+        greedy = padded.update(self.rollout.generate(padded, self.version, greedy=True))
+        scores = self.reward.score(greedy)["scores"][:groups]
+        return scores.repeat_interleave(size)
 
     def _batch_metrics(self, batch: TensorDict, scored: TensorDict) -> dict[str, float]:
         mask = batch["response_mask"].bool()

@@ -106,6 +106,22 @@ class LMActor(TrainedComponent):
         ]
         return torch.cat(parts)
 
+    @dispatch(Dispatch.SHARD)
+    @torch.no_grad()
+    def compute_log_probs_and_sum_pi_squared(self, batch: TensorDict) -> TensorDict:
+        """``old_log_probs`` as ``compute_log_probs``, and ``sum_pi_squared``: the sum over the
+        vocabulary of the squared token probabilities at each response position, ``[B, R]``
+        (what the optimal token baselines read), from the same forward pass."""
+        batch = batch.select(*ACTOR_READS[:5]).to(self.device)
+        log_probs, spread = [], []
+        for micro in _micro_batches(batch, _forward_size(self.config)):
+            width = micro["responses"].shape[1]
+            logits = response_logits(self.model, micro, width) / self.temperature
+            log_probs.append(token_log_probs(logits, micro["responses"]).cpu())
+            spread.append(torch.softmax(logits.float(), dim=-1).square().sum(-1).cpu())
+        out = {"old_log_probs": torch.cat(log_probs), "sum_pi_squared": torch.cat(spread)}
+        return TensorDict(out, batch_size=[batch.batch_size[0]])
+
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
         reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.use_kl_loss else ())

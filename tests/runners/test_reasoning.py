@@ -70,10 +70,35 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     assert runner.run()["iterations"] == 2
 
 
+def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    (tmp_path / "chars.py").write_text("def score(response, answer):\n    return len(response)\n")
+    config = tiny_config(dirs.actor.parent, tmp_path, "algorithm.adv_type=remax",
+                         "algorithm.group_size=3", "reward.kind=custom",
+                         f"reward.custom_fn={tmp_path}/chars.py:score")  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    try:
+        runner._sync()
+        pad, rows = runner.tokenizer.pad_token_id, [0, 5, 2]
+        batch = prompt_batch(rows, runner.train_set, 3, pad)
+        batch.update(runner.rollout.generate(batch, runner.version))
+        got = runner._greedy_baselines(batch)
+        alone = []  # each prompt answered greedily on its own, and scored
+        for row in rows:
+            prompt = prompt_batch([row], runner.train_set, 1, pad)
+            prompt.update(runner.rollout.generate(prompt, runner.version, greedy=True))
+            alone.append(runner.reward.score(prompt)["scores"].item())
+        assert got.tolist() == [score for score in alone for _ in range(3)], alone
+    finally:
+        runner.close()
+
+
 @pytest.mark.parametrize(
     "choice",
     ["algorithm.policy_loss=gspo", "algorithm.policy_loss=gpg", "algorithm.adv_type=grpo_passk",
      "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized",
+     "algorithm.adv_type=remax", "algorithm.adv_type=optimal_token_baseline",
+     "algorithm.adv_type=tir_optimal_token_baseline",
      *(f"algorithm.policy_loss={name}" for name in ("vanilla", "clip_cov", "kl_cov", "cispo",
                                                      "sapo", "geo_mean", "dppo_tv", "dppo_kl")),
      "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",

@@ -63,9 +63,15 @@ def test_recomputed_log_probs_match_the_generators_scores(tiny_lm):
         [torch.log_softmax(s.float(), -1).gather(-1, chosen[:, t, None])[:, 0]
          for t, s in enumerate(out.scores)], dim=1,
     )  # fmt: skip
-    got = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)[:, :steps]
+    actor = LMActor(SOLO, config, dirs.actor)
+    got = actor.compute_log_probs(batch)[:, :steps]
     valid = batch["response_mask"][:, :steps].bool()
     assert torch.allclose(got[valid], expected[valid], atol=1e-4)
+    # the optimal token baselines' sum of squared probabilities, from the same forward pass
+    both = actor.compute_log_probs_and_sum_pi_squared(batch)
+    spread = torch.stack([torch.softmax(s.float(), -1).square().sum(-1) for s in out.scores], 1)
+    assert torch.equal(both["old_log_probs"][:, :steps], got)
+    assert torch.allclose(both["sum_pi_squared"][:, :steps][valid], spread[valid], atol=1e-5)
 
 
 def gradients(component, batch, micro):
