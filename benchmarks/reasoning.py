@@ -7,7 +7,9 @@ Stages: generate (rollout), reward, logprob (actor's old log-probs), ref, values
 critic_update, actor_update, sync (weights to the rollout). ``perf.tokens_per_s`` counts prompt
 and response tokens of the batch over the whole iteration; ``generated_tokens_per_s`` the
 response tokens over the generate stage. The warm-up of the tiny model is not timed (it is
-cached after the first run); the first seed builds it if needed.
+cached after the first run); the first seed builds it if needed. ``curve``: at each validation,
+``[iteration, response tokens generated so far, val/accuracy]`` (to compare recipes at equal
+generated tokens, e.g. ``--config reasoning/tiny_arith_dapo`` against the PPO default).
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ from rlcore.runners.reasoning import ReasoningRunner
 KEYS = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s")
 
 
+class CurveRunner(ReasoningRunner):
+    """The runner, noting the generated tokens and accuracy at each validation."""
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        metrics = super().evaluate(iteration)
+        self.curve = [*getattr(self, "curve", []),
+                      [iteration, self.generated_tokens, metrics.get("val/accuracy")]]  # fmt: skip
+        return metrics
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="reasoning/tiny_arith_ppo")
@@ -37,8 +49,10 @@ def main() -> None:
                 *args.overrides, f"runner.seed={seed}", "runner.progress=false",
                 f"runner.output_dir={out}", "logger.tensorboard=false",
             ])  # fmt: skip
-            summary = ReasoningRunner(config, plan_for_config(config)).run()
+            runner = CurveRunner(config, plan_for_config(config))
+            summary = runner.run()
             row = {"config": args.config, "seed": seed, **{k: summary[k] for k in KEYS},
+                   "generated_tokens": summary["generated_tokens"], "curve": runner.curve,
                    "gain": round(summary["val_accuracy_after"] - summary["val_accuracy_before"], 4),
                    "seconds_per_stage": summary["seconds_per_stage"],
                    "tokens_per_s": summary["tokens_per_s"]}  # fmt: skip

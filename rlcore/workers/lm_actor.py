@@ -73,6 +73,23 @@ def _micro_batches(batch: TensorDict, size: int | None) -> tuple[TensorDict, ...
     return batch.split(size or batch.batch_size[0])
 
 
+@torch.no_grad()
+def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = False) -> TensorDict:
+    """``log_probs`` ``[B, R]`` of the responses under ``owner``'s model (the actor's or the
+    reference's) at the rollout's temperature, in forward-only micro-batches; with
+    ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
+    batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
+    parts = []
+    for micro in _micro_batches(batch, _forward_size(owner.config)):
+        logits = response_logits(owner.model, micro, micro["responses"].shape[1])
+        logits = logits / owner.temperature
+        part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
+        if sum_pi_squared:
+            part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
+        parts.append(TensorDict(part, batch_size=[len(micro)]))
+    return torch.cat(parts)
+
+
 class LMActor(TrainedComponent):
     """The policy: recomputes ``old_log_probs`` and runs PPO's update."""
 
@@ -89,38 +106,23 @@ class LMActor(TrainedComponent):
         )
         self.temperature = config.rollout.temperature
 
-    def _log_probs_entropy(self, module: Any, batch: TensorDict, entropy: bool):
+    def _log_probs_entropy(self, module: Any, batch: TensorDict):
         width = batch["responses"].shape[1]
         logits = response_logits(module, batch, width) / self.temperature
-        log_probs = token_log_probs(logits, batch["responses"])
-        return log_probs, entropy_from_logits(logits.float()) if entropy else None
+        return token_log_probs(logits, batch["responses"]), entropy_from_logits(logits.float())
 
     @dispatch(Dispatch.SHARD)
-    @torch.no_grad()
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` log-probs of the responses under the current policy."""
-        batch = batch.select(*ACTOR_READS[:5]).to(self.device)
-        parts = [
-            self._log_probs_entropy(self.model, micro, entropy=False)[0].cpu()
-            for micro in _micro_batches(batch, _forward_size(self.config))
-        ]
-        return torch.cat(parts)
+        return _forward_log_probs(self, batch)["log_probs"]
 
     @dispatch(Dispatch.SHARD)
-    @torch.no_grad()
     def compute_log_probs_and_sum_pi_squared(self, batch: TensorDict) -> TensorDict:
         """``old_log_probs`` as ``compute_log_probs``, and ``sum_pi_squared``: the sum over the
         vocabulary of the squared token probabilities at each response position, ``[B, R]``
         (what the optimal token baselines read), from the same forward pass."""
-        batch = batch.select(*ACTOR_READS[:5]).to(self.device)
-        log_probs, spread = [], []
-        for micro in _micro_batches(batch, _forward_size(self.config)):
-            width = micro["responses"].shape[1]
-            logits = response_logits(self.model, micro, width) / self.temperature
-            log_probs.append(token_log_probs(logits, micro["responses"]).cpu())
-            spread.append(torch.softmax(logits.float(), dim=-1).square().sum(-1).cpu())
-        out = {"old_log_probs": torch.cat(log_probs), "sum_pi_squared": torch.cat(spread)}
-        return TensorDict(out, batch_size=[batch.batch_size[0]])
+        out = _forward_log_probs(self, batch, sum_pi_squared=True)
+        return out.rename_key_("log_probs", "old_log_probs")
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
@@ -130,7 +132,7 @@ class LMActor(TrainedComponent):
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
-        log_probs, entropy = self._log_probs_entropy(module, micro, entropy=True)
+        log_probs, entropy = self._log_probs_entropy(module, micro)
         return ppo_loss(
             log_probs, micro["old_log_probs"], micro["advantages"], micro["response_mask"],
             entropy=entropy, policy_loss_fn=self.policy_loss, clip_ratio_low=alg.clip_ratio_low,
@@ -198,12 +200,5 @@ class LMReference:
         self.temperature = config.rollout.temperature
 
     @dispatch(Dispatch.SHARD)
-    @torch.no_grad()
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
-        batch = batch.select(*ACTOR_READS[:5]).to(self.device)
-        parts = []
-        for micro in _micro_batches(batch, _forward_size(self.config)):
-            width = micro["responses"].shape[1]
-            logits = response_logits(self.model, micro, width) / self.temperature
-            parts.append(token_log_probs(logits, micro["responses"]).cpu())
-        return torch.cat(parts)
+        return _forward_log_probs(self, batch)["log_probs"]
