@@ -48,16 +48,16 @@ class EmbodiedRunner:
         self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
         self.components = start_components(plan, config.cluster)
         try:
-            launch = self.components.launch
-            self.env: EnvWorker = launch(ComponentSpec("env", EnvWorker, (config,)))
-            spec = self.env.space_spec()
-            self.actor: EmbodiedActor = launch(
-                ComponentSpec("actor", EmbodiedActor, (config, spec))
-            )
-            self.rollout: EmbodiedRollout = launch(ComponentSpec(
-                "rollout", EmbodiedRollout, (config, spec),
-                {"env": Peer("env"), "actor": Peer("actor", local_only=True)},
-            ))  # fmt: skip
+            self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker,
+                                                                       (config,)))  # fmt: skip
+            spec = self.env.space_spec()  # the policies' shapes: the env first, then the rest
+            self.actor: EmbodiedActor
+            self.rollout: EmbodiedRollout
+            self.actor, self.rollout = self.components.launch_all([
+                ComponentSpec("actor", EmbodiedActor, (config, spec)),
+                ComponentSpec("rollout", EmbodiedRollout, (config, spec),
+                              {"env": Peer("env"), "actor": Peer("actor", local_only=True)}),
+            ])  # fmt: skip
             self.progress = Progress()
             self.resumed_from = resume_from
             if resume_from is not None:

@@ -111,21 +111,23 @@ class ReasoningRunner:
         )
 
     def _launch(self) -> None:
-        config, dirs, launch = self.config, self.dirs, self.components.launch
+        config, dirs = self.config, self.dirs
         self.placed = set(self.plan.components)
-        self.actor: LMActor = launch(ComponentSpec("actor", LMActor, (config, dirs.actor)))
         fused_actor = {"actor": Peer("actor", local_only=True)}  # its module, when fused
-        self.rollout: RolloutWorker = launch(
-            ComponentSpec("rollout", RolloutWorker, (config, dirs.actor), fused_actor)
-        )
-        self.reward: RewardWorker = launch(ComponentSpec("reward", RewardWorker,
-                                                         (config, dirs.actor)))  # fmt: skip
-        self.critic: LMCritic | None = None
-        self.ref: LMReference | None = None
+        specs = [ComponentSpec("actor", LMActor, (config, dirs.actor)),
+                 ComponentSpec("rollout", RolloutWorker, (config, dirs.actor), fused_actor),
+                 ComponentSpec("reward", RewardWorker, (config, dirs.actor))]  # fmt: skip
         if "critic" in self.placed:
-            self.critic = launch(ComponentSpec("critic", LMCritic, (config, dirs.critic)))
+            specs.append(ComponentSpec("critic", LMCritic, (config, dirs.critic)))
         if "ref" in self.placed:
-            self.ref = launch(ComponentSpec("ref", LMReference, (config, dirs.actor)))
+            specs.append(ComponentSpec("ref", LMReference, (config, dirs.actor)))
+        handles = self.components.launch_all(specs)
+        built = {spec.name: handle for spec, handle in zip(specs, handles, strict=True)}
+        self.actor: LMActor = built["actor"]
+        self.rollout: RolloutWorker = built["rollout"]
+        self.reward: RewardWorker = built["reward"]
+        self.critic: LMCritic | None = built.get("critic")
+        self.ref: LMReference | None = built.get("ref")
 
     def _saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}

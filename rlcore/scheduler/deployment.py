@@ -15,7 +15,9 @@ One plan, two ways to run it, and the driver's code is the same for both:
   per rank) and each component is reached through a ``RemoteHandle``.
 
 Components are built in the order they are launched, so a component can take an earlier one as
-a ``Peer`` (a rollout sharing its actor's module, or stepping its env).
+a ``Peer`` (a rollout sharing its actor's module, or stepping its env). ``launch_all`` launches
+several at once: on Ray the processes build theirs at the same time (a process in the order
+given), which is what makes a disaggregated start take the longest process's time, not the sum.
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ class _Deployment(abc.ABC):
     @abc.abstractmethod
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy the weights, tell ``dst`` its version; how it was done."""
+
+    @abc.abstractmethod
+    def launch(self, spec: ComponentSpec) -> Any:
+        """Build ``spec``'s component; a handle to it."""
+
+    def launch_all(self, specs: list[ComponentSpec]) -> list[Any]:
+        """``launch`` each of ``specs``, in order; a handle to each."""
+        return [self.launch(spec) for spec in specs]
 
 
 class InDriver(_Deployment):
@@ -155,6 +165,20 @@ class OnRay(_Deployment):
         self.groups[spec.name] = self.scheduler.launch(spec.name, spec.cls, *args, **kwargs)
         self.classes[spec.name] = spec.cls
         return self.handle(spec.name)
+
+    def launch_all(self, specs: list[ComponentSpec]) -> list[Any]:
+        """``launch`` each of ``specs``, the processes building theirs at the same time (each
+        process builds its components in the order given, so a peer in the same process is
+        built first); a handle to each, once all are built."""
+        creating = []
+        for spec in specs:
+            args, kwargs = self._peer_refs(spec)
+            group, calls = self.scheduler.submit_launch(spec.name, spec.cls, *args, **kwargs)
+            self.groups[spec.name], self.classes[spec.name] = group, spec.cls
+            creating.append((group, calls))
+        for group, calls in creating:
+            group.get(calls)
+        return [self.handle(spec.name) for spec in specs]
 
     def _peer_refs(self, spec: ComponentSpec) -> tuple[tuple, dict]:
         def ref(value: Any) -> Any:

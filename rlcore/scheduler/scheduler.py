@@ -193,9 +193,18 @@ class Scheduler:
 
     def launch(self, component: str, cls: type, *args: Any, **kwargs: Any) -> WorkerGroup:
         """Create ``cls(context, *args, **kwargs)`` on every rank of ``component``."""
-        group = self.group(component)
-        group.get([h.create.remote(component, cls, args, kwargs) for h in group.handles])
+        group, creating = self.submit_launch(component, cls, *args, **kwargs)
+        group.get(creating)
         return group
+
+    def submit_launch(
+        self, component: str, cls: type, *args: Any, **kwargs: Any
+    ) -> tuple[WorkerGroup, list[Any]]:
+        """Start creating ``component`` as ``launch`` does, without waiting: its group, and the
+        calls to wait for with ``group.get``. A process runs its calls in the order they were
+        submitted, so a component created after another in the same process can use it."""
+        group = self.group(component)
+        return group, [h.create.remote(component, cls, args, kwargs) for h in group.handles]
 
     def sync_weights(self, src: str, dst: str, method: str = "auto") -> SyncReport:
         """Copy ``src``'s weights into every rank of ``dst`` (see weight_sync.py)."""
