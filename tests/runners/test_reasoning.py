@@ -16,6 +16,9 @@ from rlcore.runners.reasoning import ReasoningRunner
 from rlcore.scheduler import WorkerError
 from tests.lm_fixtures import TINY, tiny_config
 
+# every Ray run of this module joins one local Ray (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_local_ray")
+
 
 def length_reward(tmp_path):
     """A barely trained model is never right; a reward on the text's length gives a signal."""

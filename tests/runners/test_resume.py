@@ -13,6 +13,9 @@ from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.preflight import preflight
 
+# every Ray run of this module joins one local Ray (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_local_ray")
+
 SMALL = [
     "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=384",
     "actor.ppo_mini_batch_size=32", "actor.ppo_epochs=2", "runner.checkpoint_every=3",

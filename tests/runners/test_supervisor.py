@@ -26,6 +26,9 @@ from tests.lm_fixtures import tiny_config
 from tests.runners.test_reasoning import length_reward
 from tests.runners.test_resume import LAYOUTS, SMALL
 
+# every Ray run of this module joins one local Ray (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_local_ray")
+
 # -- kill -9 on Ray -------------------------------------------------------------------------------
 
 

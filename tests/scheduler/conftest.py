@@ -31,7 +31,11 @@ def fake_gpu_cluster():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray with 2 CPU slots, shared by a module's tests (each Scheduler reuses it)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    """A local Ray with 2 CPU slots, shared by a module's tests (each Scheduler reuses it),
+    listening on loopback only as a run's own does."""
+    from rlcore.scheduler.network import local_ray_node
+
+    with local_ray_node():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
