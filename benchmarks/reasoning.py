@@ -1,7 +1,9 @@
 """Seconds per PPO iteration by stage, and tokens/s, for a reasoning config; then validation
 accuracy before and after. One JSON line per seed, then a median line.
 
-    python benchmarks/reasoning.py [--config reasoning/tiny_arith_ppo] [--seeds 1 2 3] [k=v ...]
+    python benchmarks/reasoning.py [k=v ...] [--config reasoning/tiny_arith_ppo] [--seeds 1 2 3]
+
+(overrides before the options: ``--seeds`` takes every value that follows it)
 
 Stages: generate (rollout), reward, logprob (actor's old log-probs), ref, values (critic),
 critic_update, actor_update, sync (weights to the rollout). ``perf.tokens_per_s`` counts prompt
