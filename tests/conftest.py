@@ -33,10 +33,17 @@ def shared_local_ray():
     that start their own (through the entry point, in a subprocess) are tested elsewhere."""
     import ray
 
+    start_local_ray(num_cpus=4)
+    yield
+    ray.shutdown()
+
+
+def start_local_ray(num_cpus: int) -> None:
+    """A local Ray for tests, listening on loopback only as a run's own does."""
+    import ray
+
     from rlcore.scheduler.network import local_ray_node
 
     with local_ray_node():
-        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)  # fmt: skip
-    yield
-    ray.shutdown()
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)  # fmt: skip

@@ -241,6 +241,13 @@ class ReasoningRunner:
             lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std, inputs=inputs,
         )  # fmt: skip
 
+    def _whole_shards(self, rows: list[int]) -> list[int]:
+        """``rows`` padded with its first ones to whole shards of every rollout and reward rank;
+        the caller drops the results of the extras."""
+        ranks = math.lcm(self.components.world_size("rollout"),
+                         self.components.world_size("reward"))  # fmt: skip
+        return rows + rows[: (-len(rows)) % ranks]
+
     def _greedy_baselines(self, batch: TensorDict) -> torch.Tensor:
         """ReMax's baseline, ``[B]``: the reward of the greedy response to each row's prompt,
         generated once per group (greedy decoding draws nothing from the sampler's RNG)."""
@@ -255,10 +262,7 @@ class ReasoningRunner:
         )  # fmt: skip
         prompts["answers"] = firsts["answers"]
         groups = prompts.batch_size[0]
-        ranks = math.lcm(self.components.world_size("rollout"),
-                         self.components.world_size("reward"))  # fmt: skip
-        rows = list(range(groups))
-        padded = prompts[rows + rows[: (-groups) % ranks]]  # whole shards; extras dropped
+        padded = prompts[self._whole_shards(list(range(groups)))]
         greedy = padded.update(self.rollout.generate(padded, self.version, greedy=True))
         scores = self.reward.score(greedy)["scores"][:groups]
         return scores.repeat_interleave(size)
@@ -294,9 +298,7 @@ class ReasoningRunner:
         self._sync()
         run, pad = self.config.runner, self.tokenizer.pad_token_id
         rows = list(range(len(self.val_set)))
-        ranks = math.lcm(self.components.world_size("rollout"),
-                         self.components.world_size("reward"))  # fmt: skip
-        padded = rows + rows[: (-len(rows)) % ranks]  # whole shards; the extras are dropped
+        padded = self._whole_shards(rows)
         prompts = prompt_batch(padded, self.val_set, 1, pad)
         batch = prompts.update(self.rollout.generate(prompts, self.version, greedy=True))
         greedy = batch.update(self.reward.score(batch))[: len(rows)]

@@ -161,10 +161,7 @@ class OnRay(_Deployment):
 
     def launch(self, spec: ComponentSpec) -> Any:
         """Build ``spec``'s component on every rank the plan gives it; a typed handle to them."""
-        args, kwargs = self._peer_refs(spec)
-        self.groups[spec.name] = self.scheduler.launch(spec.name, spec.cls, *args, **kwargs)
-        self.classes[spec.name] = spec.cls
-        return self.handle(spec.name)
+        return self.launch_all([spec])[0]
 
     def launch_all(self, specs: list[ComponentSpec]) -> list[Any]:
         """``launch`` each of ``specs``, the processes building theirs at the same time (each

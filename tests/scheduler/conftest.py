@@ -2,6 +2,7 @@ import pytest
 import ray
 import ray.cloudpickle
 
+from tests.conftest import start_local_ray
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -33,9 +34,6 @@ def fake_gpu_cluster():
 def local_ray():
     """A local Ray with 2 CPU slots, shared by a module's tests (each Scheduler reuses it),
     listening on loopback only as a run's own does."""
-    from rlcore.scheduler.network import local_ray_node
-
-    with local_ray_node():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
