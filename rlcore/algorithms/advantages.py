@@ -31,8 +31,10 @@ AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_std")
 # What an estimator may declare it reads beyond those (reasoning runs), each ``[B]`` or ``[B, T]``:
 # the greedy responses' rewards (ReMax), the actor's log-probs of the sampled tokens and the sum
-# of its squared token probabilities at each position (the optimal token baselines).
-INPUTS = ("reward_baselines", "old_log_probs", "sum_pi_squared")
+# of its squared token probabilities at each position (the optimal token baselines), and the
+# reward's components ``[B, K]`` with their weights ``[K]`` (GDPO).
+INPUTS = ("reward_baselines", "old_log_probs", "sum_pi_squared", "reward_components",
+          "reward_component_weights")  # fmt: skip
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
 
@@ -410,6 +412,51 @@ def compute_remax_advantage(
     returns = _reward_to_go(token_level_rewards, valid)
     baseline = reward_baselines.to(returns.dtype)[:, None]
     return _zero_masked(returns - baseline, valid), returns
+
+
+@register_advantage("gdpo", needs_groups=True, normalizes=True,
+                    inputs=("reward_components", "reward_component_weights"))  # fmt: skip
+def compute_gdpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+    reward_components: torch.Tensor | None = None,
+    reward_component_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (Liu et al. 2026, arXiv 2601.05242), verl's ``gdpo``: each reward component
+    ``r_k`` (``reward_components[:, k]``) is normalised within its group as GRPO does,
+    ``(r_k - mean_g) / (std_g + epsilon)`` (or ``r_k - mean_g`` without ``norm_adv_by_std``),
+    the results are summed with ``reward_component_weights`` ``w_k``, and the sum is whitened
+    over the valid tokens of the batch. Normalising each component apart keeps responses that
+    differ in one component apart, where GRPO on the summed reward can map them to one
+    advantage. ``token_level_rewards`` is not read (the components are the reward).
+    returns = advantages.
+    """
+    if reward_components is None or reward_component_weights is None:
+        raise ValueError("gdpo needs reward_components [B, K] and reward_component_weights [K]")
+    valid = response_mask.bool()
+    components = reward_components.to(token_level_rewards.dtype)
+    weights = reward_component_weights.to(components)
+    if components.dim() != 2 or components.shape[0] != valid.shape[0]:
+        raise ValueError(f"gdpo: reward_components must be [B={valid.shape[0]}, K], got "
+                         f"{tuple(components.shape)}")  # fmt: skip
+    if weights.shape != (components.shape[1],):
+        raise ValueError(f"gdpo: {components.shape[1]} reward components but weights of shape "
+                         f"{tuple(weights.shape)}")  # fmt: skip
+    total = torch.zeros_like(components[:, 0])
+    for k in range(components.shape[1]):
+        score = components[:, k]
+        mean, std, _ = group_score_stats(score, index)
+        normalized = (score - mean) / (std + epsilon) if norm_adv_by_std else score - mean
+        total = total + weights[k] * normalized
+    advantages = masked_whiten(_on_valid_tokens(total, valid), valid)
+    return advantages, advantages
 
 
 def _reward_to_go(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ the per-key validation and before any process starts.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -321,6 +322,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
             "reward.overlong_buffer: len or penalty_factor set, but enable is false, so nothing "
             "would use them; set reward.overlong_buffer.enable=true, or leave them out"
         )
+    problems += _check_gdpo(config)
     if reward.kind != "custom" and reward.custom_fn is not None:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
@@ -346,4 +348,62 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         problems += [
             p for p in critic_problems if p.replace("critic.", "actor.", 1) not in actor_problems
         ]
+    return problems
+
+
+BUILT_IN_COMPONENTS = ("score", "correct", "format")  # rlcore/rewards/judge.py's Verdict
+
+
+def _check_gdpo(config: ReasoningConfig) -> list[str]:
+    """GDPO's reward components: named when it runs, known to the reward, one weight each, and
+    nothing else changing the reward that its components would leave out."""
+    alg, reward = config.algorithm, config.reward
+    keys, weights = alg.gdpo_reward_keys, alg.gdpo_reward_weights
+    if alg.adv_type != "gdpo":
+        given = [name for name, value in (("keys", keys), ("weights", weights)) if value]
+        return [
+            f"algorithm.gdpo_reward_{name}: set, but adv_type is {alg.adv_type}, and only gdpo "
+            "reads it; remove it, or set algorithm.adv_type=gdpo"
+            for name in given
+        ]
+    shaped = reward.overlong_buffer.enable
+    known = [*BUILT_IN_COMPONENTS, *(["overlong_penalty"] if shaped else [])]
+    if not keys:
+        given = ("the numbers in the dict reward.custom_fn returns" if reward.kind == "custom"
+                 else ", ".join(known))  # fmt: skip
+        return [
+            "algorithm.gdpo_reward_keys: adv_type gdpo normalises each component of the reward "
+            f"apart; name them, e.g. [correct, format] (kind {reward.kind} gives {given})"
+        ]
+    problems = []
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        problems.append(f"algorithm.gdpo_reward_keys: {', '.join(repeated)} named twice; name "
+                        "each component once (gdpo_reward_weights weighs it)")  # fmt: skip
+    unknown = [k for k in keys if k not in known]
+    if reward.kind != "custom" and unknown:
+        problems.append(
+            f"algorithm.gdpo_reward_keys: {', '.join(unknown)} not given by reward.kind "
+            f"{reward.kind}, which gives {', '.join(known)}"
+            + ("" if shaped else " (overlong_penalty with reward.overlong_buffer.enable)")
+        )
+    if weights is not None:
+        if len(weights) != len(keys):
+            problems.append(
+                f"algorithm.gdpo_reward_weights: {len(weights)} weights for "
+                f"{len(keys)} gdpo_reward_keys; give one per key, in the same order"
+            )
+        elif not all(math.isfinite(w) for w in weights):
+            problems.append(f"algorithm.gdpo_reward_weights: {weights}: weights must be finite")
+    if shaped and "overlong_penalty" not in keys:
+        problems.append(
+            "reward.overlong_buffer.enable: gdpo's advantage is made of the components in "
+            "algorithm.gdpo_reward_keys only, so the overlong penalty would be ignored; add "
+            "overlong_penalty to gdpo_reward_keys, or disable the buffer"
+        )
+    if alg.use_kl_in_reward:
+        problems.append(
+            "algorithm.use_kl_in_reward: gdpo's advantage is made of the reward components "
+            "only, so an in-reward KL penalty would be ignored; use algorithm.use_kl_loss=true"
+        )
     return problems

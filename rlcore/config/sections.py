@@ -87,7 +87,7 @@ class AlgorithmConfig:
         "gae",
         doc="advantage estimator: gae, grpo, rloo, reinforce_plus_plus, "
         "reinforce_plus_plus_baseline, and verl's grpo_passk, opo, gpg, remax, grpo_vectorized, "
-        "rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline (reasoning; see "
+        "rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline, gdpo (reasoning; see "
         "docs/algorithms.md), or one added with register_advantage",
     )
     loss_type: Literal["actor", "actor_critic"] | None = key(
@@ -114,6 +114,19 @@ class AlgorithmConfig:
     norm_adv_by_std: bool = key(
         True,
         doc="grpo: divide by the group std; false gives s - mean (Dr. GRPO)",
+        modes=("reasoning",),
+    )
+    gdpo_reward_keys: list[str] = key(
+        factory=list,
+        doc="gdpo: the reward's components, each normalised within its group apart (kinds gsm8k "
+        "and math give score, correct and format; a custom function, each number in the dict "
+        "it returns; overlong_penalty with reward.overlong_buffer)",
+        modes=("reasoning",),
+    )
+    gdpo_reward_weights: list[float] | None = key(
+        None,
+        doc="gdpo: the weight of each gdpo_reward_keys component in the sum; null = 1 each",
+        range="any",
         modes=("reasoning",),
     )
     group_size: int = key(

@@ -41,6 +41,10 @@ class Verdict:
     correct: bool | None  # None: no answer in the expected form, or no verdict (judged False)
     timed_out: bool = False
     judged: bool = True  # False: a custom function that returned a bare number (no verdict)
+    # The reward's named parts (GDPO normalises each apart): the built-in kinds give "score",
+    # "correct" (1 or 0) and "format" (1 when an answer in the expected form was found); a
+    # custom function, every number in the dict it returns. None: a timed-out response (all 0).
+    components: dict[str, float] | None = None
 
 
 def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0) -> Verdict:
@@ -63,17 +67,27 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
                             "{'score': number, 'correct': bool}")  # fmt: skip
         if not math.isfinite(score):
             raise BadReward(f"{where} returned {score}; rewards must be finite numbers")
+        components = {"score": float(score)}
+        if isinstance(returned, dict):
+            for name, value in returned.items():
+                if isinstance(value, int | float) and isinstance(name, str):  # bools too
+                    if not math.isfinite(value):
+                        raise BadReward(f"{where} returned {name}={value}; the numbers it "
+                                        "returns must be finite")  # fmt: skip
+                    components[name] = float(value)
         if verdict is None:
-            return Verdict(float(score), None, judged=False)
-        return Verdict(float(score), bool(verdict))
+            return Verdict(float(score), None, judged=False, components=components)
+        return Verdict(float(score), bool(verdict), components=components)
     if rules.kind == "math":
         # math-verify's own limits too (signal alarms: whole seconds, main thread only)
         correct = math_correct(response, answer, timeout_s=max(1, math.ceil(rules.timeout_s)))
     else:
         correct = gsm8k_correct(response, answer, rules.gsm8k_mode)
     if correct is None:
-        return Verdict(0.0, None)
-    return Verdict(rules.correct_score if correct else rules.format_score, correct)
+        return Verdict(0.0, None, components={"score": 0.0, "correct": 0.0, "format": 0.0})
+    score = rules.correct_score if correct else rules.format_score
+    parts = {"score": score, "correct": float(correct), "format": 1.0}
+    return Verdict(score, correct, components=parts)
 
 
 def serve(conn: Any, rules: Rules) -> None:

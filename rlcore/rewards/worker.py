@@ -12,7 +12,7 @@ from rlcore.config.load import say_on_stderr as say
 from rlcore.config.schema import ReasoningConfig
 from rlcore.models.lm import load_tokenizer
 from rlcore.rewards.rules import load_custom_fn
-from rlcore.rewards.scoring import Rules, ScoringPool, judge
+from rlcore.rewards.scoring import RewardError, Rules, ScoringPool, judge
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 
 
@@ -23,6 +23,7 @@ class RewardWorker:
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config.reward
+        self.component_keys = list(config.algorithm.gdpo_reward_keys)
         self.max_response_length = config.data.max_response_length
         self.tokenizer = load_tokenizer(model_dir)
         self.rules = Rules.of(self.config)
@@ -64,7 +65,31 @@ class RewardWorker:
                 lengths, self.max_response_length, buffer.len, buffer.penalty_factor
             )
             rows["scores"] = rows["scores"] + rows["overlong_penalty"]
+        if self.component_keys:
+            rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
         return TensorDict(rows, batch_size=[len(texts)])
+
+    def _components(self, verdicts: list, penalty: torch.Tensor | None) -> torch.Tensor:
+        """``[B, K]``: each response's ``algorithm.gdpo_reward_keys`` components (0 for a
+        timed-out response); ``overlong_penalty`` is the buffer's when it is enabled."""
+        columns = []
+        for key in self.component_keys:
+            if key == "overlong_penalty" and penalty is not None:
+                columns.append(penalty.to(torch.float32))
+                continue
+            column = []
+            for i, verdict in enumerate(verdicts):
+                parts = verdict.components
+                if parts is not None and key not in parts:
+                    raise RewardError(
+                        f"algorithm.gdpo_reward_keys: '{key}' is not among the numbers the "
+                        f"reward gave response {i} ({', '.join(parts)}); return it from "
+                        f"reward.custom_fn ({self.config.custom_fn}) in the dict, or remove it "
+                        "from gdpo_reward_keys"
+                    )
+                column.append(0.0 if parts is None else parts[key])
+            columns.append(torch.tensor(column, dtype=torch.float32))
+        return torch.stack(columns, dim=1)
 
     def close(self) -> None:
         if self.pool is not None:

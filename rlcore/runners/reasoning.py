@@ -161,7 +161,7 @@ class ReasoningRunner:
             with watch("values"):
                 batch["values"] = self.critic.compute_values(batch)
         with watch("advantages"):
-            self._advantages(batch, scored["scores"], metrics)
+            self._advantages(batch, scored, metrics)
         if self.critic is not None:
             with watch("critic_update"):
                 metrics.update(self.critic.update(batch))
@@ -223,9 +223,9 @@ class ReasoningRunner:
     def _sync(self) -> None:
         self.components.sync_weights("actor", "rollout", self.version)
 
-    def _advantages(self, batch: TensorDict, scores: torch.Tensor, metrics: dict) -> None:
+    def _advantages(self, batch: TensorDict, scored: TensorDict, metrics: dict) -> None:
         alg, mask = self.config.algorithm, batch["response_mask"]
-        rewards = scores_to_token_rewards(scores, mask)
+        rewards = scores_to_token_rewards(scored["scores"], mask)
         if "ref_log_probs" in batch:
             kl = kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], alg.kl_penalty)
             metrics["kl/to_ref"] = float(masked_mean(kl, mask))
@@ -235,6 +235,10 @@ class ReasoningRunner:
                                               batch["ref_log_probs"], mask, self.kl_ctrl,
                                               alg.kl_penalty)  # fmt: skip
         inputs = {name: batch[name] for name in INPUTS if name in batch}
+        if "reward_components" in scored:  # GDPO's
+            weights = alg.gdpo_reward_weights or [1.0] * len(alg.gdpo_reward_keys)
+            inputs["reward_components"] = scored["reward_components"]
+            inputs["reward_component_weights"] = torch.tensor(weights)
         batch["advantages"], batch["returns"] = compute_advantages(
             alg.adv_type, rewards, mask, normalize=alg.normalize_advantages,
             values=batch.get("values"), index=batch["index"], gamma=alg.gamma,
@@ -282,6 +286,10 @@ class ReasoningRunner:
             penalty = scored["overlong_penalty"]
             metrics["reward/overlong_penalty_mean"] = float(penalty.mean())
             metrics["reward/overlong"] = float((penalty < 0).float().mean())
+        if "reward_components" in scored:
+            means = scored["reward_components"].mean(0).tolist()
+            for key, mean in zip(self.config.algorithm.gdpo_reward_keys, means, strict=True):
+                metrics[f"reward/component/{key}_mean"] = mean
         if "values" in batch:
             values = batch["values"]
             metrics["critic/value_mean"] = float(masked_mean(values, mask))

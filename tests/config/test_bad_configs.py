@@ -7,6 +7,11 @@ from rlcore.placement import plan_for_config
 
 CARTPOLE = "embodied/cartpole_ppo"
 ARITH = "reasoning/tiny_arith_ppo"
+GDPO = [
+    "algorithm.adv_type=gdpo",
+    "algorithm.group_size=2",
+    "algorithm.gdpo_reward_keys=[correct,format]",
+]
 
 # (config, overrides, the key the message must name, a fragment of the fix it must give)
 BAD = [
@@ -157,6 +162,25 @@ BAD = [
     (CARTPOLE, ["algorithm.adv_type=grpo"], "algorithm.adv_type", "cannot run in embodied mode"),
     (CARTPOLE, ["algorithm.loss_agg_func=seq-mean-token-mean"], "algorithm.loss_agg_func",
      "leave it at token-mean"),
+    (CARTPOLE, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",
+     "not read in embodied"),
+    # GDPO's reward components
+    (ARITH, [*GDPO[:2]], "algorithm.gdpo_reward_keys", "name them, e.g. [correct, format]"),
+    (ARITH, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",
+     "only gdpo reads it; remove it, or set algorithm.adv_type=gdpo"),
+    (ARITH, ["algorithm.gdpo_reward_weights=[1.0]"], "algorithm.gdpo_reward_weights",
+     "only gdpo reads it"),
+    (ARITH, [*GDPO[:2], "algorithm.gdpo_reward_keys=[correct,length]"],
+     "algorithm.gdpo_reward_keys", "length not given by reward.kind gsm8k, which gives score, "
+     "correct, format (overlong_penalty with reward.overlong_buffer.enable)"),
+    (ARITH, [*GDPO[:2], "algorithm.gdpo_reward_keys=[correct,correct]"],
+     "algorithm.gdpo_reward_keys", "correct named twice"),
+    (ARITH, [*GDPO, "algorithm.gdpo_reward_weights=[1.0]"], "algorithm.gdpo_reward_weights",
+     "1 weights for 2 gdpo_reward_keys"),
+    (ARITH, [*GDPO, "reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=2"],
+     "reward.overlong_buffer.enable", "add overlong_penalty to gdpo_reward_keys"),
+    (ARITH, [*GDPO, "algorithm.use_kl_in_reward=true"], "algorithm.use_kl_in_reward",
+     "use algorithm.use_kl_loss=true"),
 ]  # fmt: skip
 
 

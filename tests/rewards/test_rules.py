@@ -9,6 +9,7 @@ from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
 from rlcore.rewards import (
+    RewardError,
     RewardWorker,
     Rules,
     ScoringPool,
@@ -63,8 +64,9 @@ class Letters:
         return ["".join(chr(int(t)) for t in row if t) for row in rows]
 
 
-def worker(**reward) -> RewardWorker:
+def worker(components=(), **reward) -> RewardWorker:
     w = RewardWorker.__new__(RewardWorker)
+    w.component_keys = list(components)  # algorithm.gdpo_reward_keys
     defaults = {"kind": "gsm8k", "gsm8k_mode": "strict", "correct_score": 1.0, "format_score": 0.1,
                 "custom_fn": None, "timeout_s": 2.0, "num_processes": 1,
                 "overlong_buffer": SimpleNamespace(enable=False)}  # fmt: skip
@@ -111,3 +113,37 @@ def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path,
     assert out["unparsed"].tolist() == [False, False]
     said = capsys.readouterr().err
     assert "1 of 2 responses took over reward.timeout_s=0.3 s and score 0; response 0" in said
+
+
+def test_gdpo_components_come_from_the_verdicts_and_the_overlong_buffer():
+    w = worker(components=["correct", "format", "score"])
+    out = w.score(encode(["#### 4", "#### 5", "four"], ["4", "4", "4"]))
+    # right / wrong but in form / no answer: (correct, format, score) by hand
+    want = [[1.0, 1.0, 1.0], [0.0, 1.0, 0.1], [0.0, 0.0, 0.0]]
+    assert torch.allclose(out["reward_components"], torch.tensor(want))
+    shaped = worker(
+        components=["overlong_penalty", "correct"],
+        overlong_buffer=SimpleNamespace(enable=True, len=4, penalty_factor=1.0),
+    )
+    # 12 tokens at most, buffer 4: the 10-character response is 2 into it
+    out = shaped.score(encode(["#### 4", "#### 44444"], ["4", "4"]))
+    assert out["reward_components"].tolist() == [[0.0, 1.0], [-0.5, 0.0]]
+
+
+def test_a_gdpo_component_the_custom_reward_does_not_return_names_the_key(tmp_path):
+    (tmp_path / "parts.py").write_text(
+        "def score(r, a):\n"
+        "    return {'score': 1.0, 'correct': r == a, 'format_reward': 0.5, 'pred': r}\n"
+    )
+    spec = f"{tmp_path}/parts.py:score"
+    w = worker(components=["format_reward", "correct"], kind="custom", custom_fn=spec)
+    try:
+        out = w.score(encode(["x", "y"], ["x", "x"]))
+        assert out["reward_components"].tolist() == [[0.5, 1.0], [0.5, 0.0]]
+        w.component_keys = ["length"]
+        with pytest.raises(RewardError, match=r"algorithm.gdpo_reward_keys: 'length' is not "
+                           r"among the numbers the reward gave response 0 \(score, correct, "
+                           r"format_reward\); return it from reward.custom_fn"):  # fmt: skip
+            w.score(encode(["x"], ["x"]))
+    finally:
+        w.close()

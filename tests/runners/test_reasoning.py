@@ -102,6 +102,9 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
      "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized",
      "algorithm.adv_type=remax", "algorithm.adv_type=optimal_token_baseline",
      "algorithm.adv_type=tir_optimal_token_baseline",
+     "algorithm.adv_type=gdpo algorithm.gdpo_reward_keys=[correct,format,overlong_penalty] "
+     "algorithm.gdpo_reward_weights=[1.0,0.5,0.5] reward.overlong_buffer.enable=true "
+     "reward.overlong_buffer.len=2",
      *(f"algorithm.policy_loss={name}" for name in ("vanilla", "clip_cov", "kl_cov", "cispo",
                                                      "sapo", "geo_mean", "dppo_tv", "dppo_kl")),
      "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",
