@@ -109,6 +109,18 @@ def check_components(config: RLCoreConfig) -> list[str]:
                 )
             named[name] = component
         backend = getattr(sect, "training_backend", "torch")
+        fsdp = getattr(sect, "fsdp", None)
+        if fsdp is not None and backend != "fsdp2" and fsdp != type(fsdp)():
+            problems.append(
+                f"{component}.fsdp: set, but {component}.training_backend is {backend}, which "
+                f"does not read it; set {component}.training_backend=fsdp2, or remove it"
+            )
+        elif fsdp is not None and fsdp.param_dtype is None and fsdp.reduce_dtype != "float32":
+            problems.append(
+                f"{component}.fsdp.reduce_dtype: {fsdp.reduce_dtype}, but param_dtype is null, "
+                "so gradients are reduced in the parameters' dtype; set "
+                f"{component}.fsdp.param_dtype too, or remove reduce_dtype"
+            )
         if backend in UNBUILT_BACKENDS:
             problems.append(
                 f"{component}.training_backend: {backend}: {UNBUILT_BACKENDS[backend]}; use "

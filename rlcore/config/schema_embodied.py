@@ -13,6 +13,7 @@ from rlcore.config.sections import (
     GroupKeys,
     LoggerConfig,
     RunnerConfig,
+    SyncConfig,
     UpdateConfig,
 )
 
@@ -146,3 +147,4 @@ class EmbodiedConfig:
     runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
+    sync: SyncConfig = section(SyncConfig, doc="weight sync from the actor to the rollout")

@@ -17,6 +17,7 @@ from rlcore.config.sections import (
     GroupKeys,
     LoggerConfig,
     RunnerConfig,
+    SyncConfig,
     TrainedKeys,
     UpdateConfig,
 )
@@ -302,6 +303,7 @@ class ReasoningConfig:
     runner: ReasoningRunnerConfig = section(ReasoningRunnerConfig, doc="the training loop")
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
+    sync: SyncConfig = section(SyncConfig, doc="weight sync from the actor to the rollout")
 
     def critic_update(self) -> UpdateConfig:
         """The critic's update sizes, each unset one taken from the actor's."""

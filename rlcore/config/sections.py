@@ -237,6 +237,22 @@ class ClusterConfig:
 
 
 @dataclass(kw_only=True)
+class SyncConfig:
+    bucket_mb: float = key(
+        512.0,
+        doc="the actor's weights go to the rollout in buckets of this many MiB: a sharded "
+        "(fsdp2) model is gathered a bucket at a time, so no process holds a second whole copy, "
+        "and a sync between processes sends one message per bucket (verl's "
+        "update_weights_bucket_megabytes); a tensor larger than a bucket goes alone",
+        range="> 0",
+    )
+
+    @property
+    def bucket_bytes(self) -> int:
+        return max(1, int(self.bucket_mb * (1 << 20)))
+
+
+@dataclass(kw_only=True)
 class RunnerConfig:
     dry_run: bool = key(
         False, doc="validate the config, print the placement plan and exit without starting"
@@ -283,15 +299,37 @@ class GroupKeys:
 
 
 @dataclass(kw_only=True)
+class FsdpConfig:
+    """FSDP2's options (verl's ``fsdp_config``): read with ``training_backend: fsdp2`` only."""
+
+    param_dtype: Literal["float32", "bfloat16", "float16"] | None = key(
+        None,
+        doc="mixed precision: the dtype the parameters are cast to for the forward and backward "
+        "passes, while the sharded copy the optimiser updates keeps the model's dtype (verl: "
+        "bf16 params, fp32 reduce); null = no cast",
+    )
+    reduce_dtype: Literal["float32", "bfloat16"] = key(
+        "float32", doc="mixed precision: the dtype gradients are reduce-scattered in"
+    )
+    offload: bool = key(
+        False,
+        doc="keep the sharded parameters, gradients and optimiser state in CPU memory, moved to "
+        "the GPU for each use (CPUOffloadPolicy: less GPU memory, slower; CUDA only)",
+    )
+
+
+@dataclass(kw_only=True)
 class TrainedKeys(GroupKeys):
     """The keys of a trained component's section (actor, critic)."""
 
     training_backend: Literal["torch", "fsdp2", "megatron"] = key(
         "torch",
         doc="torch: one process, or DistributedDataParallel over the component's ranks; fsdp2: "
-        "parameters, gradients and optimiser state sharded over them (FSDP2; on one rank the "
-        "same as torch); megatron is not built yet and is refused",
+        "parameters, gradients and optimiser state sharded over them (FSDP2, fully_shard per "
+        "decoder layer; on one rank the same arithmetic as torch, with the fsdp options); "
+        "megatron is not built yet and is refused",
     )
+    fsdp: FsdpConfig = section(FsdpConfig, doc="FSDP2 options (training_backend: fsdp2)")
 
 
 @dataclass(kw_only=True)

@@ -18,6 +18,7 @@ def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
         problems = _embodied(config, plan)
     else:
         problems = _reasoning(config, plan)
+    problems += _offload(config, plan)
     if problems:
         raise PlacementError("\n".join(problems))
 
@@ -88,3 +89,17 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
                     and key in reported)
         ]  # fmt: skip
     return problems
+
+
+def _offload(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
+    """FSDP2's CPU offload moves a GPU model's shards to the CPU: on CPU slots it has nothing to
+    do, and a run that promises less GPU memory by it must have GPUs."""
+    if plan.device == "cuda":
+        return []
+    trained = {"actor": config.actor, "critic": getattr(config, "critic", None)}
+    return [
+        f"{name}.fsdp.offload: true, but the plan's devices are CPUs (cluster.device "
+        f"{config.cluster.device}), so there is nothing to offload; remove it"
+        for name, section in trained.items()
+        if section is not None and name in plan.components and section.fsdp.offload
+    ]

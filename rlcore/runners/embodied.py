@@ -46,7 +46,7 @@ class EmbodiedRunner:
         torch.set_num_threads(run.torch_threads)
         self.run_dir, resume_from = open_run_folder(config, config.env.id.replace(":", "."))
         self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
-        self.components = start_components(plan, config.cluster)
+        self.components = start_components(plan, config.cluster, config.sync)
         try:
             self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker,
                                                                        (config,)))  # fmt: skip

@@ -78,7 +78,7 @@ class ReasoningRunner:
         data = config.data.train_files[0] if config.data.train_files else "arith"
         self.run_dir, resume_from = open_run_folder(config, data.rsplit("/", 1)[-1].split(".")[0])
         self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
-        self.components = start_components(plan, config.cluster)
+        self.components = start_components(plan, config.cluster, config.sync)
         try:
             self._launch()
             self.progress = Progress()

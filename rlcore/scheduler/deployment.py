@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.config.sections import ClusterConfig
+from rlcore.config.sections import ClusterConfig, SyncConfig
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext
@@ -53,14 +53,16 @@ class SyncRecord:
     version: int
 
 
-def start_components(plan: PlacementPlan, cluster: ClusterConfig | None = None) -> InDriver | OnRay:
+def start_components(
+    plan: PlacementPlan, cluster: ClusterConfig | None = None, sync: SyncConfig | None = None
+) -> InDriver | OnRay:
     """Where ``plan``'s components will run (see the module docstring); nothing built yet.
-    ``cluster``: the Ray address, collective timeout and network interface (the defaults when
-    None)."""
-    cluster = cluster or ClusterConfig()
+    ``cluster``: the Ray address, collective timeout and network interface; ``sync``: the weight
+    sync's bucket size (the defaults when None)."""
+    cluster, sync = cluster or ClusterConfig(), sync or SyncConfig()
     if runs_in_driver(plan, cluster.address):
-        return InDriver(plan)
-    return OnRay(plan, cluster)
+        return InDriver(plan, sync.bucket_bytes)
+    return OnRay(plan, cluster, sync.bucket_bytes)
 
 
 class _Deployment(abc.ABC):
@@ -95,11 +97,11 @@ class _Deployment(abc.ABC):
 class InDriver(_Deployment):
     """Every component in this process, called directly."""
 
-    def __init__(self, plan: PlacementPlan) -> None:
+    def __init__(self, plan: PlacementPlan, bucket_bytes: int = 512 << 20) -> None:
         super().__init__()
         self.plan = plan
+        self.bucket_bytes = bucket_bytes
         self.objects: dict[str, Any] = {}
-        self._copies: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
 
     def launch(self, spec: ComponentSpec) -> Any:
         """Build ``spec``'s component here; the object itself is its handle."""
@@ -117,21 +119,13 @@ class InDriver(_Deployment):
         return []
 
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
-        """Copy ``src``'s weights into ``dst`` (nothing to copy for tensors they share)."""
-        import torch
+        """Copy ``src``'s weights into ``dst`` a bucket at a time (nothing to copy for tensors
+        they share)."""
+        from rlcore.workers.weight_buckets import buckets, copy_into
 
-        if (src, dst) not in self._copies:
-            # The pairs of tensors to copy, found once: weights are updated in place (by the
-            # optimiser and by checkpoint loads), so the tensors stay the same objects.
-            source = self.objects[src].weights()
-            self._copies[(src, dst)] = [
-                (tensor, source[name])
-                for name, tensor in self.objects[dst].weights().items()
-                if tensor.data_ptr() != source[name].data_ptr()
-            ]
-        with torch.no_grad():
-            for tensor, source_tensor in self._copies[(src, dst)]:
-                tensor.copy_(source_tensor)
+        targets = self.objects[dst].weights()
+        for bucket in buckets(self.objects[src], self.bucket_bytes):
+            copy_into(targets, bucket)
         self.objects[dst].set_weight_version(version)
         return "in_process"
 
@@ -147,14 +141,17 @@ class InDriver(_Deployment):
 class OnRay(_Deployment):
     """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
 
-    def __init__(self, plan: PlacementPlan, cluster: ClusterConfig) -> None:
+    def __init__(
+        self, plan: PlacementPlan, cluster: ClusterConfig, bucket_bytes: int = 512 << 20
+    ) -> None:
         from rlcore.scheduler.scheduler import Scheduler
 
         super().__init__()
         self.plan = plan
         self.scheduler = Scheduler(plan, address=cluster.address,
                                    collective_timeout_s=cluster.collective_timeout_s,
-                                   network_interface=cluster.network_interface)  # fmt: skip
+                                   network_interface=cluster.network_interface,
+                                   sync_bucket_bytes=bucket_bytes)  # fmt: skip
         self.scheduler.start()
         self.groups: dict[str, Any] = {}
         self.classes: dict[str, type] = {}

@@ -62,8 +62,10 @@ class Scheduler:
         timeout_s: float = 120.0,
         collective_timeout_s: float = 600.0,
         network_interface: str | None = None,
+        sync_bucket_bytes: int = 512 << 20,
     ) -> None:
         self.plan = plan
+        self.sync_bucket_bytes = sync_bucket_bytes
         self.address = address
         self.network_interface = network_interface
         self.backend = backend or ("nccl" if plan.device == "cuda" else "gloo")
@@ -113,7 +115,8 @@ class Scheduler:
             if self.init_distributed:
                 self._init_groups()
             self._weights = WeightSync(self.plan, self.group, self.info, self.backend,
-                                       self.timeout_s, self.collective_timeout_s)  # fmt: skip
+                                       self.timeout_s, self.collective_timeout_s,
+                                       self.sync_bucket_bytes)  # fmt: skip
         except BaseException:
             self.shutdown()
             raise

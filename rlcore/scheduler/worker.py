@@ -160,26 +160,31 @@ class WorkerProcess:
     # Weight transfer (see weight_sync.py) ------------------------------------------------------
 
     def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str, int]]:
-        """``(name, shape, dtype, bytes)`` of each tensor, in name order."""
-        weights = self.instances[component].weights()
-        return [
-            (k, tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
-            for k, t in sorted(weights.items())
-        ]
+        """``(name, shape, dtype, bytes)`` of each tensor, in name order (nothing gathered)."""
+        from rlcore.workers.weight_buckets import layout, live
 
-    def gather_weights(self, component: str) -> None:
-        """Join a collective gather of ``component``'s whole weights that another rank sends."""
-        self.instances[component].weights()
+        return layout(live(self.instances[component]))
 
-    def export_weights(self, component: str) -> dict[str, Any]:
+    def gather_weights(self, component: str, bucket_bytes: int) -> None:
+        """Join the bucket-by-bucket gather of ``component``'s whole weights that another rank
+        sends (a collective when they are sharded)."""
+        from rlcore.workers.weight_buckets import buckets
+
+        for _ in buckets(self.instances[component], bucket_bytes):
+            pass
+
+    def export_weights(self, component: str, bucket_bytes: int) -> dict[str, Any]:
         # Raw bytes as numpy arrays, not tensors: Ray stores them without pickling (6x faster for
         # 100M parameters, measured), receivers on the node read them in place from shared
         # memory, and bytes carry any dtype (numpy has no bfloat16).
         import torch
 
+        from rlcore.workers.weight_buckets import buckets
+
         return {
-            k: t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            for k, t in self.instances[component].weights().items()
+            name: t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            for bucket in buckets(self.instances[component], bucket_bytes)
+            for name, t in bucket.items()
         }
 
     def import_weights(self, component: str, weights: dict[str, Any]) -> None:
@@ -194,15 +199,14 @@ class WorkerProcess:
                 raw = torch.from_numpy(weights[name])
                 tensor.copy_(raw.view(tensor.dtype).reshape(tensor.shape))
 
-    def copy_weights(self, src: str, dst: str) -> None:
-        """In-process sync between fused components: one memcpy per tensor."""
-        import torch
+    def copy_weights(self, src: str, dst: str, bucket_bytes: int) -> None:
+        """In-process sync between fused components: a bucket at a time, one memcpy per tensor
+        (none for a module both share)."""
+        from rlcore.workers.weight_buckets import buckets, copy_into
 
-        source = self.instances[src].weights()
-        with torch.no_grad():
-            for name, tensor in self.instances[dst].weights().items():
-                if tensor.data_ptr() != source[name].data_ptr():  # a shared module: no copy
-                    tensor.copy_(source[name])
+        targets = self.instances[dst].weights()
+        for bucket in buckets(self.instances[src], bucket_bytes):
+            copy_into(targets, bucket)
 
     def open_sync_group(
         self,
@@ -227,20 +231,35 @@ class WorkerProcess:
             group = dist.ProcessGroupGloo(store, rank, size, timeout)
         self.sync_groups[name] = (group, rank)
 
-    def broadcast_weights(self, name: str, component: str) -> None:
-        """Rank 0 of sync group ``name`` sends its ``component``'s weights; the others receive."""
+    def broadcast_weights(self, name: str, component: str, bucket_bytes: int) -> None:
+        """Rank 0 of sync group ``name`` sends its ``component``'s weights, one message per
+        bucket; the others receive each into their tensors."""
         import torch
         import torch.distributed as dist
 
-        group, _ = self.sync_groups[name]
+        from rlcore.workers.weight_buckets import (
+            buckets,
+            flatten,
+            layout,
+            plan_buckets,
+            unflatten_into,
+        )
+
+        group, rank = self.sync_groups[name]
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        with torch.no_grad():
-            for _, tensor in sorted(self.instances[component].weights().items()):
-                buffer = tensor.contiguous()
-                group.broadcast([buffer], options).wait()
-                if buffer.data_ptr() != tensor.data_ptr():
-                    tensor.copy_(buffer)
+        instance = self.instances[component]
+        if rank == 0:
+            for bucket in buckets(instance, bucket_bytes):
+                group.broadcast([flatten(bucket)], options).wait()
+            return
+        targets = instance.weights()
+        for names in plan_buckets(layout(targets), bucket_bytes):
+            tensors = [targets[n] for n in names]
+            size = sum(t.numel() * t.element_size() for t in tensors)
+            flat = torch.empty(size, dtype=torch.uint8, device=tensors[0].device)
+            group.broadcast([flat], options).wait()
+            unflatten_into(flat, tensors)
 
     def close(self) -> None:
         """Close the components (async envs own subprocesses), then the groups."""

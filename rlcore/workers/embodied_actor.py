@@ -20,6 +20,7 @@ from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.embodied_rollout import make_policy
+from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What the update reads of a batch, flattened from [N, T] to transitions.
@@ -58,6 +59,7 @@ class EmbodiedActor(TrainedComponent):
             schedule_every="update",
             additive=LOSS_SHARES,
             backend=actor.training_backend,
+            fsdp=FsdpOptions.of(actor.fsdp),
             max_skipped_steps=config.runner.max_skipped_steps,
         )
         # the loss with the options it reads (algorithm.policy_loss_options) bound

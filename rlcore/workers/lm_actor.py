@@ -28,6 +28,7 @@ from rlcore.config.schema_reasoning import LMOptimConfig
 from rlcore.data.sequences import response_logits, token_log_probs
 from rlcore.models.lm import enable_gradient_checkpointing, load_causal_lm, load_value_model
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What an actor / critic update reads of the batch.
@@ -38,7 +39,8 @@ CRITIC_READS = ("input_ids", "attention_mask", "position_ids", "responses", "res
 
 
 def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig, update: Any,
-             seed: int, backend: str) -> Trainer:  # fmt: skip
+             seed: int, section: Any) -> Trainer:  # fmt: skip
+    """``section``: the component's config section (its training backend and fsdp options)."""
     group = config.algorithm.group_size
     warmup = optim.lr_warmup_steps
     if config.actor.model.gradient_checkpointing:
@@ -58,7 +60,8 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         lr_lambda=(lambda step: min(1.0, (step + 1) / warmup)) if warmup else None,
         schedule_every="step",
         additive=LOSS_SHARES,
-        backend=backend,
+        backend=section.training_backend,
+        fsdp=FsdpOptions.of(section.fsdp),
         max_skipped_steps=config.runner.max_skipped_steps,
     )
 
@@ -98,7 +101,7 @@ class LMActor(TrainedComponent):
         self.config = config
         model = load_causal_lm(model_dir, config.actor.model.dtype)
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
-                                config.runner.seed, config.actor.training_backend)  # fmt: skip
+                                config.runner.seed, config.actor)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
         # the loss with the options it reads (algorithm.policy_loss_options) bound
         self.policy_loss = get_policy_loss_fn(
@@ -152,7 +155,7 @@ class LMCritic(TrainedComponent):
         model = load_value_model(model_dir, config.actor.model.dtype)
         self.update_sizes = config.critic_update()
         self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,
-                                config.runner.seed + 1, config.critic.training_backend)  # fmt: skip
+                                config.runner.seed + 1, config.critic)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
 
     @staticmethod

@@ -13,6 +13,7 @@ optimiser state sharded over the component's ranks). Megatron-core plugs in here
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -134,11 +135,31 @@ class DistributedDataParallel(SingleProcess):
         return tensor
 
 
+@dataclass(frozen=True)
+class FsdpOptions:
+    """FSDP2's mixed precision and offload (the ``fsdp`` config section, as torch dtypes)."""
+
+    param_dtype: torch.dtype | None = None  # None: parameters are not cast
+    reduce_dtype: torch.dtype = torch.float32
+    offload: bool = False
+
+    @classmethod
+    def of(cls, section: Any) -> FsdpOptions:
+        """From a component's ``fsdp`` config section (None: the defaults)."""
+        if section is None:
+            return cls()
+        dtype = None if section.param_dtype is None else getattr(torch, section.param_dtype)
+        return cls(dtype, getattr(torch, section.reduce_dtype), section.offload)
+
+
 class FullyShardedDataParallel(SingleProcess):
     """FSDP2: ``fully_shard`` on each repeated block (an HF decoder layer) and at the root, on a
     device mesh over the component's own group. Each rank holds 1/world of the parameters,
     gradients and optimiser state; a forward pass gathers a block's parameters and a backward
-    pass reduce-scatters its gradients, averaged like DDP's, hence the same loss scale.
+    pass reduce-scatters its gradients, averaged like DDP's, hence the same loss scale. With
+    ``options.param_dtype`` the gathered parameters are cast to it for the passes (the sharded
+    ones the optimiser updates keep their dtype) and gradients are reduced in ``reduce_dtype``;
+    with ``options.offload`` the shards live in CPU memory between uses.
 
     Every method that touches whole weights (``full_state_dict``, checkpoints) is a collective:
     every rank of the component calls it. The optimiser is built after ``wrap``, over the sharded
@@ -147,18 +168,36 @@ class FullyShardedDataParallel(SingleProcess):
 
     name = "fsdp2"
 
-    def __init__(self, group: Any, rank: int, world_size: int, device: torch.device) -> None:
+    def __init__(self, group: Any, rank: int, world_size: int, device: torch.device,
+                 options: FsdpOptions | None = None) -> None:  # fmt: skip
         self.group, self.rank, self.world_size, self.device = group, rank, world_size, device
+        self.options = options or FsdpOptions()
+        if self.options.offload and device.type != "cuda":
+            raise ValueError("fsdp.offload moves a GPU model's shards to the CPU; the model is "
+                             f"on {device}")  # fmt: skip
         self.loss_scale = float(world_size)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
+            MixedPrecisionPolicy,
+            OffloadPolicy,
+            fully_shard,
+        )
 
+        options = self.options
         mesh = DeviceMesh.from_group(self.group, self.device.type)
+        policy = {
+            "mesh": mesh,
+            "mp_policy": MixedPrecisionPolicy(param_dtype=options.param_dtype,
+                                              reduce_dtype=options.reduce_dtype)
+            if options.param_dtype is not None else MixedPrecisionPolicy(),
+            "offload_policy": CPUOffloadPolicy() if options.offload else OffloadPolicy(),
+        }  # fmt: skip
         for block in _repeated_blocks(model):
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(block, **policy)
+        fully_shard(model, **policy)
         return model
 
     def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
@@ -206,15 +245,34 @@ def _repeated_blocks(model: nn.Module) -> list[nn.Module]:
 BACKENDS = ("torch", "fsdp2")
 
 
-def make_strategy(ctx: Any, backend: str = "torch") -> Strategy:
+def make_strategy(ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None) -> Strategy:
     """``backend`` torch: DDP over the component's group when it has several ranks, else a single
-    process. fsdp2: ``fully_shard`` over the group; on one rank there is nothing to shard, and
-    the model trains as a single process does (the same arithmetic)."""
+    process. fsdp2: ``fully_shard`` over the group, with ``fsdp``'s mixed precision and
+    offload; on one rank over a group of one (``one_rank_group``): nothing is sharded, and the
+    arithmetic is a single process's unless ``fsdp`` casts."""
     if backend not in BACKENDS:
         raise ValueError(f"training backend {backend!r}: built are {', '.join(BACKENDS)}")
     world = getattr(ctx, "world_size", 1)
+    device = ctx.torch_device if ctx is not None else torch.device("cpu")
+    if backend == "fsdp2":
+        group = getattr(ctx, "group", None) or one_rank_group(device)
+        return FullyShardedDataParallel(group, getattr(ctx, "rank", 0), world, device, fsdp)
     if world == 1:
         return SingleProcess()
-    if backend == "fsdp2":
-        return FullyShardedDataParallel(ctx.group, ctx.rank, world, ctx.torch_device)
     return DistributedDataParallel(ctx.group, ctx.rank, world)
+
+
+def one_rank_group(device: torch.device) -> Any:
+    """A process group of this process alone, for FSDP2 on one rank: the default group when it
+    is already this process alone, else one started here over an in-memory store (so nothing
+    listens on a port)."""
+    if dist.is_initialized():
+        if dist.get_world_size() != 1:
+            raise ValueError(
+                "fsdp2 on one rank in a process whose default group has "
+                f"{dist.get_world_size()} ranks: give the component its own group"
+            )
+        return dist.group.WORLD
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return dist.group.WORLD

@@ -32,7 +32,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.strategy import Strategy, make_strategy
+from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
 from rlcore.workers.weights_file import load_weights, save_weights
 
 LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
@@ -60,7 +60,7 @@ class Trainer:
         max_grad_norm: clip the global gradient norm to this; None: no clipping.
         seed: seeds the mini-batch shuffle (the same on every rank: each shuffles its own rows).
         backend: the training backend (``strategy.make_strategy``): torch (single or DDP) or
-            fsdp2.
+            fsdp2, with ``fsdp``'s mixed precision and offload.
     """
 
     def __init__(
@@ -76,9 +76,10 @@ class Trainer:
         schedule_every: str = "step",
         additive: frozenset[str] = frozenset(),
         backend: str = "torch",
+        fsdp: FsdpOptions | None = None,
         max_skipped_steps: int | None = None,
     ) -> None:
-        self.strategy: Strategy = make_strategy(ctx, backend)
+        self.strategy: Strategy = make_strategy(ctx, backend, fsdp)
         self.component = getattr(ctx, "component", "model")
         self.max_skipped_steps = max_skipped_steps
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
@@ -108,8 +109,8 @@ class Trainer:
 
     @property
     def shards(self) -> bool:
-        """Each rank holds a part of the parameters (FSDP2 over several ranks): the module cannot
-        run a forward pass on one rank alone, so a rollout needs its own whole copy."""
+        """The parameters are FSDP2's (sharded over the ranks, or cast for each pass): the module
+        cannot run a forward pass on one rank alone, so a rollout needs its own whole copy."""
         return self.strategy.name == "fsdp2"
 
     # the update --------------------------------------------------------------------------------
@@ -241,12 +242,19 @@ class Trainer:
 
 class TrainedComponent:
     """What every component that trains through a ``Trainer`` (``self.trainer``) exposes: its
-    whole weights, for the weight sync, and its checkpoint folder (see ``Trainer.save``)."""
+    weights, whole and as held, for the weight sync, and its checkpoint folder (see
+    ``Trainer.save``)."""
 
     trainer: Trainer
 
     def weights(self) -> dict[str, torch.Tensor]:
+        """The whole weights (gathered under FSDP2: every rank calls it)."""
         return self.trainer.full_state_dict()
+
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        """The model's own tensors, nothing gathered (``DTensor`` shards under FSDP2): what a
+        weight sync gathers a bucket at a time (``weight_buckets.py``)."""
+        return dict(self.trainer.model.state_dict())
 
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str) -> None:

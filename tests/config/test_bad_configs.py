@@ -164,6 +164,15 @@ BAD = [
      "leave it at token-mean"),
     (CARTPOLE, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",
      "not read in embodied"),
+    # FSDP2's options
+    (ARITH, ["actor.fsdp.param_dtype=bfloat16"], "actor.fsdp",
+     "set actor.training_backend=fsdp2, or remove it"),
+    (CARTPOLE, ["actor.fsdp.offload=true"], "actor.fsdp", "training_backend is torch"),
+    (ARITH, ["critic.training_backend=fsdp2", "critic.fsdp.reduce_dtype=bfloat16"],
+     "critic.fsdp.reduce_dtype", "set critic.fsdp.param_dtype too"),
+    (ARITH, ["actor.training_backend=fsdp2", "actor.fsdp.offload=true", "cluster.device=cpu"],
+     "actor.fsdp.offload", "nothing to offload"),
+    (ARITH, ["sync.bucket_mb=0"], "sync.bucket_mb", "must be > 0"),
     # GDPO's reward components
     (ARITH, [*GDPO[:2]], "algorithm.gdpo_reward_keys", "name them, e.g. [correct, format]"),
     (ARITH, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",

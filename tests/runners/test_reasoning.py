@@ -234,6 +234,7 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
     config = tiny_config(dirs.actor.parent, tmp_path, f"cluster.devices_per_node={placement[0]}",
                          f"cluster.component_placement={placement[1]}",
                          "actor.training_backend=fsdp2", "critic.training_backend=fsdp2",
+                         "sync.bucket_mb=0.05",  # 52 KiB: the weights go in several buckets
                          *length_reward(tmp_path))  # fmt: skip
     runner = ReasoningRunner(config, plan_for_config(config))
     group = runner.components.group
@@ -247,6 +248,28 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
         synced = group("rollout").call_rank(rank, "weights")
         assert all(torch.equal(trained[0][k], synced[k]) for k in synced)
     assert runner.run()["iterations"] == 2
+
+
+def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(tiny_lm, tmp_path):
+    """One process: FSDP2 on a group of one, parameters cast to bf16 for the passes. The rollout
+    cannot share the module (its passes go through FSDP2's casts), so it keeps a copy, which
+    each sync refreshes a bucket at a time."""
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, "actor.training_backend=fsdp2",
+                         "actor.fsdp.param_dtype=bfloat16", "sync.bucket_mb=0.05",
+                         *length_reward(tmp_path))  # fmt: skip
+    runner = ReasoningRunner(config, plan_for_config(config))
+    try:
+        start = {k: v.clone() for k, v in runner.rollout.weights().items()}
+        assert runner.rollout.engine.model is not runner.actor.model
+        runner.iterate(1)
+        runner._sync()
+        trained, synced = runner.actor.weights(), runner.rollout.weights()
+        assert {t.dtype for t in trained.values()} == {torch.float32}
+        assert any(not torch.equal(trained[k], start[k]) for k in start)
+        assert all(torch.equal(trained[k], synced[k]) for k in synced)
+    finally:
+        runner.close()
 
 
 def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):

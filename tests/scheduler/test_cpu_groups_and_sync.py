@@ -30,19 +30,25 @@ def test_each_component_gets_its_own_gloo_group(local_ray):
         assert rollout.call_rank(0, "dist_env")["MASTER_PORT"] != env["MASTER_PORT"]
 
 
+# Buckets of 40 bytes cut Model's tensors (sorted: 32, 256, 8, 64, 6 and 8 bytes) into
+# [0.bias] [0.weight] (alone: larger than a bucket) [1.bias] [1.weight] [scale (bf16), step
+# (int64)]: one message per bucket, a bucket of mixed dtypes among them.
+SMALL = 40
+
+
 @pytest.mark.parametrize(
-    ("placement", "method", "expected"),
+    ("placement", "method", "expected", "bucket"),
     [
-        ({"actor,rollout": "0-1"}, "auto", "in_process"),  # collocated, fused
-        ({"actor": "0", "rollout": "1"}, "auto", "collective"),  # disaggregated
-        ({"actor": "0", "rollout": "1"}, "object_store", "object_store"),
-        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective"),  # hybrid: 4 receivers
+        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL),  # collocated, fused
+        ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20),  # disaggregated
+        ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL),
+        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective", SMALL),  # 4 receivers
     ],
 )
 def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
-    local_ray, placement, method, expected
+    local_ray, placement, method, expected, bucket
 ):
-    with Scheduler(cpu_plan(placement)) as scheduler:
+    with Scheduler(cpu_plan(placement), sync_bucket_bytes=bucket) as scheduler:
         actor = scheduler.launch("actor", Model, 1)
         rollout = scheduler.launch("rollout", Model, 2)  # another seed: different weights
         source = actor.call_rank(0, "snapshot")
