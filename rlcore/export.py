@@ -27,7 +27,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as say
 from rlcore.config.load import validate_config
 from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
-from rlcore.workers.weights_file import load_weights
+from rlcore.workers.weights_file import read_trained_weights
 
 POLICY_FORMAT = "rlcore-policy/1"
 
@@ -75,7 +75,7 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     tokenizer = load_tokenizer(dirs.actor)
     dtype = config.actor.model.dtype
     actor = load_causal_lm(dirs.actor, dtype)
-    _load_exactly(actor, checkpoint / "actor" / "model.safetensors")
+    _load_exactly(actor, checkpoint / "actor")
     eos = actor.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     if tokenizer.eos_token_id not in eos:
@@ -94,18 +94,19 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
     if (checkpoint / "critic").is_dir():
         critic = load_value_model(dirs.critic, dtype)  # as LMCritic builds it
-        _load_exactly(critic, checkpoint / "critic" / "model.safetensors")
+        _load_exactly(critic, checkpoint / "critic")
         critic.save_pretrained(out / "critic")
         load_tokenizer(dirs.critic).save_pretrained(out / "critic")
 
 
-def _load_exactly(model: torch.nn.Module, weights: Path) -> None:
-    """``weights`` into ``model``; every tensor of each must match the other."""
-    state = load_weights(weights)
+def _load_exactly(model: torch.nn.Module, folder: Path) -> None:
+    """The weights of a component's checkpoint ``folder`` into ``model``; every tensor of each
+    must match the other."""
+    state = read_trained_weights(folder, model)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ConfigError(
-            f"{weights} does not fit the run's model: missing {sorted(missing)[:3]}, "
+            f"{folder} does not fit the run's model: missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}"
         )
 
@@ -117,13 +118,14 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
     from safetensors.torch import save_file
 
     from rlcore.envs import make_vector_env, space_spec
+    from rlcore.workers.embodied_rollout import make_policy
 
     envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
     try:
         spec = space_spec(envs, config.env.id)
     finally:
         envs.close()
-    weights = load_weights(checkpoint / "actor" / "model.safetensors")
+    weights = read_trained_weights(checkpoint / "actor", make_policy(config, spec))
     env_state = torch.load(checkpoint / "env" / "rank0.pt", weights_only=True)
     norm = env_state["obs_norm"]
     m = config.actor.model

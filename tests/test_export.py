@@ -8,7 +8,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import rlcore
 from rlcore.cli import main
@@ -18,18 +17,22 @@ from rlcore.data.sequences import response_mask
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.workers.weights_file import read_trained_weights
 from tests.lm_fixtures import tiny_config
 from tests.runners.test_reasoning import length_reward
 
 
+# torch: model.safetensors per component; fsdp2: torch.distributed.checkpoint shards
+@pytest.mark.parametrize("backend", ["torch", "fsdp2"])
 def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_policy(
-    tiny_lm, tmp_path
+    tiny_lm, tmp_path, backend
 ):
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
     _, dirs = tiny_lm
     cache = dirs.actor.parent
-    common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r")
+    common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r",
+              *(f"{c}.training_backend={backend}" for c in ("actor", "critic")))  # fmt: skip
     ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common))).run()
     run_dir = tmp_path / "r"
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
@@ -62,7 +65,9 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
     base = AutoModelForCausalLM.from_pretrained(dirs.actor).state_dict()
     assert any(not torch.equal(base[k], v) for k, v in model.state_dict().items())
     critic = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf" / "critic")
-    saved = load_file(run_dir / "checkpoints" / "iter_000002" / "critic" / "model.safetensors")
+    folder = run_dir / "checkpoints" / "iter_000002" / "critic"
+    assert (folder / "model.safetensors").is_file() == (backend == "torch")
+    saved = read_trained_weights(folder, critic)
     exported = critic.state_dict()
     assert all(torch.equal(exported[k], v) for k, v in saved.items())
 

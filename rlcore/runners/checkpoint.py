@@ -3,8 +3,10 @@
     RUN/config.json, RUN/summary.json, RUN/tensorboard/
     RUN/checkpoints/iter_000010/
         driver.json          the config, the ``Progress``, the driver's own state, world sizes
-        actor/               model.safetensors (rank 0), trainer_rank{r}.pt (optimiser, schedule,
-                             shuffle) of every rank
+        actor/               model.safetensors (rank 0) and trainer_rank{r}.pt (optimiser,
+                             schedule, shuffle) of every rank; under fsdp2, shards/ (every rank's
+                             torch.distributed.checkpoint shards of the weights and optimiser)
+                             and trainer_rank{r}.pt (schedule, shuffle)
         critic/ ...          likewise
         rollout/rank{r}.pt   each rank's sampling RNG
         env/                 each rank's carry-over (rank{r}.pt), and its pickled envs only with

@@ -33,7 +33,7 @@ from torch import nn
 
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
-from rlcore.workers.weights_file import load_weights, save_weights
+from rlcore.workers.weights_file import SHARDS, WEIGHTS, load_weights, save_weights
 
 LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
 
@@ -214,26 +214,49 @@ class Trainer:
         return self.strategy.full_state_dict(self.model)
 
     def save(self, directory: Path) -> None:
-        """Rank 0 writes the weights; every rank its optimiser, schedule and shuffle state."""
+        """Every rank writes its optimiser, schedule and shuffle state; rank 0 the whole weights
+        (``WEIGHTS``), or under FSDP2 every rank its shards of the weights and optimiser state
+        (``SHARDS``, no rank gathering the whole model), which load onto any number of ranks."""
         directory.mkdir(parents=True, exist_ok=True)
-        weights = self.full_state_dict()
-        if self.rank == 0:
-            save_weights(weights, directory / "model.safetensors")
-        state = {
-            "optimizer": self.strategy.optimizer_state(self.model, self.optimizer),
+        state: dict[str, Any] = {
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "shuffle": self.shuffle.get_state(),
             "steps": self.steps,
             "skipped_steps": self.skipped_steps,
         }
+        if self.strategy.name == "fsdp2":
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            model, optimizer = get_state_dict(self.model, self.optimizer)
+            dcp.save({"model": model, "optimizer": optimizer},
+                     checkpoint_id=str(directory / SHARDS),
+                     process_group=self.strategy.group)  # fmt: skip
+        else:
+            weights = self.full_state_dict()
+            if self.rank == 0:
+                save_weights(weights, directory / WEIGHTS)
+            state["optimizer"] = self.strategy.optimizer_state(self.model, self.optimizer)
         torch.save(state, directory / f"trainer_rank{self.rank}.pt")
 
     def load(self, directory: Path) -> None:
-        self.strategy.load_full_state_dict(
-            self.model, load_weights(directory / "model.safetensors")
-        )
+        """What ``save`` wrote, in either form, under any strategy (shards onto any number of
+        ranks; this rank's own ``trainer_rank`` file, so the same number of ranks for those)."""
         state = torch.load(directory / f"trainer_rank{self.rank}.pt", weights_only=True)
-        self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
+        if (directory / SHARDS).is_dir():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            model, optimizer = get_state_dict(self.model, self.optimizer)
+            both = {"model": model, "optimizer": optimizer}
+            dcp.load(both, checkpoint_id=str(directory / SHARDS),
+                     process_group=getattr(self.strategy, "group", None))  # fmt: skip
+            set_state_dict(self.model, self.optimizer, model_state_dict=both["model"],
+                           optim_state_dict=both["optimizer"])  # fmt: skip
+        else:
+            weights = load_weights(directory / WEIGHTS)
+            self.strategy.load_full_state_dict(self.model, weights)
+            self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])

@@ -227,12 +227,17 @@ def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_
     two = torch.load(tmp_path / "rank0.pt")
     for name, value in two["unbroken"].items():
         assert torch.equal(two["resumed"][name], value), f"{name}: the resumed run differs"
-    # The same checkpoint on one rank (its optimiser state is whole, keyed by parameter name).
-    one = LMActor(SOLO, config, dirs.actor)
-    one.load_checkpoint(str(tmp_path / "checkpoint"))
-    one.update(batch)
-    for name, value in one.weights().items():
-        assert torch.allclose(value, two["unbroken"][name], atol=1e-6), name
+    # Each rank wrote its shards of the weights and optimiser state; nobody the whole model.
+    written = sorted(p.name for p in (tmp_path / "checkpoint").rglob("*") if p.is_file())
+    assert "model.safetensors" not in written and "__1_0.distcp" in written, written
+    # The same checkpoint on one rank, FSDP2 or not: the shards are read back whole.
+    for backend in ("fsdp2", "torch"):
+        config.actor.training_backend = backend
+        one = LMActor(SOLO, config, dirs.actor)
+        one.load_checkpoint(str(tmp_path / "checkpoint"))
+        one.update(batch)
+        for name, value in one.weights().items():
+            assert torch.allclose(value, two["unbroken"][name], atol=1e-6), (backend, name)
 
 
 def test_fsdp2_on_one_rank_computes_like_torch_and_casts_with_mixed_precision(tiny_lm):
