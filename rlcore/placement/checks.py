@@ -18,7 +18,7 @@ def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
         problems = _embodied(config, plan)
     else:
         problems = _reasoning(config, plan)
-    problems += _offload(config, plan)
+    problems += _offload(config, plan) + _spans(plan)
     if problems:
         raise PlacementError("\n".join(problems))
 
@@ -103,3 +103,27 @@ def _offload(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
         for name, section in trained.items()
         if section is not None and name in plan.components and section.fsdp.offload
     ]
+
+
+def _spans(plan: PlacementPlan) -> list[str]:
+    """A process given several GPUs: every engine built runs a process on one device (trainers,
+    the hf rollout), so the others would sit idle."""
+    if plan.device != "cuda":
+        return []
+    problems = []
+    for name, ranks in plan.components.items():
+        wide = [r for r in ranks if len(r.devices) > 1]
+        if wide:
+            problems.append(
+                f"{KEY_PREFIX}: {name} process {wide[0].rank} spans GPUs "
+                f"{list(wide[0].devices)}, but a process uses one GPU (no component has "
+                "tensor parallelism yet), so the rest would sit idle; give each process one "
+                f"GPU: as many ranks as GPUs (e.g. {name}: "
+                f"{_one_each(ranks)})"
+            )
+    return problems
+
+
+def _one_each(ranks: list) -> str:
+    devices = sorted(d for r in ranks for d in r.global_devices)
+    return f"{devices[0]}-{devices[-1]}" if len(devices) > 1 else str(devices[0])

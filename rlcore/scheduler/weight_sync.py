@@ -1,16 +1,20 @@
 """Copy one component's weights into another's: in-process, object store, or collective.
 
 A component that takes part implements ``weights() -> dict[str, torch.Tensor]``, its live named
-tensors (``model.state_dict()`` will do): the sender reads them, the receiver's are overwritten
-in place, so the receiver's parameters equal the sender's bit for bit afterwards.
+tensors (``model.state_dict()`` will do; a trained component also gives ``weight_tensors()``,
+its shards ungathered): the sender's weights are read a bucket at a time
+(``rlcore/workers/weight_buckets.py``), the receiver's overwritten in place, so the receiver's
+parameters equal the sender's bit for bit afterwards.
 
-How, chosen by placement (``method="auto"``):
+How, chosen by placement (``method="auto"``, ``WeightSync.choose``):
 - ``in_process``: the two components are fused (same process per rank): one memcpy per tensor.
-- ``collective``: otherwise. Rank 0 of the sender broadcasts over a group it shares with every
-  receiving rank (NCCL on GPU, gloo on CPU), created once per pair, one message per bucket.
-- ``object_store`` (on request): rank 0's weights go into Ray's object store once and each
-  receiver reads them. For 100M float32 parameters on one CPU node it takes 0.30 s against
-  0.15 s for the gloo broadcast (benchmarks/scheduler.py), hence not the default.
+- ``collective``: otherwise, unless processes of the sync share a GPU. Rank 0 of the sender
+  broadcasts over a group it shares with every receiving rank (NCCL on GPU, gloo on CPU),
+  created once per pair, one message per bucket.
+- ``object_store``: when processes of the sync share a GPU (NCCL refuses a group holding one
+  GPU twice), or on request: rank 0's weights go into Ray's object store once and each receiver
+  reads them. For 100M float32 parameters on one CPU node it takes 0.30 s against 0.15 s for
+  the gloo broadcast (benchmarks/scheduler.py), hence not the default elsewhere.
 """
 
 from __future__ import annotations
@@ -63,9 +67,17 @@ class WeightSync:
         self._groups: set[str] = set()  # collective groups already opened
 
     def choose(self, src: str, dst: str) -> str:
+        """``in_process`` for fused components; else ``collective``, unless two of the sync
+        group's processes share a GPU, which NCCL refuses ("Duplicate GPU detected"): then
+        ``object_store``."""
         plan = self.plan
         if any(src in group and dst in group for group in plan.fused):
             return "in_process"
+        if plan.device == "cuda":
+            members = [plan.components[src][0], *plan.components[dst]]
+            gpus = [(r.node, d) for r in members for d in r.devices]
+            if len(set(gpus)) < len(gpus):
+                return "object_store"
         return "collective"
 
     def sync(self, src: str, dst: str, method: str = "auto") -> SyncReport:

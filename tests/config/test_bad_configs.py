@@ -173,6 +173,10 @@ BAD = [
     (ARITH, ["actor.training_backend=fsdp2", "actor.fsdp.offload=true", "cluster.device=cpu"],
      "actor.fsdp.offload", "nothing to offload"),
     (ARITH, ["sync.bucket_mb=0"], "sync.bucket_mb", "must be > 0"),
+    (ARITH, ["cluster.device=cuda", "cluster.devices_per_node=4", "cluster.component_placement="
+             "{actor:0-1,critic:0-1,ref:0-1,rollout:2-3:0,reward:0-1}"],
+     "cluster.component_placement", "rollout process 0 spans GPUs [2, 3], but a process uses "
+     "one GPU"),
     # GDPO's reward components
     (ARITH, [*GDPO[:2]], "algorithm.gdpo_reward_keys", "name them, e.g. [correct, format]"),
     (ARITH, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",

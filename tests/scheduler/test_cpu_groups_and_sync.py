@@ -93,3 +93,24 @@ def test_scatter_futures_and_one_rank_calls(local_ray):
         assert rollout.call_rank(2, "echo", "y") == (2, "y", "")
         with pytest.raises(ValueError, match="one shard per rank \\(4\\), got 3"):
             rollout.scatter("echo", ["a", "b", "c"])
+
+
+@pytest.mark.parametrize(
+    ("placement", "fuse", "device", "expected"),
+    [
+        ({"actor,rollout": "0-1"}, True, "cuda", "in_process"),
+        ({"actor": "0-1", "rollout": "2-3"}, True, "cuda", "collective"),
+        # unfused on the same GPUs: NCCL refuses a group holding one GPU twice
+        ({"actor,rollout": "0-1"}, False, "cuda", "object_store"),
+        ({"actor": "0-1", "rollout": "2:0-1"}, True, "cuda", "object_store"),  # 2 on one GPU
+        ({"actor,rollout": "0-1"}, False, "cpu", "collective"),  # gloo minds no sharing
+    ],
+)
+def test_the_sync_method_follows_the_placement(placement, fuse, device, expected):
+    from rlcore.scheduler.weight_sync import WeightSync
+
+    plan = build_plan(placement, ROLES, num_nodes=1, devices_per_node=4, device=device,
+                      fuse=fuse)  # fmt: skip
+    sync = WeightSync(plan, group=None, info={}, backend="nccl", timeout_s=1,
+                      collective_timeout_s=1)  # fmt: skip
+    assert sync.choose("actor", "rollout") == expected
