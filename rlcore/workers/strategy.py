@@ -13,6 +13,7 @@ optimiser state sharded over the component's ranks). Megatron-core plugs in here
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -186,6 +187,10 @@ class FullyShardedDataParallel(SingleProcess):
             fully_shard,
         )
 
+        # FSDP2 warns when a wrapped module returns a view (an in-place op on it would skip its
+        # backward hook); the value model's logits are one, and rlcore never edits an output in
+        # place, so the warning would only repeat every step
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
         options = self.options
         mesh = DeviceMesh.from_group(self.group, self.device.type)
         policy = {

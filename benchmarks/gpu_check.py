@@ -1,0 +1,297 @@
+"""Check a GPU machine: the default jobs on CUDA, one PPO iteration of the 0.5B config under DDP
+and FSDP2 with seconds, tokens/s, peak memory and MFU by stage, and ManiSkill's GPU simulator.
+One JSON line per check (the first describes the device).
+
+    python benchmarks/gpu_check.py [--only CHECK ...] [--iterations 2] [--micro-batch 16]
+
+Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two default jobs with
+``cluster.device`` on the GPU), ``qwen_ddp`` and ``qwen_fsdp2``
+(``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
+since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
+bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes), ``maniskill``
+(PickCube's GPU simulator, random actions, when mani-skill is importable). A check that fails
+prints its error and the next runs.
+
+The qwen checks run ``--iterations`` iterations and report the last (the first pays for CUDA's
+start-up); MFU is the training stages' model FLOPs (``6 N`` per token plus attention, N the
+matmul parameters) over the stage's seconds and the GPU's dense bf16 peak (``PEAK_BF16``; null
+for a GPU not listed). ``--device cpu --small`` runs the same code on a CPU with a small model (the
+test suite does, so the script stays runnable where no GPU is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Dense bf16 tensor-core peak, TFLOP/s, by a substring of torch.cuda.get_device_name().
+PEAK_BF16 = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 NVL": 835.0,
+             "H100 PCIe": 756.0, "H100": 756.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0,
+             "L4": 121.0}  # fmt: skip
+
+# Qwen2.5-0.5B(-Instruct)'s architecture (its config.json)
+QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+            "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True}  # fmt: skip
+SMALL = {**QWEN_05B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}  # fmt: skip
+
+CHECKS = ("cartpole", "tiny_reasoning", "qwen_ddp", "qwen_fsdp2", "maniskill")
+
+
+def device_info(device: str) -> dict[str, Any]:
+    if device == "cpu":
+        return {"name": "cpu", "peak_bf16_tflops": None, "torch": torch.__version__}
+    props = torch.cuda.get_device_properties(0)
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return {"name": name, "memory_gib": round(props.total_memory / 2**30, 1),
+            "peak_bf16_tflops": peak, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "gpus": torch.cuda.device_count()}  # fmt: skip
+
+
+def _common(out: Path, device: str) -> list[str]:
+    return [f"cluster.device={device}", f"runner.output_dir={out}", "runner.progress=false",
+            "logger.tensorboard=false", "runner.checkpoint_every=0"]  # fmt: skip
+
+
+# the default jobs ------------------------------------------------------------------------------
+
+
+def check_cartpole(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.embodied import EmbodiedRunner
+
+    overrides = _common(out, args.device)
+    if args.small:
+        overrides.append("runner.total_env_steps=4096")
+    config = load_config("embodied/cartpole_ppo", overrides)
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
+    keys = ("eval_return_mean", "env_steps", "wall_s", "sps", "train_sps", "time_to_threshold_s")
+    return {"ok": True, **{k: summary[k] for k in keys}}
+
+
+def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.reasoning import ReasoningRunner
+
+    overrides = _common(out, args.device)
+    if args.small:
+        overrides += ["runner.total_iterations=2", "data.train_batch_size=16",
+                      "actor.ppo_mini_batch_size=8"]  # fmt: skip
+    config = load_config("reasoning/tiny_arith_ppo", overrides)
+    summary = ReasoningRunner(config, plan_for_config(config)).run()
+    keys = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s", "tokens_per_s",
+            "seconds_per_stage")  # fmt: skip
+    return {"ok": True, **{k: summary[k] for k in keys}}
+
+
+# one PPO iteration of the 0.5B config --------------------------------------------------------
+
+
+def random_qwen(where: Path, arch: dict[str, Any], tokenizer_dir: Path) -> Path:
+    """A Qwen2 model folder of ``arch`` with random weights (bf16 on disk) and the tiny model's
+    tokenizer (its ids are a subset of the vocabulary: the model computes at full size)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlcore.models.lm import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    return where
+
+
+def _tiny_model_dir(out: Path) -> Path:
+    """The tiny model of the default reasoning job (built, or from its cache): its tokenizer."""
+    from rlcore.config import load_config
+    from rlcore.models.warmup import prepare_models
+
+    config = load_config("reasoning/tiny_arith_ppo", [f"runner.output_dir={out}"])
+    return prepare_models(config, log=lambda message: None).actor
+
+
+def matmul_params(model: torch.nn.Module) -> int:
+    """Parameters that take part in a matmul per token: all but the input embedding table, plus
+    the output projection when it is tied to that table (it computes all the same)."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight
+    tied = getattr(model.config, "tie_word_embeddings", False) and hasattr(model, "lm_head")
+    return total - embedding.numel() + (embedding.numel() if tied else 0)
+
+
+def counted_params(model_dir: Path) -> tuple[int, int]:
+    """``matmul_params`` of the actor and of the critic built from ``model_dir`` (on the meta
+    device: nothing allocated)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        actor = AutoModelForCausalLM.from_config(config)
+        config.num_labels = 1  # a value head, as rlcore.models.lm.load_value_model builds it
+        critic = AutoModelForTokenClassification.from_config(config)
+    return matmul_params(actor), matmul_params(critic)
+
+
+def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, Any]:
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.reasoning import ReasoningRunner
+
+    arch = SMALL if args.small else QWEN_05B
+    model_dir = out / "qwen"
+    if not model_dir.is_dir():
+        random_qwen(model_dir, arch, _tiny_model_dir(out))
+    overrides = [
+        *_common(out, args.device),
+        f"actor.model.path={model_dir}", "data.train_files=[]", "data.val_files=[]",
+        "data.synthetic.num_train=8000", "data.synthetic.num_val=200",
+        "data.chat_template=false", f"actor.ppo_micro_batch_size={args.micro_batch}",
+        f"critic.ppo_micro_batch_size={args.micro_batch}", "rollout.micro_batch_size=null",
+        f"actor.training_backend={'fsdp2' if backend == 'fsdp2' else 'torch'}",
+        f"critic.training_backend={'fsdp2' if backend == 'fsdp2' else 'torch'}",
+    ]  # fmt: skip
+    if backend == "fsdp2":  # fp32 weights the optimiser updates, bf16 passes (verl's recipe)
+        overrides += ["actor.model.dtype=float32", "actor.fsdp.param_dtype=bfloat16",
+                      "critic.fsdp.param_dtype=bfloat16"]  # fmt: skip
+    else:
+        overrides += ["actor.model.dtype=bfloat16"]
+    if args.device == "cpu":  # one process (the CPU's cores are not devices to spread over)
+        overrides.append("cluster.devices_per_node=1")
+    if args.small:
+        overrides += ["data.train_batch_size=8", "actor.ppo_mini_batch_size=4",
+                      "data.max_response_length=16", "data.max_prompt_length=128"]  # fmt: skip
+    config = load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", overrides)
+    n_actor, n_critic = counted_params(model_dir)
+    runner = ReasoningRunner(config, plan_for_config(config))
+    try:
+        seconds = []
+        for iteration in range(1, args.iterations + 1):
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            metrics = runner.iterate(iteration)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+    finally:
+        runner.close()
+    stages = {k[len("time/") : -2]: v for k, v in metrics.items() if k.startswith("time/")}
+    stages.pop("iteration", None)
+    total_tokens = metrics["perf/tokens_per_s"] * sum(stages.values())  # prompt + response
+    rows = config.data.train_batch_size * config.algorithm.group_size
+    generated = metrics["response/length_mean"] * rows
+    seq_len = total_tokens / rows
+    peak = args.info.get("peak_bf16_tflops")
+
+    def train_flops(n: int) -> float:  # forward and backward, per PaLM's appendix B
+        attention = 12 * arch["num_hidden_layers"] * arch["hidden_size"] * seq_len
+        return (6 * n + attention) * total_tokens * config.actor.ppo_epochs
+
+    per_stage = {}
+    for stage, s in stages.items():
+        tokens = generated if stage == "generate" else total_tokens
+        entry = {"seconds": round(s, 3), "tokens_per_s": round(tokens / max(s, 1e-9), 1)}
+        flops = {"actor_update": train_flops(n_actor), "critic_update": train_flops(n_critic)}
+        if stage in flops:
+            achieved = flops[stage] / max(s, 1e-9) / 1e12
+            entry["tflops"] = round(achieved, 1)
+            entry["mfu"] = None if peak is None else round(achieved / peak, 4)
+        per_stage[stage] = entry
+    memory = (round(torch.cuda.max_memory_allocated() / 2**30, 2)
+              if args.device == "cuda" else None)  # fmt: skip
+    return {"ok": True, "backend": backend, "params": n_actor, "arch": arch["hidden_size"],
+            "prompts": config.data.train_batch_size, "tokens": round(total_tokens),
+            "generated_tokens": round(generated), "micro_batch": args.micro_batch,
+            "iteration_s": [round(s, 2) for s in seconds], "stages": per_stage,
+            "peak_memory_gib": memory}  # fmt: skip
+
+
+# ManiSkill's GPU simulator ---------------------------------------------------------------------
+
+
+def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    try:
+        import gymnasium as gym
+        import mani_skill.envs  # noqa: F401  (registers PickCube-v1)
+    except ImportError as error:
+        return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
+    if args.device != "cuda":
+        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
+    num_envs = 1024
+    env = gym.make("PickCube-v1", num_envs=num_envs, sim_backend="gpu", obs_mode="state")
+    try:
+        env.reset(seed=0)
+        actions = torch.zeros((num_envs, *env.action_space.shape[1:]), device="cuda")
+        for _ in range(10):  # warm-up
+            env.step(actions)
+        torch.cuda.synchronize()
+        steps, start = 200, time.perf_counter()
+        for _ in range(steps):
+            obs, *_ = env.step(actions.uniform_(-1, 1))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    finally:
+        env.close()
+    return {"ok": True, "num_envs": num_envs, "env_steps_per_s": round(steps * num_envs / wall),
+            "obs_on": str(obs.device)}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--micro-batch", type=int, default=16,
+                        help="responses per forward/backward of actor and critic")  # fmt: skip
+    parser.add_argument("--small", action="store_true", help="a small model and batch")
+    parser.add_argument("--out", help="working folder (default: a temporary one)")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"check": "device", "ok": False, "error": "no CUDA device visible"}))
+        return 1
+    args.info = device_info(args.device)
+    print(json.dumps({"check": "device", "ok": True, **args.info}), flush=True)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    runs = {"cartpole": check_cartpole, "tiny_reasoning": check_tiny_reasoning,
+            "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
+            "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
+            "maniskill": check_maniskill}  # fmt: skip
+    failed = 0
+    try:
+        for name in args.only:
+            start = time.perf_counter()
+            try:
+                row = runs[name](args, out)
+            except Exception as error:  # the next check still runs
+                trace = traceback.format_exc(limit=-4).splitlines()[-6:]
+                row = {"ok": False, "error": f"{type(error).__name__}: {error}", "trace": trace}
+            failed += row.get("ok") is False
+            row["check_s"] = round(time.perf_counter() - start, 1)
+            print(json.dumps({"check": name, "device": args.info["name"], **row}), flush=True)
+    finally:
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
