@@ -67,7 +67,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing():
     done = run("examples/reasoning/main.py", "runner.dry_run=true", "cluster=gpu_2x8_disaggregated")
     assert done.returncode == 0, done.stderr
     assert "placement: disaggregated, 2 node(s) x 8 GPU(s)" in done.stdout
-    assert "rollout       3    1  6,7" in done.stdout
+    assert "rollout       3    1  3            1" in done.stdout  # one GPU per engine
     assert done.stdout.splitlines()[-1].startswith("rlcore: dry run:")
 
 
@@ -89,7 +89,7 @@ def test_placement_json_is_one_object_in_the_documented_shape(capsys):
     plan = json.loads(out)
     assert set(plan) == {"mode", "num_nodes", "devices_per_node", "components"}
     assert (plan["mode"], plan["num_nodes"], plan["devices_per_node"]) == ("disaggregated", 2, 8)
-    assert plan["components"]["rollout"][1] == {"rank": 1, "node": 1, "devices": [2, 3]}
+    assert plan["components"]["rollout"][1] == {"rank": 1, "node": 1, "devices": [1]}
     assert list(plan["components"]) == ["actor", "critic", "rollout", "reward"]
     assert "not started: ref" in err
 

@@ -121,7 +121,7 @@ class InDriver(_Deployment):
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy ``src``'s weights into ``dst`` a bucket at a time (nothing to copy for tensors
         they share)."""
-        from rlcore.workers.weight_buckets import buckets, copy_into
+        from rlcore.scheduler.weight_buckets import buckets, copy_into
 
         targets = self.objects[dst].weights()
         for bucket in buckets(self.objects[src], self.bucket_bytes):

@@ -3,7 +3,7 @@
 A component that takes part implements ``weights() -> dict[str, torch.Tensor]``, its live named
 tensors (``model.state_dict()`` will do; a trained component also gives ``weight_tensors()``,
 its shards ungathered): the sender's weights are read a bucket at a time
-(``rlcore/workers/weight_buckets.py``), the receiver's overwritten in place, so the receiver's
+(``rlcore/scheduler/weight_buckets.py``), the receiver's overwritten in place, so the receiver's
 parameters equal the sender's bit for bit afterwards.
 
 How, chosen by placement (``method="auto"``, ``WeightSync.choose``):
@@ -46,7 +46,7 @@ class WeightSync:
     ``group(name)`` gives a component's ``WorkerGroup``; ``info[(name, rank)]["ip"]`` where each
     rank runs; ``backend`` the collective groups' it opens, ``timeout_s`` their rendezvous's and
     ``collective_timeout_s`` their broadcasts'. The weights move ``bucket_bytes`` at a time
-    (``rlcore/workers/weight_buckets.py``).
+    (``rlcore/scheduler/weight_buckets.py``).
     """
 
     def __init__(

@@ -161,14 +161,14 @@ class WorkerProcess:
 
     def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str, int]]:
         """``(name, shape, dtype, bytes)`` of each tensor, in name order (nothing gathered)."""
-        from rlcore.workers.weight_buckets import layout, live
+        from rlcore.scheduler.weight_buckets import layout, live
 
         return layout(live(self.instances[component]))
 
     def gather_weights(self, component: str, bucket_bytes: int) -> None:
         """Join the bucket-by-bucket gather of ``component``'s whole weights that another rank
         sends (a collective when they are sharded)."""
-        from rlcore.workers.weight_buckets import buckets
+        from rlcore.scheduler.weight_buckets import buckets
 
         for _ in buckets(self.instances[component], bucket_bytes):
             pass
@@ -179,7 +179,7 @@ class WorkerProcess:
         # memory, and bytes carry any dtype (numpy has no bfloat16).
         import torch
 
-        from rlcore.workers.weight_buckets import buckets
+        from rlcore.scheduler.weight_buckets import buckets
 
         return {
             name: t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
@@ -202,7 +202,7 @@ class WorkerProcess:
     def copy_weights(self, src: str, dst: str, bucket_bytes: int) -> None:
         """In-process sync between fused components: a bucket at a time, one memcpy per tensor
         (none for a module both share)."""
-        from rlcore.workers.weight_buckets import buckets, copy_into
+        from rlcore.scheduler.weight_buckets import buckets, copy_into
 
         targets = self.instances[dst].weights()
         for bucket in buckets(self.instances[src], bucket_bytes):
@@ -237,7 +237,7 @@ class WorkerProcess:
         import torch
         import torch.distributed as dist
 
-        from rlcore.workers.weight_buckets import (
+        from rlcore.scheduler.weight_buckets import (
             buckets,
             flatten,
             layout,

@@ -15,10 +15,10 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
 from rlcore.data.sequences import left_pad
+from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine
 from rlcore.workers.trainer import UpdateSizes
-from rlcore.workers.weight_buckets import buckets
 from tests.lm_fixtures import SOLO, tiny_config
 
 CPU = torch.device("cpu")

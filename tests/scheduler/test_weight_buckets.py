@@ -1,10 +1,10 @@
-"""Weights in buckets (``rlcore/workers/weight_buckets.py``): the cut, and bytes in and out."""
+"""Weights in buckets (``rlcore/scheduler/weight_buckets.py``): the cut, and bytes in and out."""
 
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcore.workers.weight_buckets import flatten, plan_buckets, unflatten_into
+from rlcore.scheduler.weight_buckets import flatten, plan_buckets, unflatten_into
 
 
 @given(sizes=st.lists(st.integers(1, 300), max_size=30), limit=st.integers(1, 400))
