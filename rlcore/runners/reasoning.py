@@ -45,6 +45,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
+from rlcore.data.sequences import trim_responses
 from rlcore.models.lm import load_tokenizer
 from rlcore.models.warmup import prepare_models
 from rlcore.placement import PlacementPlan
@@ -144,6 +145,7 @@ class ReasoningRunner:
         with watch("sync"):
             self._sync()
         batch, scored, metrics = self._generate(watch)
+        batch = trim_responses(batch)  # no pass pays for columns that are padding in every row
         inputs = ADVANTAGES.entry(cfg.algorithm.adv_type).traits["inputs"]
         with watch("logprob"):
             if "sum_pi_squared" in inputs:
@@ -280,7 +282,12 @@ class ReasoningRunner:
             "reward/unparsed": float(scored["unparsed"].float().mean()),
             "reward/timeouts": int(scored["timed_out"].sum()),
             "response/length_mean": float(lengths.mean()),
-            "response/clip_ratio": float((lengths == mask.shape[1]).float().mean()),
+            "response/clip_ratio": float(
+                (lengths == self.config.data.max_response_length).float().mean()
+            ),
+            # the share of the passes' token positions that are padding (left of the prompts,
+            # right of the responses up to the batch's longest)
+            "perf/padding_share": 1.0 - float(batch["attention_mask"].float().mean()),
         }
         if "overlong_penalty" in scored:
             penalty = scored["overlong_penalty"]
@@ -357,6 +364,7 @@ class ReasoningRunner:
                 if f"perf/{metric}" in means
             },
             "generated_tokens": self.generated_tokens,
+            "padding_share": round(means.get("perf/padding_share", 0.0), 4),
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),

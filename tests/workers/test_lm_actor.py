@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
-from rlcore.data.sequences import left_pad
+from rlcore.data.sequences import left_pad, trim_responses
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine
@@ -267,3 +267,37 @@ def test_fsdp2_on_one_rank_computes_like_torch_and_casts_with_mixed_precision(ti
     assert relative(gradient("fsdp2"), torch_grad) < 1e-5
     cast = relative(gradient("fsdp2", "bfloat16"), torch_grad)
     assert 1e-4 < cast < 2e-2, cast
+
+
+def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update(tiny_lm):
+    """The columns after the longest response are padding in every row: cutting them changes
+    neither the log-probs, the values nor the update (to float tolerance)."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
+                         "actor.ppo_micro_batch_size=4")  # fmt: skip
+    batch = make_batch(config, dirs)
+    width = batch["responses"].shape[1]
+    mask = (torch.arange(width) < batch["response_mask"].sum(-1, keepdim=True).clamp(max=5)).long()
+    batch["response_mask"], batch["attention_mask"][:, -width:] = mask, mask
+    batch["advantages"] *= mask
+    batch["returns"] *= mask
+    cut = trim_responses(batch.exclude("advantages", "returns"))  # as generated
+    cut["advantages"], cut["returns"] = batch["advantages"][:, :5], batch["returns"][:, :5]
+    assert cut["responses"].shape[1] == 5 < width
+    assert cut["input_ids"].shape[1] == batch["input_ids"].shape[1] - (width - 5)
+    valid = mask[:, :5].bool()
+    actor, critic = LMActor(SOLO, config, dirs.actor), LMCritic(SOLO, config, dirs.actor)
+    padded_lp, cut_lp = actor.compute_log_probs(batch)[:, :5], actor.compute_log_probs(cut)
+    assert torch.allclose(padded_lp[valid], cut_lp[valid], atol=1e-5)
+    padded_v, cut_v = critic.compute_values(batch)[:, :5], critic.compute_values(cut)
+    assert torch.allclose(padded_v[valid], cut_v[valid], atol=1e-5)
+    batch["old_log_probs"] = actor.compute_log_probs(batch)
+    cut["old_log_probs"] = batch["old_log_probs"][:, :5]
+
+    def updated(b):
+        fresh = LMActor(SOLO, config, dirs.actor)
+        fresh.update(b)
+        return fresh.weights()
+
+    want, got = updated(batch), updated(cut)
+    assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
