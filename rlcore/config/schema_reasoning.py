@@ -109,6 +109,12 @@ class LMOptimConfig:
 class ReasoningActorConfig(UpdateConfig, ActorKeys):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
     optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
+    recompute_log_probs: bool = key(
+        False,
+        doc="recompute the old log-probs in a forward pass of the actor; false = take those the "
+        "rollout recorded while sampling when it generated with the actor's own module (fused "
+        "and not sharded: the same weights at the same precision), else recompute",
+    )
 
 
 @dataclass(kw_only=True)

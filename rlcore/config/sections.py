@@ -195,6 +195,17 @@ class AlgorithmConfig:
         modes=("reasoning",),
     )
 
+    @property
+    def kl_loss_on(self) -> bool:
+        """The actor's loss has a reference-KL term that is not 0."""
+        return self.use_kl_loss and self.kl_loss_coef > 0
+
+    @property
+    def kl_reward_on(self) -> bool:
+        """The reward has a reference-KL penalty that is not 0 (the adaptive controller scales
+        its coefficient, so one that starts at 0 stays 0)."""
+        return self.use_kl_in_reward and self.kl_ctrl.kl_coef > 0
+
 
 @dataclass(kw_only=True)
 class ClusterConfig:

@@ -43,7 +43,7 @@ def response_mask(responses: torch.Tensor, eos_id: int | Sequence[int]) -> torch
     return (before_end == 0).long()
 
 
-RESPONSE_KEYS = ("responses", "response_mask")  # [B, R]
+RESPONSE_KEYS = ("responses", "response_mask", "rollout_log_probs")  # [B, R]
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # [B, P + R]
 
 
@@ -61,7 +61,8 @@ def trim_responses(batch: Any) -> Any:
         raise ValueError(f"trim_responses: it does not know how to cut {extra}")
     trimmed = batch.clone(recurse=False)
     for key in RESPONSE_KEYS:
-        trimmed.set(key, batch[key][:, :longest], inplace=False)
+        if key in batch.keys():  # noqa: SIM118 (a TensorDict)
+            trimmed.set(key, batch[key][:, :longest], inplace=False)
     for key in SEQUENCE_KEYS:
         trimmed.set(key, batch[key][:, : batch[key].shape[1] - (width - longest)], inplace=False)
     return trimmed

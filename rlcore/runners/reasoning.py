@@ -129,6 +129,12 @@ class ReasoningRunner:
         self.reward: RewardWorker = built["reward"]
         self.critic: LMCritic | None = built.get("critic")
         self.ref: LMReference | None = built.get("ref")
+        # The rollout's recorded log-probs are the old log-probs when it samples with the
+        # actor's own module (and the estimator needs no other output of that pass).
+        inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
+        self.reuse_log_probs = (not config.actor.recompute_log_probs
+                                and "sum_pi_squared" not in inputs
+                                and self.rollout.generates_with_the_actor())  # fmt: skip
 
     def _saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}
@@ -147,11 +153,14 @@ class ReasoningRunner:
         batch, scored, metrics = self._generate(watch)
         batch = trim_responses(batch)  # no pass pays for columns that are padding in every row
         inputs = ADVANTAGES.entry(cfg.algorithm.adv_type).traits["inputs"]
-        with watch("logprob"):
-            if "sum_pi_squared" in inputs:
-                batch.update(self.actor.compute_log_probs_and_sum_pi_squared(batch))
-            else:
-                batch["old_log_probs"] = self.actor.compute_log_probs(batch)
+        if self.reuse_log_probs:  # recorded while sampling with the actor's module
+            batch.rename_key_("rollout_log_probs", "old_log_probs")
+        else:
+            with watch("logprob"):
+                if "sum_pi_squared" in inputs:
+                    batch.update(self.actor.compute_log_probs_and_sum_pi_squared(batch))
+                else:
+                    batch["old_log_probs"] = self.actor.compute_log_probs(batch)
         if "reward_baselines" in inputs:
             with watch("generate_baseline"):
                 batch["reward_baselines"] = self._greedy_baselines(batch)
@@ -195,7 +204,8 @@ class ReasoningRunner:
             prompts = prompt_batch(self.sampler.next(wanted), self.train_set, size, pad)
             prompts["index"] += generations * wanted  # one id per group over all the batches
             with watch("generate"):
-                batch = prompts.update(self.rollout.generate(prompts, self.version))
+                batch = prompts.update(self.rollout.generate(
+                    prompts, self.version, log_probs=self.reuse_log_probs))  # fmt: skip
             with watch("reward"):
                 scored = self.reward.score(batch)
             generations += 1

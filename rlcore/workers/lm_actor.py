@@ -129,7 +129,7 @@ class LMActor(TrainedComponent):
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.use_kl_loss else ())
+        reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.kl_loss_on else ())
         metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key="response_mask")
         return {f"actor/{k}": v for k, v in metrics.items()}
 
@@ -141,7 +141,7 @@ class LMActor(TrainedComponent):
             entropy=entropy, policy_loss_fn=self.policy_loss, clip_ratio_low=alg.clip_ratio_low,
             clip_ratio_high=alg.clip_ratio_high, clip_ratio_c=alg.clip_ratio_c,
             loss_agg_mode=alg.loss_agg_func, entropy_coef=alg.entropy_bonus,
-            ref_log_prob=micro["ref_log_probs"] if alg.use_kl_loss else None,
+            ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
             kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef, **counts,
         )  # fmt: skip
 

@@ -29,12 +29,20 @@ class RolloutBackend(Protocol):
     device: torch.device
 
     def generate(
-        self, prompts: TensorDict, *, greedy: bool, temperature: float | None = None
+        self,
+        prompts: TensorDict,
+        *,
+        greedy: bool,
+        temperature: float | None = None,
+        log_probs: bool = False,
     ) -> TensorDict:
         """Sampled at ``temperature`` (None: ``rollout.temperature``) unless ``greedy``.
         ``prompts`` holds ``input_ids`` / ``attention_mask`` ``[B, P]`` (left-padded); the
         result holds ``input_ids`` / ``attention_mask`` / ``position_ids`` ``[B, P + R]`` and
-        ``responses`` / ``response_mask`` ``[B, R]``, R = ``data.max_response_length``."""
+        ``responses`` / ``response_mask`` ``[B, R]``, R = ``data.max_response_length``; with
+        ``log_probs``, also ``rollout_log_probs`` ``[B, R]``: each sampled token's log-prob at
+        the temperature, over the whole vocabulary (top-p/top-k not applied), as the actor
+        computes old log-probs."""
         ...
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -82,21 +90,33 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: TensorDict, *, greedy: bool, temperature: float | None = None
+        self,
+        prompts: TensorDict,
+        *,
+        greedy: bool,
+        temperature: float | None = None,
+        log_probs: bool = False,
     ) -> TensorDict:
         was_training = self.model.training
         self.model.eval()
+        config = self.generation_config(greedy, temperature)
+        recorder = SampledLogProbs(temperature or self.config.rollout.temperature)
         try:
-            return self._generate(prompts, self.generation_config(greedy, temperature))
+            return self._generate(prompts, config, recorder if log_probs else None)
         finally:
             self.model.train(was_training)
 
-    def _generate(self, prompts: TensorDict, generation_config: Any) -> TensorDict:
+    def _generate(
+        self, prompts: TensorDict, generation_config: Any, recorder: SampledLogProbs | None
+    ) -> TensorDict:
+        from transformers import LogitsProcessorList
+
         ids = prompts["input_ids"].to(self.device)
         mask = prompts["attention_mask"].to(self.device)
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=generation_config
-        )
+            input_ids=ids, attention_mask=mask, generation_config=generation_config,
+            logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
+        )  # fmt: skip
         width = self.config.data.max_response_length
         responses = out[:, ids.shape[1] :]
         if responses.shape[1] < width:  # every row ended early: pad to the fixed width
@@ -114,7 +134,45 @@ class HFEngine:
             "responses": responses,
             "response_mask": resp_mask,
         }
+        if recorder is not None:
+            recorded = recorder.finish(out[:, -1])
+            logp = recorded.new_zeros(responses.shape)
+            logp[:, : recorded.shape[1]] = recorded
+            generated["rollout_log_probs"] = logp * resp_mask
         return TensorDict({k: v.cpu() for k, v in generated.items()}, batch_size=[len(ids)])
+
+
+class SampledLogProbs:
+    """A logits processor that records each sampled token's log-prob at ``temperature``.
+
+    transformers calls it at every step with the logits before its own temperature and top-p /
+    top-k warpers (it is merged in ahead of them); the token sampled from a step's logits shows
+    up in the next call's ``input_ids``, so one step's log-softmax is held until then, and the
+    last step's token is read by ``finish``. It returns the logits unchanged.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.held: torch.Tensor | None = None  # [B, V]: the last step's log-softmax
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.held is not None:
+            self._take(input_ids[:, -1])
+        self.held = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        self.steps.append(self.held.gather(-1, tokens[:, None]).squeeze(-1))
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """``[B, steps]``: the log-prob of each sampled token, given the final step's tokens."""
+        if self.held is not None:
+            self._take(last_tokens)
+            self.held = None
+        if not self.steps:
+            return torch.zeros(len(last_tokens), 0)
+        return torch.stack(self.steps, dim=1)
 
 
 class RolloutWorker:
@@ -133,6 +191,7 @@ class RolloutWorker:
         # The actor's own module, unless FSDP2 shards it: then a whole copy, synced each time.
         model = actor.model if actor is not None and not actor.trainer.shards else None
         self.engine: RolloutBackend = HFEngine(config, model_dir, ctx.torch_device, model)
+        self.shares_actor = model is not None
         self.version = -1  # no weights synced yet
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -142,12 +201,21 @@ class RolloutWorker:
     def set_weight_version(self, version: int) -> None:
         self.version = version
 
+    @dispatch(Dispatch.RANK0)
+    def generates_with_the_actor(self) -> bool:
+        """Whether this rollout samples with the actor's own module (fused, not sharded): then
+        the log-probs it records are the actor's old log-probs."""
+        return self.shares_actor
+
     @dispatch(Dispatch.SHARD)
-    def generate(self, prompts: TensorDict, version: int, greedy: bool = False) -> TensorDict:
+    def generate(
+        self, prompts: TensorDict, version: int, greedy: bool = False, log_probs: bool = False
+    ) -> TensorDict:
         """Responses to this rank's ``prompts`` (see ``RolloutBackend.generate``), sampled with
-        the actor's weights of ``version`` (greedy for validation)."""
+        the actor's weights of ``version`` (greedy for validation); with ``log_probs``, the
+        sampled tokens' log-probs too (``rollout_log_probs``)."""
         check_weight_version(self.rank, self.version, version)
-        return self._in_parts(prompts, greedy=greedy)
+        return self._in_parts(prompts, greedy=greedy, log_probs=log_probs)
 
     @dispatch(Dispatch.SHARD)
     def sample_validation(self, prompts: TensorDict, version: int, seed: int) -> TensorDict:

@@ -272,6 +272,39 @@ def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(t
         runner.close()
 
 
+def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomputed_ones(
+    tiny_lm, tmp_path
+):
+    """One process, the rollout sampling with the actor's module: no old-log-prob pass, and the
+    iteration ends where it does with the pass (actor.recompute_log_probs=true)."""
+    _, dirs = tiny_lm
+    ends = {}
+    for recompute in (False, True):
+        config = tiny_config(dirs.actor.parent, tmp_path, *length_reward(tmp_path),
+                             f"actor.recompute_log_probs={str(recompute).lower()}")  # fmt: skip
+        runner = ReasoningRunner(config, plan_for_config(config))
+        try:
+            assert runner.reuse_log_probs is not recompute
+            runner._sync()
+            metrics = runner.iterate(1)
+            assert ("time/logprob_s" in metrics) is recompute
+            ends[recompute] = {k: v.clone() for k, v in runner.actor.weights().items()}
+        finally:
+            runner.close()
+    assert all(torch.allclose(ends[False][k], ends[True][k], atol=1e-5) for k in ends[True])
+
+
+@pytest.mark.parametrize("kl", [["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"],
+                                ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0",
+                                 "algorithm.kl_ctrl.type=adaptive"]])  # fmt: skip
+def test_a_reference_kl_of_coefficient_0_runs_no_reference_pass(tiny_lm, tmp_path, kl):
+    _, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, tmp_path, *kl)
+    runner = ReasoningRunner(config, plan_for_config(config))
+    assert runner.placed == {"actor", "critic", "rollout", "reward"} and runner.ref is None
+    assert runner.run()["iterations"] == 2
+
+
 def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_entry_point("reasoning/tiny_arith_ppo",

@@ -76,6 +76,31 @@ def test_recomputed_log_probs_match_the_generators_scores(tiny_lm):
     assert torch.allclose(both["sum_pi_squared"][:, :steps][valid], spread[valid], atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_the_log_probs_recorded_while_sampling_are_the_actors_old_log_probs(tiny_lm, temperature):
+    """What the rollout records per sampled token (at the temperature, over the whole
+    vocabulary) equals the actor's teacher-forced recomputation: the pass it replaces."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent,
+                         f"rollout.temperature={temperature}")  # fmt: skip
+    actor = LMActor(SOLO, config, dirs.actor)
+    engine = HFEngine(config, dirs.actor, CPU, model=actor.model)  # fused: the actor's module
+    prompts = [engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4]
+               for i in range(6)]  # fmt: skip
+    ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
+    torch.manual_seed(1)
+    batch = engine.generate(prompts_td(ids, mask), greedy=False, log_probs=True)
+    valid = batch["response_mask"].bool()
+    assert valid.sum() > len(prompts)  # more than the stop tokens
+    recomputed = actor.compute_log_probs(batch)
+    assert torch.allclose(batch["rollout_log_probs"][valid], recomputed[valid], atol=1e-5)
+    assert (batch["rollout_log_probs"][~valid] == 0).all()
+    # sampling draws the same tokens whether or not the log-probs are recorded
+    torch.manual_seed(1)
+    again = engine.generate(prompts_td(ids, mask), greedy=False)
+    assert torch.equal(again["responses"], batch["responses"])
+
+
 def gradients(component, batch, micro):
     """The gradient of one optimiser step over the whole ``batch`` in micro-batches of ``micro``."""
     trainer = component.trainer
