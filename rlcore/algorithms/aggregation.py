@@ -44,7 +44,9 @@ def agg_loss(
         same; long answers weigh more). ``seq-mean-token-sum``: per-sequence sum, averaged over
         non-empty sequences. ``seq-mean-token-mean``: per-sequence mean, averaged over non-empty
         sequences (every sequence weighs the same). ``seq-mean-token-sum-norm``: sum over valid
-        tokens / (non-empty sequences * T), a length-independent constant (Dr. GRPO).
+        tokens / (non-empty sequences * T), a length-independent constant (Dr. GRPO; T is
+        ``loss_mat``'s width: the reasoning components scale ``num_seqs`` so that it is the
+        generation budget ``data.max_response_length`` whatever width a batch is cut to).
 
     ``num_tokens`` / ``num_seqs`` replace the counts taken from ``loss_mask`` (use the whole
     mini-batch's when this is one micro-batch of it). An empty batch gives 0, not NaN.

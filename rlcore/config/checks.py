@@ -339,6 +339,17 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
         )
+    for name, sect, counts in (
+        ("actor", actor, ("ppo_micro_batch_size", "log_prob_micro_batch_size")),
+        ("critic", critic, ("ppo_micro_batch_size",)),
+    ):
+        given = [c for c in counts if getattr(sect, c) is not None]
+        if sect.max_tokens_per_micro_batch is not None and given:
+            problems.append(
+                f"{name}.max_tokens_per_micro_batch: set together with {name}.{given[0]}; "
+                f"micro-batches are formed by tokens or by rows, not both: set {name}.{given[0]}"
+                "=null, or remove the budget"
+            )
     tiny = config.actor.model.tiny
     if config.actor.model.path is None and tiny.hidden_size % tiny.num_heads:
         problems.append(

@@ -109,6 +109,15 @@ class LMOptimConfig:
 class ReasoningActorConfig(UpdateConfig, ActorKeys):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
     optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
+    max_tokens_per_micro_batch: int | None = key(
+        None,
+        doc="form the micro-batches of the update and of the forward passes (old and reference "
+        "log-probs) by tokens: each holds at most this many token positions, rows of like "
+        "lengths together, padding cut (verl's ppo_max_token_len_per_gpu); the gradient is the "
+        "same. null = ppo_micro_batch_size / log_prob_micro_batch_size rows each, which it "
+        "replaces (leave those null)",
+        range=">= 1",
+    )
     recompute_log_probs: bool = key(
         False,
         doc="recompute the old log-probs in a forward pass of the actor; false = take those the "
@@ -145,6 +154,13 @@ class CriticConfig(TrainedKeys):
     ppo_micro_batch_size: int | None = key(
         None,
         doc="responses per critic forward/backward; null = actor.ppo_micro_batch_size",
+        range=">= 1",
+    )
+    max_tokens_per_micro_batch: int | None = key(
+        None,
+        doc="token budget of the critic's micro-batches (update and values), as "
+        "actor.max_tokens_per_micro_batch; null = the actor's, unless ppo_micro_batch_size is "
+        "set here",
         range=">= 1",
     )
     optim: CriticOptimConfig = section(CriticOptimConfig, doc="the critic's optimiser")
@@ -310,6 +326,14 @@ class ReasoningConfig:
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
     sync: SyncConfig = section(SyncConfig, doc="weight sync from the actor to the rollout")
+
+    def critic_token_budget(self) -> int | None:
+        """The critic's micro-batch token budget: its own, or the actor's unless the critic
+        sets its own micro-batch size."""
+        critic = self.critic
+        if critic.max_tokens_per_micro_batch is not None or critic.ppo_micro_batch_size:
+            return critic.max_tokens_per_micro_batch
+        return self.actor.max_tokens_per_micro_batch
 
     def critic_update(self) -> UpdateConfig:
         """The critic's update sizes, each unset one taken from the actor's."""

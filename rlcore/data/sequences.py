@@ -13,6 +13,8 @@ log-probs of response tokens. A batch is a ``TensorDict`` with one row per respo
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,15 +70,68 @@ def trim_responses(batch: Any) -> Any:
     return trimmed
 
 
+def trim_padding(batch: Any) -> Any:
+    """A training or forward micro-batch without the columns that are padding in all its rows:
+    left of the prompts (positions are explicit, so nothing moves) and right of the responses.
+    Its ``[B, R]`` tensors are those as wide as ``responses``; its ``[B, P + R]`` ones those as
+    wide as ``input_ids``. The same log-probs and values, for fewer positions."""
+    full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
+    prompt = batch["attention_mask"][:, : full - width]
+    left = int((prompt.sum(0) == 0).long().cumprod(0).sum())  # leading all-padding columns
+    longest = max(1, int(batch["response_mask"].sum(-1).max()))
+    right = width - longest
+    if not left and not right:
+        return batch
+    out = batch.clone(recurse=False)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 1:
+            if value.shape[1] == full:
+                out.set(key, value[:, left : full - right], inplace=False)
+            elif value.shape[1] == width:
+                out.set(key, value[:, :longest], inplace=False)
+    return out
+
+
+def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
+    """Row indices of micro-batches that each hold at most ``budget`` token positions once
+    their padding is cut (``trim_padding``: rows x (longest prompt + longest response)); a row
+    longer than the budget goes alone. Rows are taken longest first, so each micro-batch holds
+    rows of like lengths."""
+    full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
+    prompts = batch["attention_mask"][:, : full - width].sum(-1).tolist()
+    responses = batch["response_mask"].sum(-1).clamp(min=1).tolist()
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i] + responses[i], reverse=True)
+    parts: list[list[int]] = []
+    longest_p = longest_r = 0
+    for i in order:
+        p, r = max(longest_p, prompts[i]), max(longest_r, responses[i])
+        if parts and (len(parts[-1]) + 1) * (p + r) <= budget:
+            parts[-1].append(i)
+            longest_p, longest_r = p, r
+        else:
+            parts.append([i])
+            longest_p, longest_r = prompts[i], responses[i]
+    return [torch.tensor(part) for part in parts]
+
+
 def response_logits(model: Any, batch: Any, response_length: int) -> torch.Tensor:
-    """Logits ``[B, R, V]`` that predict each response token (the position before it)."""
+    """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
+    model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
+    those R + 1 positions only, not on the prompt's."""
+    keep = {"logits_to_keep": response_length + 1} if _keeps_logits(type(model)) else {}
     out = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
         position_ids=batch["position_ids"],
         use_cache=False,
+        **keep,
     )
     return out.logits[:, -response_length - 1 : -1]
+
+
+@functools.cache
+def _keeps_logits(model_type: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

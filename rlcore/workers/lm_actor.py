@@ -10,6 +10,8 @@ clipped value loss. Log-probs are of the distribution the sampler drew from (log
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,12 @@ from rlcore.algorithms import (
 )
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import LMOptimConfig
-from rlcore.data.sequences import response_logits, token_log_probs
+from rlcore.data.sequences import (
+    response_logits,
+    token_budget_split,
+    token_log_probs,
+    trim_padding,
+)
 from rlcore.models.lm import enable_gradient_checkpointing, load_causal_lm, load_value_model
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.strategy import FsdpOptions
@@ -39,8 +46,9 @@ CRITIC_READS = ("input_ids", "attention_mask", "position_ids", "responses", "res
 
 
 def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig, update: Any,
-             seed: int, section: Any) -> Trainer:  # fmt: skip
-    """``section``: the component's config section (its training backend and fsdp options)."""
+             seed: int, section: Any, budget: int | None) -> Trainer:  # fmt: skip
+    """``section``: the component's config section (its training backend and fsdp options);
+    ``budget``: its micro-batches' token budget (None: ``update``'s micro-batch size)."""
     group = config.algorithm.group_size
     warmup = optim.lr_warmup_steps
     if config.actor.model.gradient_checkpointing:
@@ -63,6 +71,8 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         backend=section.training_backend,
         fsdp=FsdpOptions.of(section.fsdp),
         max_skipped_steps=config.runner.max_skipped_steps,
+        split=_splitter(budget),
+        cut=trim_padding,
     )
 
 
@@ -72,8 +82,45 @@ def _forward_size(config: ReasoningConfig) -> int | None:
     return actor.log_prob_micro_batch_size or actor.ppo_micro_batch_size
 
 
-def _micro_batches(batch: TensorDict, size: int | None) -> tuple[TensorDict, ...]:
-    return batch.split(size or batch.batch_size[0])
+def _with_budget_length(counts: dict[str, int], micro: TensorDict, config: ReasoningConfig):
+    """``counts`` for the loss of ``micro``. ``seq-mean-token-sum-norm`` divides by sequences x
+    T, T the width of the loss (Dr. GRPO's constant): here the generation budget
+    ``data.max_response_length``, whatever width the batch and this micro-batch were cut to,
+    so the sequence count is scaled by the budget over the width."""
+    if config.algorithm.loss_agg_func != "seq-mean-token-sum-norm":
+        return counts
+    width = micro["responses"].shape[1]
+    return {**counts, "num_seqs": counts["num_seqs"] * config.data.max_response_length / width}
+
+
+def _splitter(budget: int | None):
+    """The ``Trainer``'s ``split``: micro-batches by a token budget, or None (by count)."""
+    return None if budget is None else functools.partial(token_budget_split, budget=budget)
+
+
+def forward_in_parts(
+    batch: TensorDict,
+    size: int | None,
+    budget: int | None,
+    fn: Callable[[TensorDict], dict[str, torch.Tensor]],
+) -> TensorDict:
+    """``fn``'s ``[b, r]`` outputs over forward-only micro-batches of ``batch`` (``size`` rows
+    each, or by the token ``budget``; each cut of its padding columns), put back in the batch's
+    row order as ``[B, R]`` (0 in the columns a micro-batch did not have)."""
+    rows_total, width = batch.batch_size[0], batch["responses"].shape[1]
+    if budget is not None:
+        plan = token_budget_split(batch, budget)
+    else:
+        step = size or rows_total
+        plan = [torch.arange(s, min(s + step, rows_total)) for s in range(0, rows_total, step)]
+    out: dict[str, torch.Tensor] = {}
+    for rows in plan:
+        part = fn(trim_padding(batch[rows]))
+        for key, value in part.items():
+            if key not in out:
+                out[key] = value.new_zeros((rows_total, width))
+            out[key][rows, : value.shape[1]] = value.to(out[key].device)
+    return TensorDict(out, batch_size=[rows_total])
 
 
 @torch.no_grad()
@@ -82,15 +129,18 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     reference's) at the rollout's temperature, in forward-only micro-batches; with
     ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
     batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
-    parts = []
-    for micro in _micro_batches(batch, _forward_size(owner.config)):
+
+    def run(micro: TensorDict) -> dict[str, torch.Tensor]:
         logits = response_logits(owner.model, micro, micro["responses"].shape[1])
         logits = logits / owner.temperature
         part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
         if sum_pi_squared:
             part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
-        parts.append(TensorDict(part, batch_size=[len(micro)]))
-    return torch.cat(parts)
+        return part
+
+    config = owner.config
+    return forward_in_parts(batch, _forward_size(config),
+                            config.actor.max_tokens_per_micro_batch, run)  # fmt: skip
 
 
 class LMActor(TrainedComponent):
@@ -101,7 +151,8 @@ class LMActor(TrainedComponent):
         self.config = config
         model = load_causal_lm(model_dir, config.actor.model.dtype)
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
-                                config.runner.seed, config.actor)  # fmt: skip
+                                config.runner.seed, config.actor,
+                                config.actor.max_tokens_per_micro_batch)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
         # the loss with the options it reads (algorithm.policy_loss_options) bound
         self.policy_loss = get_policy_loss_fn(
@@ -142,7 +193,8 @@ class LMActor(TrainedComponent):
             clip_ratio_high=alg.clip_ratio_high, clip_ratio_c=alg.clip_ratio_c,
             loss_agg_mode=alg.loss_agg_func, entropy_coef=alg.entropy_bonus,
             ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
-            kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef, **counts,
+            kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef,
+            **_with_budget_length(counts, micro, self.config),
         )  # fmt: skip
 
 
@@ -154,8 +206,9 @@ class LMCritic(TrainedComponent):
         self.config = config
         model = load_value_model(model_dir, config.actor.model.dtype)
         self.update_sizes = config.critic_update()
+        self.budget = config.critic_token_budget()
         self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,
-                                config.runner.seed + 1, config.critic)  # fmt: skip
+                                config.runner.seed + 1, config.critic, self.budget)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
 
     @staticmethod
@@ -170,11 +223,13 @@ class LMCritic(TrainedComponent):
     def compute_values(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` values of the response tokens (0 past each response's end)."""
         batch = batch.select(*CRITIC_READS[:5]).to(self.device)
-        parts = [
-            self._values(self.model, micro).cpu() * micro["response_mask"].cpu()
-            for micro in _micro_batches(batch, self.update_sizes.ppo_micro_batch_size)
-        ]
-        return torch.cat(parts)
+
+        def run(micro: TensorDict) -> dict[str, torch.Tensor]:
+            values = self._values(self.model, micro) * micro["response_mask"]
+            return {"values": values.cpu()}
+
+        return forward_in_parts(batch, self.update_sizes.ppo_micro_batch_size, self.budget,
+                                run)["values"]  # fmt: skip
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
@@ -186,7 +241,7 @@ class LMCritic(TrainedComponent):
         loss, metrics = value_loss(
             self._values(module, micro), micro["returns"], micro["values"],
             micro["response_mask"], value_clip=alg.value_clip, huber_delta=alg.huber_delta,
-            loss_agg_mode=alg.loss_agg_func, **counts,
+            loss_agg_mode=alg.loss_agg_func, **_with_budget_length(counts, micro, self.config),
         )  # fmt: skip
         return loss, {"vf_loss": loss.detach(), "vf_clipfrac": metrics["vf_clipfrac"]}
 

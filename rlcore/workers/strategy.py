@@ -40,8 +40,9 @@ class Strategy(Protocol):
         """A context in which ``backward`` accumulates gradients without communication."""
         ...
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` summed over the ranks (in place, and returned)."""
+    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+        """``tensor`` reduced over the ranks by ``op`` (a ``ReduceOp``; None: summed), in place,
+        and returned."""
         ...
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
@@ -80,7 +81,7 @@ class SingleProcess:
     def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
         return tensor
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
@@ -131,8 +132,8 @@ class DistributedDataParallel(SingleProcess):
     def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
         return module.no_sync()
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, group=self.group)
+    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
         return tensor
 
 
@@ -216,8 +217,8 @@ class FullyShardedDataParallel(SingleProcess):
 
         return accumulate()
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, group=self.group)
+    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
         return tensor
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -61,6 +61,10 @@ class Trainer:
         seed: seeds the mini-batch shuffle (the same on every rank: each shuffles its own rows).
         backend: the training backend (``strategy.make_strategy``): torch (single or DDP) or
             fsdp2, with ``fsdp``'s mixed precision and offload.
+        split: forms a mini-batch's micro-batches (row indices of each, e.g. by a token budget)
+            instead of ``sizes.micro_batch_size`` rows each; with several ranks, every rank
+            takes as many as the rank that needs the most (FSDP2 gathers weights per pass).
+        cut: applied to each micro-batch before its pass (cutting columns of padding).
     """
 
     def __init__(
@@ -78,6 +82,8 @@ class Trainer:
         backend: str = "torch",
         fsdp: FsdpOptions | None = None,
         max_skipped_steps: int | None = None,
+        split: Callable[[TensorDict], list[torch.Tensor]] | None = None,
+        cut: Callable[[TensorDict], TensorDict] | None = None,
     ) -> None:
         self.strategy: Strategy = make_strategy(ctx, backend, fsdp)
         self.component = getattr(ctx, "component", "model")
@@ -94,6 +100,7 @@ class Trainer:
         self.sizes = sizes
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.additive = additive
+        self.split, self.cut = split, cut
         self.shuffle = torch.Generator().manual_seed(seed)
         self.steps = 0
         self.skipped_steps = 0
@@ -137,10 +144,12 @@ class Trainer:
         for _ in range(self.sizes.epochs):
             shuffled = batch if one_pass else batch[torch.randperm(size, generator=self.shuffle)]
             epoch_counts = counts or self._global_counts(shuffled[mask_key], mini)
-            for i, start in enumerate(range(0, size, mini)):
-                minibatch = shuffled if mini == size else shuffled[start : start + mini]
+            minibatches = [shuffled if mini == size else shuffled[start : start + mini]
+                           for start in range(0, size, mini)]  # fmt: skip
+            plans = self._micro_plans(minibatches, micro)
+            for i, minibatch in enumerate(minibatches):
                 step_counts = {"num_tokens": epoch_counts[i][0], "num_seqs": epoch_counts[i][1]}
-                totals, names = self._accumulate(minibatch, micro, step_counts, loss_fn, names)
+                totals, names = self._accumulate(minibatch, plans[i], step_counts, loss_fn, names)
                 rows.append(totals)
                 norms.append(self._step())
         if self.scheduler is not None and self.schedule_every == "update":
@@ -148,22 +157,36 @@ class Trainer:
         table = torch.cat([torch.stack(rows), torch.stack(norms).to(rows[0])[:, None]], dim=1)
         return self._metrics(table, [*(names or []), "grad_norm"], lr)
 
-    def _accumulate(self, minibatch, micro, counts, loss_fn, names):
+    def _micro_plans(self, minibatches: list[TensorDict], micro: int) -> list[list[Any]]:
+        """Each mini-batch's micro-batches: slices of ``micro`` rows, or ``split``'s row
+        indices, as many on every rank (one reduction for all the mini-batches)."""
+        if self.split is None:
+            return [[slice(s, s + micro) for s in range(0, len(mb), micro)] for mb in minibatches]
+        plans = [self.split(mb) for mb in minibatches]
+        if self.world_size > 1:
+            most = torch.tensor([len(p) for p in plans], dtype=torch.float64, device=self.device)
+            most = self.strategy.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+            plans = [_in_parts(p, int(n)) for p, n in zip(plans, most.tolist(), strict=True)]
+        return plans
+
+    def _accumulate(self, minibatch, plan, counts, loss_fn, names):
         """One mini-batch's gradient, summed over its micro-batches; its metrics as a tensor."""
         self.optimizer.zero_grad(set_to_none=True)
-        starts = range(0, minibatch.batch_size[0], micro)
         sums = None
-        for j, start in enumerate(starts):
-            last = j == len(starts) - 1
+        for j, rows in enumerate(plan):
+            last = j == len(plan) - 1
+            micro = minibatch[rows]
+            if self.cut is not None:
+                micro = self.cut(micro)
             with contextlib.nullcontext() if last else self.strategy.no_sync(self.module):
-                loss, metrics = loss_fn(self.module, minibatch[start : start + micro], counts)
+                loss, metrics = loss_fn(self.module, micro, counts)
                 (loss * self.strategy.loss_scale).backward()
             if names is None:
                 names = list(metrics)
             values = torch.stack([metrics[n].detach().float().reshape(()) for n in names])
             sums = values if sums is None else sums + values
         share = torch.tensor([n in self.additive for n in names], device=sums.device)
-        return torch.where(share, sums, sums / len(starts)), names
+        return torch.where(share, sums, sums / len(plan)), names
 
     def _global_counts(self, mask: torch.Tensor, mini: int) -> list[list[int]]:
         """``[num_tokens, num_seqs]`` of each mini-batch, summed over ranks (one reduction)."""
@@ -261,6 +284,19 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])
         self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
+
+
+def _in_parts(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """``parts`` (row indices) split further, the largest in halves first, into ``count``."""
+    parts = list(parts)
+    while len(parts) < count:
+        largest = max(range(len(parts)), key=lambda i: len(parts[i]))
+        rows = parts.pop(largest)
+        if len(rows) < 2:
+            raise ValueError(f"cannot split {len(parts) + 1} micro-batches into {count}")
+        half = len(rows) // 2
+        parts[largest:largest] = [rows[:half], rows[half:]]
+    return parts
 
 
 class TrainedComponent:

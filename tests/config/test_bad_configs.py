@@ -173,6 +173,8 @@ BAD = [
     (ARITH, ["actor.training_backend=fsdp2", "actor.fsdp.offload=true", "cluster.device=cpu"],
      "actor.fsdp.offload", "nothing to offload"),
     (ARITH, ["sync.bucket_mb=0"], "sync.bucket_mb", "must be > 0"),
+    (ARITH, ["actor.max_tokens_per_micro_batch=256"], "actor.max_tokens_per_micro_batch",
+     "set actor.ppo_micro_batch_size=null, or remove the budget"),
     (ARITH, ["cluster.device=cuda", "cluster.devices_per_node=4", "cluster.component_placement="
              "{actor:0-1,critic:0-1,ref:0-1,rollout:2-3:0,reward:0-1}"],
      "cluster.component_placement", "rollout process 0 spans GPUs [2, 3], but a process uses "

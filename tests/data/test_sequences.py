@@ -2,9 +2,17 @@
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from tensordict import NonTensorStack, TensorDict
 
-from rlcore.data.sequences import left_pad, position_ids, response_mask
+from rlcore.data.sequences import (
+    left_pad,
+    position_ids,
+    response_mask,
+    token_budget_split,
+    trim_padding,
+)
 from rlcore.scheduler.handles import concat, split_batch
 
 
@@ -36,3 +44,35 @@ def test_a_batch_splits_over_ranks_and_joins_back_with_its_answers_alongside():
 def test_a_batch_that_ranks_cannot_share_evenly_is_refused_naming_the_call():
     with pytest.raises(ValueError, match=r"actor.update: a batch of 5 cannot be split evenly"):
         split_batch(TensorDict({"x": torch.arange(5)}, batch_size=[5]), 2, "actor.update")
+
+
+def layout(prompt_lengths, response_lengths, width=6):
+    """A batch of left-padded prompts and right-padded responses of the given lengths."""
+    ids, mask = left_pad([[7] * n for n in prompt_lengths], 0)
+    responses = torch.zeros(len(prompt_lengths), width, dtype=torch.long)
+    resp_mask = torch.zeros_like(responses)
+    for row, n in enumerate(response_lengths):
+        responses[row, :n], resp_mask[row, :n] = 5, 1
+    attention = torch.cat([mask, resp_mask], 1)
+    tensors = {"input_ids": torch.cat([ids, responses], 1), "attention_mask": attention,
+               "position_ids": position_ids(attention), "responses": responses,
+               "response_mask": resp_mask, "advantages": resp_mask.float()}  # fmt: skip
+    return TensorDict(tensors, batch_size=[len(prompt_lengths)])
+
+
+@given(lengths=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 6)), min_size=1,
+                        max_size=12), budget=st.integers(1, 60))  # fmt: skip
+def test_token_micro_batches_hold_every_row_once_within_the_budget(lengths, budget):
+    batch = layout([p for p, _ in lengths], [r for _, r in lengths])
+    parts = token_budget_split(batch, budget)
+    assert sorted(torch.cat(parts).tolist()) == list(range(len(lengths)))
+    for rows in parts:
+        whole, cut = batch[rows], trim_padding(batch[rows])
+        mine = [lengths[i] for i in rows.tolist()]
+        # the cut holds exactly the longest prompt and response of its rows, no more
+        assert cut["input_ids"].shape[1] == max(p for p, _ in mine) + max(r for _, r in mine)
+        assert cut["input_ids"].numel() <= budget or len(rows) == 1
+        # no real token is lost, and the positions stay those of the uncut rows
+        real, kept = whole["attention_mask"].bool(), cut["attention_mask"].bool()
+        assert cut["position_ids"][kept].tolist() == whole["position_ids"][real].tolist()
+        assert cut["advantages"].shape == cut["responses"].shape

@@ -108,6 +108,8 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
      *(f"algorithm.policy_loss={name}" for name in ("vanilla", "clip_cov", "kl_cov", "cispo",
                                                      "sapo", "geo_mean", "dppo_tv", "dppo_kl")),
      "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",
+     # micro-batches by tokens (the critic's budget is the actor's)
+     "actor.ppo_micro_batch_size=null actor.max_tokens_per_micro_batch=200",
      # a barely trained model is never right: DAPO's groups must differ in their scores
      "--config reasoning/tiny_arith_dapo data.train_batch_size=4 LENGTH_REWARD "
      "algorithm.filter_groups.metric=score"],

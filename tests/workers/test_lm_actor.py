@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
-from rlcore.data.sequences import left_pad, trim_responses
+from rlcore.data.sequences import left_pad, token_budget_split, trim_responses
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine
@@ -111,20 +111,35 @@ def gradients(component, batch, micro):
 
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_micro_batch_size_does_not_change_the_gradient(tiny_lm, mode):
+    """Micro-batches of 2 rows, or of at most 30 tokens (rows of like lengths, each cut of its
+    padding: sizes 1 to 3 here), give the whole mini-batch's gradient, and the forward passes
+    give the same log-probs and values."""
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"algorithm.loss_agg_func={mode}",
                          "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
+    budgeted = copy.deepcopy(config)
+    budgeted.actor.ppo_micro_batch_size = None
+    budgeted.actor.max_tokens_per_micro_batch = 30
     batch = make_batch(config, dirs)
     actor = LMActor(SOLO, config, dirs.actor)
     batch["old_log_probs"] = actor.compute_log_probs(batch) + 0.05  # ratios != 1: clipping acts
     batch["ref_log_probs"] = batch["old_log_probs"] - 0.1
     batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
+    sizes = [len(p) for p in token_budget_split(batch, 30)]
+    assert 1 < len(sizes) < len(batch) and max(sizes) > 1, sizes
+    valid = batch["response_mask"].bool()  # a cut micro-batch has no padding columns to fill
+    by_budget = LMActor(SOLO, budgeted, dirs.actor).compute_log_probs(batch) + 0.05
+    assert torch.allclose(by_budget[valid], batch["old_log_probs"][valid], atol=1e-5)
+    values = LMCritic(SOLO, budgeted, dirs.critic).compute_values(batch)
+    assert torch.allclose(values + 0.3, batch["values"], atol=1e-5)
     for trainer_cls in (LMActor, LMCritic):
         whole = gradients(trainer_cls(SOLO, config, dirs.actor), batch, micro=None)
         split = gradients(trainer_cls(SOLO, config, dirs.actor), batch, micro=2)
-        assert whole.keys() == split.keys() and whole
+        by_tokens = gradients(trainer_cls(SOLO, budgeted, dirs.actor), batch, micro=None)
+        assert whole.keys() == split.keys() == by_tokens.keys() and whole
         for name, grad in whole.items():
             assert torch.allclose(split[name], grad, atol=1e-5, rtol=1e-4), (trainer_cls, name)
+            assert torch.allclose(by_tokens[name], grad, atol=1e-5, rtol=1e-4), (trainer_cls, name)
 
 
 def test_gradient_checkpointing_gives_the_same_gradient(tiny_lm):
@@ -193,15 +208,19 @@ def rank_main(rank, port, out, component_cls, config, dirs, batch):
 
 
 @pytest.mark.parametrize("component_cls", [LMActor, LMCritic], ids=["actor", "critic"])
-@pytest.mark.parametrize("backend", ["torch", "fsdp2"])
+@pytest.mark.parametrize("backend", ["torch", "fsdp2", "fsdp2-tokens"])
 def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, backend,
                                                             component_cls):  # fmt: skip
     """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of
-    2 over 2 epochs, end where one process does on the whole batch."""
+    2 over 2 epochs, end where one process does on the whole batch. fsdp2-tokens: micro-batches
+    of at most 30 tokens, which the ranks need in different numbers: each takes as many as the
+    other (FSDP2 gathers the weights for every pass, all ranks together)."""
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
                          "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2")  # fmt: skip
-    # The worker-level backend (the config refuses fsdp2 until the runners are wired for it).
+    if backend == "fsdp2-tokens":
+        backend = "fsdp2"
+        config.actor.ppo_micro_batch_size, config.actor.max_tokens_per_micro_batch = None, 30
     config.actor.training_backend = config.critic.training_backend = backend
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
@@ -217,13 +236,18 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, b
     # DDP ranks hold the whole model; FSDP2 ranks about half of it each.
     for r in saved:
         assert r["held"] == 1.0 if backend == "torch" else 0.4 < r["held"] < 0.6, r["held"]
+    if config.actor.max_tokens_per_micro_batch:  # the two halves split into unequal numbers
+        counts = [len(token_budget_split(batch[h * 4 : (h + 1) * 4], 30)) for h in (0, 1)]
+        assert counts[0] != counts[1], counts
     start = component_cls(SOLO, config, dirs.actor).weights()
     assert any(not torch.equal(v, start[k]) for k, v in single.items())  # it did update
     assert ranks[0].keys() == single.keys()
     for name, value in single.items():
         assert torch.equal(ranks[0][name], ranks[1][name]), f"ranks disagree on {name}"
         # float32 sums in another order (2 ranks, a reduce-scatter): 1e-6 of weights ~0.1
-        assert torch.allclose(ranks[0][name], value, atol=1e-6), f"{name} differs from 1 rank"
+        # (token micro-batches regroup the rows by length on each rank: 2e-6)
+        tolerance = 2e-6 if config.actor.max_tokens_per_micro_batch else 1e-6
+        assert torch.allclose(ranks[0][name], value, atol=tolerance), f"{name} differs"
 
 
 def resume_main(rank, port, out, config, dirs, batch):
@@ -294,12 +318,15 @@ def test_fsdp2_on_one_rank_computes_like_torch_and_casts_with_mixed_precision(ti
     assert 1e-4 < cast < 2e-2, cast
 
 
-def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update(tiny_lm):
+# seq-mean-token-sum-norm divides by a constant length: the budget, not the cut width
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update(tiny_lm, mode):
     """The columns after the longest response are padding in every row: cutting them changes
     neither the log-probs, the values nor the update (to float tolerance)."""
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.ppo_micro_batch_size=4")  # fmt: skip
+                         "actor.ppo_micro_batch_size=4",
+                         f"algorithm.loss_agg_func={mode}")  # fmt: skip
     batch = make_batch(config, dirs)
     width = batch["responses"].shape[1]
     mask = (torch.arange(width) < batch["response_mask"].sum(-1, keepdim=True).clamp(max=5)).long()
