@@ -66,7 +66,7 @@ def export(run: str | Path, out: str | Path, step: int | None = None) -> Path:
 def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     from transformers import GenerationConfig
 
-    from rlcore.models.lm import load_causal_lm, load_tokenizer, load_value_model
+    from rlcore.models.lm import load_causal_lm, load_tokenizer, load_value_model, with_lora
     from rlcore.models.warmup import prepare_models
 
     # The architecture and tokenizer of the run's models (the tiny one from its cache, rebuilt
@@ -74,8 +74,11 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     dirs = prepare_models(config, say)
     tokenizer = load_tokenizer(dirs.actor)
     dtype = config.actor.model.dtype
-    actor = load_causal_lm(dirs.actor, dtype)
+    lora = config.actor.model.lora
+    actor = with_lora(load_causal_lm(dirs.actor, dtype), lora)
     _load_exactly(actor, checkpoint / "actor")
+    if lora.rank:  # the adapters merged into the weights: a plain model
+        actor = actor.merge_and_unload()
     eos = actor.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     if tokenizer.eos_token_id not in eos:
@@ -93,8 +96,10 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     actor.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if (checkpoint / "critic").is_dir():
-        critic = load_value_model(dirs.critic, dtype)  # as LMCritic builds it
-        _load_exactly(critic, checkpoint / "critic")
+        critic = with_lora(load_value_model(dirs.critic, dtype), lora, value_head=True)
+        _load_exactly(critic, checkpoint / "critic")  # as LMCritic builds it
+        if lora.rank:
+            critic = critic.merge_and_unload()
         critic.save_pretrained(out / "critic")
         load_tokenizer(dirs.critic).save_pretrained(out / "critic")
 

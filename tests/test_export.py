@@ -14,6 +14,7 @@ from rlcore.cli import main
 from rlcore.config import load_config
 from rlcore.data.sampler import prompt_batch
 from rlcore.data.sequences import response_mask
+from rlcore.models.lm import load_value_model, with_lora
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.reasoning import ReasoningRunner
@@ -22,8 +23,9 @@ from tests.lm_fixtures import tiny_config
 from tests.runners.test_reasoning import length_reward
 
 
-# torch: model.safetensors per component; fsdp2: torch.distributed.checkpoint shards
-@pytest.mark.parametrize("backend", ["torch", "fsdp2"])
+# torch: model.safetensors per component; fsdp2: torch.distributed.checkpoint shards; lora:
+# adapters on a frozen base, merged into the exported weights
+@pytest.mark.parametrize("backend", ["torch", "fsdp2", "lora"])
 def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_policy(
     tiny_lm, tmp_path, backend
 ):
@@ -31,8 +33,10 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
 
     _, dirs = tiny_lm
     cache = dirs.actor.parent
+    trained = (["actor.model.lora.rank=4", "actor.optim.lr=0.01"] if backend == "lora" else
+               [f"{c}.training_backend={backend}" for c in ("actor", "critic")])  # fmt: skip
     common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r",
-              *(f"{c}.training_backend={backend}" for c in ("actor", "critic")))  # fmt: skip
+              *trained)  # fmt: skip
     ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common))).run()
     run_dir = tmp_path / "r"
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
@@ -66,7 +70,17 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
     assert any(not torch.equal(base[k], v) for k, v in model.state_dict().items())
     critic = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf" / "critic")
     folder = run_dir / "checkpoints" / "iter_000002" / "critic"
-    assert (folder / "model.safetensors").is_file() == (backend == "torch")
+    assert (folder / "model.safetensors").is_file() == (backend != "fsdp2")
+    if backend == "lora":  # the merged critic computes what the adapted one did
+        assert not any("lora" in k for k in critic.state_dict())
+        adapted = with_lora(load_value_model(dirs.critic, "float32"),
+                            resumed.config.actor.model.lora, value_head=True)  # fmt: skip
+        adapted.load_state_dict(read_trained_weights(folder, adapted))
+        ids = prompts["input_ids"][:4]
+        with torch.no_grad():
+            assert torch.allclose(critic(input_ids=ids).logits, adapted(input_ids=ids).logits,
+                                  atol=1e-5)  # fmt: skip
+        return
     saved = read_trained_weights(folder, critic)
     exported = critic.state_dict()
     assert all(torch.equal(exported[k], v) for k, v in saved.items())

@@ -350,6 +350,21 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
                 f"micro-batches are formed by tokens or by rows, not both: set {name}.{given[0]}"
                 "=null, or remove the budget"
             )
+    lora = config.actor.model.lora
+    if lora.rank:
+        sharded = [n for n, sect in (("actor", actor), ("critic", critic))
+                   if sect.training_backend == "fsdp2"]  # fmt: skip
+        if sharded:
+            problems.append(
+                f"actor.model.lora.rank: {lora.rank}, but {sharded[0]}.training_backend is "
+                "fsdp2, and LoRA under FSDP2 is not built yet; use training_backend torch with "
+                "LoRA (the frozen base needs no sharded optimiser state), or lora.rank 0"
+            )
+        if not lora.target_modules:
+            problems.append(
+                "actor.model.lora.target_modules: empty, so LoRA would train nothing; name the "
+                "linear layers, e.g. [q_proj, v_proj], or set actor.model.lora.rank=0"
+            )
     tiny = config.actor.model.tiny
     if config.actor.model.path is None and tiny.hidden_size % tiny.num_heads:
         problems.append(

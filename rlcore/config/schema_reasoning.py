@@ -79,6 +79,27 @@ class TinyLMConfig:
     intermediate_size: int = key(512, doc="MLP width", range=">= 1")
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(kw_only=True)
+class LoraConfig:
+    rank: int = key(
+        0,
+        doc="LoRA (peft): the rank of the adapters trained on the actor and the critic while "
+        "their base weights stay frozen; the rollout gets only the adapters and the reference "
+        "is the base with them off (no copy); 0 = every weight trained (verl's lora_rank)",
+        range=">= 0",
+    )
+    alpha: float = key(
+        16.0, doc="the adapters' output is scaled by alpha / rank (verl's lora_alpha)", range="> 0"
+    )
+    target_modules: list[str] = key(
+        factory=lambda: list(LORA_TARGETS),
+        doc="the linear layers that get adapters, by name (verl's target_modules)",
+    )
+
+
 @dataclass(kw_only=True)
 class LMConfig:
     path: str | None = key(
@@ -91,6 +112,7 @@ class LMConfig:
         "pass instead of keeping them: less memory for another forward pass per layer",
     )
     tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
+    lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
 
 @dataclass(kw_only=True)

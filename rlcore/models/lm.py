@@ -8,6 +8,7 @@ in ``rlcore.models.warmup``), so a bad path fails first, naming its key.
 from __future__ import annotations
 
 import json
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,29 @@ def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     model.config.use_cache = True
     return _no_dropout(model)
+
+
+def with_lora(model: torch.nn.Module, lora: Any, value_head: bool = False) -> torch.nn.Module:
+    """``model`` with peft's LoRA adapters on ``lora.target_modules`` (rank ``lora.rank``, scale
+    ``alpha / rank``, no dropout): only the adapters train, and for a value model its head too;
+    ``model`` itself unchanged when ``lora.rank`` is 0."""
+    if not lora.rank:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+        lora_dropout=0.0, bias="none", task_type="TOKEN_CLS" if value_head else "CAUSAL_LM",
+        modules_to_save=["score"] if value_head else None,
+    )  # fmt: skip
+    with warnings.catch_warnings():  # peft asks transformers a question it has renamed
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated")
+        return get_peft_model(model, config)
+
+
+def is_adapter(name: str) -> bool:
+    """A LoRA adapter's tensor (what a rollout holding the base model is synced)."""
+    return ".lora_" in name
 
 
 def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:

@@ -40,7 +40,9 @@ def component_roles(config: RLCoreConfig) -> ComponentRoles:
         unused["critic"] = "critic.use_critic_model is false" + (
             "" if needs else f" (adv_type {alg.adv_type} needs no values)"
         )
-    if alg.kl_reward_on or alg.kl_loss_on:
+    if (alg.kl_reward_on or alg.kl_loss_on) and config.actor.model.lora.rank:
+        unused["ref"] = "the reference is the actor's base model with its LoRA adapters off"
+    elif alg.kl_reward_on or alg.kl_loss_on:
         required.insert(2 if "critic" in required else 1, "ref")
     elif alg.use_kl_in_reward or alg.use_kl_loss:  # its pass would be multiplied by 0
         unused["ref"] = "the reference KL's coefficient (kl_loss_coef, kl_ctrl.kl_coef) is 0"

@@ -168,6 +168,9 @@ class ReasoningRunner:
         if self.ref is not None:
             with watch("ref"):
                 batch["ref_log_probs"] = self.ref.compute_log_probs(batch)
+        elif cfg.algorithm.kl_loss_on or cfg.algorithm.kl_reward_on:  # LoRA: base = reference
+            with watch("ref"):
+                batch["ref_log_probs"] = self.actor.compute_ref_log_probs(batch)
         if self.critic is not None:
             with watch("values"):
                 batch["values"] = self.critic.compute_values(batch)

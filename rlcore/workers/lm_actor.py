@@ -33,7 +33,13 @@ from rlcore.data.sequences import (
     token_log_probs,
     trim_padding,
 )
-from rlcore.models.lm import enable_gradient_checkpointing, load_causal_lm, load_value_model
+from rlcore.models.lm import (
+    enable_gradient_checkpointing,
+    is_adapter,
+    load_causal_lm,
+    load_value_model,
+    with_lora,
+)
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
@@ -149,7 +155,9 @@ class LMActor(TrainedComponent):
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         torch.set_num_threads(config.runner.torch_threads)
         self.config = config
-        model = load_causal_lm(model_dir, config.actor.model.dtype)
+        self.lora = config.actor.model.lora.rank > 0
+        model = with_lora(load_causal_lm(model_dir, config.actor.model.dtype),
+                          config.actor.model.lora)  # fmt: skip
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
                                 config.runner.seed, config.actor,
                                 config.actor.max_tokens_per_micro_batch)  # fmt: skip
@@ -169,6 +177,21 @@ class LMActor(TrainedComponent):
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` log-probs of the responses under the current policy."""
         return _forward_log_probs(self, batch)["log_probs"]
+
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        """What a sync sends: every tensor, or with LoRA the adapters alone (the rollout holds
+        the same frozen base)."""
+        tensors = super().weight_tensors()
+        return {k: v for k, v in tensors.items() if is_adapter(k)} if self.lora else tensors
+
+    @dispatch(Dispatch.SHARD)
+    def compute_ref_log_probs(self, batch: TensorDict) -> torch.Tensor:
+        """With LoRA, the reference policy's ``[B, R]`` log-probs: the base model, the adapters
+        switched off for the pass (no second copy of the weights)."""
+        if not self.lora:
+            raise RuntimeError("the actor is the reference only with LoRA adapters")
+        with self.model.disable_adapter():
+            return _forward_log_probs(self, batch)["log_probs"]
 
     @dispatch(Dispatch.SHARD)
     def compute_log_probs_and_sum_pi_squared(self, batch: TensorDict) -> TensorDict:
@@ -204,7 +227,8 @@ class LMCritic(TrainedComponent):
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         torch.set_num_threads(config.runner.torch_threads)
         self.config = config
-        model = load_value_model(model_dir, config.actor.model.dtype)
+        model = with_lora(load_value_model(model_dir, config.actor.model.dtype),
+                          config.actor.model.lora, value_head=True)  # fmt: skip
         self.update_sizes = config.critic_update()
         self.budget = config.critic_token_budget()
         self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,

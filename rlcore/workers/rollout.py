@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import position_ids, response_mask
-from rlcore.models.lm import load_causal_lm, load_tokenizer
+from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.weight_version import check_weight_version
 
@@ -59,8 +59,12 @@ class HFEngine:
         self.config = config
         self.device = device
         self.tokenizer = load_tokenizer(model_dir)
+        lora = config.actor.model.lora
+        self.lora = lora.rank > 0
         self.model = (
-            model if model is not None else load_causal_lm(model_dir, config.actor.model.dtype)
+            model
+            if model is not None
+            else with_lora(load_causal_lm(model_dir, config.actor.model.dtype), lora)
         )
         self.model.to(self.device)
         eos = self.model.generation_config.eos_token_id
@@ -70,7 +74,10 @@ class HFEngine:
         self.eos_ids = eos
 
     def weights(self) -> dict[str, torch.Tensor]:
-        return dict(self.model.state_dict())
+        """The tensors a sync fills: all, or with LoRA the adapters (the base is the actor's
+        frozen one, loaded from the same folder)."""
+        tensors = self.model.state_dict()
+        return {k: v for k, v in tensors.items() if not self.lora or is_adapter(k)}
 
     def generation_config(self, greedy: bool, temperature: float | None = None) -> Any:
         from transformers import GenerationConfig

@@ -92,7 +92,8 @@ class Trainer:
         self.model = model.to(self.device)
         self.model.train()
         self.module = self.strategy.wrap(self.model)
-        self.optimizer = optimizer(self.model.parameters())
+        # the trained parameters only (a LoRA model's base is frozen)
+        self.optimizer = optimizer([p for p in self.model.parameters() if p.requires_grad])
         self.scheduler = (
             torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda) if lr_lambda else None
         )

@@ -173,6 +173,10 @@ BAD = [
     (ARITH, ["actor.training_backend=fsdp2", "actor.fsdp.offload=true", "cluster.device=cpu"],
      "actor.fsdp.offload", "nothing to offload"),
     (ARITH, ["sync.bucket_mb=0"], "sync.bucket_mb", "must be > 0"),
+    (ARITH, ["actor.model.lora.rank=4", "actor.training_backend=fsdp2"],
+     "actor.model.lora.rank", "LoRA under FSDP2 is not built yet"),
+    (ARITH, ["actor.model.lora.rank=4", "actor.model.lora.target_modules=[]"],
+     "actor.model.lora.target_modules", "LoRA would train nothing"),
     (ARITH, ["actor.max_tokens_per_micro_batch=256"], "actor.max_tokens_per_micro_batch",
      "set actor.ppo_micro_batch_size=null, or remove the budget"),
     (ARITH, ["cluster.device=cuda", "cluster.devices_per_node=4", "cluster.component_placement="
