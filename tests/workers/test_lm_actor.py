@@ -207,8 +207,12 @@ def rank_main(rank, port, out, component_cls, config, dirs, batch):
         torch.save({"weights": weights, "held": held}, os.path.join(out, f"rank{rank}.pt"))
 
 
-@pytest.mark.parametrize("component_cls", [LMActor, LMCritic], ids=["actor", "critic"])
-@pytest.mark.parametrize("backend", ["torch", "fsdp2", "fsdp2-tokens"])
+@pytest.mark.parametrize(
+    ("backend", "component_cls"),
+    [("torch", LMActor), ("torch", LMCritic), ("fsdp2", LMActor), ("fsdp2", LMCritic),
+     ("fsdp2-tokens", LMActor)],  # the critic's token micro-batches: the same Trainer path
+    ids=["torch-actor", "torch-critic", "fsdp2-actor", "fsdp2-critic", "fsdp2-tokens-actor"],
+)  # fmt: skip
 def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, backend,
                                                             component_cls):  # fmt: skip
     """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of

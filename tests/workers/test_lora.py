@@ -85,5 +85,3 @@ def test_a_rollout_holding_the_base_generates_as_the_actor_after_an_adapter_sync
         mine = actor.model(input_ids=ids).logits
         theirs = engine.model(input_ids=ids).logits
     assert torch.allclose(mine, theirs, atol=1e-6)
-
-
