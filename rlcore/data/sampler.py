@@ -25,7 +25,8 @@ def load_prompt_set(
     files = data.train_files if train else data.val_files
     if files:
         rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
-    else:
+    else:  # errors and notes name the task the prompts come from, not empty file keys
+        what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
         make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
             n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude

@@ -96,3 +96,12 @@ def test_over_long_prompts_are_dropped_and_counted_not_truncated():
     with pytest.raises(DataError, match=r"no chat template"):
         PromptSet.build(rows, CharTokenizer(), suffix="", chat_template=True, max_length=9,
                         what="data.train_files")  # fmt: skip
+
+
+def test_synthetic_prompts_that_do_not_fit_name_the_synthetic_task():
+    from rlcore.config import load_config
+    from rlcore.data.sampler import load_prompt_set
+
+    config = load_config("reasoning/tiny_arith_ppo", ["data.max_prompt_length=3"])
+    with pytest.raises(DataError, match=r"^data.synthetic \(validation problems\): every prompt"):
+        load_prompt_set(config, CharTokenizer(), train=False, log=lambda message: None)
