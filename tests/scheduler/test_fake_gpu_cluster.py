@@ -22,7 +22,8 @@ def gpu_plan(placement, nodes=2, per_node=4):
     [
         ({"actor,rollout,env": "all"}, "collocated"),
         ({"actor": "0-3", "rollout": "4-7"}, "disaggregated"),
-        ({"env": "0-3", "rollout": "4-7", "actor": "0-7"}, "hybrid"),
+        # 8 processes over both nodes (16 with env 0-3, rollout 4-7, actor 0-7: 10 s more)
+        ({"env": "0,4", "rollout": "1,5", "actor": "0-1,4-5"}, "hybrid"),
     ],
 )
 def test_each_worker_runs_on_the_planned_node_and_gpu(fake_gpu_cluster, placement, layout):
