@@ -210,10 +210,16 @@ def compute_grpo_advantage(
     """
     valid = response_mask.bool()
     scores = _sequence_scores(token_level_rewards, valid)
-    mean, std, _ = group_score_stats(scores, index)
-    adv = (scores - mean) / (std + epsilon) if norm_adv_by_std else scores - mean
-    advantages = _on_valid_tokens(adv, valid)
+    advantages = _on_valid_tokens(_group_normalized(scores, index, epsilon, norm_adv_by_std), valid)
     return advantages, advantages
+
+
+def _group_normalized(
+    scores: torch.Tensor, index: Any, epsilon: float, norm_adv_by_std: bool
+) -> torch.Tensor:
+    """GRPO's ``(s - mean_g) / (std_g + epsilon)``, or ``s - mean_g`` without the std, ``[B]``."""
+    mean, std, _ = group_score_stats(scores, index)
+    return (scores - mean) / (std + epsilon) if norm_adv_by_std else scores - mean
 
 
 @register_advantage("rloo", needs_groups=True)
@@ -451,9 +457,7 @@ def compute_gdpo_advantage(
                          f"{tuple(weights.shape)}")  # fmt: skip
     total = torch.zeros_like(components[:, 0])
     for k in range(components.shape[1]):
-        score = components[:, k]
-        mean, std, _ = group_score_stats(score, index)
-        normalized = (score - mean) / (std + epsilon) if norm_adv_by_std else score - mean
+        normalized = _group_normalized(components[:, k], index, epsilon, norm_adv_by_std)
         total = total + weights[k] * normalized
     advantages = masked_whiten(_on_valid_tokens(total, valid), valid)
     return advantages, advantages
