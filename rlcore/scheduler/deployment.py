@@ -121,11 +121,9 @@ class InDriver(_Deployment):
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy ``src``'s weights into ``dst`` a bucket at a time (nothing to copy for tensors
         they share)."""
-        from rlcore.scheduler.weight_buckets import buckets, copy_into
+        from rlcore.scheduler.weight_buckets import copy_weights
 
-        targets = self.objects[dst].weights()
-        for bucket in buckets(self.objects[src], self.bucket_bytes):
-            copy_into(targets, bucket)
+        copy_weights(self.objects[src], self.objects[dst], self.bucket_bytes)
         self.objects[dst].set_weight_version(version)
         return "in_process"
 

@@ -91,6 +91,14 @@ def unflatten_into(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
             start += nbytes
 
 
+def copy_weights(src: Any, dst: Any, bucket_bytes: int) -> None:
+    """In-process sync: ``src``'s whole weights into ``dst``'s tensors, a bucket at a time (no
+    copy where a module both share holds them)."""
+    targets = dst.weights()
+    for bucket in buckets(src, bucket_bytes):
+        copy_into(targets, bucket)
+
+
 def copy_into(dst: dict[str, torch.Tensor], bucket: dict[str, torch.Tensor]) -> None:
     """Each of ``bucket``'s tensors into ``dst``'s of the same name (not where they share
     memory: a module shared by two fused components)."""

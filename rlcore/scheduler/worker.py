@@ -202,11 +202,9 @@ class WorkerProcess:
     def copy_weights(self, src: str, dst: str, bucket_bytes: int) -> None:
         """In-process sync between fused components: a bucket at a time, one memcpy per tensor
         (none for a module both share)."""
-        from rlcore.scheduler.weight_buckets import buckets, copy_into
+        from rlcore.scheduler.weight_buckets import copy_weights
 
-        targets = self.instances[dst].weights()
-        for bucket in buckets(self.instances[src], bucket_bytes):
-            copy_into(targets, bucket)
+        copy_weights(self.instances[src], self.instances[dst], bucket_bytes)
 
     def open_sync_group(
         self,
