@@ -45,34 +45,10 @@ def response_mask(responses: torch.Tensor, eos_id: int | Sequence[int]) -> torch
     return (before_end == 0).long()
 
 
-RESPONSE_KEYS = ("responses", "response_mask", "rollout_log_probs")  # [B, R]
-SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # [B, P + R]
-
-
-def trim_responses(batch: Any) -> Any:
-    """``batch`` (as generated: the keys above, ``[B]`` ones and non-tensor data) cut to its
-    longest response: the positions after it are padding in every row, and every forward and
-    backward pass would pay for them. A copy; ``batch`` is left as it is."""
-    width = batch["responses"].shape[1]
-    longest = max(1, int(batch["response_mask"].sum(-1).max()))
-    if longest == width:
-        return batch
-    extra = [k for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() > 1
-             and k not in RESPONSE_KEYS + SEQUENCE_KEYS]  # fmt: skip
-    if extra:
-        raise ValueError(f"trim_responses: it does not know how to cut {extra}")
-    trimmed = batch.clone(recurse=False)
-    for key in RESPONSE_KEYS:
-        if key in batch.keys():  # noqa: SIM118 (a TensorDict)
-            trimmed.set(key, batch[key][:, :longest], inplace=False)
-    for key in SEQUENCE_KEYS:
-        trimmed.set(key, batch[key][:, : batch[key].shape[1] - (width - longest)], inplace=False)
-    return trimmed
-
-
 def trim_padding(batch: Any) -> Any:
-    """A training or forward micro-batch without the columns that are padding in all its rows:
-    left of the prompts (positions are explicit, so nothing moves) and right of the responses.
+    """A batch (as generated, or a training or forward micro-batch) without the columns that are
+    padding in all its rows: left of the prompts (positions are explicit, so nothing moves) and
+    right of the responses, which no pass then pays for.
     Its ``[B, R]`` tensors are those as wide as ``responses``; its ``[B, P + R]`` ones those as
     wide as ``input_ids``. The same log-probs and values, for fewer positions."""
     full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]

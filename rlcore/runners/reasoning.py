@@ -45,7 +45,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
-from rlcore.data.sequences import trim_responses
+from rlcore.data.sequences import trim_padding
 from rlcore.models.lm import load_tokenizer
 from rlcore.models.warmup import prepare_models
 from rlcore.placement import PlacementPlan
@@ -151,7 +151,7 @@ class ReasoningRunner:
         with watch("sync"):
             self._sync()
         batch, scored, metrics = self._generate(watch)
-        batch = trim_responses(batch)  # no pass pays for columns that are padding in every row
+        batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
         inputs = ADVANTAGES.entry(cfg.algorithm.adv_type).traits["inputs"]
         if self.reuse_log_probs:  # recorded while sampling with the actor's module
             batch.rename_key_("rollout_log_probs", "old_log_probs")

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
-from rlcore.data.sequences import left_pad, token_budget_split, trim_responses
+from rlcore.data.sequences import left_pad, token_budget_split, trim_padding
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine
@@ -337,7 +337,7 @@ def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update
     batch["response_mask"], batch["attention_mask"][:, -width:] = mask, mask
     batch["advantages"] *= mask
     batch["returns"] *= mask
-    cut = trim_responses(batch.exclude("advantages", "returns"))  # as generated
+    cut = trim_padding(batch.exclude("advantages", "returns"))  # as generated
     cut["advantages"], cut["returns"] = batch["advantages"][:, :5], batch["returns"][:, :5]
     assert cut["responses"].shape[1] == 5 < width
     assert cut["input_ids"].shape[1] == batch["input_ids"].shape[1] - (width - 5)
