@@ -154,11 +154,12 @@ class FsdpOptions:
         return cls(dtype, getattr(torch, section.reduce_dtype), section.offload)
 
 
-class FullyShardedDataParallel(SingleProcess):
+class FullyShardedDataParallel(DistributedDataParallel):
     """FSDP2: ``fully_shard`` on each repeated block (an HF decoder layer) and at the root, on a
     device mesh over the component's own group. Each rank holds 1/world of the parameters,
     gradients and optimiser state; a forward pass gathers a block's parameters and a backward
-    pass reduce-scatters its gradients, averaged like DDP's, hence the same loss scale. With
+    pass reduce-scatters its gradients, averaged like DDP's, hence DDP's loss scale and
+    reductions over the group. With
     ``options.param_dtype`` the gathered parameters are cast to it for the passes (the sharded
     ones the optimiser updates keep their dtype) and gradients are reduced in ``reduce_dtype``;
     with ``options.offload`` the shards live in CPU memory between uses.
@@ -172,12 +173,11 @@ class FullyShardedDataParallel(SingleProcess):
 
     def __init__(self, group: Any, rank: int, world_size: int, device: torch.device,
                  options: FsdpOptions | None = None) -> None:  # fmt: skip
-        self.group, self.rank, self.world_size, self.device = group, rank, world_size, device
-        self.options = options or FsdpOptions()
+        super().__init__(group, rank, world_size)
+        self.device, self.options = device, options or FsdpOptions()
         if self.options.offload and device.type != "cuda":
             raise ValueError("fsdp.offload moves a GPU model's shards to the CPU; the model is "
                              f"on {device}")  # fmt: skip
-        self.loss_scale = float(world_size)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import DeviceMesh
@@ -216,10 +216,6 @@ class FullyShardedDataParallel(SingleProcess):
                 module.set_requires_gradient_sync(True)
 
         return accumulate()
-
-    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
-        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
-        return tensor
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
