@@ -131,9 +131,9 @@ class ReasoningRunner:
         self.ref: LMReference | None = built.get("ref")
         # The rollout's recorded log-probs are the old log-probs when it samples with the
         # actor's own module (and the estimator needs no other output of that pass).
-        inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
+        self.inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
         self.reuse_log_probs = (not config.actor.recompute_log_probs
-                                and "sum_pi_squared" not in inputs
+                                and "sum_pi_squared" not in self.inputs
                                 and self.rollout.generates_with_the_actor())  # fmt: skip
 
     def _saved(self) -> dict[str, Any]:
@@ -152,7 +152,7 @@ class ReasoningRunner:
             self._sync()
         batch, scored, metrics = self._generate(watch)
         batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
-        inputs = ADVANTAGES.entry(cfg.algorithm.adv_type).traits["inputs"]
+        inputs = self.inputs  # what the estimator reads besides the rewards
         if self.reuse_log_probs:  # recorded while sampling with the actor's module
             batch.rename_key_("rollout_log_probs", "old_log_probs")
         else:

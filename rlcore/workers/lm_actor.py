@@ -118,7 +118,7 @@ def forward_in_parts(
         plan = token_budget_split(batch, budget)
     else:
         step = size or rows_total
-        plan = [torch.arange(s, min(s + step, rows_total)) for s in range(0, rows_total, step)]
+        plan = [slice(s, s + step) for s in range(0, rows_total, step)]  # views, no copies
     out: dict[str, torch.Tensor] = {}
     for rows in plan:
         part = fn(trim_padding(batch[rows]))
