@@ -224,14 +224,10 @@ def run_ppo(args, header: dict, rows: list[dict]) -> None:
     import trl
     from datasets import Dataset
     from torch import nn
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-    model_dir = args.model or header["model_dir"]
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model_dir, tokenizer, policy = load_policy(args, header)
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     value = AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1, dtype=torch.float32
@@ -317,20 +313,31 @@ def run_ppo(args, header: dict, rows: list[dict]) -> None:
     summarise(args, "ppo", trl.__version__, args.kl_coef, gc_collect, clock, settings)
 
 
+def load_policy(args, header: dict):
+    """The model folder, its tokenizer (left padding, a pad token) and the policy, float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = args.model or header["model_dir"]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return (
+        model_dir,
+        tokenizer,
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+    )
+
+
 def run_grpo(args, header: dict, rows: list[dict]) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    model_dir = args.model or header["model_dir"]
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model_dir, tokenizer, policy = load_policy(args, header)
 
     def accuracy(prompts, completions, answer, **kwargs):
         return [correct(c, a) for c, a in zip(completions, answer, strict=True)]
