@@ -45,6 +45,23 @@ def response_mask(responses: torch.Tensor, eos_id: int | Sequence[int]) -> torch
     return (before_end == 0).long()
 
 
+def concat_generated(batches: Sequence[Any], pad_id: int) -> Any:
+    """Generated batches joined row-wise, each one's prompts first left-padded to the widest
+    batch's (prompt batches are padded to their own longest prompt; the responses all have
+    the same width)."""
+    full = max(b["input_ids"].shape[1] for b in batches)
+    padded = []
+    for batch in batches:
+        extra = full - batch["input_ids"].shape[1]
+        if extra:
+            batch = batch.clone(recurse=False)
+            for key, fill in (("input_ids", pad_id), ("attention_mask", 0), ("position_ids", 0)):
+                batch.set(key, torch.nn.functional.pad(batch[key], (extra, 0), value=fill),
+                          inplace=False)  # fmt: skip
+        padded.append(batch)
+    return torch.cat(padded)
+
+
 def trim_padding(batch: Any) -> Any:
     """A batch (as generated, or a training or forward micro-batch) without the columns that are
     padding in all its rows: left of the prompts (positions are explicit, so nothing moves) and

@@ -45,7 +45,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
-from rlcore.data.sequences import trim_padding
+from rlcore.data.sequences import concat_generated, trim_padding
 from rlcore.models.lm import load_tokenizer
 from rlcore.models.warmup import prepare_models
 from rlcore.placement import PlacementPlan
@@ -228,7 +228,7 @@ class ReasoningRunner:
                     "or change the data"
                 )
         rows = wanted * size
-        batch = torch.cat([b for b, _ in kept])[:rows]
+        batch = concat_generated([b for b, _ in kept], pad)[:rows]
         scored = torch.cat([s for _, s in kept])[:rows]
         metrics = {"sampling/generation_batches": float(generations),
                    "sampling/kept_group_share": groups / (generations * wanted),

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.data.sequences import (
+    concat_generated,
     left_pad,
     position_ids,
     response_mask,
@@ -76,3 +77,17 @@ def test_token_micro_batches_hold_every_row_once_within_the_budget(lengths, budg
         real, kept = whole["attention_mask"].bool(), cut["attention_mask"].bool()
         assert cut["position_ids"][kept].tolist() == whole["position_ids"][real].tolist()
         assert cut["advantages"].shape == cut["responses"].shape
+
+
+def test_generated_batches_with_prompts_of_other_widths_join_as_one():
+    """Dynamic sampling joins generation batches whose longest prompts differ: each keeps its
+    tokens and positions, left-padded to the widest."""
+    short, wide = layout([2, 3], [4, 1]), layout([5, 1], [2, 6])
+    joined = concat_generated([short, wide], pad_id=0)
+    assert joined["input_ids"].shape == (4, 5 + 6) and joined["responses"].shape == (4, 6)
+    for rows, part in ((slice(0, 2), short), (slice(2, 4), wide)):
+        got, want = joined[rows], part
+        real, kept = want["attention_mask"].bool(), got["attention_mask"].bool()
+        assert got["input_ids"][kept].tolist() == want["input_ids"][real].tolist()
+        assert got["position_ids"][kept].tolist() == want["position_ids"][real].tolist()
+        assert torch.equal(got["responses"], want["responses"])
