@@ -12,8 +12,9 @@ critic_update, actor_update, sync (weights to the rollout). ``perf.tokens_per_s`
 and response tokens of the batch over the whole iteration; ``generated_tokens_per_s`` the
 response tokens over the generate stage. The warm-up of the tiny model is not timed (it is
 cached after the first run); the first seed builds it if needed. ``curve``: at each validation,
-``[iteration, response tokens generated so far, val/accuracy]`` (to compare recipes at equal
-generated tokens, e.g. ``--config reasoning/tiny_arith_dapo`` against the PPO default).
+``[iteration, response tokens generated so far, val/accuracy, seconds since the run started]``
+(to compare recipes at equal generated tokens, e.g. ``--config reasoning/tiny_arith_dapo``
+against the PPO default, or to read the time to an accuracy; the seconds include validation).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import statistics
 import tempfile
+import time
 
 from rlcore.config import load_config
 from rlcore.placement import plan_for_config
@@ -31,12 +33,17 @@ KEYS = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s", "pa
 
 
 class CurveRunner(ReasoningRunner):
-    """The runner, noting the generated tokens and accuracy at each validation."""
+    """The runner, noting the generated tokens, accuracy and wall time at each validation."""
+
+    def run(self) -> dict:
+        self.started = time.perf_counter()
+        return super().run()
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         metrics = super().evaluate(iteration)
         self.curve = [*getattr(self, "curve", []),
-                      [iteration, self.generated_tokens, metrics.get("val/accuracy")]]  # fmt: skip
+                      [iteration, self.generated_tokens, metrics.get("val/accuracy"),
+                       round(time.perf_counter() - self.started, 1)]]  # fmt: skip
         return metrics
 
 
