@@ -8,7 +8,13 @@ ManiSkill3 tasks are gymnasium ids ``maniskill/<Task>`` (rlcore/envs/maniskill.p
 
 from rlcore.envs import maniskill  # registers the maniskill/ ids
 from rlcore.envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
-from rlcore.envs.vector import SpaceSpec, check_output, make_vector_env, space_spec
+from rlcore.envs.vector import (
+    SpaceSpec,
+    check_output,
+    make_vector_env,
+    space_spec,
+    tensor_device,
+)
 
 __all__ = [
     "EnvError",
@@ -21,4 +27,5 @@ __all__ = [
     "registered_envs",
     "resolve_env",
     "space_spec",
+    "tensor_device",
 ]

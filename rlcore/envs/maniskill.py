@@ -138,18 +138,26 @@ def make_maniskill_vector_env(
 
 class NextStepVectorEnv(gym.vector.VectorEnv):
     """A batched ManiSkill env (``ManiSkillVectorEnv`` with ``auto_reset=False``) with
-    gymnasium's next-step autoreset and numpy arrays on the CPU, as rlcore's runner expects.
+    gymnasium's next-step autoreset.
 
     ManiSkill's own autoreset is same-step. Here the step after an episode ends resets just the
     envs that ended (a partial reset of the GPU scene) and returns their first observation with
     reward 0, terminated and truncated False; those envs' actions are ignored. The other envs
     step as usual.
+
+    It speaks gymnasium's numpy on the CPU by default. It is also a *tensor env*
+    (``rlcore.envs.vector.tensor_device``): with ``numpy`` set False (the embodied env worker
+    does this), observations, rewards and flags stay torch tensors on the simulator's device
+    (float32, float32, bool) and actions are taken as tensors, so a policy on that GPU acts on
+    the scene's own observations with no copy through the host per step.
     """
 
     def __init__(self, env: Any) -> None:
         self.env = env
         self.num_envs = int(env.num_envs)
         self.device = env.device
+        self.tensor_device = torch.device(env.device)
+        self.numpy = True
         self.single_observation_space = env.single_observation_space
         self.single_action_space = env.single_action_space
         self.observation_space = gym.vector.utils.batch_space(
@@ -165,14 +173,14 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict | None = None
-    ) -> tuple[np.ndarray, dict]:
+    ) -> tuple[np.ndarray | torch.Tensor, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._ended[:] = False
-        return _numpy(obs), _numpy(info)
+        return self._out(obs.float()), self._out(info)
 
     def step(
         self, actions: np.ndarray | torch.Tensor
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+    ) -> tuple:
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = torch.as_tensor(reward, device=self.device).clone()
@@ -187,12 +195,15 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
             truncated[ended] = False
         self._ended = terminated | truncated
         return (
-            _numpy(obs),
-            _numpy(reward).astype(np.float32),
-            _numpy(terminated).astype(bool),
-            _numpy(truncated).astype(bool),
-            _numpy(info),
+            self._out(obs.float()),
+            self._out(reward.float()),
+            self._out(terminated.bool()),
+            self._out(truncated.bool()),
+            self._out(info),
         )
+
+    def _out(self, x: Any) -> Any:
+        return _numpy(x) if self.numpy else x
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()

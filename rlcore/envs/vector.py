@@ -23,6 +23,7 @@ from typing import Literal
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from rlcore.envs.registry import EnvError, make_env, resolve_env
 
@@ -238,7 +239,11 @@ def _timed(
 
 
 def check_output(
-    env_id: str, where: str, obs: np.ndarray, reward: np.ndarray | None, obs_shape: tuple
+    env_id: str,
+    where: str,
+    obs: np.ndarray | torch.Tensor,
+    reward: np.ndarray | torch.Tensor | None,
+    obs_shape: tuple,
 ) -> None:
     """Stop on NaN or inf from an env, or observations of another shape than its space
     declares, naming it and ``where`` (step or reset), instead of training on garbage."""
@@ -249,7 +254,26 @@ def check_output(
             f"observation_space declares {tuple(obs_shape)}; make them agree"
         )
     for name, values in (("observation", obs), ("reward", reward)):
-        if values is not None and not np.isfinite(values).all():
+        if values is not None and not _finite(values):
             raise EnvError(
                 f"env.id: '{env_id}' returned a non-finite {name} (NaN or inf) from {where}"
             )
+
+
+def _finite(values: np.ndarray | torch.Tensor) -> bool:
+    if isinstance(values, torch.Tensor):
+        return bool(torch.isfinite(values).all())  # on the tensor's device: one flag comes back
+    return bool(np.isfinite(values).all())
+
+
+def tensor_device(envs: gym.vector.VectorEnv) -> torch.device | None:
+    """The device of a *tensor env*, else None.
+
+    A tensor env is a vector env that can keep its batches as torch tensors on its own device
+    (ManiSkill's GPU scene, ``rlcore.envs.maniskill.NextStepVectorEnv``): it has a
+    ``tensor_device`` and a ``numpy`` switch. Set ``numpy`` False and ``reset``/``step`` return
+    observations (float32), rewards (float32) and terminated/truncated flags (bool) as tensors on
+    that device and take actions as tensors; left True, it is a plain numpy vector env.
+    """
+    device = getattr(envs, "tensor_device", None)
+    return device if device is not None and hasattr(envs, "numpy") else None

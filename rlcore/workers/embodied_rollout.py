@@ -50,8 +50,9 @@ class EmbodiedRollout:
         self.env = env
         self.steps = run.rollout_steps
         shared = actor is not None and not actor.trainer.shards  # a sharded module cannot act
-        # The component's device (a GPU when the plan gives it one); envs and batches stay on
-        # the CPU, observations go to the policy and its outputs come back.
+        # The component's device (a GPU when the plan gives it one). Steps stay on the env's
+        # device (the CPU, or a GPU simulator's): observations go to the policy and its outputs
+        # come back there, so a policy on the simulator's GPU acts with no copy at all.
         self.device = actor.trainer.device if shared else ctx.torch_device
         self.model = actor.model if shared else make_policy(config, spec).to(self.device)
         self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
@@ -84,7 +85,7 @@ class EmbodiedRollout:
         """
         check_weight_version(self.rank, self.version, version)
         T, current = self.steps, self.env.observe()
-        obs = torch.empty((T, *current.shape))
+        obs = torch.empty((T, *current.shape), device=current.device)
         rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
         for t in range(T):
             obs[t] = current
@@ -98,19 +99,20 @@ class EmbodiedRollout:
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
         batch["obs"] = obs.transpose(0, 1)
         batch["last_obs"] = current
-        batch["last_value"] = self.model.value(current.to(self.device)).cpu()
+        batch["last_value"] = self.model.value(current.to(self.device))
         batch.update(self.env.finished_episodes())
-        return TensorDict(batch, batch_size=[current.shape[0]])
+        # The batch leaves on the CPU: one copy per rollout from a GPU simulator, none otherwise.
+        return TensorDict({k: v.cpu() for k, v in batch.items()}, batch_size=[current.shape[0]])
 
     def _act(self, obs: torch.Tensor, deterministic: bool = False):
         """``model.act`` over ``rollout.micro_batch_size`` observations at a time, on the
-        policy's device; the results on the CPU."""
+        policy's device; the results on the observations' device (the env's)."""
         chunks = (
             [obs] if self.micro is None or obs.shape[0] <= self.micro else obs.split(self.micro)
         )
         parts = [self.model.act(chunk.to(self.device), deterministic, generator=self.generator)
                  for chunk in chunks]  # fmt: skip
-        return tuple(torch.cat(items).cpu() for items in zip(*parts, strict=True))
+        return tuple(torch.cat(items).to(obs.device) for items in zip(*parts, strict=True))
 
     @dispatch(Dispatch.RANK0)
     @torch.no_grad()

@@ -7,6 +7,12 @@ otherwise (one round trip per step).
 Vector envs autoreset on the next step: the step after an episode ends only resets its env, so it
 is marked not ``valid``; the observation it starts from is the episode's final observation, whose
 value the rollout computes as for any other (``V(s_final)`` bootstraps a truncated episode).
+
+A *tensor env* (ManiSkill's GPU scene; ``rlcore.envs.vector.tensor_device``) is stepped in torch
+on its own device: observations, rewards, flags, normalisation statistics and episode sums stay
+there, actions go in as tensors, and the policy reads the observations where the simulator
+wrote them. Other envs are stepped in numpy on the CPU. Either way what leaves this worker each
+step is torch (``Transition``), on the env's device.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import torch
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig
-from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec
+from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, tensor_device
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
 from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -38,13 +44,15 @@ class Transition:
     next_obs: torch.Tensor  # the observations after the step, as the policy sees them
 
 
-def env_action(spec: SpaceSpec, action: torch.Tensor) -> np.ndarray:
+def env_action(spec: SpaceSpec, action: torch.Tensor, numpy: bool = True) -> Any:
     """What the envs receive: Gaussian samples clipped to the space (the policy's log-probs stay
-    those of the unclipped sample), indices as they are."""
+    those of the unclipped sample), indices as they are; a numpy array, or with ``numpy``
+    False (a tensor env) a tensor on the action's device."""
     if spec.action_kind == "box":
-        low, high = torch.as_tensor(spec.action_low), torch.as_tensor(spec.action_high)
-        return torch.clamp(action, low, high).numpy()
-    return action.numpy()
+        low = torch.as_tensor(spec.action_low, device=action.device)
+        high = torch.as_tensor(spec.action_high, device=action.device)
+        action = torch.clamp(action, low, high)
+    return action.numpy() if numpy else action
 
 
 def check_envs_can_be_saved(envs: Any, env_id: str) -> None:
@@ -81,9 +89,15 @@ class EnvWorker:
         self.num_envs = env.num_envs // ctx.world_size
         self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode)
         self.eval_envs = None
+        # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
+        self.device = tensor_device(self.envs)
         try:
+            if self.device is not None:
+                self.envs.numpy = False
             if self.rank == 0:
                 self.eval_envs = make_vector_env(env.id, run.eval_episodes, env.vector_mode)
+                if self.device is not None:
+                    self.eval_envs.numpy = False
             self.spec = space_spec(self.envs, env.id)
             self.pickled = env.checkpoint_state == "pickle"
             if run.checkpoint_every and self.pickled:
@@ -92,21 +106,22 @@ class EnvWorker:
             self.close()
             raise
         self.obs_norm = (
-            ObsNormalizer(self.spec.obs_shape, env.clip_obs) if env.normalize_obs else None
+            ObsNormalizer(self.spec.obs_shape, env.clip_obs, self.device)
+            if env.normalize_obs
+            else None
         )
         self.reward_scaler = (
-            RewardScaler(self.num_envs, config.algorithm.gamma, env.clip_reward)
+            RewardScaler(self.num_envs, config.algorithm.gamma, env.clip_reward, self.device)
             if env.normalize_reward
             else None
         )
         self.seed = run.seed
         self.steps_taken = 0  # vector steps, for the seed of a reseeded resume
         self.obs = self._reset(self.envs, run.seed + 1000 * self.rank, f"rank {self.rank}")
-        self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
-        self.episode_return = np.zeros(self.num_envs)
-        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self.episode_return = self._zeros(self.num_envs)
+        self.episode_length = self._zeros(self.num_envs, integer=True)
         self._clear_finished()
-        self.eval_obs: np.ndarray | None = None
 
     @dispatch(Dispatch.RANK0)
     def space_spec(self) -> SpaceSpec:
@@ -122,6 +137,16 @@ class EnvWorker:
         check_output(self.env_id, "reset", obs, None, self.spec.obs_shape)
         return torch.as_tensor(obs, dtype=torch.float32)
 
+    def _zeros(self, n: int, integer: bool = False) -> Any:
+        """Per-env running sums: numpy on the CPU, or tensors on a tensor env's device."""
+        if self.device is None:
+            return np.zeros(n, dtype=np.int64 if integer else np.float64)
+        return torch.zeros(n, dtype=torch.int64 if integer else torch.float64, device=self.device)
+
+    def _own(self, saved: torch.Tensor) -> Any:
+        """A checkpoint's CPU tensor as this worker keeps it (see ``_zeros``)."""
+        return saved.numpy().copy() if self.device is None else saved.to(self.device, copy=True)
+
     def _policy_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
         return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
@@ -135,7 +160,8 @@ class EnvWorker:
         observations only give V for bootstrapping (normalised without updating the statistics;
         the next rollout's first step takes them in)."""
         next_obs, reward, term, trunc, _ = step_within(
-            self.envs, env_action(self.spec, actions), self.step_timeout_s,
+            self.envs, env_action(self.spec, actions, numpy=self.device is None),
+            self.step_timeout_s,
             f"env '{self.env_id}' rank {self.rank}, step {self.steps_taken + 1}",
         )  # fmt: skip
         self.steps_taken += 1
@@ -146,33 +172,37 @@ class EnvWorker:
         rewards = torch.as_tensor(reward, dtype=torch.float32)
         if self.reward_scaler is not None:
             rewards = self.reward_scaler(rewards, done, valid)
-        self._track_episodes(reward, done.numpy(), valid.numpy())
+        if self.device is None:
+            self._track_episodes(reward, done.numpy(), valid.numpy())
+        else:
+            self._track_episodes(reward, done, valid)
         self.prev_done = done
         self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
         return Transition(rewards, terminated, truncated, valid,
                           self._policy_obs(self.obs, update=not last))  # fmt: skip
 
-    def _track_episodes(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+    def _track_episodes(self, reward: Any, done: Any, valid: Any) -> None:
+        """The same arithmetic on numpy arrays or on a tensor env's tensors."""
         self.episode_return += reward * valid
         self.episode_length += valid
         ended = done & valid
-        self.finished_return += np.where(ended, self.episode_return, 0.0)
-        self.finished_length += np.where(ended, self.episode_length, 0)
+        self.finished_return += self.episode_return * ended
+        self.finished_length += self.episode_length * ended
         self.finished_count += ended
         self.episode_return[ended], self.episode_length[ended] = 0.0, 0
 
     def _clear_finished(self) -> None:
-        self.finished_return = np.zeros(self.num_envs)
-        self.finished_length = np.zeros(self.num_envs, dtype=np.int64)
-        self.finished_count = np.zeros(self.num_envs, dtype=np.int64)
+        self.finished_return = self._zeros(self.num_envs)
+        self.finished_length = self._zeros(self.num_envs, integer=True)
+        self.finished_count = self._zeros(self.num_envs, integer=True)
 
     def finished_episodes(self) -> dict[str, torch.Tensor]:
         """Per env ``[N]``: summed return and length of the episodes that ended since the last
         call, and their count (sums, so that ranks and envs merge by adding)."""
         stats = {
-            "episode_return_sum": torch.from_numpy(self.finished_return),
-            "episode_length_sum": torch.from_numpy(self.finished_length),
-            "episode_count": torch.from_numpy(self.finished_count),
+            "episode_return_sum": torch.as_tensor(self.finished_return),
+            "episode_length_sum": torch.as_tensor(self.finished_length),
+            "episode_count": torch.as_tensor(self.finished_count),
         }
         self._clear_finished()
         return stats
@@ -182,21 +212,25 @@ class EnvWorker:
     def eval_reset(self, seed: int) -> torch.Tensor:
         obs = self._reset(self.eval_envs, seed, "eval")
         n = self.eval_envs.num_envs
-        self.eval_returns, self.eval_done = np.zeros(n), np.zeros(n, dtype=bool)
+        self.eval_returns = self._zeros(n)
+        self.eval_done = self._zeros(n, integer=True) > 0
         return self._policy_obs(obs, update=False)
 
     def eval_step(self, actions: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         """One step of every eval env; the observations, and the returns once all episodes ended
         (each env's first episode; the steps after it ended do not count)."""
         obs, reward, term, trunc, _ = step_within(
-            self.eval_envs, env_action(self.spec, actions), self.step_timeout_s,
-            f"eval env '{self.env_id}'",
+            self.eval_envs, env_action(self.spec, actions, numpy=self.device is None),
+            self.step_timeout_s, f"eval env '{self.env_id}'",
         )  # fmt: skip
         check_output(self.env_id, "an eval step", obs, reward, self.spec.obs_shape)
         self.eval_returns += reward * ~self.eval_done
         self.eval_done |= term | trunc
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
-        return seen, (self.eval_returns.copy() if self.eval_done.all() else None)
+        if not self.eval_done.all():
+            return seen, None
+        returns = self.eval_returns
+        return seen, returns.copy() if self.device is None else returns.cpu().numpy()
 
     # checkpoints: each rank's carry-over, and its envs when env.checkpoint_state is pickle ------
 
@@ -205,12 +239,12 @@ class EnvWorker:
         where = Path(directory)
         where.mkdir(parents=True, exist_ok=True)
         state = {
-            "obs": self.obs, "prev_done": self.prev_done,
-            "episode_return": torch.from_numpy(self.episode_return),
-            "episode_length": torch.from_numpy(self.episode_length),
-            "finished": {"return": torch.from_numpy(self.finished_return),
-                         "length": torch.from_numpy(self.finished_length),
-                         "count": torch.from_numpy(self.finished_count)},
+            "obs": self.obs.cpu(), "prev_done": self.prev_done.cpu(),
+            "episode_return": _cpu(self.episode_return),
+            "episode_length": _cpu(self.episode_length),
+            "finished": {"return": _cpu(self.finished_return),
+                         "length": _cpu(self.finished_length),
+                         "count": _cpu(self.finished_count)},
             "obs_norm": _state(self.obs_norm), "reward_scaler": _state(self.reward_scaler),
             "steps_taken": self.steps_taken,
         }  # fmt: skip
@@ -230,20 +264,21 @@ class EnvWorker:
             # env.checkpoint_state=pickle, for checkpoints from a trusted source.
             self.envs.close()
             self.envs = cloudpickle.loads(pickled.read_bytes())
-            self.obs, self.prev_done = state["obs"], state["prev_done"]
-            self.episode_return = state["episode_return"].numpy().copy()
-            self.episode_length = state["episode_length"].numpy().copy()
+            self.obs = state["obs"].to(self.device or "cpu")
+            self.prev_done = state["prev_done"].to(self.device or "cpu")
+            self.episode_return = self._own(state["episode_return"])
+            self.episode_length = self._own(state["episode_length"])
         else:
             # Fresh episodes from a seed of this rank and point in the run: reproducible, but
             # not the episodes an unbroken run would have gone on with.
             reseed = self.seed + 1000 * self.rank + 7_919 * self.steps_taken
             self.obs = self._reset(self.envs, reseed, f"rank {self.rank}")
-            self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool)
-            self.episode_return = np.zeros(self.num_envs)
-            self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
-        self.finished_return = state["finished"]["return"].numpy().copy()
-        self.finished_length = state["finished"]["length"].numpy().copy()
-        self.finished_count = state["finished"]["count"].numpy().copy()
+            self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            self.episode_return = self._zeros(self.num_envs)
+            self.episode_length = self._zeros(self.num_envs, integer=True)
+        self.finished_return = self._own(state["finished"]["return"])
+        self.finished_length = self._own(state["finished"]["length"])
+        self.finished_count = self._own(state["finished"]["count"])
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         if self.reward_scaler is not None:
@@ -258,3 +293,8 @@ class EnvWorker:
 
 def _state(stats: Any) -> dict | None:
     return None if stats is None else stats.state_dict()
+
+
+def _cpu(values: Any) -> torch.Tensor:
+    """A running sum (numpy, or a tensor on any device) as a CPU tensor for a checkpoint."""
+    return values.cpu() if isinstance(values, torch.Tensor) else torch.from_numpy(values)
