@@ -178,9 +178,7 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
         self._ended[:] = False
         return self._out(obs.float()), self._out(info)
 
-    def step(
-        self, actions: np.ndarray | torch.Tensor
-    ) -> tuple:
+    def step(self, actions: np.ndarray | torch.Tensor) -> tuple:
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = torch.as_tensor(reward, device=self.device).clone()
