@@ -9,7 +9,9 @@ Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two def
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
 bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes), ``maniskill``
-(PickCube's GPU simulator, random actions, when mani-skill is importable). A check that fails
+(PickCube's GPU simulator, random actions, when mani-skill is importable) and ``maniskill_ppo``
+(PPO iterations of ``embodied/maniskill_pickcube_ppo`` in its GPU recipe: 512 envs of the GPU
+simulator handing their observation tensors to the policy on the same GPU). A check that fails
 prints its error and the next runs.
 
 The qwen checks run ``--iterations`` iterations and report the last (the first pays for CUDA's
@@ -46,7 +48,7 @@ QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 
 SMALL = {**QWEN_05B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}  # fmt: skip
 
-CHECKS = ("cartpole", "tiny_reasoning", "qwen_ddp", "qwen_fsdp2", "maniskill")
+CHECKS = ("cartpole", "tiny_reasoning", "qwen_ddp", "qwen_fsdp2", "maniskill", "maniskill_ppo")
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -255,6 +257,30 @@ def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "obs_on": str(obs.device)}  # fmt: skip
 
 
+def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    try:
+        import mani_skill.envs  # noqa: F401
+    except ImportError as error:
+        return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
+    if args.device != "cuda":
+        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.embodied import EmbodiedRunner
+
+    num_envs, steps = 512, 50  # the config's GPU recipe
+    config = load_config("embodied/maniskill_pickcube_ppo", [
+        *_common(out, args.device), "env.vector_mode=native", f"env.num_envs={num_envs}",
+        f"runner.rollout_steps={steps}", "actor.ppo_epochs=4", "actor.ppo_mini_batch_size=800",
+        f"runner.total_env_steps={(args.iterations + 1) * num_envs * steps}",
+        "runner.eval_every=0", "runner.eval_episodes=4",
+    ])  # fmt: skip
+    runner = EmbodiedRunner(config, plan_for_config(config))
+    summary = runner.run()
+    keys = ("env_steps", "iterations", "wall_s", "sps", "train_sps", "seconds_per_stage")
+    return {"ok": True, "num_envs": num_envs, **{k: summary[k] for k in keys}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
@@ -274,7 +300,7 @@ def main() -> int:
     runs = {"cartpole": check_cartpole, "tiny_reasoning": check_tiny_reasoning,
             "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
             "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
-            "maniskill": check_maniskill}  # fmt: skip
+            "maniskill": check_maniskill, "maniskill_ppo": check_maniskill_ppo}  # fmt: skip
     failed = 0
     try:
         for name in args.only:
