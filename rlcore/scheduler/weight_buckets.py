@@ -106,3 +106,44 @@ def copy_into(dst: dict[str, torch.Tensor], bucket: dict[str, torch.Tensor]) -> 
         for name, tensor in bucket.items():
             if dst[name].data_ptr() != tensor.data_ptr():
                 dst[name].copy_(tensor)
+
+
+def share(bucket: dict[str, torch.Tensor]) -> tuple[tuple, torch.Tensor]:
+    """A handle to one bucket's bytes (``flatten``'s layout) that another process of the node
+    opens with ``opened`` without a copy, and the tensor the handle refers to, which the sender
+    keeps, unchanged, until every receiver has copied it. A GPU bucket gets a CUDA IPC handle
+    (torch's ``reduce_tensor``; the sender's writes are finished first). A CPU bucket is written
+    once into a named shared-memory segment (torch's ``file_system`` sharing), never shared in
+    place: sharing moves a storage into shared memory, which must not happen to the live
+    parameter a one-tensor bucket views."""
+    from torch.multiprocessing import get_sharing_strategy, set_sharing_strategy
+    from torch.multiprocessing.reductions import reduce_storage, reduce_tensor
+
+    first = next(iter(bucket.values()))
+    if first.is_cuda:
+        flat = flatten(bucket)
+        torch.cuda.current_stream(flat.device).synchronize()
+        return ("cuda", *reduce_tensor(flat)), flat
+    before = get_sharing_strategy()
+    set_sharing_strategy("file_system")  # a segment name any process of the node can open
+    try:
+        size = sum(t.numel() * t.element_size() for t in bucket.values())
+        kept = torch.empty(size, dtype=torch.uint8).share_memory_()
+        start = 0
+        for t in bucket.values():
+            part = t.contiguous().reshape(-1).view(torch.uint8)
+            kept[start : start + part.numel()].copy_(part)
+            start += part.numel()
+        rebuild, args = reduce_storage(kept.untyped_storage())
+    finally:
+        set_sharing_strategy(before)
+    return ("cpu", rebuild, args, size), kept
+
+
+def opened(handle: tuple) -> torch.Tensor:
+    """The bucket behind a ``share`` handle, in this process's memory map (no copy)."""
+    if handle[0] == "cuda":
+        _, rebuild, args = handle
+        return rebuild(*args)
+    _, rebuild, args, numel = handle
+    return torch.empty(0, dtype=torch.uint8).set_(rebuild(*args), 0, (numel,), (1,))

@@ -11,10 +11,15 @@ How, chosen by placement (``method="auto"``, ``WeightSync.choose``):
 - ``collective``: otherwise, unless processes of the sync share a GPU. Rank 0 of the sender
   broadcasts over a group it shares with every receiving rank (NCCL on GPU, gloo on CPU),
   created once per pair, one message per bucket.
-- ``object_store``: when processes of the sync share a GPU (NCCL refuses a group holding one
-  GPU twice), or on request: rank 0's weights go into Ray's object store once and each receiver
-  reads them. For 100M float32 parameters on one CPU node it takes 0.30 s against 0.15 s for
-  the gloo broadcast (benchmarks/scheduler.py), hence not the default elsewhere.
+- ``ipc``: when processes of the sync share a GPU (NCCL refuses a group holding one GPU
+  twice) and every receiving rank shares one with a rank of the sender (a collocated plan that
+  is not fused): each such sender rank hands its colocated receivers one CUDA IPC handle per
+  bucket, and they copy the bucket from its memory, GPU to GPU, with no host copy and no group.
+  On CPU slots it runs only on request, through named shared memory (how the tests run it).
+- ``object_store``: when processes of the sync share a GPU but ``ipc`` cannot pair them, or on
+  request: rank 0's weights go into Ray's object store once and each receiver reads them. For
+  100M float32 parameters on one CPU node it takes 0.30 s against 0.15 s for the gloo broadcast
+  (benchmarks/scheduler.py), hence not the default elsewhere.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import ray
 from rlcore.placement import PlacementPlan
 from rlcore.scheduler.worker_group import WorkerGroup
 
-METHODS = ("auto", "in_process", "collective", "object_store")
+METHODS = ("auto", "in_process", "collective", "ipc", "object_store")
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class WeightSync:
     def choose(self, src: str, dst: str) -> str:
         """``in_process`` for fused components; else ``collective``, unless two of the sync
         group's processes share a GPU, which NCCL refuses ("Duplicate GPU detected"): then
-        ``object_store``."""
+        ``ipc`` where every receiver shares its GPU with a sender rank, else ``object_store``."""
         plan = self.plan
         if any(src in group and dst in group for group in plan.fused):
             return "in_process"
@@ -77,8 +82,21 @@ class WeightSync:
             members = [plan.components[src][0], *plan.components[dst]]
             gpus = [(r.node, d) for r in members for d in r.devices]
             if len(set(gpus)) < len(gpus):
-                return "object_store"
+                return "ipc" if self._ipc_pairs(src, dst) is not None else "object_store"
         return "collective"
+
+    def _ipc_pairs(self, src: str, dst: str) -> dict[int, list[int]] | None:
+        """Sender rank -> the receiving ranks it serves by IPC: each receiver is served by a
+        sender rank on its GPU (on CPU slots, on its node: shared memory spans the node); None
+        when some receiver has no such sender rank."""
+        senders, pairs = self.plan.components[src], {}
+        for j, receiver in enumerate(self.plan.components[dst]):
+            same = [i for i, s in enumerate(senders) if s.node == receiver.node
+                    and (self.plan.device != "cuda" or s.devices == receiver.devices)]  # fmt: skip
+            if not same:
+                return None
+            pairs.setdefault(same[0], []).append(j)
+        return pairs
 
     def sync(self, src: str, dst: str, method: str = "auto") -> SyncReport:
         if method not in METHODS:
@@ -91,6 +109,7 @@ class WeightSync:
         layout = self._check_compatible(src, dst)
         transfer = {
             "in_process": self._in_process,
+            "ipc": self._ipc,
             "object_store": self._object_store,
             "collective": self._collective,
         }[chosen]
@@ -118,6 +137,22 @@ class WeightSync:
     def _in_process(self, src: str, dst: str) -> None:
         group = self.group(dst)
         group.get([h.copy_weights.remote(src, dst, self.bucket_bytes) for h in group.handles])
+
+    def _ipc(self, src: str, dst: str) -> None:
+        pairs = self._ipc_pairs(src, dst)
+        if pairs is None:
+            where = "GPU" if self.plan.device == "cuda" else "node"
+            raise ValueError(f"ipc sync {src} -> {dst} needs every {dst} rank on the {where} "
+                             f"of a {src} rank")  # fmt: skip
+        sender, receivers = self.group(src), self.group(dst)
+        if {id(h) for h in sender.handles} & {id(h) for h in receivers.handles}:
+            raise ValueError(f"ipc sync needs every {dst} rank apart from the {src} ranks")
+        sender.get([
+            h.share_weights.remote(src, dst, self.bucket_bytes,
+                                   [receivers.handles[j] for j in pairs.get(i, [])],
+                                   self.collective_timeout_s)
+            for i, h in enumerate(sender.handles)
+        ])  # fmt: skip
 
     def _object_store(self, src: str, dst: str) -> None:
         sender = self.group(src)

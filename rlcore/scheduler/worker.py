@@ -259,6 +259,41 @@ class WorkerProcess:
             group.broadcast([flat], options).wait()
             unflatten_into(flat, tensors)
 
+    def share_weights(
+        self, component: str, dst: str, bucket_bytes: int, receivers: list[Any], timeout_s: float
+    ) -> None:
+        """IPC sync: hand each bucket of ``component``'s whole weights to ``receivers`` (the
+        processes of ``dst`` on this one's GPU) as a handle to this process's memory, and wait
+        until every one has copied it before the next bucket. Every rank of ``component`` calls
+        this together (a sharded model is gathered bucket by bucket); ranks with no receivers
+        only help gather."""
+        import ray
+
+        from rlcore.scheduler.weight_buckets import buckets, share
+
+        for bucket in buckets(self.instances[component], bucket_bytes):
+            if receivers:
+                handle, kept = share(bucket)
+                copies = [r.receive_shared_weights.remote(dst, list(bucket), handle)
+                          for r in receivers]  # fmt: skip
+                ray.get(copies, timeout=timeout_s)
+                del kept
+
+    def receive_shared_weights(self, component: str, names: list[str], handle: tuple) -> None:
+        """Copy the bucket behind ``handle`` (``share_weights``) into ``component``'s tensors
+        ``names``, and finish the copy before returning: the sender then frees the bucket."""
+        import torch
+
+        from rlcore.scheduler.weight_buckets import opened, unflatten_into
+
+        weights = self.instances[component].weights()
+        targets = [weights[name] for name in names]
+        flat = opened(handle)
+        unflatten_into(flat, targets)
+        if flat.is_cuda:
+            torch.cuda.current_stream(flat.device).synchronize()
+        del flat
+
     def close(self) -> None:
         """Close the components (async envs own subprocesses), then the groups."""
         import contextlib

@@ -249,6 +249,18 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
     for rank in range(group("rollout").world_size):
         synced = group("rollout").call_rank(rank, "weights")
         assert all(torch.equal(trained[0][k], synced[k]) for k in synced)
+    if layout == "rollout-apart":
+        # Whole weights by IPC handles (the shared-GPU path; named shared memory on CPU
+        # slots): both sharded ranks gather each bucket, and a rank on the rollout's node hands
+        # it over. Another iteration first trains the actor past what the rollout holds.
+        runner.iterate(2)
+        trained = group("actor").call_all("weights")
+        held = group("rollout").call_rank(0, "weights")
+        assert any(not torch.equal(trained[0][k], held[k]) for k in held)
+        report = runner.components.scheduler.sync_weights("actor", "rollout", method="ipc")
+        assert report.method == "ipc"
+        synced = group("rollout").call_rank(0, "weights")
+        assert all(torch.equal(trained[0][k], synced[k]) for k in synced)
     assert runner.run()["iterations"] == 2
 
 

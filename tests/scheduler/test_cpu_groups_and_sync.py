@@ -10,8 +10,8 @@ from tests.scheduler.components import Model
 ROLES = ComponentRoles("embodied", ("actor", "rollout"))
 
 
-def cpu_plan(placement):
-    return build_plan(placement, ROLES, num_nodes=1, devices_per_node=2, device="cpu")
+def cpu_plan(placement, fuse=True):
+    return build_plan(placement, ROLES, num_nodes=1, devices_per_node=2, device="cpu", fuse=fuse)
 
 
 def equal_weights(a, b):
@@ -37,18 +37,21 @@ SMALL = 40
 
 
 @pytest.mark.parametrize(
-    ("placement", "method", "expected", "bucket"),
+    ("placement", "method", "expected", "bucket", "fuse"),
     [
-        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL),  # collocated, fused
-        ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20),  # disaggregated
-        ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL),
-        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective", SMALL),  # 4 receivers
+        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL, True),  # collocated, fused
+        ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20, True),  # disaggregated
+        ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL, True),
+        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective", SMALL, True),  # 4 ranks
+        # collocated, not fused: each actor rank hands its own rollout rank the buckets (the
+        # CUDA IPC path of a shared GPU; named shared memory on CPU slots)
+        ({"actor,rollout": "0-1"}, "ipc", "ipc", SMALL, False),
     ],
 )
 def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
-    local_ray, placement, method, expected, bucket
+    local_ray, placement, method, expected, bucket, fuse
 ):
-    with Scheduler(cpu_plan(placement), sync_bucket_bytes=bucket) as scheduler:
+    with Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=bucket) as scheduler:
         actor = scheduler.launch("actor", Model, 1)
         rollout = scheduler.launch("rollout", Model, 2)  # another seed: different weights
         source = actor.call_rank(0, "snapshot")
@@ -100,9 +103,12 @@ def test_scatter_futures_and_one_rank_calls(local_ray):
     [
         ({"actor,rollout": "0-1"}, True, "cuda", "in_process"),
         ({"actor": "0-1", "rollout": "2-3"}, True, "cuda", "collective"),
-        # unfused on the same GPUs: NCCL refuses a group holding one GPU twice
-        ({"actor,rollout": "0-1"}, False, "cuda", "object_store"),
-        ({"actor": "0-1", "rollout": "2:0-1"}, True, "cuda", "object_store"),  # 2 on one GPU
+        # unfused on the same GPUs: NCCL refuses a group holding one GPU twice; each rollout
+        # rank shares a GPU with an actor rank, which hands it CUDA IPC handles
+        ({"actor,rollout": "0-1"}, False, "cuda", "ipc"),
+        ({"actor": "0-1", "rollout": "0-1:0-3"}, True, "cuda", "ipc"),  # 2 rollouts per GPU
+        # 2 rollouts on GPU 2, where no actor rank is: no IPC pairing
+        ({"actor": "0-1", "rollout": "2:0-1"}, True, "cuda", "object_store"),
         ({"actor,rollout": "0-1"}, False, "cpu", "collective"),  # gloo minds no sharing
     ],
 )
