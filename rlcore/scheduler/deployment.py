@@ -81,6 +81,11 @@ class _Deployment(abc.ABC):
         self._held[dst] = version
         return SyncRecord(method, time.perf_counter() - start, version)
 
+    def forget_weights(self, dst: str) -> None:
+        """``dst`` no longer holds its weights (an engine that released its memory): the next
+        ``sync_weights`` copies them whatever the version."""
+        self._held.pop(dst, None)
+
     @abc.abstractmethod
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         """Copy the weights, tell ``dst`` its version; how it was done."""

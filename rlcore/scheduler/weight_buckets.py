@@ -6,6 +6,10 @@ model sharded by FSDP2 these are ``DTensor`` shards: ``buckets`` gathers them a 
 (a collective that every rank of the component joins, in the same order), where a plain model's
 buckets are views of its own tensors. Both sides of a sync cut the same name-ordered layout the
 same way (``plan_buckets``), so a receiver knows each bucket's tensors before it arrives.
+
+A receiver either exposes the tensors a bucket is copied into (``weights()``), or, when its
+weights live outside its process (an SGLang engine's: ``pushes_weights``), describes them
+(``weight_layout()``) and takes each bucket as named tensors (``load_bucket``): ``deliver``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ def plan_buckets(entries: Layout, bucket_bytes: int) -> list[list[str]]:
         buckets[-1].append(name)
         size += nbytes
     return buckets
+
+
+def layout_of(component: Any) -> Layout:
+    """What ``component`` sends or takes in a sync, with nothing gathered."""
+    if getattr(component, "pushes_weights", False):
+        return component.weight_layout()
+    return layout(live(component))
 
 
 def live(component: Any) -> dict[str, torch.Tensor]:
@@ -93,10 +104,34 @@ def unflatten_into(flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
 
 def copy_weights(src: Any, dst: Any, bucket_bytes: int) -> None:
     """In-process sync: ``src``'s whole weights into ``dst``'s tensors, a bucket at a time (no
-    copy where a module both share holds them)."""
+    copy where a module both share holds them), or pushed into ``dst`` a bucket at a time."""
+    if getattr(dst, "pushes_weights", False):
+        for bucket in buckets(src, bucket_bytes):
+            dst.load_bucket(bucket)
+        return
     targets = dst.weights()
     for bucket in buckets(src, bucket_bytes):
         copy_into(targets, bucket)
+
+
+def deliver(dst: Any, names: list[str], flat: torch.Tensor) -> None:
+    """One received bucket (``flatten``'s bytes of the tensors ``names``) into ``dst``: copied
+    into its tensors, or pushed into it as views of ``flat`` (see the module docstring)."""
+    if not getattr(dst, "pushes_weights", False):
+        weights = dst.weights()
+        unflatten_into(flat, [weights[name] for name in names])
+        return
+    rows = {row[0]: row for row in dst.weight_layout()}
+    bucket, start = {}, 0
+    for name in names:
+        _, shape, dtype, nbytes = rows[name]
+        kind = getattr(torch, dtype.removeprefix("torch."))
+        part = flat[start : start + nbytes]
+        if start % part.new_empty(0, dtype=kind).element_size():
+            part = part.clone()  # a view as a wider dtype needs aligned bytes
+        bucket[name] = part.view(kind).reshape(shape)
+        start += nbytes
+    dst.load_bucket(bucket)
 
 
 def copy_into(dst: dict[str, torch.Tensor], bucket: dict[str, torch.Tensor]) -> None:

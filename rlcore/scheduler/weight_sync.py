@@ -159,7 +159,8 @@ class WeightSync:
         weights = sender.handles[0].export_weights.remote(src, self.bucket_bytes)
         helping = self._gather_elsewhere(src)
         group = self.group(dst)
-        group.get([h.import_weights.remote(dst, weights) for h in group.handles])
+        group.get([h.import_weights.remote(dst, weights, self.bucket_bytes)
+                   for h in group.handles])  # fmt: skip
         sender.get(helping, ranks=range(1, sender.world_size))
 
     def _gather_elsewhere(self, src: str) -> list[Any]:

@@ -161,9 +161,9 @@ class WorkerProcess:
 
     def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str, int]]:
         """``(name, shape, dtype, bytes)`` of each tensor, in name order (nothing gathered)."""
-        from rlcore.scheduler.weight_buckets import layout, live
+        from rlcore.scheduler.weight_buckets import layout_of
 
-        return layout(live(self.instances[component]))
+        return layout_of(self.instances[component])
 
     def gather_weights(self, component: str, bucket_bytes: int) -> None:
         """Join the bucket-by-bucket gather of ``component``'s whole weights that another rank
@@ -187,17 +187,25 @@ class WorkerProcess:
             for name, t in bucket.items()
         }
 
-    def import_weights(self, component: str, weights: dict[str, Any]) -> None:
+    def import_weights(self, component: str, weights: dict[str, Any], bucket_bytes: int) -> None:
         import warnings
 
         import torch
 
+        from rlcore.scheduler.weight_buckets import deliver, layout_of, plan_buckets
+
+        instance = self.instances[component]
         with torch.no_grad(), warnings.catch_warnings():
             # The arrays are read-only views of the object store; they are only read here.
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            for name, tensor in self.instances[component].weights().items():
-                raw = torch.from_numpy(weights[name])
-                tensor.copy_(raw.view(tensor.dtype).reshape(tensor.shape))
+            if not getattr(instance, "pushes_weights", False):
+                for name, tensor in instance.weights().items():
+                    raw = torch.from_numpy(weights[name])
+                    tensor.copy_(raw.view(tensor.dtype).reshape(tensor.shape))
+                return
+            for names in plan_buckets(layout_of(instance), bucket_bytes):
+                raw = [torch.from_numpy(weights[name]) for name in names]
+                deliver(instance, names, raw[0] if len(raw) == 1 else torch.cat(raw))
 
     def copy_weights(self, src: str, dst: str, bucket_bytes: int) -> None:
         """In-process sync between fused components: a bucket at a time, one memcpy per tensor
@@ -237,10 +245,10 @@ class WorkerProcess:
 
         from rlcore.scheduler.weight_buckets import (
             buckets,
+            deliver,
             flatten,
-            layout,
+            layout_of,
             plan_buckets,
-            unflatten_into,
         )
 
         group, rank = self.sync_groups[name]
@@ -251,13 +259,13 @@ class WorkerProcess:
             for bucket in buckets(instance, bucket_bytes):
                 group.broadcast([flatten(bucket)], options).wait()
             return
-        targets = instance.weights()
-        for names in plan_buckets(layout(targets), bucket_bytes):
-            tensors = [targets[n] for n in names]
-            size = sum(t.numel() * t.element_size() for t in tensors)
-            flat = torch.empty(size, dtype=torch.uint8, device=tensors[0].device)
+        entries = {row[0]: row for row in layout_of(instance)}
+        device = _receiving_device(instance)
+        for names in plan_buckets(list(entries.values()), bucket_bytes):
+            size = sum(entries[n][3] for n in names)
+            flat = torch.empty(size, dtype=torch.uint8, device=device)
             group.broadcast([flat], options).wait()
-            unflatten_into(flat, tensors)
+            deliver(instance, names, flat)
 
     def share_weights(
         self, component: str, dst: str, bucket_bytes: int, receivers: list[Any], timeout_s: float
@@ -284,12 +292,10 @@ class WorkerProcess:
         ``names``, and finish the copy before returning: the sender then frees the bucket."""
         import torch
 
-        from rlcore.scheduler.weight_buckets import opened, unflatten_into
+        from rlcore.scheduler.weight_buckets import deliver, opened
 
-        weights = self.instances[component].weights()
-        targets = [weights[name] for name in names]
         flat = opened(handle)
-        unflatten_into(flat, targets)
+        deliver(self.instances[component], names, flat)
         if flat.is_cuda:
             torch.cuda.current_stream(flat.device).synchronize()
         del flat
@@ -312,3 +318,11 @@ class WorkerProcess:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _receiving_device(instance: Any) -> Any:
+    """Where a broadcast bucket lands: the device of the receiver's tensors, or of the engine
+    it pushes them into (a collective over NCCL needs the GPU)."""
+    if getattr(instance, "pushes_weights", False):
+        return instance.engine.device
+    return next(iter(instance.weights().values())).device

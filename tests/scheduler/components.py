@@ -65,3 +65,35 @@ class Model:
         value = torch.tensor([float(self.ctx.rank)])
         dist.all_reduce(value, group=self.ctx.group)
         return value.item()
+
+
+class PushedModel(Model):
+    """A receiver whose weights live elsewhere (as an SGLang engine's do): it describes them and
+    takes each bucket as named tensors, which it stores apart from its own tensors."""
+
+    pushes_weights = True
+
+    def __init__(self, ctx, seed, width=8):
+        super().__init__(ctx, seed, width)
+        self.engine = type("Engine", (), {"device": torch.device("cpu")})()
+        self.buckets = 0
+
+    def weight_layout(self):
+        from rlcore.scheduler.weight_buckets import layout
+
+        return layout(self.net.state_dict())
+
+    def load_bucket(self, bucket):
+        self.buckets += 1
+        with torch.no_grad():
+            for name, tensor in bucket.items():
+                self.net.state_dict()[name].copy_(tensor)
+
+    def weights(self):
+        raise AssertionError("a pushed receiver's tensors are never copied into directly")
+
+    def snapshot(self):
+        return {k: v.clone() for k, v in self.net.state_dict().items()}
+
+    def buckets_loaded(self):
+        return self.buckets

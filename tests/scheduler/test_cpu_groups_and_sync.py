@@ -5,7 +5,7 @@ import torch
 
 from rlcore.placement import ComponentRoles, build_plan
 from rlcore.scheduler import Scheduler
-from tests.scheduler.components import Model
+from tests.scheduler.components import Model, PushedModel
 
 ROLES = ComponentRoles("embodied", ("actor", "rollout"))
 
@@ -67,6 +67,28 @@ def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
         updated = actor.call_rank(0, "snapshot")
         assert not equal_weights(source, updated)
         assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
+
+
+@pytest.mark.parametrize(
+    ("placement", "method", "fuse"),
+    [
+        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", True),
+        ({"actor": "0", "rollout": "1"}, "object_store", True),
+        ({"actor,rollout": "0-1"}, "ipc", False),
+        # in_process: the SGLang adapter's run test (tests/workers/test_sglang_engine.py)
+    ],
+)
+def test_a_receiver_that_takes_pushed_buckets_gets_every_one(local_ray, placement, method, fuse):
+    """A receiver whose weights live outside its process (an SGLang engine) is handed each
+    40-byte bucket as named tensors, whatever way the bucket travelled."""
+    with Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=SMALL) as scheduler:
+        actor = scheduler.launch("actor", Model, 1)
+        rollout = scheduler.launch("rollout", PushedModel, 2)
+        report = scheduler.sync_weights("actor", "rollout", method=method)
+        assert report.method == method
+        source = actor.call_rank(0, "snapshot")
+        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
+        assert rollout.call_all("buckets_loaded") == [5] * rollout.world_size  # see SMALL
 
 
 def test_mismatched_weights_are_refused_with_the_tensor_names(local_ray):
