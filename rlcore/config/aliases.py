@@ -100,6 +100,7 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.rollout.response_length": _verl("data.max_response_length"),
     "actor_rollout_ref.rollout.prompt_length": _verl("data.max_prompt_length"),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": _verl("rollout.tensor_parallel_size"),
+    "actor_rollout_ref.rollout.gpu_memory_utilization": _verl("rollout.gpu_memory_utilization"),
     "actor_rollout_ref.rollout.log_prob_micro_batch_size": _verl(
         "actor.log_prob_micro_batch_size", note=PER_RANK
     ),

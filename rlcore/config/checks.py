@@ -6,6 +6,7 @@ the per-key validation and before any process starts.
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import re
 from typing import Any
@@ -301,16 +302,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
             "algorithm.loss_type: reasoning mode trains a separate critic model, so the actor "
             "and critic cannot share one backward pass; use loss_type actor"
         )
-    if config.rollout.tensor_parallel_size > 1:
-        problems.append(
-            f"rollout.tensor_parallel_size: {config.rollout.tensor_parallel_size}, but the hf "
-            "engine runs each rollout rank on one device; set it to 1 (more rollout ranks in "
-            "cluster.component_placement give more throughput)"
-        )
-    if config.rollout.backend == "sglang":
-        problems.append(
-            "rollout.backend: the sglang engine is not built yet (a later issue adds it); use hf"
-        )
+    problems += _rollout_engine(config)
     reward = config.reward
     if reward.kind == "custom" and reward.custom_fn is None:
         problems.append(
@@ -443,5 +435,49 @@ def _check_gdpo(config: ReasoningConfig) -> list[str]:
         problems.append(
             "algorithm.use_kl_in_reward: gdpo's advantage is made of the reward components "
             "only, so an in-reward KL penalty would be ignored; use algorithm.use_kl_loss=true"
+        )
+    return problems
+
+
+def _rollout_engine(config: ReasoningConfig) -> list[str]:
+    """What the chosen generation engine can do, and whether it is installed. The GPU side
+    (sglang needs CUDA; its tensor parallel size against the placement) is checked with the
+    plan (rlcore/placement/checks.py)."""
+    rollout = config.rollout
+    if rollout.backend == "hf":
+        problems = []
+        if rollout.tensor_parallel_size > 1:
+            problems.append(
+                f"rollout.tensor_parallel_size: {rollout.tensor_parallel_size}, but the hf "
+                "engine runs each rollout rank on one device; set it to 1 (more rollout ranks "
+                "in cluster.component_placement give more throughput), or use "
+                "rollout.backend=sglang"
+            )
+        if rollout.gpu_memory_utilization is not None:
+            problems.append(
+                "rollout.gpu_memory_utilization: only an sglang engine reserves a share of the "
+                "GPU (the hf engine allocates as it goes); remove it or use "
+                "rollout.backend=sglang"
+            )
+        return problems
+    from rlcore.workers.sglang_engine import SGLANG_VERSION
+
+    problems = []
+    try:
+        installed = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != SGLANG_VERSION:
+        have = "is not installed" if installed is None else f"is {installed} here"
+        problems.append(
+            f"rollout.backend: sglang needs sglang=={SGLANG_VERSION} (the gpu extra: pip install "
+            f"-e '.[gpu]' on a GPU machine), and it {have}; or use rollout.backend=hf. Note: "
+            "this project has tested its SGLang adapter only against a fake engine with "
+            f"sglang {SGLANG_VERSION}'s signatures, not on hardware"
+        )
+    if config.actor.model.lora.rank > 0:
+        problems.append(
+            "rollout.backend: sglang with actor.model.lora: the adapter syncs whole weights "
+            "only; merge-free LoRA sync to sglang is not built; use rollout.backend=hf with LoRA"
         )
     return problems

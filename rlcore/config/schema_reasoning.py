@@ -196,7 +196,9 @@ class CriticConfig(TrainedKeys):
 @dataclass(kw_only=True)
 class RolloutConfig(GroupKeys):
     backend: Literal["hf", "sglang"] = key(
-        "hf", doc="generation engine: hf (transformers generate, any device) or sglang (GPU)"
+        "hf",
+        doc="generation engine: hf (transformers generate, any device) or sglang (SGLang 0.5.21's "
+        "offline engine, GPUs only, the gpu extra; not yet run on hardware by this project)",
     )
     temperature: float = key(1.0, doc="sampling temperature while training", range="> 0")
     top_p: float = key(
@@ -217,9 +219,17 @@ class RolloutConfig(GroupKeys):
     )
     tensor_parallel_size: int = key(
         1,
-        doc="devices one rollout engine spans (verl's tensor_model_parallel_size); the hf engine "
-        "runs on one, so only 1 is accepted until an engine that shards the model lands",
+        doc="GPUs one rollout engine spans (verl's tensor_model_parallel_size): the hf engine "
+        "runs on one; an sglang engine is tensor parallel over this many, which must be the GPUs "
+        "each rollout process gets in cluster.component_placement (DEVICES:PROCESSES)",
         range=">= 1",
+    )
+    gpu_memory_utilization: float | None = key(
+        None,
+        doc="the share of each GPU an sglang engine takes for its weights and KV cache "
+        "(verl's rollout.gpu_memory_utilization, SGLang's mem_fraction_static); null = "
+        "SGLang's own choice; sglang only",
+        range="(0, 1]",
     )
 
 

@@ -18,7 +18,7 @@ def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
         problems = _embodied(config, plan)
     else:
         problems = _reasoning(config, plan)
-    problems += _offload(config, plan) + _spans(plan)
+    problems += _offload(config, plan) + _spans(plan, config)
     if problems:
         raise PlacementError("\n".join(problems))
 
@@ -105,13 +105,31 @@ def _offload(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
     ]
 
 
-def _spans(plan: PlacementPlan) -> list[str]:
-    """A process given several GPUs: every engine built runs a process on one device (trainers,
-    the hf rollout), so the others would sit idle."""
+def _spans(plan: PlacementPlan, config: RLCoreConfig) -> list[str]:
+    """A process given several GPUs: trainers and the hf rollout run a process on one device, so
+    the others would sit idle; an sglang rollout is tensor parallel over exactly
+    ``rollout.tensor_parallel_size`` GPUs, which must be what each of its processes gets."""
+    sglang = isinstance(config, ReasoningConfig) and config.rollout.backend == "sglang"
     if plan.device != "cuda":
+        if sglang:
+            return [
+                f"rollout.backend: sglang runs on GPUs only, and the plan's devices are CPUs "
+                f"(cluster.device {config.cluster.device}); use rollout.backend=hf"
+            ]
         return []
     problems = []
     for name, ranks in plan.components.items():
+        if name == "rollout" and sglang:
+            tp = config.rollout.tensor_parallel_size
+            odd = [r for r in ranks if len(r.devices) != tp]
+            if odd:
+                problems.append(
+                    f"rollout.tensor_parallel_size: {tp}, but rollout process {odd[0].rank} "
+                    f"gets {len(odd[0].devices)} GPU(s) {list(odd[0].devices)} in "
+                    f"{KEY_PREFIX}; give each rollout process {tp} (DEVICES:PROCESSES, e.g. "
+                    f"rollout: 0-{2 * tp - 1}:0-1 for 2 engines) or set the size to match"
+                )
+            continue
         wide = [r for r in ranks if len(r.devices) > 1]
         if wide:
             problems.append(

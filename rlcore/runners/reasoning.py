@@ -115,8 +115,12 @@ class ReasoningRunner:
         config, dirs = self.config, self.dirs
         self.placed = set(self.plan.components)
         fused_actor = {"actor": Peer("actor", local_only=True)}  # its module, when fused
+        # whether the actor trains on the rollout's GPUs (an sglang engine then gives its memory
+        # back while it does)
+        collocated = bool(self.plan.device_set("actor") & self.plan.device_set("rollout"))
         specs = [ComponentSpec("actor", LMActor, (config, dirs.actor)),
-                 ComponentSpec("rollout", RolloutWorker, (config, dirs.actor), fused_actor),
+                 ComponentSpec("rollout", RolloutWorker, (config, dirs.actor),
+                               {**fused_actor, "collocated": collocated}),
                  ComponentSpec("reward", RewardWorker, (config, dirs.actor))]  # fmt: skip
         if "critic" in self.placed:
             specs.append(ComponentSpec("critic", LMCritic, (config, dirs.critic)))
@@ -165,6 +169,7 @@ class ReasoningRunner:
             with watch("generate_baseline"):
                 batch["reward_baselines"] = self._greedy_baselines(batch)
             metrics["reward/greedy_baseline_mean"] = float(batch["reward_baselines"].mean())
+        self.rollout.release_memory()  # generation is done: a collocated sglang engine's
         if self.ref is not None:
             with watch("ref"):
                 batch["ref_log_probs"] = self.ref.compute_log_probs(batch)
@@ -236,6 +241,8 @@ class ReasoningRunner:
         return batch, scored, metrics
 
     def _sync(self) -> None:
+        if self.rollout.resume_memory():  # an engine that gave its memory back while training
+            self.components.forget_weights("rollout")
         self.components.sync_weights("actor", "rollout", self.version)
 
     def _advantages(self, batch: TensorDict, scored: TensorDict, metrics: dict) -> None:

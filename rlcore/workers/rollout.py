@@ -1,11 +1,16 @@
 """The ``rollout`` component of reasoning runs: generates responses to prompts with an engine
-behind one interface (``RolloutBackend``); ``hf`` (transformers ``generate``) is built.
+behind one interface (``RolloutBackend``): ``hf`` (transformers ``generate``, here) or
+``sglang`` (SGLang's offline engine, rlcore/workers/sglang_engine.py).
 
 ``RolloutWorker`` owns what does not depend on the engine: the weight version the driver checks,
 the sampling RNG in checkpoints, and the split into ``rollout.micro_batch_size`` calls. Prompts
 go in as token ids and responses come out as token ids with their mask, so an SGLang engine fits
 behind the same two methods. Placed with the actor, the ``hf`` engine generates with the actor's
 own module (nothing to sync).
+
+A weight sync fills the tensors an engine exposes (``weights()``), or, for an engine whose
+weights live elsewhere (``pushes_weights``: SGLang's, in its own processes), hands it each
+bucket (``load_bucket``) and then ``finish_sync``; ``weight_layout`` describes what it takes.
 """
 
 from __future__ import annotations
@@ -46,7 +51,15 @@ class RolloutBackend(Protocol):
         ...
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The tensors the actor's weights are synced into, by name."""
+        """The tensors the actor's weights are synced into, by name (``hf``)."""
+        ...
+
+    def release_memory(self) -> None:
+        """Give back GPU memory while the actor trains (a collocated engine that can)."""
+        ...
+
+    def resume_memory(self) -> None:
+        """Take it back before the next sync (the engine's weights must then be synced)."""
         ...
 
 
@@ -72,6 +85,15 @@ class HFEngine:
         if self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
+        self.released = False
+
+    pushes_weights = False
+
+    def release_memory(self) -> None:
+        """Nothing: transformers' model stays where it is (it may be the actor's own)."""
+
+    def resume_memory(self) -> None:
+        """Nothing to take back (see ``release_memory``)."""
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The tensors a sync fills: all, or with LoRA the adapters (the base is the actor's
@@ -186,27 +208,63 @@ class RolloutWorker:
     """See the module docstring. ``actor``: the actor's worker when fused with it, else None."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path,
-                 actor: Any = None) -> None:  # fmt: skip
+                 actor: Any = None, collocated: bool = False) -> None:  # fmt: skip
         torch.set_num_threads(config.runner.torch_threads)
         self.config, self.rank = config, ctx.rank
         # transformers samples from torch's global RNG: this process's, seeded per rank
         torch.manual_seed(config.runner.seed + 7919 * (ctx.rank + 1))
-        if config.rollout.backend != "hf":
-            raise NotImplementedError(
-                "rollout.backend: sglang is not built yet (a later issue adds it); use hf"
-            )
-        # The actor's own module, unless FSDP2 shards it: then a whole copy, synced each time.
-        model = actor.model if actor is not None and not actor.trainer.shards else None
-        self.engine: RolloutBackend = HFEngine(config, model_dir, ctx.torch_device, model)
-        self.shares_actor = model is not None
+        self.engine: RolloutBackend
+        if config.rollout.backend == "sglang":
+            from rlcore.workers.sglang_engine import SGLangEngine
+
+            # Tensor parallel over every GPU of this process; collocated: the actor trains on
+            # them too (fused with it, or in another process on the same GPUs).
+            self.engine = SGLangEngine(config, model_dir, ctx.torch_device, rank=ctx.rank,
+                                       tp_size=len(ctx.devices) if ctx.device == "cuda" else 1,
+                                       collocated=collocated or actor is not None)  # fmt: skip
+            self.shares_actor = False
+        else:
+            # The actor's own module, unless FSDP2 shards it: then a whole copy, synced.
+            model = actor.model if actor is not None and not actor.trainer.shards else None
+            self.engine = HFEngine(config, model_dir, ctx.torch_device, model)
+            self.shares_actor = model is not None
+        self.pushes_weights = self.engine.pushes_weights
         self.version = -1  # no weights synced yet
 
     def weights(self) -> dict[str, torch.Tensor]:
         return self.engine.weights()
 
+    def weight_layout(self) -> list[tuple[str, tuple[int, ...], str, int]]:
+        """What a sync pushes into an engine that ``pushes_weights`` (see the module doc)."""
+        return self.engine.weight_layout()
+
+    def load_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
+        self.engine.load_bucket(bucket)
+
     @dispatch(Dispatch.ALL)
     def set_weight_version(self, version: int) -> None:
+        """Called after each sync: the engine's weights are now ``version``'s."""
+        if self.pushes_weights:
+            self.engine.finish_sync()
         self.version = version
+
+    @dispatch(Dispatch.ALL)
+    def release_memory(self) -> None:
+        """While the actor trains: a collocated engine gives back its GPU memory."""
+        self.engine.release_memory()
+
+    @dispatch(Dispatch.ALL)
+    def resume_memory(self) -> bool:
+        """Before the next sync; True when the engine's weights were released (the sync must
+        then happen even for a version it held)."""
+        released = bool(getattr(self.engine, "released", False))
+        self.engine.resume_memory()
+        return released
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
     @dispatch(Dispatch.RANK0)
     def generates_with_the_actor(self) -> bool:

@@ -1,0 +1,196 @@
+"""``rollout.backend: sglang``: SGLang's offline ``Engine`` behind ``RolloutBackend``.
+
+The engine is started inside the rollout worker on the worker's GPUs (tensor parallel over all
+of them: ``tp_size`` is the number of GPUs the placement gives the process), from the actor's
+model folder, without its tokenizer (prompts go in as token ids, responses come out as ids).
+Each call generates every row of the batch (the runner has already repeated each prompt
+``group_size`` times, which SGLang's prefix cache shares) with the rollout's sampling
+parameters; asked for, each sampled token's log-prob comes back, which SGLang computes at the
+temperature over the whole vocabulary before top-p/top-k (its default, without
+``SGLANG_RETURN_ORIGINAL_LOGPROB``), as the actor computes old log-probs.
+
+Weights are pushed, not copied in place: the engine's parameters live in its own scheduler
+processes. Every weight sync hands the engine one bucket at a time
+(``update_weights_from_tensor``, which passes CUDA tensors to those processes by IPC), whatever
+way the bucket reached this worker (in-process, collective, IPC, object store), then flushes the
+prefix cache once, when the driver names the new weight version. A rollout that shares its GPUs
+with the actor (collocated) starts with SGLang's memory saver and releases its weights and KV
+cache while the actor trains (``release_memory``), taking them back before the next sync
+(``resume_memory``).
+
+Pinned to sglang 0.5.21 (the ``gpu`` extra). This path has not been run on hardware by this
+project: sglang has no CPU build, and its wheels cannot reach the lent GPU machine. It is tested
+against a fake engine whose methods have the real 0.5.21 ``Engine``'s signatures, read from that
+release's source (tests/workers/sglang_api.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rlcore.config.schema import ReasoningConfig
+from rlcore.data.sequences import position_ids, response_mask
+from rlcore.models.lm import load_tokenizer
+
+SGLANG_VERSION = "0.5.21"
+Layout = list[tuple[str, tuple[int, ...], str, int]]
+
+
+def start_engine(**server_args: Any) -> Any:
+    """``sglang.Engine(**server_args)``; tests replace this function with a fake engine."""
+    import sglang
+
+    return sglang.Engine(**server_args)
+
+
+class SGLangEngine:
+    """See the module docstring. ``tp_size``: the GPUs of this process; ``collocated``: whether
+    the actor trains on the same GPUs (then memory is released around training)."""
+
+    pushes_weights = True
+
+    def __init__(
+        self,
+        config: ReasoningConfig,
+        model_dir: Path,
+        device: torch.device,
+        *,
+        rank: int,
+        tp_size: int,
+        collocated: bool,
+    ) -> None:
+        self.config, self.device = config, device
+        self.tokenizer = load_tokenizer(model_dir)
+        self.model_dir = Path(model_dir)
+        self.collocated = collocated
+        self.eos_ids = _eos_ids(self.model_dir, self.tokenizer)
+        self.released = False
+        share = config.rollout.gpu_memory_utilization
+        self.engine = start_engine(
+            **({} if share is None else {"mem_fraction_static": share}),  # else SGLang's own
+            model_path=str(model_dir),
+            tp_size=tp_size,
+            dtype=config.actor.model.dtype,  # as the actor's weights, so a sync needs no cast
+            skip_tokenizer_init=True,
+            random_seed=config.runner.seed + 7919 * (rank + 1),
+            enable_memory_saver=collocated,
+            base_gpu_id=0,  # the first GPU this process sees (CUDA_VISIBLE_DEVICES holds its own)
+            log_level="error",
+        )
+
+    # generation --------------------------------------------------------------------------------
+
+    def sampling_params(self, greedy: bool, temperature: float | None) -> dict[str, Any]:
+        r = self.config.rollout
+        params: dict[str, Any] = {
+            "max_new_tokens": self.config.data.max_response_length,
+            "stop_token_ids": list(self.eos_ids),
+            "skip_special_tokens": False,
+        }
+        if greedy:
+            return {**params, "temperature": 0.0}
+        return {**params, "temperature": temperature or r.temperature, "top_p": r.top_p,
+                "top_k": r.top_k or -1}  # fmt: skip
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: TensorDict,
+        *,
+        greedy: bool,
+        temperature: float | None = None,
+        log_probs: bool = False,
+    ) -> TensorDict:
+        if self.released:
+            raise RuntimeError("the sglang engine's memory is released: resume_memory() first")
+        ids, mask = prompts["input_ids"].cpu(), prompts["attention_mask"].cpu()
+        requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+        outputs = self.engine.generate(
+            input_ids=requests,
+            sampling_params=self.sampling_params(greedy, temperature),
+            return_logprob=log_probs,
+        )
+        width, pad = self.config.data.max_response_length, self.tokenizer.pad_token_id
+        responses = torch.full((len(requests), width), pad, dtype=ids.dtype)
+        logp = torch.zeros((len(requests), width))
+        for i, out in enumerate(outputs):
+            tokens = list(out["output_ids"])[:width]
+            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=ids.dtype)
+            if log_probs:
+                # (log-prob, token id, text): one per generated token, in order
+                values = [entry[0] for entry in out["meta_info"]["output_token_logprobs"]]
+                logp[i, : len(tokens)] = torch.tensor(values[: len(tokens)])
+        resp_mask = response_mask(responses, self.eos_ids)
+        responses = torch.where(resp_mask.bool(), responses, pad)
+        attention = torch.cat([mask, resp_mask], dim=1)
+        generated = {
+            "input_ids": torch.cat([ids, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": position_ids(attention),
+            "responses": responses,
+            "response_mask": resp_mask,
+        }
+        if log_probs:
+            generated["rollout_log_probs"] = logp * resp_mask
+        return TensorDict(generated, batch_size=[len(requests)])
+
+    # weights -----------------------------------------------------------------------------------
+
+    def weight_layout(self) -> Layout:
+        """``(name, shape, dtype, bytes)`` of the tensors a sync pushes, in name order: those of
+        the actor's model class built from the folder's config on the meta device (no memory),
+        in the actor's dtype."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from rlcore.scheduler.weight_buckets import layout
+
+        model_config = AutoConfig.from_pretrained(self.model_dir)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(
+                model_config, dtype=getattr(torch, self.config.actor.model.dtype)
+            )
+        return layout(dict(model.state_dict()))
+
+    def load_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
+        """One bucket of the actor's weights into the engine (the cache is flushed once, after
+        the last bucket: ``finish_sync``)."""
+        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        named = [(name, tensor.to(device)) for name, tensor in bucket.items()]
+        self.engine.update_weights_from_tensor(named, load_format=None, flush_cache=False)
+
+    def finish_sync(self) -> None:
+        """After a whole sync: cached prefixes were computed with the old weights."""
+        self.engine.flush_cache()
+
+    # memory around training (collocated) ------------------------------------------------------
+
+    def release_memory(self) -> None:
+        if self.collocated and not self.released:
+            self.engine.release_memory_occupation()
+            self.released = True
+
+    def resume_memory(self) -> None:
+        if self.released:
+            self.engine.resume_memory_occupation()
+            self.released = False
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+
+def _eos_ids(model_dir: Path, tokenizer: Any) -> list[int]:
+    """The generation config's end-of-sequence ids and the tokenizer's, as the hf engine stops."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    return eos
