@@ -32,6 +32,8 @@ class RolloutBackend(Protocol):
     """What the rollout needs of a generation engine."""
 
     device: torch.device
+    pushes_weights: bool  # its weights live outside this process: a sync pushes them (sglang)
+    released: bool  # its memory is given back (release_memory) until resume_memory
 
     def generate(
         self,
@@ -257,7 +259,7 @@ class RolloutWorker:
     def resume_memory(self) -> bool:
         """Before the next sync; True when the engine's weights were released (the sync must
         then happen even for a version it held)."""
-        released = bool(getattr(self.engine, "released", False))
+        released = self.engine.released
         self.engine.resume_memory()
         return released
 
