@@ -20,6 +20,7 @@ from rlcore.config.schema import (
     RLCoreConfig,
     UpdateConfig,
 )
+from rlcore.config.schema_reasoning import SGLANG_VERSION
 
 
 def check_config(config: RLCoreConfig) -> None:
@@ -460,8 +461,6 @@ def _rollout_engine(config: ReasoningConfig) -> list[str]:
                 "rollout.backend=sglang"
             )
         return problems
-    from rlcore.workers.sglang_engine import SGLANG_VERSION
-
     problems = []
     try:
         installed = importlib.metadata.version("sglang")

@@ -193,6 +193,10 @@ class CriticConfig(TrainedKeys):
     )
 
 
+# The sglang release rollout.backend=sglang is written and checked against (the gpu extra pins it).
+SGLANG_VERSION = "0.5.21"
+
+
 @dataclass(kw_only=True)
 class RolloutConfig(GroupKeys):
     backend: Literal["hf", "sglang"] = key(

@@ -33,11 +33,12 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_tokenizer
 
-SGLANG_VERSION = "0.5.21"
 Layout = list[tuple[str, tuple[int, ...], str, int]]
+__all__ = ["SGLANG_VERSION", "SGLangEngine", "start_engine"]
 
 
 def start_engine(**server_args: Any) -> Any:
