@@ -143,14 +143,16 @@ def copy_into(dst: dict[str, torch.Tensor], bucket: dict[str, torch.Tensor]) -> 
                 dst[name].copy_(tensor)
 
 
-def share(bucket: dict[str, torch.Tensor]) -> tuple[tuple, torch.Tensor]:
-    """A handle to one bucket's bytes (``flatten``'s layout) that another process of the node
-    opens with ``opened`` without a copy, and the tensor the handle refers to, which the sender
-    keeps, unchanged, until every receiver has copied it. A GPU bucket gets a CUDA IPC handle
-    (torch's ``reduce_tensor``; the sender's writes are finished first). A CPU bucket is written
-    once into a named shared-memory segment (torch's ``file_system`` sharing), never shared in
-    place: sharing moves a storage into shared memory, which must not happen to the live
-    parameter a one-tensor bucket views."""
+def share(bucket: dict[str, torch.Tensor], receivers: int) -> tuple[list[tuple], torch.Tensor]:
+    """Handles to one bucket's bytes (``flatten``'s layout), one per receiver, which another
+    process of the node opens with ``opened`` without a copy, and the tensor they refer to,
+    which the sender keeps, unchanged, until every receiver has copied it. One handle per
+    receiver: torch counts the openers of shared memory by the handles it made, and frees it
+    when as many have closed. A GPU bucket gets CUDA IPC handles (torch's ``reduce_tensor``;
+    the sender's writes are finished first). A CPU bucket is written once into a named
+    shared-memory segment (torch's ``file_system`` sharing), never shared in place: sharing
+    moves a storage into shared memory, which must not happen to the live parameter a
+    one-tensor bucket views."""
     from torch.multiprocessing import get_sharing_strategy, set_sharing_strategy
     from torch.multiprocessing.reductions import reduce_storage, reduce_tensor
 
@@ -158,7 +160,7 @@ def share(bucket: dict[str, torch.Tensor]) -> tuple[tuple, torch.Tensor]:
     if first.is_cuda:
         flat = flatten(bucket)
         torch.cuda.current_stream(flat.device).synchronize()
-        return ("cuda", *reduce_tensor(flat)), flat
+        return [("cuda", *reduce_tensor(flat)) for _ in range(receivers)], flat
     before = get_sharing_strategy()
     set_sharing_strategy("file_system")  # a segment name any process of the node can open
     try:
@@ -169,10 +171,11 @@ def share(bucket: dict[str, torch.Tensor]) -> tuple[tuple, torch.Tensor]:
             part = t.contiguous().reshape(-1).view(torch.uint8)
             kept[start : start + part.numel()].copy_(part)
             start += part.numel()
-        rebuild, args = reduce_storage(kept.untyped_storage())
+        handles = [("cpu", *reduce_storage(kept.untyped_storage()), size)
+                   for _ in range(receivers)]  # fmt: skip
     finally:
         set_sharing_strategy(before)
-    return ("cpu", rebuild, args, size), kept
+    return handles, kept
 
 
 def opened(handle: tuple) -> torch.Tensor:

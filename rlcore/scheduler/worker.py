@@ -281,9 +281,9 @@ class WorkerProcess:
 
         for bucket in buckets(self.instances[component], bucket_bytes):
             if receivers:
-                handle, kept = share(bucket)
+                handles, kept = share(bucket, len(receivers))
                 copies = [r.receive_shared_weights.remote(dst, list(bucket), handle)
-                          for r in receivers]  # fmt: skip
+                          for r, handle in zip(receivers, handles, strict=True)]  # fmt: skip
                 ray.get(copies, timeout=timeout_s)
                 del kept
 

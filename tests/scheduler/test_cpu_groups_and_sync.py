@@ -69,26 +69,21 @@ def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
         assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
 
 
-@pytest.mark.parametrize(
-    ("placement", "method", "fuse"),
-    [
-        ({"actor": "0", "rollout": "0-1:0-3"}, "collective", True),
-        ({"actor": "0", "rollout": "1"}, "object_store", True),
-        ({"actor,rollout": "0-1"}, "ipc", False),
-        # in_process: the SGLang adapter's run test (tests/workers/test_sglang_engine.py)
-    ],
-)
-def test_a_receiver_that_takes_pushed_buckets_gets_every_one(local_ray, placement, method, fuse):
+def test_a_receiver_that_takes_pushed_buckets_gets_every_one(local_ray):
     """A receiver whose weights live outside its process (an SGLang engine) is handed each
-    40-byte bucket as named tensors, whatever way the bucket travelled."""
-    with Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=SMALL) as scheduler:
+    40-byte bucket as named tensors, whatever way the bucket travelled (4 receivers; on CPU
+    slots one node's processes can all share memory with the actor's rank, so IPC pairs them
+    too). The in-process path: tests/workers/test_sglang_engine.py."""
+    with Scheduler(cpu_plan({"actor": "0", "rollout": "0-1:0-3"}),
+                   sync_bucket_bytes=SMALL) as scheduler:  # fmt: skip
         actor = scheduler.launch("actor", Model, 1)
         rollout = scheduler.launch("rollout", PushedModel, 2)
-        report = scheduler.sync_weights("actor", "rollout", method=method)
-        assert report.method == method
-        source = actor.call_rank(0, "snapshot")
-        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
-        assert rollout.call_all("buckets_loaded") == [5] * rollout.world_size  # see SMALL
+        for i, method in enumerate(("collective", "object_store", "ipc")):
+            actor.call_all("reseed", 10 + i)  # new weights for each sync
+            assert scheduler.sync_weights("actor", "rollout", method=method).method == method
+            source = actor.call_rank(0, "snapshot")
+            assert all(equal_weights(source, w) for w in rollout.call_all("snapshot")), method
+            assert rollout.call_all("buckets_loaded") == [5 * (i + 1)] * 4  # see SMALL
 
 
 def test_mismatched_weights_are_refused_with_the_tensor_names(local_ray):
