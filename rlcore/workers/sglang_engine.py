@@ -70,6 +70,7 @@ class SGLangEngine:
         self.collocated = collocated
         self.eos_ids = _eos_ids(self.model_dir, self.tokenizer)
         self.released = False
+        self._layout: Layout | None = None
         share = config.rollout.gpu_memory_utilization
         self.engine = start_engine(
             **({} if share is None else {"mem_fraction_static": share}),  # else SGLang's own
@@ -144,17 +145,19 @@ class SGLangEngine:
     def weight_layout(self) -> Layout:
         """``(name, shape, dtype, bytes)`` of the tensors a sync pushes, in name order: those of
         the actor's model class built from the folder's config on the meta device (no memory),
-        in the actor's dtype."""
-        from transformers import AutoConfig, AutoModelForCausalLM
+        in the actor's dtype; worked out once (every received bucket reads it)."""
+        if self._layout is None:
+            from transformers import AutoConfig, AutoModelForCausalLM
 
-        from rlcore.scheduler.weight_buckets import layout
+            from rlcore.scheduler.weight_buckets import layout
 
-        model_config = AutoConfig.from_pretrained(self.model_dir)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(
-                model_config, dtype=getattr(torch, self.config.actor.model.dtype)
-            )
-        return layout(dict(model.state_dict()))
+            model_config = AutoConfig.from_pretrained(self.model_dir)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(
+                    model_config, dtype=getattr(torch, self.config.actor.model.dtype)
+                )
+            self._layout = layout(dict(model.state_dict()))
+        return self._layout
 
     def load_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
         """One bucket of the actor's weights into the engine (the cache is flushed once, after
