@@ -5,8 +5,10 @@ accuracy before and after. One JSON line per seed, then a median line.
 
 (overrides before the options: ``--seeds`` takes every value that follows it)
 
-``padding_share``: the share of the training passes' token positions that are padding (prompts
-left-padded to the longest, responses right-padded to the batch's longest). Stages: generate
+``padding_share``: the share of the batch's token positions that are padding (prompts
+left-padded to the longest, responses right-padded to the batch's longest);
+``update_padding_share``: that of the actor update's passes (each micro-batch cut to its own
+longest, or packed with ``actor.model.use_remove_padding=true``). Stages: generate
 (rollout), reward, logprob (actor's old log-probs), ref, values (critic),
 critic_update, actor_update, sync (weights to the rollout). ``perf.tokens_per_s`` counts prompt
 and response tokens of the batch over the whole iteration; ``generated_tokens_per_s`` the
@@ -29,7 +31,14 @@ from rlcore.config import load_config
 from rlcore.placement import plan_for_config
 from rlcore.runners.reasoning import ReasoningRunner
 
-KEYS = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s", "padding_share")
+KEYS = (
+    "val_accuracy_before",
+    "val_accuracy_after",
+    "iterations",
+    "wall_s",
+    "padding_share",
+    "update_padding_share",
+)
 
 
 class CurveRunner(ReasoningRunner):

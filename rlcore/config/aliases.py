@@ -119,6 +119,10 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.model.enable_gradient_checkpointing": _verl(
         "actor.model.gradient_checkpointing"
     ),
+    "actor_rollout_ref.model.use_remove_padding": _verl("actor.model.use_remove_padding"),
+    "critic.model.use_remove_padding": _verl(
+        "actor.model.use_remove_padding", note="one key for the actor, critic and reference"
+    ),
     "actor_rollout_ref.actor.ppo_mini_batch_size": _verl("actor.ppo_mini_batch_size"),
     "actor_rollout_ref.actor.ppo_micro_batch_size": _verl(
         "actor.ppo_micro_batch_size", note=PER_RANK

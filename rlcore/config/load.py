@@ -241,7 +241,9 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
     Composition has merged the file with the configs its defaults list names, so precedence is
     decided against the file itself (``own``): a key the file sets beats the configs below it in
     either spelling, and the file setting one key in both spellings to different values is a
-    contradiction."""
+    contradiction, as are two aliases of one key (verl's actor and critic spellings of
+    ``use_remove_padding``) set to different values."""
+    by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for path, alias in ALIASES.items():
         value = OmegaConf.select(cfg, path, default=_ABSENT)
         if value is _ABSENT:
@@ -261,6 +263,14 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
                 raise ConfigError(
                     f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
                     f"{target} to {already!r}; keep one of the two"
+                )
+            # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias)
+            other, earlier = (by_alias.setdefault(target, (path, converted))
+                              if len(alias.targets) == 1 else (path, converted))  # fmt: skip
+            if earlier != converted:
+                raise ConfigError(
+                    f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
+                    "here, so keep one value"
                 )
             OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
         said.append(alias.describe(path))

@@ -111,6 +111,14 @@ class LMConfig:
         doc="the actor and critic recompute each decoder layer's activations in the backward "
         "pass instead of keeping them: less memory for another forward pass per layer",
     )
+    use_remove_padding: bool = key(
+        False,
+        doc="pack the sequences of each actor, critic and reference forward and backward pass "
+        "end to end (positions restarting, attention kept within each sequence) so no padding "
+        "token is computed; the same log-probs, values and gradients (verl's key). Checked on "
+        "the model when it loads. Pays off on GPUs (one row under flash attention); on CPU the "
+        "padding is already cut to each micro-batch's longest sequence",
+    )
     tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 

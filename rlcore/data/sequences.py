@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from rlcore.data.packing import inner_model, one_row_kernel, pack
+
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` ``[B, P]`` with each prompt right-aligned."""
@@ -107,11 +109,19 @@ def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
     return [torch.tensor(part) for part in parts]
 
 
-def response_logits(model: Any, batch: Any, response_length: int) -> torch.Tensor:
+def response_logits(model: Any, batch: Any, response_length: int, packed: bool = False
+                    ) -> torch.Tensor:  # fmt: skip
     """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
     model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
-    those R + 1 positions only, not on the prompt's."""
-    keep = {"logits_to_keep": response_length + 1} if _keeps_logits(type(model)) else {}
+    those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
+    no padding computed; the same logits."""
+    keeps = _keeps_logits(type(inner_model(model)))
+    if packed:
+        rows = pack(batch, one_row_kernel(model))
+        columns = rows.kept_columns() if keeps else None
+        keep = {"logits_to_keep": columns} if keeps else {}
+        return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
+    keep = {"logits_to_keep": response_length + 1} if keeps else {}
     out = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
@@ -120,6 +130,18 @@ def response_logits(model: Any, batch: Any, response_length: int) -> torch.Tenso
         **keep,
     )
     return out.logits[:, -response_length - 1 : -1]
+
+
+def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:
+    """A value model's (one output per token) ``[B, R]`` float32 values of the response tokens:
+    V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
+    in ``response_logits``."""
+    if packed:
+        rows = pack(batch, one_row_kernel(model))
+        return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], use_cache=False)  # fmt: skip
+    return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
 
 
 @functools.cache

@@ -385,6 +385,8 @@ class ReasoningRunner:
             },
             "generated_tokens": self.generated_tokens,
             "padding_share": round(means.get("perf/padding_share", 0.0), 4),
+            # of the actor update's passes: micro-batches cut to their longest, or packed
+            "update_padding_share": round(means.get("actor/padding_share", 0.0), 4),
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),

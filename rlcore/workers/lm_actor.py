@@ -27,8 +27,10 @@ from rlcore.algorithms import (
 )
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import LMOptimConfig
+from rlcore.data.packing import check_packing, one_row_kernel, padding_share
 from rlcore.data.sequences import (
     response_logits,
+    response_values,
     token_budget_split,
     token_log_probs,
     trim_padding,
@@ -99,6 +101,17 @@ def _with_budget_length(counts: dict[str, int], micro: TensorDict, config: Reaso
     return {**counts, "num_seqs": counts["num_seqs"] * config.data.max_response_length / width}
 
 
+def _check_packing(config: ReasoningConfig, model: Any) -> None:
+    if config.actor.model.use_remove_padding:
+        check_packing(model)
+
+
+def _padding_share(module: Any, micro: TensorDict, config: ReasoningConfig) -> torch.Tensor:
+    """The share of the micro-batch pass's token positions that are padding (a metric)."""
+    packed = config.actor.model.use_remove_padding
+    return torch.tensor(padding_share(micro, packed, packed and one_row_kernel(module)))
+
+
 def _splitter(budget: int | None):
     """The ``Trainer``'s ``split``: micro-batches by a token budget, or None (by count)."""
     return None if budget is None else functools.partial(token_budget_split, budget=budget)
@@ -137,7 +150,8 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
 
     def run(micro: TensorDict) -> dict[str, torch.Tensor]:
-        logits = response_logits(owner.model, micro, micro["responses"].shape[1])
+        logits = response_logits(owner.model, micro, micro["responses"].shape[1],
+                                 owner.config.actor.model.use_remove_padding)  # fmt: skip
         logits = logits / owner.temperature
         part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
         if sum_pi_squared:
@@ -162,6 +176,7 @@ class LMActor(TrainedComponent):
                                 config.runner.seed, config.actor,
                                 config.actor.max_tokens_per_micro_batch)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
+        _check_packing(config, self.model)
         # the loss with the options it reads (algorithm.policy_loss_options) bound
         self.policy_loss = get_policy_loss_fn(
             config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
@@ -170,7 +185,8 @@ class LMActor(TrainedComponent):
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
         width = batch["responses"].shape[1]
-        logits = response_logits(module, batch, width) / self.temperature
+        logits = response_logits(module, batch, width, self.config.actor.model.use_remove_padding)
+        logits = logits / self.temperature
         return token_log_probs(logits, batch["responses"]), entropy_from_logits(logits.float())
 
     @dispatch(Dispatch.SHARD)
@@ -210,7 +226,7 @@ class LMActor(TrainedComponent):
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
         log_probs, entropy = self._log_probs_entropy(module, micro)
-        return ppo_loss(
+        loss, metrics = ppo_loss(
             log_probs, micro["old_log_probs"], micro["advantages"], micro["response_mask"],
             entropy=entropy, policy_loss_fn=self.policy_loss, clip_ratio_low=alg.clip_ratio_low,
             clip_ratio_high=alg.clip_ratio_high, clip_ratio_c=alg.clip_ratio_c,
@@ -219,6 +235,7 @@ class LMActor(TrainedComponent):
             kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef,
             **_with_budget_length(counts, micro, self.config),
         )  # fmt: skip
+        return loss, {**metrics, "padding_share": _padding_share(module, micro, self.config)}
 
 
 class LMCritic(TrainedComponent):
@@ -234,13 +251,10 @@ class LMCritic(TrainedComponent):
         self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,
                                 config.runner.seed + 1, config.critic, self.budget)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
+        _check_packing(config, self.model)
 
-    @staticmethod
-    def _values(module: Any, batch: TensorDict) -> torch.Tensor:
-        out = module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                     position_ids=batch["position_ids"], use_cache=False)  # fmt: skip
-        # V(s_t) for response token t is read where that token is predicted, as the logits are.
-        return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
+    def _values(self, module: Any, batch: TensorDict) -> torch.Tensor:
+        return response_values(module, batch, self.config.actor.model.use_remove_padding)
 
     @dispatch(Dispatch.SHARD)
     @torch.no_grad()
@@ -267,7 +281,8 @@ class LMCritic(TrainedComponent):
             micro["response_mask"], value_clip=alg.value_clip, huber_delta=alg.huber_delta,
             loss_agg_mode=alg.loss_agg_func, **_with_budget_length(counts, micro, self.config),
         )  # fmt: skip
-        return loss, {"vf_loss": loss.detach(), "vf_clipfrac": metrics["vf_clipfrac"]}
+        return loss, {"vf_loss": loss.detach(), "vf_clipfrac": metrics["vf_clipfrac"],
+                      "padding_share": _padding_share(module, micro, self.config)}  # fmt: skip
 
 
 class LMReference:
@@ -279,6 +294,7 @@ class LMReference:
         self.device = ctx.torch_device
         self.model = load_causal_lm(model_dir, config.actor.model.dtype).to(self.device).eval()
         self.model.requires_grad_(False)
+        _check_packing(config, self.model)
         self.temperature = config.rollout.temperature
 
     @dispatch(Dispatch.SHARD)

@@ -165,6 +165,20 @@ def test_an_alias_and_its_rlcore_key_set_apart_in_one_file_are_refused(tmp_path)
         load_config(str(path))
 
 
+def test_two_spellings_of_one_key_must_agree(tmp_path):
+    """verl's actor and critic both say use_remove_padding; rlcore has one key for both, so a
+    file giving them different values is refused, and equal values are taken."""
+    path = tmp_path / "pack.yaml"
+    both = ("actor_rollout_ref:\n  model:\n    use_remove_padding: {}\n"
+            "critic:\n  model:\n    use_remove_padding: {}\n")  # fmt: skip
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", both.format("true", "true")))
+    assert load_config(str(path)).actor.model.use_remove_padding is True
+    path.write_text(on_top_of("reasoning/tiny_arith_ppo", both.format("true", "false")))
+    with pytest.raises(ConfigError, match=r"critic.model.use_remove_padding: set to False, but "
+                       r"actor_rollout_ref.model.use_remove_padding sets True"):  # fmt: skip
+        load_config(str(path))
+
+
 def test_an_alias_in_a_file_beats_the_config_it_builds_on(tmp_path):
     path = tmp_path / "lam.yaml"
     path.write_text(on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n"))

@@ -91,3 +91,32 @@ def test_generated_batches_with_prompts_of_other_widths_join_as_one():
         assert got["input_ids"][kept].tolist() == want["input_ids"][real].tolist()
         assert got["position_ids"][kept].tolist() == want["position_ids"][real].tolist()
         assert torch.equal(got["responses"], want["responses"])
+
+
+def test_packing_lays_sequences_end_to_end_with_positions_restarting():
+    """Sequences of 5, 2 and 3 tokens (prompts of 2, 1 and 1; responses of 3, 1 and 2, width 3)
+    in rows as long as the longest, first fit by decreasing length: 5 alone, then 3 and 2."""
+    from rlcore.data.packing import pack
+
+    ids = torch.tensor([[0, 11, 12, 13, 14, 15], [0, 0, 21, 22, 0, 0], [0, 0, 31, 32, 33, 0]])
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0]])
+    batch = TensorDict({"input_ids": ids, "attention_mask": mask,
+                        "position_ids": position_ids(mask), "responses": ids[:, 3:],
+                        "response_mask": mask[:, 3:]}, batch_size=[3])  # fmt: skip
+    packed = pack(batch, pad_id=9)
+    assert packed.input_ids.tolist() == [[11, 12, 13, 14, 15], [31, 32, 33, 21, 22]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 0, 1]]
+    # flat index of the token before each response token; past a response's end, its last one's
+    assert packed.predictors.tolist() == [[1, 2, 3], [8, 8, 8], [5, 6, 6]]
+    one = pack(batch, one_row=True, pad_id=9)
+    assert one.input_ids.tolist() == [[11, 12, 13, 14, 15, 21, 22, 31, 32, 33]]
+    assert one.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 0, 1, 2]]
+    assert one.predictors.tolist() == [[1, 2, 3], [5, 5, 5], [7, 8, 8]]
+    assert one.kept_columns().tolist() == [1, 2, 3, 5, 7, 8]
+    # a partly filled row ends in padding with positions 0: each pad token its own sequence
+    short = pack(batch[[0, 1]], pad_id=9)
+    assert short.input_ids.tolist() == [[11, 12, 13, 14, 15], [21, 22, 9, 9, 9]]
+    assert short.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 0, 0, 0]]
+    with pytest.raises(ValueError, match="no prompt token"):
+        pack(batch[[1]].apply(lambda t: t, batch_size=[1]).update(
+            {"attention_mask": torch.tensor([[0, 0, 0, 1, 0, 0]])}))  # fmt: skip

@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
+from rlcore.config.errors import ConfigError
 from rlcore.data.sequences import left_pad, token_budget_split, trim_padding
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
@@ -357,3 +358,53 @@ def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update
 
     want, got = updated(batch), updated(cut)
     assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
+
+
+def test_packed_passes_give_the_padded_log_probs_values_and_gradients(tiny_lm, monkeypatch):
+    """use_remove_padding packs each micro-batch's sequences end to end: the log-probs, the
+    values and both updates' gradients equal the padded passes' (by rows, in micro-batches of a
+    token budget; and in one row, the layout flash attention reads)."""
+    import rlcore.data.sequences as sequences
+
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.use_kl_loss=true",
+                         "algorithm.entropy_bonus=0.01")  # fmt: skip
+    packed = copy.deepcopy(config)
+    packed.actor.model.use_remove_padding = True
+    packed.actor.ppo_micro_batch_size, packed.actor.max_tokens_per_micro_batch = None, 40
+    batch = make_batch(config, dirs)
+    valid = batch["response_mask"].bool()
+    actor = LMActor(SOLO, config, dirs.actor)
+    batch["old_log_probs"] = actor.compute_log_probs(batch) + 0.05
+    batch["ref_log_probs"] = batch["old_log_probs"] - 0.1
+    batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
+    got = LMActor(SOLO, packed, dirs.actor).compute_log_probs(batch) + 0.05
+    assert torch.allclose(got[valid], batch["old_log_probs"][valid], atol=1e-5)
+    values = LMCritic(SOLO, packed, dirs.critic).compute_values(batch) + 0.3
+    assert torch.allclose(values[valid], batch["values"][valid], atol=1e-5)
+    monkeypatch.setattr(sequences, "one_row_kernel", lambda model: True)
+    width = batch["responses"].shape[1]
+    one_row = sequences.response_logits(actor.model, batch, width, packed=True)
+    padded = sequences.response_logits(actor.model, batch, width)
+    assert torch.allclose(one_row[valid], padded[valid], atol=1e-5)
+    monkeypatch.undo()
+    for trainer_cls in (LMActor, LMCritic):
+        want = gradients(trainer_cls(SOLO, config, dirs.actor), batch, micro=None)
+        have = gradients(trainer_cls(SOLO, packed, dirs.actor), batch, micro=None)
+        assert want.keys() == have.keys() and want
+        for name, grad in want.items():
+            assert torch.allclose(have[name], grad, atol=1e-5, rtol=1e-4), (trainer_cls, name)
+
+
+def test_a_model_that_mixes_packed_sequences_is_refused(tiny_lm, monkeypatch):
+    """The load-time check: with transformers' detection of packed sequences switched off, the
+    tiny model attends across them, and the actor refuses the key."""
+    import transformers.masking_utils as masking
+
+    config, dirs = tiny_lm
+    packed = copy.deepcopy(config)
+    packed.actor.model.use_remove_padding = True
+    LMActor(SOLO, packed, dirs.actor)  # keeps them apart
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
+    with pytest.raises(ConfigError, match=r"use_remove_padding: Qwen2ForCausalLM .* does not keep"):
+        LMActor(SOLO, packed, dirs.actor)

@@ -1,0 +1,171 @@
+"""Sequence packing (verl's ``use_remove_padding``): the real tokens of a padded micro-batch laid
+end to end in a few rows, each sequence's positions restarting at its own start, so no pass
+computes a padding token.
+
+transformers keeps packed sequences apart by their positions: with no attention mask, a
+position that does not follow the one before it starts a new sequence, and attention stays
+within each (``masking_utils.find_packed_sequence_indices`` for the eager and sdpa kernels, the
+variable-length kernel for flash attention, which needs one row). So the packed pass computes
+the padded pass's logits and values, for the real tokens only.
+
+Rows: one row under flash attention; otherwise rows as long as the micro-batch's longest
+sequence, filled first-fit by decreasing length. The eager and sdpa kernels build a dense mask
+per row, so one row of T tokens would cost T^2 in attention where the padded batch costs
+B x L^2; rows of the longest length keep attention no dearer than the padded pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A padded micro-batch's sequences packed into ``[rows, width]``."""
+
+    input_ids: torch.Tensor  # [rows, width], pad tokens after the last sequence of a row
+    position_ids: torch.Tensor  # [rows, width], restarting at 0 for each sequence; 0 on padding
+    # [B, R] flat index (row * width + column) of the position predicting each response token;
+    # past a response's end, the position predicting its last token (a real one: finite)
+    predictors: torch.Tensor
+
+    @property
+    def width(self) -> int:
+        return self.input_ids.shape[1]
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword arguments of the model's forward: no attention mask, so the positions mark
+        where each sequence starts."""
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids,
+                "attention_mask": None, "use_cache": False}  # fmt: skip
+
+    def kept_columns(self) -> torch.Tensor:
+        """The sorted columns that predict some response token, in any row."""
+        return torch.unique(self.predictors.reshape(-1) % self.width)
+
+    def gather(self, outputs: torch.Tensor, columns: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, R, ...]`` from ``outputs`` ``[rows, C, ...]``: the output of the position that
+        predicts each response token. ``columns``: the columns ``outputs`` holds (sorted), when
+        not every one (``logits_to_keep``)."""
+        rows, cols = self.predictors // self.width, self.predictors % self.width
+        if columns is not None:
+            where = torch.full((self.width,), -1, dtype=torch.long, device=columns.device)
+            where[columns] = torch.arange(len(columns), device=columns.device)
+            cols = where[cols]
+        return outputs[rows, cols]
+
+
+def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
+    """``batch``'s sequences (its prompt and response tokens, by ``attention_mask``, with the
+    positions of its ``position_ids``) packed into rows. Every row of ``batch`` has at least one
+    prompt token: the first response token's prediction reads the prompt's last position."""
+    mask = batch["attention_mask"].bool()
+    response_width = batch["responses"].shape[1]
+    prompt_lengths = mask[:, : mask.shape[1] - response_width].sum(-1)
+    if bool((prompt_lengths == 0).any()):
+        raise ValueError("a row with no prompt token cannot be packed: nothing predicts its first "
+                         "response token")  # fmt: skip
+    lengths = mask.sum(-1)
+    starts = _place(lengths.tolist(), one_row)  # (row, column) of each sequence
+    width = max(column + int(lengths[i]) for i, (_, column) in enumerate(starts))
+    rows = max(row for row, _ in starts) + 1
+    device = batch["input_ids"].device
+    begin = torch.tensor([row * width + column for row, column in starts], device=device)
+    # the flat destination of each real token: its sequence's start + its index in it
+    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    within = (
+        torch.arange(int(lengths.sum()), device=device) - (lengths.cumsum(0) - lengths)[sequence]
+    )
+    destination = begin[sequence] + within
+    input_ids = torch.full((rows * width,), pad_id, dtype=batch["input_ids"].dtype, device=device)
+    input_ids[destination] = batch["input_ids"][mask]
+    positions = torch.zeros(rows * width, dtype=batch["position_ids"].dtype, device=device)
+    positions[destination] = batch["position_ids"][mask]
+    # response token j of sequence b is predicted at its (prompt length + j - 1)th token
+    ends = batch["response_mask"].sum(-1).clamp(min=1)
+    j = torch.arange(response_width, device=device).expand(len(lengths), -1)
+    j = torch.minimum(j, (ends - 1)[:, None])
+    predictors = begin[:, None] + prompt_lengths[:, None] + j - 1
+    return Packed(input_ids.view(rows, width), positions.view(rows, width), predictors)
+
+
+def padding_share(batch: Any, packed: bool, one_row: bool = False) -> float:
+    """The share of the token positions a pass over ``batch`` computes that are padding: of its
+    ``[B, P + R]`` columns, or of the packed rows."""
+    mask = batch["attention_mask"]
+    real = int(mask.sum())
+    if not packed:
+        return 1.0 - real / mask.numel()
+    lengths = mask.sum(-1).tolist()
+    starts = _place(lengths, one_row)
+    width = max(column + lengths[i] for i, (_, column) in enumerate(starts))
+    return 1.0 - real / ((max(row for row, _ in starts) + 1) * width)
+
+
+def _place(lengths: list[int], one_row: bool) -> list[tuple[int, int]]:
+    """(row, column) of each sequence: end to end in one row, or first-fit by decreasing length
+    into rows as long as the longest."""
+    if one_row:
+        columns, at = [], 0
+        for length in lengths:
+            columns.append((0, at))
+            at += length
+        return columns
+    capacity = max(lengths)
+    filled: list[int] = []
+    starts: list[tuple[int, int]] = [(0, 0)] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = next((r for r, used in enumerate(filled) if used + lengths[i] <= capacity), None)
+        if row is None:
+            row = len(filled)
+            filled.append(0)
+        starts[i] = (row, filled[row])
+        filled[row] += lengths[i]
+    return starts
+
+
+def one_row_kernel(model: Any) -> bool:
+    """Whether ``model`` attends with a flash-attention kernel, which reads packed sequences
+    from one row only (its variable-length path)."""
+    config = getattr(inner_model(model), "config", None)
+    return "flash" in str(getattr(config, "_attn_implementation", "") or "")
+
+
+def inner_model(model: Any) -> Any:
+    """The transformers model under a data-parallel or peft wrapper (both pass keyword
+    arguments through to it)."""
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+
+
+@torch.no_grad()
+def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -> None:
+    """Refuse a ``model`` that does not keep packed sequences apart: two sequences packed in one
+    row must give the outputs each gives alone (a model whose attention ignores the positions'
+    restarts, or one with no positions, would mix them silently). Every rank of a sharded
+    model runs it, with the same inputs."""
+    from rlcore.config.errors import ConfigError
+
+    config = inner_model(model).config
+    parameter = next(model.parameters())
+    generator = torch.Generator().manual_seed(0)
+    lengths = (5, 3)
+    sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
+    positions = torch.cat([torch.arange(n) for n in lengths])
+    packed = model(input_ids=torch.cat(sequences)[None].to(parameter.device),
+                   position_ids=positions[None].to(parameter.device), attention_mask=None,
+                   use_cache=False).logits[0].float()  # fmt: skip
+    alone = torch.cat([model(input_ids=s[None].to(parameter.device), use_cache=False).logits[0]
+                       for s in sequences]).float()  # fmt: skip
+    tolerance = 1e-4 if parameter.dtype == torch.float32 else 3e-2
+    error = float((packed - alone).abs().max() / alone.abs().max().clamp(min=1.0))
+    if not error <= tolerance:
+        raise ConfigError(
+            f"{setting}: {type(inner_model(model)).__name__} (attention "
+            f"{getattr(config, '_attn_implementation', None)}) does not keep packed sequences "
+            f"apart: packed outputs differ from each sequence's own by {error:.2e} (relative, "
+            f"over {tolerance:g}); set it false for this model"
+        )
