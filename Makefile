@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 		echo "no GPU: installing the CPU build $(TORCH_CPU) first"; \
 		$(BIN)/python -m pip install $(TORCH_PIP_ARGS) "$(TORCH_CPU)"; \
 	fi
-	$(BIN)/python -m pip install -e ".[dev,mujoco]"
+	$(BIN)/python -m pip install -e ".[dev,mujoco,megatron]"
 	@touch $@
 
 run: $(STAMP)

@@ -187,6 +187,8 @@ class ReasoningRunner:
         if iteration > cfg.critic.critic_warmup:
             with watch("actor_update"):
                 metrics.update(self.actor.update(batch))
+            # the run's summary averages perf/ metrics: this one under that name too
+            metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
             self.version += 1
         metrics.update(self._batch_metrics(batch, scored))
         metrics.update(watch.metrics())
@@ -386,7 +388,7 @@ class ReasoningRunner:
             "generated_tokens": self.generated_tokens,
             "padding_share": round(means.get("perf/padding_share", 0.0), 4),
             # of the actor update's passes: micro-batches cut to their longest, or packed
-            "update_padding_share": round(means.get("actor/padding_share", 0.0), 4),
+            "update_padding_share": round(means.get("perf/update_padding_share", 0.0), 4),
             "train_prompts": len(self.train_set),
             "dropped_prompts": self.train_set.dropped + self.val_set.dropped,
             "model": str(self.dirs.actor),
