@@ -8,7 +8,9 @@ Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two def
 ``cluster.device`` on the GPU), ``qwen_ddp`` and ``qwen_fsdp2``
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
-bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes), ``maniskill``
+bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes),
+``qwen_megatron`` (the same on the Megatron-core backend, bf16 weights, one rank; it needs CUDA
+and megatron-core), ``maniskill``
 (PickCube's GPU simulator, random actions, when mani-skill is importable) and ``maniskill_ppo``
 (PPO iterations of ``embodied/maniskill_pickcube_ppo`` in its GPU recipe: 512 envs of the GPU
 simulator handing their observation tensors to the policy on the same GPU). A check that fails
@@ -48,7 +50,15 @@ QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 
 SMALL = {**QWEN_05B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}  # fmt: skip
 
-CHECKS = ("cartpole", "tiny_reasoning", "qwen_ddp", "qwen_fsdp2", "maniskill", "maniskill_ppo")
+CHECKS = (
+    "cartpole",
+    "tiny_reasoning",
+    "qwen_ddp",
+    "qwen_fsdp2",
+    "qwen_megatron",
+    "maniskill",
+    "maniskill_ppo",
+)
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -157,6 +167,9 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
     from rlcore.placement import plan_for_config
     from rlcore.runners.reasoning import ReasoningRunner
 
+    if backend == "megatron" and args.device != "cuda":
+        return {"ok": None, "skipped": "Megatron-core's model needs CUDA"}
+    trainer = backend if backend in ("fsdp2", "megatron") else "torch"
     arch = SMALL if args.small else QWEN_05B
     model_dir = out / "qwen"
     if not model_dir.is_dir():
@@ -167,8 +180,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
         "data.synthetic.num_train=8000", "data.synthetic.num_val=200",
         "data.chat_template=false", f"actor.ppo_micro_batch_size={args.micro_batch}",
         f"critic.ppo_micro_batch_size={args.micro_batch}", "rollout.micro_batch_size=null",
-        f"actor.training_backend={'fsdp2' if backend == 'fsdp2' else 'torch'}",
-        f"critic.training_backend={'fsdp2' if backend == 'fsdp2' else 'torch'}",
+        f"actor.training_backend={trainer}", f"critic.training_backend={trainer}",
     ]  # fmt: skip
     if backend == "fsdp2":  # fp32 weights the optimiser updates, bf16 passes (verl's recipe)
         overrides += ["actor.model.dtype=float32", "actor.fsdp.param_dtype=bfloat16",
@@ -300,6 +312,7 @@ def main() -> int:
     runs = {"cartpole": check_cartpole, "tiny_reasoning": check_tiny_reasoning,
             "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
             "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
+            "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
             "maniskill": check_maniskill, "maniskill_ppo": check_maniskill_ppo}  # fmt: skip
     failed = 0
     try:

@@ -24,7 +24,7 @@ def gpu_check(*args, timeout):
 
 def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_path):
     code, rows, err = gpu_check("--device", "cpu", "--small", "--only", "qwen_fsdp2",
-                                "maniskill", "maniskill_ppo", "--iterations", "1",
+                                "qwen_megatron", "maniskill", "maniskill_ppo", "--iterations", "1",
                                 "--micro-batch", "4",
                                 "--out", str(tmp_path), timeout=240)  # fmt: skip
     assert code == 0, err[-2000:]
@@ -36,7 +36,7 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         assert stages[stage]["seconds"] >= 0 and stages[stage]["tokens_per_s"] > 0, stage
     # MFU needs a GPU's peak; the FLOP rate is reported anyway
     assert stages["actor_update"]["mfu"] is None and stages["actor_update"]["tflops"] >= 0
-    for check in ("maniskill", "maniskill_ppo"):  # the GPU simulator needs CUDA
+    for check in ("qwen_megatron", "maniskill", "maniskill_ppo"):  # these need CUDA
         assert rows[check]["ok"] is None and "skipped" in rows[check]
 
 

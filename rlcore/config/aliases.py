@@ -120,6 +120,10 @@ ALIASES: dict[str, Alias] = {
         "actor.model.gradient_checkpointing"
     ),
     "actor_rollout_ref.model.use_remove_padding": _verl("actor.model.use_remove_padding"),
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": _verl(
+        "actor.megatron.tensor_parallel_size"
+    ),
+    "critic.megatron.tensor_model_parallel_size": _verl("critic.megatron.tensor_parallel_size"),
     "critic.model.use_remove_padding": _verl(
         "actor.model.use_remove_padding", note="one key for the actor, critic and reference"
     ),

@@ -20,7 +20,7 @@ from rlcore.config.schema import (
     RLCoreConfig,
     UpdateConfig,
 )
-from rlcore.config.schema_reasoning import SGLANG_VERSION
+from rlcore.config.schema_reasoning import MEGATRON_VERSION, SGLANG_VERSION
 
 
 def check_config(config: RLCoreConfig) -> None:
@@ -87,11 +87,6 @@ def component_sections(config: RLCoreConfig) -> dict[str, Any]:
             "reward": config.reward}  # fmt: skip
 
 
-UNBUILT_BACKENDS = {
-    "megatron": "the Megatron-core backend is not built yet (it lands after FSDP2)",
-}
-
-
 def check_components(config: RLCoreConfig) -> list[str]:
     """Group names (RLinf's ``group_name``) and training backends of the component sections."""
     problems: list[str] = []
@@ -123,11 +118,17 @@ def check_components(config: RLCoreConfig) -> list[str]:
                 "so gradients are reduced in the parameters' dtype; set "
                 f"{component}.fsdp.param_dtype too, or remove reduce_dtype"
             )
-        if backend in UNBUILT_BACKENDS:
+        megatron = getattr(sect, "megatron", None)
+        if megatron is not None and backend != "megatron" and megatron != type(megatron)():
             problems.append(
-                f"{component}.training_backend: {backend}: {UNBUILT_BACKENDS[backend]}; use "
-                "torch (one process, or DistributedDataParallel over the component's ranks) or "
-                "fsdp2 (parameters sharded over them)"
+                f"{component}.megatron: set, but {component}.training_backend is {backend}, "
+                f"which does not read it; set {component}.training_backend=megatron, or remove it"
+            )
+        if backend == "megatron" and isinstance(config, EmbodiedConfig):
+            problems.append(
+                f"{component}.training_backend: megatron trains the reasoning actor and critic "
+                "(transformers decoders converted to Megatron's GPT); embodied policies are MLPs "
+                "and CNNs: use torch or fsdp2"
             )
     return problems
 
@@ -343,6 +344,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
                 f"micro-batches are formed by tokens or by rows, not both: set {name}.{given[0]}"
                 "=null, or remove the budget"
             )
+    problems += _megatron(config)
     lora = config.actor.model.lora
     if lora.rank:
         sharded = [n for n, sect in (("actor", actor), ("critic", critic))
@@ -436,6 +438,48 @@ def _check_gdpo(config: ReasoningConfig) -> list[str]:
         problems.append(
             "algorithm.use_kl_in_reward: gdpo's advantage is made of the reward components "
             "only, so an in-reward KL penalty would be ignored; use algorithm.use_kl_loss=true"
+        )
+    return problems
+
+
+def _megatron(config: ReasoningConfig) -> list[str]:
+    """What the Megatron backend does not do (yet), and whether it is installed. Its GPU side
+    (CUDA devices; the tensor-parallel size against the processes) is checked with the plan."""
+    users = [name for name, sect in (("actor", config.actor), ("critic", config.critic))
+             if sect.training_backend == "megatron"]  # fmt: skip
+    if not users:
+        return []
+    name, model = users[0], config.actor.model
+    problems = []
+    try:
+        installed = importlib.metadata.version("megatron-core")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != MEGATRON_VERSION:
+        have = "is not installed" if installed is None else f"is {installed} here"
+        problems.append(
+            f"{name}.training_backend: megatron needs megatron-core=={MEGATRON_VERSION} (pip "
+            f"install -e '.[megatron]'), and it {have}; or use training_backend torch or fsdp2"
+        )
+    unbuilt = [
+        ("actor.model.lora.rank", model.lora.rank > 0, "LoRA adapters"),
+        ("actor.model.use_remove_padding", model.use_remove_padding,
+         "packed sequences (Megatron packs through Transformer Engine's THD format)"),
+        ("actor.model.gradient_checkpointing", model.gradient_checkpointing,
+         "activation recomputation"),
+    ]  # fmt: skip
+    for key_path, on, what in unbuilt:
+        if on:
+            problems.append(
+                f"{key_path}: set, but {name}.training_backend is megatron, and {what} under "
+                f"Megatron is not built yet; use training_backend torch or fsdp2 for it, or "
+                f"turn {key_path.rsplit('.', 1)[1]} off"
+            )
+    if len(users) == 2 and config.actor.megatron != config.critic.megatron:
+        problems.append(
+            "critic.megatron.tensor_parallel_size: differs from the actor's; Megatron keeps one "
+            "model-parallel layout per process, and actor and critic may share processes: give "
+            "both the same size"
         )
     return problems
 

@@ -203,6 +203,9 @@ class CriticConfig(TrainedKeys):
 
 # The sglang release rollout.backend=sglang is written and checked against (the gpu extra pins it).
 SGLANG_VERSION = "0.5.21"
+# The megatron-core release training_backend=megatron is written and tested against (the megatron
+# and gpu extras pin it).
+MEGATRON_VERSION = "0.16.1"
 
 
 @dataclass(kw_only=True)

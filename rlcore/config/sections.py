@@ -330,6 +330,20 @@ class FsdpConfig:
 
 
 @dataclass(kw_only=True)
+class MegatronConfig:
+    """Megatron-core's options (verl's ``megatron`` section): read with ``training_backend:
+    megatron`` only."""
+
+    tensor_parallel_size: int = key(
+        1,
+        doc="ranks each weight matrix is split over (verl's tensor_model_parallel_size); the "
+        "component's other ranks split the batch (data parallel), so it must divide the "
+        "component's processes in cluster.component_placement, and the model's key/value heads",
+        range=">= 1",
+    )
+
+
+@dataclass(kw_only=True)
 class TrainedKeys(GroupKeys):
     """The keys of a trained component's section (actor, critic)."""
 
@@ -338,9 +352,14 @@ class TrainedKeys(GroupKeys):
         doc="torch: one process, or DistributedDataParallel over the component's ranks; fsdp2: "
         "parameters, gradients and optimiser state sharded over them (FSDP2, fully_shard per "
         "decoder layer; on one rank the same arithmetic as torch, with the fsdp options); "
-        "megatron is not built yet and is refused",
+        "megatron: the reasoning actor and critic as Megatron-core GPT models (Qwen2 / Llama "
+        "weights converted), tensor parallel over megatron.tensor_parallel_size ranks, on GPUs "
+        "(the megatron extra)",
     )
     fsdp: FsdpConfig = section(FsdpConfig, doc="FSDP2 options (training_backend: fsdp2)")
+    megatron: MegatronConfig = section(
+        MegatronConfig, doc="Megatron-core options (training_backend: megatron)"
+    )
 
 
 @dataclass(kw_only=True)

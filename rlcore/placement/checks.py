@@ -18,7 +18,7 @@ def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
         problems = _embodied(config, plan)
     else:
         problems = _reasoning(config, plan)
-    problems += _offload(config, plan) + _spans(plan, config)
+    problems += _offload(config, plan) + _spans(plan, config) + _megatron(config, plan)
     if problems:
         raise PlacementError("\n".join(problems))
 
@@ -138,6 +138,33 @@ def _spans(plan: PlacementPlan, config: RLCoreConfig) -> list[str]:
                 "tensor parallelism yet), so the rest would sit idle; give each process one "
                 f"GPU: as many ranks as GPUs (e.g. {name}: "
                 f"{_one_each(ranks)})"
+            )
+    return problems
+
+
+def _megatron(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
+    """Megatron's model runs on CUDA devices, one per process, tensor parallel over
+    ``megatron.tensor_parallel_size`` of the component's processes."""
+    if not isinstance(config, ReasoningConfig):
+        return []  # refused in embodied mode by the config check
+    problems = []
+    for name in ("actor", "critic"):
+        section = getattr(config, name)
+        if section.training_backend != "megatron" or name not in plan.components:
+            continue
+        if plan.device != "cuda":
+            problems.append(
+                f"{name}.training_backend: megatron runs on GPUs only (Megatron-core's model "
+                f"calls CUDA), and the plan's devices are CPUs (cluster.device "
+                f"{config.cluster.device}); use training_backend torch or fsdp2"
+            )
+            continue
+        tp, ranks = section.megatron.tensor_parallel_size, plan.world_size(name)
+        if ranks % tp:
+            problems.append(
+                f"{name}.megatron.tensor_parallel_size: {tp} does not divide the {ranks} {name} "
+                f"process(es) in {KEY_PREFIX}; give {name} a multiple of {tp} processes (one GPU "
+                "each), or pick a divisor"
             )
     return problems
 

@@ -43,6 +43,7 @@ from rlcore.models.lm import (
     with_lora,
 )
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.megatron_strategy import MegatronOptions
 from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
@@ -78,6 +79,7 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         additive=LOSS_SHARES,
         backend=section.training_backend,
         fsdp=FsdpOptions.of(section.fsdp),
+        megatron=MegatronOptions.of(section.megatron, seed),
         max_skipped_steps=config.runner.max_skipped_steps,
         split=_splitter(budget),
         cut=trim_padding,
@@ -159,8 +161,19 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
         return part
 
     config = owner.config
-    return forward_in_parts(batch, _forward_size(config),
-                            config.actor.max_tokens_per_micro_batch, run)  # fmt: skip
+    return _on_local_rows(owner, batch, lambda rows: forward_in_parts(
+        rows, _forward_size(config), config.actor.max_tokens_per_micro_batch, run))  # fmt: skip
+
+
+def _on_local_rows(owner: Any, batch: TensorDict, fn: Callable[[TensorDict], TensorDict]
+                   ) -> TensorDict:  # fmt: skip
+    """``fn`` over the rows ``owner``'s rank computes on (under tensor parallelism, those of
+    its whole group), this rank's own rows of the result."""
+    trainer = getattr(owner, "trainer", None)
+    if trainer is None:  # the reference: a transformers model on each rank
+        return fn(batch)
+    rows, own = trainer.strategy.local_batch(batch)
+    return fn(rows)[own]
 
 
 class LMActor(TrainedComponent):
@@ -266,8 +279,8 @@ class LMCritic(TrainedComponent):
             values = self._values(self.model, micro) * micro["response_mask"]
             return {"values": values.cpu()}
 
-        return forward_in_parts(batch, self.update_sizes.ppo_micro_batch_size, self.budget,
-                                run)["values"]  # fmt: skip
+        return _on_local_rows(self, batch, lambda rows: forward_in_parts(
+            rows, self.update_sizes.ppo_micro_batch_size, self.budget, run))["values"]  # fmt: skip
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:

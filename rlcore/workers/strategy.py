@@ -7,7 +7,8 @@ sync and checkpoints; with sharded parameters these are collectives every rank j
 
 Built: ``single`` (one rank), ``ddp`` (``DistributedDataParallel``: every rank holds the whole
 model, gradients are averaged) and ``fsdp2`` (``fully_shard``: parameters, gradients and
-optimiser state sharded over the component's ranks). Megatron-core plugs in here next.
+optimiser state sharded over the component's ranks); ``megatron`` (tensor parallel Megatron-core
+models, ``megatron_strategy.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,22 @@ class Strategy(Protocol):
     rank: int
     world_size: int
 
+    def convert(self, model: nn.Module) -> nn.Module:
+        """The model this strategy trains, from the one the component loaded (the same one, but
+        under Megatron: its shard of a converted model)."""
+        ...
+
     def wrap(self, model: nn.Module) -> nn.Module:
         """The module to run forward and backward passes through."""
+        ...
+
+    def local_batch(self, batch: Any) -> tuple[Any, slice]:
+        """The rows this rank computes on, given the rows the dispatch gave it, and where those
+        lie among them (under tensor parallelism a group of ranks computes on all its rows)."""
+        ...
+
+    def weight_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """What a weight sync sends, nothing gathered where it can be (``DTensor`` shards)."""
         ...
 
     @property
@@ -75,11 +90,20 @@ class SingleProcess:
     world_size = 1
     loss_scale = 1.0
 
+    def convert(self, model: nn.Module) -> nn.Module:
+        return model
+
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
     def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def local_batch(self, batch: Any) -> tuple[Any, slice]:
+        return batch, slice(None)
+
+    def weight_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return dict(model.state_dict())
 
     def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
         return tensor
@@ -244,18 +268,26 @@ def _repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
-BACKENDS = ("torch", "fsdp2")
+BACKENDS = ("torch", "fsdp2", "megatron")
 
 
-def make_strategy(ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None) -> Strategy:
+def make_strategy(ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None,
+                  megatron: Any = None) -> Strategy:  # fmt: skip
     """``backend`` torch: DDP over the component's group when it has several ranks, else a single
     process. fsdp2: ``fully_shard`` over the group, with ``fsdp``'s mixed precision and
     offload; on one rank over a group of one (``one_rank_group``): nothing is sharded, and the
-    arithmetic is a single process's unless ``fsdp`` casts."""
+    arithmetic is a single process's unless ``fsdp`` casts. megatron: ``megatron``'s
+    ``MegatronOptions`` (tensor-parallel size, seed)."""
     if backend not in BACKENDS:
         raise ValueError(f"training backend {backend!r}: built are {', '.join(BACKENDS)}")
     world = getattr(ctx, "world_size", 1)
     device = ctx.torch_device if ctx is not None else torch.device("cpu")
+    if backend == "megatron":
+        from rlcore.workers.megatron_strategy import MegatronOptions, MegatronParallel
+
+        if not dist.is_initialized():
+            one_rank_group(device)
+        return MegatronParallel(device, megatron or MegatronOptions())
     if backend == "fsdp2":
         group = getattr(ctx, "group", None) or one_rank_group(device)
         return FullyShardedDataParallel(group, getattr(ctx, "rank", 0), world, device, fsdp)

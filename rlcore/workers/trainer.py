@@ -59,8 +59,9 @@ class Trainer:
             (``schedule_every="step"``) or per ``fit`` (``"update"``); None keeps it constant.
         max_grad_norm: clip the global gradient norm to this; None: no clipping.
         seed: seeds the mini-batch shuffle (the same on every rank: each shuffles its own rows).
-        backend: the training backend (``strategy.make_strategy``): torch (single or DDP) or
-            fsdp2, with ``fsdp``'s mixed precision and offload.
+        backend: the training backend (``strategy.make_strategy``): torch (single or DDP),
+            fsdp2 with ``fsdp``'s mixed precision and offload, or megatron with ``megatron``'s
+            ``MegatronOptions``.
         split: forms a mini-batch's micro-batches (row indices of each, e.g. by a token budget)
             instead of ``sizes.micro_batch_size`` rows each; with several ranks, every rank
             takes as many as the rank that needs the most (FSDP2 gathers weights per pass).
@@ -81,15 +82,17 @@ class Trainer:
         additive: frozenset[str] = frozenset(),
         backend: str = "torch",
         fsdp: FsdpOptions | None = None,
+        megatron: Any = None,
         max_skipped_steps: int | None = None,
         split: Callable[[TensorDict], list[torch.Tensor]] | None = None,
         cut: Callable[[TensorDict], TensorDict] | None = None,
     ) -> None:
-        self.strategy: Strategy = make_strategy(ctx, backend, fsdp)
+        self.strategy: Strategy = make_strategy(ctx, backend, fsdp, megatron)
         self.component = getattr(ctx, "component", "model")
+        self.global_rank = getattr(ctx, "rank", 0)  # names this rank's files
         self.max_skipped_steps = max_skipped_steps
         self.device = ctx.torch_device if ctx is not None else torch.device("cpu")
-        self.model = model.to(self.device)
+        self.model = self.strategy.convert(model).to(self.device)
         self.model.train()
         self.module = self.strategy.wrap(self.model)
         # the trained parameters only (a LoRA model's base is frozen)
@@ -117,9 +120,10 @@ class Trainer:
 
     @property
     def shards(self) -> bool:
-        """The parameters are FSDP2's (sharded over the ranks, or cast for each pass): the module
-        cannot run a forward pass on one rank alone, so a rollout needs its own whole copy."""
-        return self.strategy.name == "fsdp2"
+        """The parameters are FSDP2's (sharded over the ranks, or cast for each pass) or
+        Megatron's (a converted model): the module cannot generate as a transformers model on
+        one rank alone, so a rollout needs its own whole copy."""
+        return self.strategy.name in ("fsdp2", "megatron")
 
     # the update --------------------------------------------------------------------------------
 
@@ -130,6 +134,7 @@ class Trainer:
         mini-batch loss and its metrics (0-d tensors); ``batch[mask_key]`` is the ``[B]`` or
         ``[B, T]`` 0/1 mask of the samples (tokens) that count.
         """
+        batch, _ = self.strategy.local_batch(batch)
         size = batch.batch_size[0]
         mini = self.sizes.mini_batch_size // self.world_size
         micro = self.sizes.micro_batch_size or mini
@@ -258,15 +263,15 @@ class Trainer:
                      process_group=self.strategy.group)  # fmt: skip
         else:
             weights = self.full_state_dict()
-            if self.rank == 0:
+            if self.global_rank == 0:
                 save_weights(weights, directory / WEIGHTS)
             state["optimizer"] = self.strategy.optimizer_state(self.model, self.optimizer)
-        torch.save(state, directory / f"trainer_rank{self.rank}.pt")
+        torch.save(state, directory / f"trainer_rank{self.global_rank}.pt")
 
     def load(self, directory: Path) -> None:
         """What ``save`` wrote, in either form, under any strategy (shards onto any number of
         ranks; this rank's own ``trainer_rank`` file, so the same number of ranks for those)."""
-        state = torch.load(directory / f"trainer_rank{self.rank}.pt", weights_only=True)
+        state = torch.load(directory / f"trainer_rank{self.global_rank}.pt", weights_only=True)
         if (directory / SHARDS).is_dir():
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -313,8 +318,9 @@ class TrainedComponent:
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
         """The model's own tensors, nothing gathered (``DTensor`` shards under FSDP2): what a
-        weight sync gathers a bucket at a time (``weight_buckets.py``)."""
-        return dict(self.trainer.model.state_dict())
+        weight sync gathers a bucket at a time (``weight_buckets.py``); under Megatron the
+        whole weights in the transformers layout (gathered: every rank calls it)."""
+        return self.trainer.strategy.weight_tensors(self.trainer.model)
 
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str) -> None:

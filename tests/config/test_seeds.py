@@ -240,15 +240,19 @@ def test_the_rollout_acts_on_micro_batches_with_the_same_actions(tmp_path):
         runner.close()
 
 
-def test_rlinf_reasoning_block_names_the_backend_it_cannot_run(tmp_path):
+def test_rlinf_reasoning_block_loads_and_megatron_is_refused_on_cpu_slots(tmp_path):
+    """RLinf's block trains actor and critic on Megatron: it validates as written, and the plan
+    refuses it here, where the slots are CPUs (Megatron-core's model calls CUDA)."""
     path = tmp_path / "rlinf_reasoning.yaml"
     path.write_text(on_top_of("reasoning/tiny_arith_ppo", RLINF_REASONING))
+    config = load_config(str(path))
+    assert config.actor.training_backend == config.critic.training_backend == "megatron"
     with pytest.raises(ConfigError) as refused:
-        load_config(str(path))
+        plan_for_config(config, gpus=lambda: 0)
     assert str(refused.value).splitlines() == [
-        f"{c}.training_backend: megatron: the Megatron-core backend is not built yet (it lands "
-        "after FSDP2); use torch (one process, or DistributedDataParallel over the component's "
-        "ranks) or fsdp2 (parameters sharded over them)"
+        f"{c}.training_backend: megatron runs on GPUs only (Megatron-core's model calls CUDA), "
+        "and the plan's devices are CPUs (cluster.device auto); use training_backend torch or "
+        "fsdp2"
         for c in ("actor", "critic")
     ]
 
