@@ -1,15 +1,11 @@
 """Megatron-core models from Hugging Face weights (megatron-core 0.16.1 on the CPU, through the
 test-only shim in tests/megatron_shim.py): the converted model computes the Hugging Face model's
-logits and values, the conversion round-trips, and tensor-parallel size 2 computes, differentiates
-and steps like size 1."""
-
-import os
-import warnings
+logits and values, and the conversion round-trips. Tensor-parallel size 2 against size 1 is
+tested in tests/workers/test_megatron_backend.py, in the one spawn of its 2-rank checks."""
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from rlcore.models import megatron as mg
 from tests.megatron_shim import megatron_on_cpu
@@ -126,52 +122,34 @@ def step(kind, config, model, ids):
     return out.detach(), grads, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def tp_rank_main(rank, port, out_dir, ids):
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore")
-    init_group(rank, 2, port)
-    try:
-        results = {}
-        for kind in ("tied", "untied", "value"):
-            config, hf = hf_model(kind)
-            with megatron_on_cpu():
-                results[kind] = step(kind, config, megatron_model(kind, config, hf, rank, 2), ids)
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        close_group()
+def conversion_step(kind, ids, tp_rank, tp_size):
+    """This rank's outputs, gradients and weights after one AdamW step of a converted model
+    (Megatron's model-parallel state set up with ``tp_size``; in tests/workers/
+    test_megatron_backend.py, which runs every 2-rank check in one spawn)."""
+    config, hf = hf_model(kind)
+    return step(kind, config, megatron_model(kind, config, hf, tp_rank, tp_size), ids)
 
 
-def test_tensor_parallel_2_computes_differentiates_and_steps_like_one_process(tmp_path):
-    """2 gloo ranks, each holding half of every split weight (whole query groups, halves of the
-    gate and up projections, half the padded vocabulary): the gathered outputs, the gradients
-    and the weights after one AdamW step, converted back, equal one process's on the Hugging
-    Face model. Megatron's optimiser needs CUDA; torch's AdamW steps each rank's shards."""
-    ids = torch.randint(0, VOCAB, (3, 9), generator=torch.Generator().manual_seed(1))
-    mp.spawn(tp_rank_main, args=(free_port(), str(tmp_path), ids), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
-    for kind in ("tied", "untied", "value"):
-        config, hf = hf_model(kind)
-        optimizer = adamw(hf.parameters())
-        want_out = hf(input_ids=ids).logits
-        loss_of(kind, want_out, ids).backward()
-        want_grads = {n: p.grad.clone() for n, p in hf.named_parameters()}
-        optimizer.step()
-        want_after = dict(hf.named_parameters())
-        outs, grads, after = zip(*(r[kind] for r in ranks), strict=True)
-        assert torch.equal(outs[0], outs[1]), kind  # every rank gathers the whole output
-        assert torch.allclose(outs[0], want_out, atol=1e-5), (
-            kind,
-            (outs[0] - want_out).abs().max(),
-        )
-        value = kind == "value"
-        grads = mg.to_hf(list(grads), config, value_head=value)
-        after = mg.to_hf(list(after), config, value_head=value)
-        assert grads["model.embed_tokens.weight"].shape[0] == VOCAB  # the padded row cut off
-        for name, grad in want_grads.items():
-            assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-4), (kind, name)
-            # a step is lr = 1e-2; the float noise in the gradients moves it by 1e-6 here
-            assert torch.allclose(after[name], want_after[name], atol=1e-5), (kind, name)
-        moved = sum(
-            float((want_after[n] - p).abs().max()) for n, p in hf_model(kind)[1].named_parameters()
-        )
-        assert moved > 0  # the step changed the weights
+def check_against_one_process(kind, ids, ranks):
+    """``ranks``' ``conversion_step`` results, converted back, against the Hugging Face model's
+    own outputs, gradients and AdamW step."""
+    config, hf = hf_model(kind)
+    optimizer = adamw(hf.parameters())
+    want_out = hf(input_ids=ids).logits
+    loss_of(kind, want_out, ids).backward()
+    want_grads = {n: p.grad.clone() for n, p in hf.named_parameters()}
+    optimizer.step()
+    want_after = dict(hf.named_parameters())
+    outs, grads, after = zip(*ranks, strict=True)
+    assert torch.equal(outs[0], outs[1]), kind  # every rank gathers the whole output
+    assert torch.allclose(outs[0], want_out, atol=1e-5), kind
+    value = kind == "value"
+    grads = mg.to_hf(list(grads), config, value_head=value)
+    after = mg.to_hf(list(after), config, value_head=value)
+    assert grads["model.embed_tokens.weight"].shape[0] == VOCAB  # the padded row cut off
+    for name, grad in want_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-4), (kind, name)
+        # a step is lr = 1e-2; the float noise in the gradients moves it by 1e-6 here
+        assert torch.allclose(after[name], want_after[name], atol=1e-5), (kind, name)
+    before = dict(hf_model(kind)[1].named_parameters())
+    assert any(not torch.equal(p, before[n]) for n, p in want_after.items())  # it stepped

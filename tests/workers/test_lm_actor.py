@@ -202,41 +202,67 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rank_main(rank, port, out, component_cls, config, dirs, batch):
+def rank_main(rank, port, out, config, dirs, batch):
+    """Both components' updates on this rank's half, in one process (one spawn per backend)."""
     with gloo_rank(rank, port, batch) as (ctx, shard):
-        weights, held = update_params(component_cls, ctx, config, dirs, shard)
-        torch.save({"weights": weights, "held": held}, os.path.join(out, f"rank{rank}.pt"))
+        result = {}
+        for component_cls in (LMActor, LMCritic):
+            weights, held = update_params(component_cls, ctx, config, dirs, shard)
+            result[component_cls.__name__] = {"weights": weights, "held": held}
+        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
 
 
-@pytest.mark.parametrize(
-    ("backend", "component_cls"),
-    [("torch", LMActor), ("torch", LMCritic), ("fsdp2", LMActor), ("fsdp2", LMCritic),
-     ("fsdp2-tokens", LMActor)],  # the critic's token micro-batches: the same Trainer path
-    ids=["torch-actor", "torch-critic", "fsdp2-actor", "fsdp2-critic", "fsdp2-tokens-actor"],
-)  # fmt: skip
-def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, tmp_path, backend,
-                                                            component_cls):  # fmt: skip
-    """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of
-    2 over 2 epochs, end where one process does on the whole batch. fsdp2-tokens: micro-batches
-    of at most 30 tokens, which the ranks need in different numbers: each takes as many as the
-    other (FSDP2 gathers the weights for every pass, all ranks together)."""
-    config, dirs = tiny_lm
+def backend_config(dirs, backend):
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
                          "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2")  # fmt: skip
     if backend == "fsdp2-tokens":
         backend = "fsdp2"
         config.actor.ppo_micro_batch_size, config.actor.max_tokens_per_micro_batch = None, 30
     config.actor.training_backend = config.critic.training_backend = backend
-    batch = make_batch(config, dirs)
-    batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
-    batch["values"] = LMCritic(SOLO, config, dirs.actor).compute_values(batch) + 0.3
+    return config
+
+
+@pytest.fixture(scope="module")
+def two_rank_updates(tiny_lm, tmp_path_factory):
+    """``backend -> (config, batch, [rank 0's, rank 1's] results)``: each backend's 2 ranks
+    spawned once, on first use, for both components."""
+    _, dirs = tiny_lm
+    done = {}
+
+    def run(backend):
+        if backend not in done:
+            config = backend_config(dirs, backend)
+            batch = make_batch(config, dirs)
+            batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
+            batch["values"] = LMCritic(SOLO, config, dirs.actor).compute_values(batch) + 0.3
+            out = tmp_path_factory.mktemp(backend)
+            mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch), nprocs=2,
+                     join=True)  # fmt: skip
+            done[backend] = (config, batch, [torch.load(out / f"rank{r}.pt") for r in (0, 1)])
+        return done[backend]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("backend", "component_cls"),
+    [("torch", LMActor), ("torch", LMCritic), ("fsdp2", LMActor), ("fsdp2", LMCritic),
+     ("fsdp2-tokens", LMActor), ("fsdp2-tokens", LMCritic)],
+    ids=["torch-actor", "torch-critic", "fsdp2-actor", "fsdp2-critic", "fsdp2-tokens-actor",
+         "fsdp2-tokens-critic"],
+)  # fmt: skip
+def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, two_rank_updates, backend,
+                                                            component_cls):  # fmt: skip
+    """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of
+    2 over 2 epochs, end where one process does on the whole batch. fsdp2-tokens: micro-batches
+    of at most 30 tokens, which the ranks need in different numbers: each takes as many as the
+    other (FSDP2 gathers the weights for every pass, all ranks together)."""
+    _, dirs = tiny_lm
+    config, batch, results = two_rank_updates(backend)
+    saved = [r[component_cls.__name__] for r in results]
     # Uneven valid tokens per rank: a per-rank token mean would weigh them wrongly.
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()
     single, _ = update_params(component_cls, SOLO, config, dirs, batch)
-    port = free_port()
-    mp.spawn(rank_main, args=(port, str(tmp_path), component_cls, config, dirs, batch), nprocs=2,
-             join=True)  # fmt: skip
-    saved = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     ranks = [r["weights"] for r in saved]
     # DDP ranks hold the whole model; FSDP2 ranks about half of it each.
     for r in saved:

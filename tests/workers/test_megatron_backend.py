@@ -92,42 +92,64 @@ def test_one_rank_computes_and_updates_as_the_torch_backend(tiny_lm, megatron_so
             assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
 
 
-def rank_main(rank, port, out, tp, config, dirs, batch):
+def rank_main(rank, port, out, config, dirs, batch, ids):
+    """One spawn for every 2-rank check: the converted models at tensor-parallel size 2 (the
+    conversion's own test), then the components at size 2 and at size 1 (data parallel)."""
     warnings.filterwarnings("ignore")
-    with gloo_rank(rank, port, batch) as (ctx, shard), megatron_on_cpu():
-        from megatron.core import parallel_state
+    from megatron.core import parallel_state
 
-        mega = on_megatron(config, tp)
-        result = {}
-        for component_cls in (LMActor, LMCritic):
-            result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
-        result["log_probs"] = LMActor(ctx, mega, dirs.actor).compute_log_probs(shard)
-        # a checkpoint (transformers-layout weights, each rank's optimiser shard) resumes
-        unbroken = LMActor(ctx, mega, dirs.actor)
-        unbroken.update(shard)
-        unbroken.save_checkpoint(os.path.join(out, "checkpoint"))
-        resumed = LMActor(ctx, mega, dirs.actor)
-        resumed.load_checkpoint(os.path.join(out, "checkpoint"))
-        unbroken.update(shard)
-        resumed.update(shard)
-        result["resume"] = (unbroken.weights(), resumed.weights())
-        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
+    from tests.models.test_megatron import conversion_step
+
+    with gloo_rank(rank, port, batch) as (ctx, shard), megatron_on_cpu():
+        results = {"conversion": {}}
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+        for kind in ("tied", "untied", "value"):
+            results["conversion"][kind] = conversion_step(kind, ids, rank, 2)
         parallel_state.destroy_model_parallel()
+        for tp in (2, 1):
+            mega = on_megatron(config, tp)
+            result = {}
+            for component_cls in (LMActor, LMCritic):
+                result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
+            result["log_probs"] = LMActor(ctx, mega, dirs.actor).compute_log_probs(shard)
+            # a checkpoint (transformers-layout weights, each rank's optimiser shard) resumes
+            checkpoint = os.path.join(out, f"checkpoint-tp{tp}")
+            unbroken = LMActor(ctx, mega, dirs.actor)
+            unbroken.update(shard)
+            unbroken.save_checkpoint(checkpoint)
+            resumed = LMActor(ctx, mega, dirs.actor)
+            resumed.load_checkpoint(checkpoint)
+            unbroken.update(shard)
+            resumed.update(shard)
+            result["resume"] = (unbroken.weights(), resumed.weights())
+            results[tp] = result
+            parallel_state.destroy_model_parallel()
+        torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_lm, tmp_path_factory):
+    """``(config, batch, ids, [rank 0's, rank 1's] results)`` of ``rank_main``."""
+    config, dirs = tiny_lm
+    config = training_config(dirs)
+    batch = scored_batch(config, dirs)
+    ids = torch.randint(0, 67, (3, 9), generator=torch.Generator().manual_seed(1))
+    out = tmp_path_factory.mktemp("megatron")
+    mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch, ids), nprocs=2,
+             join=True)  # fmt: skip
+    return config, batch, ids, [torch.load(out / f"rank{r}.pt") for r in (0, 1)]
 
 
 @pytest.mark.parametrize("tp", [2, 1], ids=["tensor-parallel-2", "data-parallel-2"])
-def test_two_ranks_update_like_the_torch_backend_on_one(tiny_lm, tmp_path, tp):
+def test_two_ranks_update_like_the_torch_backend_on_one(tiny_lm, two_ranks, tp):
     """2 gloo ranks, each given half the batch: tensor parallel (each weight split in two, both
     ranks computing on the whole batch) or data parallel (each its half, gradients summed);
     both end where the torch backend does on the whole batch in one process, each rank's
     log-probs are those of its own rows, and a checkpoint resumes bit-exact."""
-    config, dirs = tiny_lm
-    config = training_config(dirs)
-    batch = scored_batch(config, dirs)
+    _, dirs = tiny_lm
+    config, batch, _, results = two_ranks
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()  # uneven halves
-    mp.spawn(rank_main, args=(free_port(), str(tmp_path), tp, config, dirs, batch), nprocs=2,
-             join=True)  # fmt: skip
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    ranks = [r[tp] for r in results]
     for component_cls in (LMActor, LMCritic):
         want = updated(component_cls, SOLO, config, dirs, batch)
         for rank in ranks:
@@ -142,6 +164,19 @@ def test_two_ranks_update_like_the_torch_backend_on_one(tiny_lm, tmp_path, tp):
     valid = batch["response_mask"].bool()
     both = torch.cat([ranks[0]["log_probs"], ranks[1]["log_probs"]])
     assert torch.allclose(both[valid], log_probs[valid], atol=1e-5)
+
+
+def test_tensor_parallel_2_computes_differentiates_and_steps_like_one_process(two_ranks):
+    """The conversion on 2 gloo ranks, each holding half of every split weight (whole query
+    groups, halves of the gate and up projections, half the padded vocabulary): the gathered
+    outputs, the gradients and the weights after one AdamW step, converted back, equal one
+    process's on the Hugging Face model. Megatron's optimiser needs CUDA; torch's AdamW steps
+    each rank's shards."""
+    from tests.models.test_megatron import check_against_one_process
+
+    _, _, ids, results = two_ranks
+    for kind in ("tied", "untied", "value"):
+        check_against_one_process(kind, ids, [r["conversion"][kind] for r in results])
 
 
 def test_the_placement_refuses_megatron_where_it_cannot_run():
