@@ -65,8 +65,10 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
     return Trainer(
         ctx,
         model,
+        # fused: one kernel over all parameters (on CPU the default is a loop per tensor;
+        # measured: the tiny model's two PPO updates 0.110 -> 0.101 s an iteration)
         optimizer=lambda params: torch.optim.AdamW(
-            params, lr=optim.lr, weight_decay=optim.weight_decay
+            params, lr=optim.lr, weight_decay=optim.weight_decay, fused=True
         ),
         # a mini-batch is ppo_mini_batch_size prompts, each with its group_size responses
         sizes=UpdateSizes(
