@@ -17,6 +17,7 @@ TINY = [
     "data.synthetic.num_train=512", "data.synthetic.num_val=16", "data.train_batch_size=8",
     "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size=2", "warmup.steps=5",
     "runner.total_iterations=2", "runner.val_every=0", "runner.progress=false",
+    "runner.torch_threads=1",  # tests run beside each other (2 pytest workers on 2 cores)
     "logger.tensorboard=false",
 ]  # fmt: skip
 
