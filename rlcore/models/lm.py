@@ -225,6 +225,11 @@ def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512) -> Any:
     return fast
 
 
+def tiny_kv_heads(num_heads: int) -> int:
+    """The tiny model's key/value heads: 2 when they divide the attention heads, else as many."""
+    return 2 if num_heads % 2 == 0 else num_heads
+
+
 def build_tiny_lm(
     tokenizer: Any,
     *,
@@ -248,7 +253,7 @@ def build_tiny_lm(
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=2 if num_heads % 2 == 0 else num_heads,
+        num_key_value_heads=tiny_kv_heads(num_heads),
         max_position_embeddings=512,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,

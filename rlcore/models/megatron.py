@@ -56,6 +56,18 @@ def check_convertible(hf_config: Any, setting: str) -> None:
                           "sliding window")  # fmt: skip
 
 
+def check_tensor_parallel(hf_config: Any, tp_size: int, setting: str) -> None:
+    """A ConfigError naming ``setting`` unless ``tp_size`` ranks can split ``hf_config``'s
+    attention: each takes whole key/value heads (query groups)."""
+    _, groups, _, _ = _shape(hf_config)
+    if groups % tp_size:
+        raise ConfigError(
+            f"{setting}: {tp_size} does not divide the model's {groups} key/value heads (each "
+            "rank takes whole query groups); pick a divisor of "
+            f"{groups}"
+        )
+
+
 def _rope(hf_config: Any) -> dict:
     rope = getattr(hf_config, "rope_parameters", None) or {}
     if "rope_theta" not in rope:  # transformers before 5 kept it on the config itself
@@ -81,9 +93,7 @@ def transformer_config(hf_config: Any, tp_size: int, dtype: torch.dtype) -> Any:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     heads, groups, head_dim, layers = _shape(hf_config)
-    if groups % tp_size:
-        raise ConfigError(f"tensor parallel size {tp_size} does not divide the model's "
-                          f"{groups} key/value heads")  # fmt: skip
+    check_tensor_parallel(hf_config, tp_size, "megatron.tensor_parallel_size")
     return TransformerConfig(
         num_layers=layers, hidden_size=hf_config.hidden_size, num_attention_heads=heads,
         num_query_groups=groups, kv_channels=head_dim,

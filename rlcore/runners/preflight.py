@@ -63,6 +63,41 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
                     data.answer_format)  # fmt: skip
     if config.reward.kind == "custom" and config.reward.custom_fn is not None:
         attempt(load_custom_fn, config.reward.custom_fn)
+    attempt(_check_megatron_models, config)
+
+
+def _check_megatron_models(config: ReasoningConfig) -> None:
+    """A component on the Megatron backend trains a model the conversion covers, split by its
+    tensor-parallel size (read from the model folder's config.json; the tiny model's shape from
+    the config)."""
+    from rlcore.models.megatron import check_convertible, check_tensor_parallel
+
+    trained = [("actor", config.actor, config.actor.model.path)]
+    if config.critic.use_critic_model:
+        trained.append(("critic", config.critic,
+                        config.critic.model_path or config.actor.model.path))  # fmt: skip
+    for name, section, path in trained:
+        if section.training_backend != "megatron":
+            continue
+        if path is None:
+            from transformers import Qwen2Config
+
+            from rlcore.models.lm import tiny_kv_heads
+
+            tiny = config.actor.model.tiny
+            hf_config = Qwen2Config(num_attention_heads=tiny.num_heads,
+                                    hidden_size=tiny.hidden_size,
+                                    num_key_value_heads=tiny_kv_heads(tiny.num_heads))  # fmt: skip
+        else:
+            from transformers import AutoConfig
+
+            try:
+                hf_config = AutoConfig.from_pretrained(path)
+            except (OSError, ValueError):
+                continue  # check_model_dir names the folder's problem
+        check_convertible(hf_config, f"{name}.training_backend")
+        check_tensor_parallel(hf_config, section.megatron.tensor_parallel_size,
+                              f"{name}.megatron.tensor_parallel_size")  # fmt: skip
 
 
 def _probe_env(config: EmbodiedConfig) -> None:

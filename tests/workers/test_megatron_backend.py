@@ -199,3 +199,26 @@ def test_the_placement_refuses_megatron_where_it_cannot_run():
                        r"divide the 8 actor process\(es\)"):  # fmt: skip
         plan_for_config(on_gpus(3), gpus=lambda: 0)
     assert plan_for_config(on_gpus(4), gpus=lambda: 0).world_size("actor") == 8
+
+
+def test_the_preflight_refuses_a_model_megatron_cannot_split_or_convert(tiny_lm, tmp_path):
+    """Read from the model folder (or the tiny model's shape) before anything starts: the
+    tensor-parallel size must divide the key/value heads, and the architecture be converted."""
+    import json
+
+    from rlcore.config import ConfigError
+    from rlcore.runners.preflight import _check_megatron_models
+
+    config, _ = tiny_lm  # the tiny model: 2 key/value heads
+    mega = on_megatron(config, 2)
+    _check_megatron_models(mega)  # 2 divides 2
+    with pytest.raises(ConfigError, match=r"^actor.megatron.tensor_parallel_size: 4 does not "
+                       r"divide the model's 2 key/value heads"):  # fmt: skip
+        _check_megatron_models(on_megatron(config, 4))
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    mega.actor.model.path = str(gpt2)
+    with pytest.raises(ConfigError, match=r"^actor.training_backend: megatron trains qwen2 and "
+                       r"llama models; this one is 'gpt2'"):  # fmt: skip
+        _check_megatron_models(mega)
