@@ -442,6 +442,16 @@ def _check_gdpo(config: ReasoningConfig) -> list[str]:
     return problems
 
 
+def _unless_installed(package: str, version: str) -> str | None:
+    """None when ``package`` is installed at ``version``; else what is ("is not installed", "is
+    X here") for the message that asks for it."""
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "is not installed"
+    return None if installed == version else f"is {installed} here"
+
+
 def _megatron(config: ReasoningConfig) -> list[str]:
     """What the Megatron backend does not do (yet), and whether it is installed. Its GPU side
     (CUDA devices; the tensor-parallel size against the processes) is checked with the plan."""
@@ -451,12 +461,8 @@ def _megatron(config: ReasoningConfig) -> list[str]:
         return []
     name, model = users[0], config.actor.model
     problems = []
-    try:
-        installed = importlib.metadata.version("megatron-core")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    if installed != MEGATRON_VERSION:
-        have = "is not installed" if installed is None else f"is {installed} here"
+    have = _unless_installed("megatron-core", MEGATRON_VERSION)
+    if have:
         problems.append(
             f"{name}.training_backend: megatron needs megatron-core=={MEGATRON_VERSION} (pip "
             f"install -e '.[megatron]'), and it {have}; or use training_backend torch or fsdp2"
@@ -506,12 +512,8 @@ def _rollout_engine(config: ReasoningConfig) -> list[str]:
             )
         return problems
     problems = []
-    try:
-        installed = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    if installed != SGLANG_VERSION:
-        have = "is not installed" if installed is None else f"is {installed} here"
+    have = _unless_installed("sglang", SGLANG_VERSION)
+    if have:
         problems.append(
             f"rollout.backend: sglang needs sglang=={SGLANG_VERSION} (the gpu extra: pip install "
             f"-e '.[gpu]' on a GPU machine), and it {have}; or use rollout.backend=hf. Note: "

@@ -69,9 +69,7 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
         raise ValueError("a row with no prompt token cannot be packed: nothing predicts its first "
                          "response token")  # fmt: skip
     lengths = mask.sum(-1)
-    starts = _place(lengths.tolist(), one_row)  # (row, column) of each sequence
-    width = max(column + int(lengths[i]) for i, (_, column) in enumerate(starts))
-    rows = max(row for row, _ in starts) + 1
+    starts, rows, width = _layout(lengths.tolist(), one_row)
     device = batch["input_ids"].device
     begin = torch.tensor([row * width + column for row, column in starts], device=device)
     # the flat destination of each real token: its sequence's start + its index in it
@@ -99,10 +97,16 @@ def padding_share(batch: Any, packed: bool, one_row: bool = False) -> float:
     real = int(mask.sum())
     if not packed:
         return 1.0 - real / mask.numel()
-    lengths = mask.sum(-1).tolist()
+    _, rows, width = _layout(mask.sum(-1).tolist(), one_row)
+    return 1.0 - real / (rows * width)
+
+
+def _layout(lengths: list[int], one_row: bool) -> tuple[list[tuple[int, int]], int, int]:
+    """``(starts, rows, width)``: the (row, column) of each sequence (``_place``) and the packed
+    rows' count and width."""
     starts = _place(lengths, one_row)
     width = max(column + lengths[i] for i, (_, column) in enumerate(starts))
-    return 1.0 - real / ((max(row for row, _ in starts) + 1) * width)
+    return starts, max(row for row, _ in starts) + 1, width
 
 
 def _place(lengths: list[int], one_row: bool) -> list[tuple[int, int]]:

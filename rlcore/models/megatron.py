@@ -13,11 +13,12 @@ Engine):
   (the gated unit splits its output in two halves).
 - Column-parallel layers split their output dimension over the ranks, row-parallel ones
   (``linear_proj``, ``linear_fc2``) their input dimension; the norms are whole on every rank.
-- The vocabulary is split over the ranks too, so it is padded to a multiple of their number; the
-  padded rows are zero and the logits of those entries are cut off (``VOCAB_PADDED``).
+- The vocabulary is split over the ranks too, so it is padded to a multiple of their number
+  (``padded_vocab``); the padded rows are zero and the logits of those entries are cut off
+  (``full_logits``).
 - Rotary embeddings: Megatron computes positions from the column (0 to S - 1), not from
-  position ids, so each sequence must start at column 0 (``rlcore.data.packing``'s
-  one-sequence-per-row layout).
+  position ids, so each sequence must start at column 0 (``MegatronLM`` in
+  ``rlcore/workers/megatron_strategy.py`` rotates left-padded rows so).
 - A value model is the GPT with its output layer replaced by a scalar head (``ValueHead``), whole
   on every rank, as transformers' ``score`` layer is.
 """
