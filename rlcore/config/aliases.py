@@ -124,6 +124,10 @@ ALIASES: dict[str, Alias] = {
         "actor.megatron.tensor_parallel_size"
     ),
     "critic.megatron.tensor_model_parallel_size": _verl("critic.megatron.tensor_parallel_size"),
+    "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": _verl(
+        "actor.megatron.pipeline_parallel_size"
+    ),
+    "critic.megatron.pipeline_model_parallel_size": _verl("critic.megatron.pipeline_parallel_size"),
     "critic.model.use_remove_padding": _verl(
         "actor.model.use_remove_padding", note="one key for the actor, critic and reference"
     ),

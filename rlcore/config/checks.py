@@ -483,9 +483,9 @@ def _megatron(config: ReasoningConfig) -> list[str]:
             )
     if len(users) == 2 and config.actor.megatron != config.critic.megatron:
         problems.append(
-            "critic.megatron.tensor_parallel_size: differs from the actor's; Megatron keeps one "
-            "model-parallel layout per process, and actor and critic may share processes: give "
-            "both the same size"
+            "critic.megatron: its tensor_parallel_size / pipeline_parallel_size differ from the "
+            "actor's; Megatron keeps one model-parallel layout per process, and actor and critic "
+            "may share processes: give both the same sizes"
         )
     return problems
 

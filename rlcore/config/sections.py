@@ -341,6 +341,14 @@ class MegatronConfig:
         "component's processes in cluster.component_placement, and the model's key/value heads",
         range=">= 1",
     )
+    pipeline_parallel_size: int = key(
+        1,
+        doc="pipeline stages the model's layers are split into, each on its own ranks (verl's "
+        "pipeline_model_parallel_size), run by Megatron's 1F1B schedule over a mini-batch's "
+        "micro-batches; tensor_parallel_size x this must divide the component's processes, and "
+        "this the model's layers",
+        range=">= 1",
+    )
 
 
 @dataclass(kw_only=True)
@@ -353,8 +361,8 @@ class TrainedKeys(GroupKeys):
         "parameters, gradients and optimiser state sharded over them (FSDP2, fully_shard per "
         "decoder layer; on one rank the same arithmetic as torch, with the fsdp options); "
         "megatron: the reasoning actor and critic as Megatron-core GPT models (Qwen2 / Llama "
-        "weights converted), tensor parallel over megatron.tensor_parallel_size ranks, on GPUs "
-        "(the megatron extra)",
+        "weights converted), tensor and pipeline parallel over megatron.tensor_parallel_size x "
+        "megatron.pipeline_parallel_size ranks, on GPUs (the megatron extra)",
     )
     fsdp: FsdpConfig = section(FsdpConfig, doc="FSDP2 options (training_backend: fsdp2)")
     megatron: MegatronConfig = section(

@@ -1,7 +1,7 @@
 """Hugging Face Qwen2 / Llama causal LMs (and their token-classification value models) as
 Megatron-core ``GPTModel``s, and back: the shape of one from the other's config, and the weights
-of each tensor-parallel rank from the Hugging Face state dict (and the state dict from all the
-ranks'), name by name.
+of each tensor-parallel rank of each pipeline stage from the Hugging Face state dict (and the
+state dict from all of theirs), name by name.
 
 What the conversion has to get right (megatron-core 0.16.1, its local layer spec: no Transformer
 Engine):
@@ -21,6 +21,9 @@ Engine):
   ``rlcore/workers/megatron_strategy.py`` rotates left-padded rows so).
 - A value model is the GPT with its output layer replaced by a scalar head (``ValueHead``), whole
   on every rank, as transformers' ``score`` layer is.
+- Pipeline stages split the layers evenly (``stage_layers``); each numbers its own from 0. The
+  first holds the embedding, the last the final norm and the output layer; a tied model's last
+  stage holds a copy of the embedding as its output layer.
 """
 
 from __future__ import annotations
@@ -69,6 +72,23 @@ def check_tensor_parallel(hf_config: Any, tp_size: int, setting: str) -> None:
         )
 
 
+def check_pipeline_parallel(hf_config: Any, pp_size: int, setting: str) -> None:
+    """A ConfigError naming ``setting`` unless ``pp_size`` stages split ``hf_config``'s layers
+    evenly (Megatron builds ``layers / pp_size`` on each)."""
+    layers = _shape(hf_config)[3]
+    if layers % pp_size:
+        raise ConfigError(
+            f"{setting}: {pp_size} does not divide the model's {layers} layers (each pipeline "
+            f"stage holds as many); pick a divisor of {layers}"
+        )
+
+
+def stage_layers(hf_config: Any, stage: int, stages: int) -> range:
+    """The (global) indices of the decoder layers pipeline stage ``stage`` of ``stages`` holds."""
+    per_stage = _shape(hf_config)[3] // stages
+    return range(stage * per_stage, (stage + 1) * per_stage)
+
+
 def _rope(hf_config: Any) -> dict:
     rope = getattr(hf_config, "rope_parameters", None) or {}
     if "rope_theta" not in rope:  # transformers before 5 kept it on the config itself
@@ -89,12 +109,19 @@ def padded_vocab(vocab_size: int, tp_size: int) -> int:
     return -(-vocab_size // tp_size) * tp_size
 
 
-def transformer_config(hf_config: Any, tp_size: int, dtype: torch.dtype) -> Any:
-    """Megatron's ``TransformerConfig`` for ``hf_config``'s decoder, on ``tp_size`` ranks."""
+def transformer_config(hf_config: Any, tp_size: int, dtype: torch.dtype, pp_size: int = 1) -> Any:
+    """Megatron's ``TransformerConfig`` for ``hf_config``'s decoder, on ``tp_size`` ranks a
+    stage and ``pp_size`` pipeline stages.
+
+    For the pipeline schedule: micro-batches may differ in length and rows (their padding is cut
+    per micro-batch), so stages send each other the activations' shapes first
+    (``variable_seq_lengths``); a loss is taken as it comes, not divided by the micro-batch count
+    (``calculate_per_token_loss``; rlcore's losses are already shares of the mini-batch's)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     heads, groups, head_dim, layers = _shape(hf_config)
     check_tensor_parallel(hf_config, tp_size, "megatron.tensor_parallel_size")
+    check_pipeline_parallel(hf_config, pp_size, "megatron.pipeline_parallel_size")
     return TransformerConfig(
         num_layers=layers, hidden_size=hf_config.hidden_size, num_attention_heads=heads,
         num_query_groups=groups, kv_channels=head_dim,
@@ -103,6 +130,10 @@ def transformer_config(hf_config: Any, tp_size: int, dtype: torch.dtype) -> Any:
         activation_func=torch.nn.functional.silu, add_bias_linear=False,
         add_qkv_bias=bool(getattr(hf_config, "attention_bias", hf_config.model_type == "qwen2")),
         tensor_model_parallel_size=tp_size, params_dtype=dtype,
+        pipeline_model_parallel_size=pp_size, pipeline_dtype=dtype, variable_seq_lengths=True,
+        calculate_per_token_loss=True,
+        # no experts here; the default (allgather) dispatcher refuses variable_seq_lengths
+        moe_token_dispatcher_type="alltoall",
         bf16=dtype == torch.bfloat16, use_cpu_initialization=True,
         hidden_dropout=0.0, attention_dropout=0.0,
         # the fused kernels need CUDA extensions; the plain ones compute the same
@@ -124,23 +155,30 @@ class ValueHead(torch.nn.Module):
         return torch.nn.functional.linear(hidden, self.weight, self.bias), None
 
 
-def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool = False) -> Any:
-    """An (uninitialised) ``GPTModel`` of ``hf_config``'s shape for this tensor-parallel rank;
-    with ``value_head`` a value model. Megatron's model-parallel state must be initialised."""
+def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool = False,
+              pp_size: int = 1) -> Any:  # fmt: skip
+    """An (uninitialised) ``GPTModel`` of ``hf_config``'s shape for this tensor-parallel rank
+    and pipeline stage (the embedding on the first, the final norm and output layer on the last,
+    ``stage_layers`` in between); with ``value_head`` a value model. Megatron's model-parallel
+    state must be initialised with these sizes (building a tied model's last stage is a
+    collective of the first and last stages: Megatron copies the embedding over)."""
+    from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     tied = bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head
     model = GPTModel(
-        transformer_config(hf_config, tp_size, dtype),
+        transformer_config(hf_config, tp_size, dtype, pp_size),
         get_gpt_layer_local_spec(normalization="RMSNorm"),
         vocab_size=padded_vocab(hf_config.vocab_size, tp_size),
         max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=tied,
         position_embedding_type="rope",
         rotary_base=int(_rope(hf_config)["rope_theta"]),
     )  # fmt: skip
-    if value_head:
+    if value_head and model.post_process:
         model.output_layer = ValueHead(hf_config.hidden_size, dtype)
     return model
 
@@ -149,10 +187,14 @@ def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool
 
 
 def to_megatron(hf: dict[str, torch.Tensor], hf_config: Any, tp_rank: int, tp_size: int,
-                value_head: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
-    """Tensor-parallel rank ``tp_rank``'s Megatron state dict from a Hugging Face state dict
-    (a causal LM's, or with ``value_head`` a token-classification model's)."""
-    heads, groups, head_dim, layers = _shape(hf_config)
+                value_head: bool = False, stage: int = 0, stages: int = 1
+                ) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Tensor-parallel rank ``tp_rank``'s Megatron state dict of pipeline stage ``stage`` (of
+    ``stages``) from a Hugging Face state dict (a causal LM's, or with ``value_head`` a
+    token-classification model's). A stage numbers its layers from 0; a tied model's last stage
+    (when not also the first) holds its own copy of the embedding as its output layer."""
+    heads, groups, head_dim, _ = _shape(hf_config)
+    first, last = stage == 0, stage == stages - 1
     per_group = heads // groups
     vocab = padded_vocab(hf_config.vocab_size, tp_size)
 
@@ -164,10 +206,13 @@ def to_megatron(hf: dict[str, torch.Tensor], hf_config: Any, tp_rank: int, tp_si
         padded[: len(tensor)] = tensor
         return split(padded, 0)
 
-    out = {"embedding.word_embeddings.weight": vocab_rows(hf["model.embed_tokens.weight"]),
-           "decoder.final_layernorm.weight": hf["model.norm.weight"].clone()}  # fmt: skip
-    for i in range(layers):
-        src, dst = f"model.layers.{i}.", f"decoder.layers.{i}."
+    out = {}
+    if first:
+        out["embedding.word_embeddings.weight"] = vocab_rows(hf["model.embed_tokens.weight"])
+    if last:
+        out["decoder.final_layernorm.weight"] = hf["model.norm.weight"].clone()
+    for local, i in enumerate(stage_layers(hf_config, stage, stages)):
+        src, dst = f"model.layers.{i}.", f"decoder.layers.{local}."
         for kind in ("weight", "bias"):
             if f"{src}self_attn.q_proj.{kind}" not in hf:
                 continue
@@ -185,29 +230,40 @@ def to_megatron(hf: dict[str, torch.Tensor], hf_config: Any, tp_rank: int, tp_si
         out[f"{dst}mlp.linear_fc2.weight"] = split(hf[f"{src}mlp.down_proj.weight"], 1)
         out[f"{dst}input_layernorm.weight"] = hf[f"{src}input_layernorm.weight"].clone()
         out[f"{dst}pre_mlp_layernorm.weight"] = hf[f"{src}post_attention_layernorm.weight"].clone()
-    if value_head:
+    if not last:
+        pass
+    elif value_head:
         out["output_layer.weight"] = hf["score.weight"].clone()
         out["output_layer.bias"] = hf["score.bias"].clone()
     elif not getattr(hf_config, "tie_word_embeddings", False):
         out["output_layer.weight"] = vocab_rows(hf["lm_head.weight"])
+    elif not first:  # tied, on a stage apart from the embedding's
+        out["output_layer.weight"] = vocab_rows(hf["model.embed_tokens.weight"])
     return out
 
 
-def to_hf(shards: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False
-          ) -> dict[str, torch.Tensor]:  # fmt: skip
-    """The Hugging Face state dict from every tensor-parallel rank's Megatron state dict (in
-    rank order): the inverse of ``to_megatron``."""
-    heads, groups, head_dim, layers = _shape(hf_config)
+def to_hf(shards: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False,
+          stage: int = 0, stages: int = 1) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The Hugging Face tensors of pipeline stage ``stage`` (of ``stages``) from every
+    tensor-parallel rank's Megatron state dict of that stage (in rank order): the inverse of
+    ``to_megatron``. With one stage, the whole state dict; else ``merge_stages`` joins the
+    stages'."""
+    heads, groups, head_dim, _ = _shape(hf_config)
     per_group = heads // groups
+    first, last = stage == 0, stage == stages - 1
 
     def join(name: str, dim: int) -> torch.Tensor:
         return torch.cat([shard[name] for shard in shards], dim)
 
-    out = {"model.embed_tokens.weight": join("embedding.word_embeddings.weight", 0)[
-        : hf_config.vocab_size
-    ], "model.norm.weight": shards[0]["decoder.final_layernorm.weight"]}  # fmt: skip
-    for i in range(layers):
-        src, dst = f"decoder.layers.{i}.", f"model.layers.{i}."
+    out = {}
+    if first:
+        out["model.embed_tokens.weight"] = join("embedding.word_embeddings.weight", 0)[
+            : hf_config.vocab_size
+        ]
+    if last:
+        out["model.norm.weight"] = shards[0]["decoder.final_layernorm.weight"]
+    for local, i in enumerate(stage_layers(hf_config, stage, stages)):
+        src, dst = f"decoder.layers.{local}.", f"model.layers.{i}."
         for kind in ("weight", "bias"):
             name = f"{src}self_attention.linear_qkv.{kind}"
             if name not in shards[0]:
@@ -224,12 +280,25 @@ def to_hf(shards: list[dict[str, torch.Tensor]], hf_config: Any, value_head: boo
         out[f"{dst}mlp.down_proj.weight"] = join(f"{src}mlp.linear_fc2.weight", 1)
         out[f"{dst}input_layernorm.weight"] = shards[0][f"{src}input_layernorm.weight"]
         out[f"{dst}post_attention_layernorm.weight"] = shards[0][f"{src}pre_mlp_layernorm.weight"]
-    if value_head:
+    tied = bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head
+    if not last:
+        pass
+    elif value_head:
         out["score.weight"] = shards[0]["output_layer.weight"]
         out["score.bias"] = shards[0]["output_layer.bias"]
-    elif "output_layer.weight" in shards[0]:
+    elif not tied:
         out["lm_head.weight"] = join("output_layer.weight", 0)[: hf_config.vocab_size]
-    else:  # tied: transformers lists the embedding under both names
+    return merge_stages([out], hf_config, value_head) if stages == 1 else out
+
+
+def merge_stages(parts: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False
+                 ) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The whole Hugging Face state dict from every pipeline stage's ``to_hf`` tensors. A tied
+    model's output weight is the first stage's embedding (the last stage's copy is the same
+    tensor after every step: their gradients are summed); transformers lists it under both
+    names."""
+    out = {name: tensor for part in parts for name, tensor in part.items()}
+    if bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out
 

@@ -144,7 +144,8 @@ def _spans(plan: PlacementPlan, config: RLCoreConfig) -> list[str]:
 
 def _megatron(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
     """Megatron's model runs on CUDA devices, one per process, tensor parallel over
-    ``megatron.tensor_parallel_size`` of the component's processes."""
+    ``megatron.tensor_parallel_size`` of the component's processes and pipeline parallel over
+    ``megatron.pipeline_parallel_size`` groups of those."""
     if not isinstance(config, ReasoningConfig):
         return []  # refused in embodied mode by the config check
     problems = []
@@ -160,11 +161,19 @@ def _megatron(config: RLCoreConfig, plan: PlacementPlan) -> list[str]:
             )
             continue
         tp, ranks = section.megatron.tensor_parallel_size, plan.world_size(name)
+        pp = section.megatron.pipeline_parallel_size
         if ranks % tp:
             problems.append(
                 f"{name}.megatron.tensor_parallel_size: {tp} does not divide the {ranks} {name} "
                 f"process(es) in {KEY_PREFIX}; give {name} a multiple of {tp} processes (one GPU "
                 "each), or pick a divisor"
+            )
+        elif ranks % (tp * pp):
+            problems.append(
+                f"{name}.megatron.pipeline_parallel_size: {pp} stages of "
+                f"{name}.megatron.tensor_parallel_size {tp} rank(s) each ({tp * pp}) do not "
+                f"divide the {ranks} {name} process(es) in {KEY_PREFIX}; give {name} a multiple "
+                f"of {tp * pp} processes (one GPU each), or pick smaller sizes"
             )
     return problems
 

@@ -68,9 +68,13 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
 
 def _check_megatron_models(config: ReasoningConfig) -> None:
     """A component on the Megatron backend trains a model the conversion covers, split by its
-    tensor-parallel size (read from the model folder's config.json; the tiny model's shape from
-    the config)."""
-    from rlcore.models.megatron import check_convertible, check_tensor_parallel
+    tensor- and pipeline-parallel sizes (read from the model folder's config.json; the tiny
+    model's shape from the config)."""
+    from rlcore.models.megatron import (
+        check_convertible,
+        check_pipeline_parallel,
+        check_tensor_parallel,
+    )
 
     trained = [("actor", config.actor, config.actor.model.path)]
     if config.critic.use_critic_model:
@@ -87,6 +91,7 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
             tiny = config.actor.model.tiny
             hf_config = Qwen2Config(num_attention_heads=tiny.num_heads,
                                     hidden_size=tiny.hidden_size,
+                                    num_hidden_layers=tiny.num_layers,
                                     num_key_value_heads=tiny_kv_heads(tiny.num_heads))  # fmt: skip
         else:
             from transformers import AutoConfig
@@ -98,6 +103,8 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
         check_convertible(hf_config, f"{name}.training_backend")
         check_tensor_parallel(hf_config, section.megatron.tensor_parallel_size,
                               f"{name}.megatron.tensor_parallel_size")  # fmt: skip
+        check_pipeline_parallel(hf_config, section.megatron.pipeline_parallel_size,
+                                f"{name}.megatron.pipeline_parallel_size")  # fmt: skip
 
 
 def _probe_env(config: EmbodiedConfig) -> None:

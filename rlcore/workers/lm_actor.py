@@ -125,20 +125,27 @@ def forward_in_parts(
     batch: TensorDict,
     size: int | None,
     budget: int | None,
-    fn: Callable[[TensorDict], dict[str, torch.Tensor]],
+    model: Any,
+    fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]],
+    strategy: Any = None,
 ) -> TensorDict:
-    """``fn``'s ``[b, r]`` outputs over forward-only micro-batches of ``batch`` (``size`` rows
-    each, or by the token ``budget``; each cut of its padding columns), put back in the batch's
-    row order as ``[B, R]`` (0 in the columns a micro-batch did not have)."""
+    """``fn(model, micro)``'s ``[b, r]`` outputs over forward-only micro-batches of ``batch``
+    (``size`` rows each, or by the token ``budget``; each cut of its padding columns), put back
+    in the batch's row order as ``[B, R]`` (0 in the columns a micro-batch did not have). Under a
+    ``strategy`` with pipeline stages, the micro-batches run through its pipeline."""
     rows_total, width = batch.batch_size[0], batch["responses"].shape[1]
     if budget is not None:
         plan = token_budget_split(batch, budget)
     else:
         step = size or rows_total
         plan = [slice(s, s + step) for s in range(0, rows_total, step)]  # views, no copies
+    if strategy is not None and strategy.pipeline_size > 1:
+        micros = [trim_padding(batch[rows]) for rows in plan]
+        parts = strategy.pipeline(model, micros, fn, forward_only=True)
+    else:
+        parts = (fn(model, trim_padding(batch[rows])) for rows in plan)
     out: dict[str, torch.Tensor] = {}
-    for rows in plan:
-        part = fn(trim_padding(batch[rows]))
+    for rows, part in zip(plan, parts, strict=True):
         for key, value in part.items():
             if key not in out:
                 out[key] = value.new_zeros((rows_total, width))
@@ -153,8 +160,8 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
     batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
 
-    def run(micro: TensorDict) -> dict[str, torch.Tensor]:
-        logits = response_logits(owner.model, micro, micro["responses"].shape[1],
+    def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
+        logits = response_logits(model, micro, micro["responses"].shape[1],
                                  owner.config.actor.model.use_remove_padding)  # fmt: skip
         logits = logits / owner.temperature
         part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
@@ -163,19 +170,21 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
         return part
 
     config = owner.config
-    return _on_local_rows(owner, batch, lambda rows: forward_in_parts(
-        rows, _forward_size(config), config.actor.max_tokens_per_micro_batch, run))  # fmt: skip
+    return _on_local_rows(owner, batch, _forward_size(config),
+                          config.actor.max_tokens_per_micro_batch, run)  # fmt: skip
 
 
-def _on_local_rows(owner: Any, batch: TensorDict, fn: Callable[[TensorDict], TensorDict]
+def _on_local_rows(owner: Any, batch: TensorDict, size: int | None, budget: int | None,
+                   fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]]
                    ) -> TensorDict:  # fmt: skip
-    """``fn`` over the rows ``owner``'s rank computes on (under tensor parallelism, those of
-    its whole group), this rank's own rows of the result."""
+    """``forward_in_parts`` of ``fn`` with ``owner``'s model over the rows ``owner``'s rank
+    computes on (under Megatron's model parallelism, those of its whole model replica), this
+    rank's own rows of the result."""
     trainer = getattr(owner, "trainer", None)
     if trainer is None:  # the reference: a transformers model on each rank
-        return fn(batch)
+        return forward_in_parts(batch, size, budget, owner.model, fn)
     rows, own = trainer.strategy.local_batch(batch)
-    return fn(rows)[own]
+    return forward_in_parts(rows, size, budget, owner.model, fn, trainer.strategy)[own]
 
 
 class LMActor(TrainedComponent):
@@ -277,12 +286,12 @@ class LMCritic(TrainedComponent):
         """``[B, R]`` values of the response tokens (0 past each response's end)."""
         batch = batch.select(*CRITIC_READS[:5]).to(self.device)
 
-        def run(micro: TensorDict) -> dict[str, torch.Tensor]:
-            values = self._values(self.model, micro) * micro["response_mask"]
+        def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
+            values = self._values(model, micro) * micro["response_mask"]
             return {"values": values.cpu()}
 
-        return _on_local_rows(self, batch, lambda rows: forward_in_parts(
-            rows, self.update_sizes.ppo_micro_batch_size, self.budget, run))["values"]  # fmt: skip
+        return _on_local_rows(self, batch, self.update_sizes.ppo_micro_batch_size, self.budget,
+                              run)["values"]  # fmt: skip
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:

@@ -7,8 +7,8 @@ sync and checkpoints; with sharded parameters these are collectives every rank j
 
 Built: ``single`` (one rank), ``ddp`` (``DistributedDataParallel``: every rank holds the whole
 model, gradients are averaged) and ``fsdp2`` (``fully_shard``: parameters, gradients and
-optimiser state sharded over the component's ranks); ``megatron`` (tensor parallel Megatron-core
-models, ``megatron_strategy.py``).
+optimiser state sharded over the component's ranks); ``megatron`` (tensor and pipeline parallel
+Megatron-core models, ``megatron_strategy.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class Strategy(Protocol):
     name: str
     rank: int
     world_size: int
+    # Pipeline stages the model is split into (Megatron's): above 1, passes over micro-batches
+    # run through the strategy's ``pipeline`` method, not by calling the model.
+    pipeline_size: int
 
     def convert(self, model: nn.Module) -> nn.Module:
         """The model this strategy trains, from the one the component loaded (the same one, but
@@ -89,6 +92,7 @@ class SingleProcess:
     rank = 0
     world_size = 1
     loss_scale = 1.0
+    pipeline_size = 1
 
     def convert(self, model: nn.Module) -> nn.Module:
         return model

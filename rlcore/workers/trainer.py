@@ -178,15 +178,26 @@ class Trainer:
     def _accumulate(self, minibatch, plan, counts, loss_fn, names):
         """One mini-batch's gradient, summed over its micro-batches; its metrics as a tensor."""
         self.optimizer.zero_grad(set_to_none=True)
+        cut = self.cut or (lambda micro: micro)
+        if self.strategy.pipeline_size > 1:  # the stages run the micro-batches together
+            scale = self.strategy.loss_scale
+
+            def scaled(module, micro):
+                loss, metrics = loss_fn(module, micro, counts)
+                return loss * scale, metrics
+
+            micros = [cut(minibatch[rows]) for rows in plan]
+            all_metrics = self.strategy.pipeline(self.module, micros, scaled, forward_only=False)
+        else:
+            all_metrics = []
+            for j, rows in enumerate(plan):
+                last = j == len(plan) - 1
+                with contextlib.nullcontext() if last else self.strategy.no_sync(self.module):
+                    loss, metrics = loss_fn(self.module, cut(minibatch[rows]), counts)
+                    (loss * self.strategy.loss_scale).backward()
+                all_metrics.append(metrics)
         sums = None
-        for j, rows in enumerate(plan):
-            last = j == len(plan) - 1
-            micro = minibatch[rows]
-            if self.cut is not None:
-                micro = self.cut(micro)
-            with contextlib.nullcontext() if last else self.strategy.no_sync(self.module):
-                loss, metrics = loss_fn(self.module, micro, counts)
-                (loss * self.strategy.loss_scale).backward()
+        for metrics in all_metrics:
             if names is None:
                 names = list(metrics)
             values = torch.stack([metrics[n].detach().float().reshape(()) for n in names])

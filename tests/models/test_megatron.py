@@ -153,3 +153,44 @@ def check_against_one_process(kind, ids, ranks):
         assert torch.allclose(after[name], want_after[name], atol=1e-5), (kind, name)
     before = dict(hf_model(kind)[1].named_parameters())
     assert any(not torch.equal(p, before[n]) for n, p in want_after.items())  # it stepped
+
+
+@pytest.mark.parametrize("tp_size", [1, 2])
+def test_pipeline_stages_hold_their_layers_and_join_back(tp_size):
+    """2 pipeline stages of the 2-layer models: the first holds the embedding and layer 0 (as its
+    layer 0), the last layer 1 (also as its layer 0), the final norm and the output layer (a tied
+    model's last stage a copy of the embedding); the stages' tensors, converted back and joined,
+    are the Hugging Face state dict exactly."""
+    for kind in KINDS:
+        config, hf = hf_model(kind)
+        original = hf.state_dict()
+        value = kind == "value"
+        stages = [[mg.to_megatron(original, config, r, tp_size, value, stage, 2)
+                   for r in range(tp_size)] for stage in (0, 1)]  # fmt: skip
+        first, last = stages[0][0], stages[1][0]
+        layer = "decoder.layers.0.self_attention.linear_proj.weight"
+        assert "embedding.word_embeddings.weight" in first and layer in first, kind
+        assert not any(k.startswith("decoder.layers.1.") for s in (first, last) for k in s), kind
+        assert "decoder.final_layernorm.weight" not in first and "output_layer.weight" not in first
+        assert "embedding.word_embeddings.weight" not in last, kind
+        assert "decoder.final_layernorm.weight" in last and "output_layer.weight" in last, kind
+        want = original["model.layers.1.self_attn.o_proj.weight"].chunk(tp_size, 1)[0]
+        assert torch.equal(last[layer], want), kind  # the last stage's layer 0 is layer 1
+        if kind == "tied":
+            embedding = first["embedding.word_embeddings.weight"]
+            assert torch.equal(last["output_layer.weight"], embedding)
+        parts = [mg.to_hf(shards, config, value, stage, 2) for stage, shards in enumerate(stages)]
+        assert not parts[0].keys() & parts[1].keys(), kind
+        back = mg.merge_stages(parts, config, value)
+        assert back.keys() == original.keys(), kind
+        assert all(torch.equal(back[k], v) for k, v in original.items()), kind
+
+
+def test_the_pipeline_size_must_divide_the_layers():
+    from rlcore.config import ConfigError
+
+    config, _ = hf_model("tied")  # 2 layers
+    mg.check_pipeline_parallel(config, 2, "actor.megatron.pipeline_parallel_size")
+    with pytest.raises(ConfigError, match=r"^actor.megatron.pipeline_parallel_size: 3 does not "
+                       r"divide the model's 2 layers"):  # fmt: skip
+        mg.check_pipeline_parallel(config, 3, "actor.megatron.pipeline_parallel_size")

@@ -1,11 +1,13 @@
 """training_backend: megatron for the reasoning actor and critic (megatron-core 0.16.1 on the
 CPU through the test-only shim in tests/megatron_shim.py; on a run the placement refuses CPU
 slots): the same log-probs, values and updates as the torch backend, on one rank, on 2
-tensor-parallel ranks and on 2 data-parallel ranks."""
+tensor-parallel ranks, on 2 data-parallel ranks and on 2 pipeline stages (the tiny model with 2
+layers, tied embeddings)."""
 
 import copy
 import os
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,12 +23,27 @@ from tests.workers.test_lm_actor import free_port, gloo_rank, make_batch
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
 
-def on_megatron(config, tp=1):
+def on_megatron(config, tp=1, pp=1):
     config = copy.deepcopy(config)
     for section in (config.actor, config.critic):
         section.training_backend = "megatron"
         section.megatron.tensor_parallel_size = tp
+        section.megatron.pipeline_parallel_size = pp
     return config
+
+
+# The layouts of 2 ranks: (tensor parallel, pipeline parallel) sizes; the rest is data parallel.
+LAYOUTS = {"tensor-parallel-2": (2, 1), "data-parallel-2": (1, 1), "pipeline-parallel-2": (1, 2)}
+
+
+@pytest.fixture(scope="module")
+def two_layer_lm(tmp_path_factory):
+    """``(config, model_dirs)``: the tiny model with 2 layers (2 pipeline stages of one)."""
+    from rlcore.models.warmup import prepare_models
+
+    root = tmp_path_factory.mktemp("two_layer_lm")
+    config = tiny_config(root / "cache", root / "outputs", "actor.model.tiny.num_layers=2")
+    return config, prepare_models(config, log=lambda message: None)
 
 
 @pytest.fixture
@@ -43,9 +60,10 @@ def megatron_solo():
 
 
 def training_config(dirs):
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2",
-                         "actor.optim.lr=1e-3", "critic.optim.lr=1e-3")  # fmt: skip
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.model.tiny.num_layers=2",
+                         "actor.ppo_mini_batch_size=8", "actor.ppo_epochs=2",
+                         "actor.ppo_micro_batch_size=2", "actor.optim.lr=1e-3",
+                         "critic.optim.lr=1e-3")  # fmt: skip
     return config
 
 
@@ -68,10 +86,10 @@ def updated(component_cls, ctx, config, dirs, batch):
     return whole
 
 
-def test_one_rank_computes_and_updates_as_the_torch_backend(tiny_lm, megatron_solo):
+def test_one_rank_computes_and_updates_as_the_torch_backend(two_layer_lm, megatron_solo):
     """The converted model's log-probs and values equal the transformers model's, and one update
     (2 epochs of micro-batches, gradient clipping, AdamW) ends at the same weights."""
-    config, dirs = tiny_lm
+    config, dirs = two_layer_lm
     config = training_config(dirs)
     batch = scored_batch(config, dirs)
     mega = on_megatron(config)
@@ -94,7 +112,7 @@ def test_one_rank_computes_and_updates_as_the_torch_backend(tiny_lm, megatron_so
 
 def rank_main(rank, port, out, config, dirs, batch, ids):
     """One spawn for every 2-rank check: the converted models at tensor-parallel size 2 (the
-    conversion's own test), then the components at size 2 and at size 1 (data parallel)."""
+    conversion's own test), then the components in each of ``LAYOUTS``."""
     warnings.filterwarnings("ignore")
     from megatron.core import parallel_state
 
@@ -106,14 +124,19 @@ def rank_main(rank, port, out, config, dirs, batch, ids):
         for kind in ("tied", "untied", "value"):
             results["conversion"][kind] = conversion_step(kind, ids, rank, 2)
         parallel_state.destroy_model_parallel()
-        for tp in (2, 1):
-            mega = on_megatron(config, tp)
-            result = {}
+        for layout, (tp, pp) in LAYOUTS.items():
+            mega = on_megatron(config, tp, pp)
+            result = {"values": LMCritic(ctx, mega, dirs.actor).compute_values(shard)}
             for component_cls in (LMActor, LMCritic):
                 result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
-            result["log_probs"] = LMActor(ctx, mega, dirs.actor).compute_log_probs(shard)
+            actor = LMActor(ctx, mega, dirs.actor)
+            result["log_probs"] = actor.compute_log_probs(shard)
+            actor.update(shard)
+            # after a step, through the last stage's copy of a tied embedding
+            result["log_probs_after"] = actor.compute_log_probs(shard)
+            result["tied"] = actor.model.gpt.shared_embedding_or_output_weight().detach().clone()
             # a checkpoint (transformers-layout weights, each rank's optimiser shard) resumes
-            checkpoint = os.path.join(out, f"checkpoint-tp{tp}")
+            checkpoint = os.path.join(out, f"checkpoint-{layout}")
             unbroken = LMActor(ctx, mega, dirs.actor)
             unbroken.update(shard)
             unbroken.save_checkpoint(checkpoint)
@@ -122,15 +145,15 @@ def rank_main(rank, port, out, config, dirs, batch, ids):
             unbroken.update(shard)
             resumed.update(shard)
             result["resume"] = (unbroken.weights(), resumed.weights())
-            results[tp] = result
+            results[layout] = result
             parallel_state.destroy_model_parallel()
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tiny_lm, tmp_path_factory):
+def two_ranks(two_layer_lm, tmp_path_factory):
     """``(config, batch, ids, [rank 0's, rank 1's] results)`` of ``rank_main``."""
-    config, dirs = tiny_lm
+    config, dirs = two_layer_lm
     config = training_config(dirs)
     batch = scored_batch(config, dirs)
     ids = torch.randint(0, 67, (3, 9), generator=torch.Generator().manual_seed(1))
@@ -140,30 +163,96 @@ def two_ranks(tiny_lm, tmp_path_factory):
     return config, batch, ids, [torch.load(out / f"rank{r}.pt") for r in (0, 1)]
 
 
-@pytest.mark.parametrize("tp", [2, 1], ids=["tensor-parallel-2", "data-parallel-2"])
-def test_two_ranks_update_like_the_torch_backend_on_one(tiny_lm, two_ranks, tp):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_two_ranks_update_like_the_torch_backend_on_one(two_layer_lm, two_ranks, layout):
     """2 gloo ranks, each given half the batch: tensor parallel (each weight split in two, both
-    ranks computing on the whole batch) or data parallel (each its half, gradients summed);
-    both end where the torch backend does on the whole batch in one process, each rank's
-    log-probs are those of its own rows, and a checkpoint resumes bit-exact."""
-    _, dirs = tiny_lm
+    ranks computing on the whole batch), data parallel (each its half, gradients summed) or
+    pipeline parallel (a layer each; Megatron's 1F1B schedule runs the micro-batches through
+    both, the tied embedding's two copies summing their gradients). Each ends where the torch
+    backend does on the whole batch in one process; each rank's log-probs and values are those
+    of its own rows, before and after a step; and a checkpoint resumes bit-exact."""
+    _, dirs = two_layer_lm
     config, batch, _, results = two_ranks
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()  # uneven halves
-    ranks = [r[tp] for r in results]
+    ranks = [r[layout] for r in results]
     for component_cls in (LMActor, LMCritic):
         want = updated(component_cls, SOLO, config, dirs, batch)
         for rank in ranks:
             got = rank[component_cls.__name__]
             assert got.keys() == want.keys()
             for name, value in want.items():
-                assert torch.allclose(got[name], value, atol=1e-5), (tp, component_cls, name)
+                assert torch.allclose(got[name], value, atol=1e-5), (layout, component_cls, name)
     for rank in ranks:
         unbroken, resumed = rank["resume"]
-        assert all(torch.equal(resumed[k], v) for k, v in unbroken.items()), tp
-    log_probs = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
+        assert all(torch.equal(resumed[k], v) for k, v in unbroken.items()), layout
     valid = batch["response_mask"].bool()
-    both = torch.cat([ranks[0]["log_probs"], ranks[1]["log_probs"]])
-    assert torch.allclose(both[valid], log_probs[valid], atol=1e-5)
+    actor = LMActor(SOLO, config, dirs.actor)
+    want = {"log_probs": actor.compute_log_probs(batch),
+            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
+    actor.update(batch)
+    want["log_probs_after"] = actor.compute_log_probs(batch)
+    for key, value in want.items():
+        both = torch.cat([ranks[0][key], ranks[1][key]])
+        assert torch.allclose(both[valid], value[valid], atol=1e-5), (layout, key)
+    if layout == "pipeline-parallel-2":  # the embedding (stage 0) and its copy (stage 1)
+        assert torch.equal(ranks[0]["tied"], ranks[1]["tied"])
+
+
+def four_rank_main(rank, port, out, config, dirs, batch):
+    """Tensor parallel 2 x pipeline parallel 2 on 4 gloo ranks, each given a quarter of the
+    batch: log-probs, values, both updates, log-probs after a step."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    from megatron.core import parallel_state
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=4)  # fmt: skip
+    ctx = SimpleNamespace(group=dist.group.WORLD, world_size=4, rank=rank,
+                          torch_device=torch.device("cpu"))  # fmt: skip
+    quarter = len(batch) // 4
+    shard = batch[rank * quarter : (rank + 1) * quarter]
+    try:
+        with megatron_on_cpu():
+            mega = on_megatron(config, tp=2, pp=2)
+            result = {"values": LMCritic(ctx, mega, dirs.actor).compute_values(shard)}
+            for component_cls in (LMActor, LMCritic):
+                result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
+            actor = LMActor(ctx, mega, dirs.actor)
+            result["log_probs"] = actor.compute_log_probs(shard)
+            actor.update(shard)
+            result["log_probs_after"] = actor.compute_log_probs(shard)
+            parallel_state.destroy_model_parallel()
+        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_layer_lm, tmp_path):
+    """4 ranks: 2 stages of a layer each, each stage's weights split over 2 ranks. Each rank's
+    log-probs and values (before and after a step) are those of its own rows, and both updates
+    end at the torch backend's weights on the whole batch in one process."""
+    _, dirs = two_layer_lm
+    config = training_config(dirs)
+    batch = scored_batch(config, dirs)
+    mp.spawn(four_rank_main, args=(free_port(), str(tmp_path), config, dirs, batch), nprocs=4,
+             join=True)  # fmt: skip
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+    valid = batch["response_mask"].bool()
+    actor = LMActor(SOLO, config, dirs.actor)
+    want = {"log_probs": actor.compute_log_probs(batch),
+            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
+    actor.update(batch)
+    want["log_probs_after"] = actor.compute_log_probs(batch)
+    for key, value in want.items():
+        got = torch.cat([rank[key] for rank in ranks])
+        assert torch.allclose(got[valid], value[valid], atol=1e-5), key
+    for component_cls in (LMActor, LMCritic):
+        want = updated(component_cls, SOLO, config, dirs, batch)
+        for rank in ranks:
+            got = rank[component_cls.__name__]
+            assert got.keys() == want.keys()
+            for name, value in want.items():
+                assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
 
 
 def test_tensor_parallel_2_computes_differentiates_and_steps_like_one_process(two_ranks):
@@ -180,8 +269,8 @@ def test_tensor_parallel_2_computes_differentiates_and_steps_like_one_process(tw
 
 
 def test_the_placement_refuses_megatron_where_it_cannot_run():
-    """On CPU slots (Megatron's model calls CUDA), and with a tensor-parallel size that does not
-    divide the component's processes (8 on 8 GPUs, one each)."""
+    """On CPU slots (Megatron's model calls CUDA), and with a tensor-parallel size (or tensor x
+    pipeline size) that does not divide the component's processes (8 on 8 GPUs, one each)."""
     from rlcore.config import load_config
     from rlcore.placement import PlacementError, plan_for_config
 
@@ -189,21 +278,28 @@ def test_the_placement_refuses_megatron_where_it_cannot_run():
     with pytest.raises(PlacementError, match=r"^actor.training_backend: megatron runs on GPUs"):
         plan_for_config(load_config(arith, ["actor.training_backend=megatron"]))
 
-    def on_gpus(tp):
+    def on_gpus(tp, pp=1):
         config = load_config(arith, ["cluster=gpu_1x8", "actor.training_backend=megatron",
-                                     f"actor.megatron.tensor_parallel_size={tp}"])  # fmt: skip
+                                     f"actor.megatron.tensor_parallel_size={tp}",
+                                     f"actor.megatron.pipeline_parallel_size={pp}"])  # fmt: skip
         config.cluster.component_placement = {"actor,critic,rollout,reward": "0-7"}
         return config
 
     with pytest.raises(PlacementError, match=r"^actor.megatron.tensor_parallel_size: 3 does not "
                        r"divide the 8 actor process\(es\)"):  # fmt: skip
         plan_for_config(on_gpus(3), gpus=lambda: 0)
+    with pytest.raises(PlacementError, match=r"^actor.megatron.pipeline_parallel_size: 4 stages "
+                       r"of actor.megatron.tensor_parallel_size 4 rank\(s\) each \(16\) do not "
+                       r"divide the 8 actor process\(es\)"):  # fmt: skip
+        plan_for_config(on_gpus(4, 4), gpus=lambda: 0)
     assert plan_for_config(on_gpus(4), gpus=lambda: 0).world_size("actor") == 8
+    assert plan_for_config(on_gpus(2, 4), gpus=lambda: 0).world_size("actor") == 8
 
 
 def test_the_preflight_refuses_a_model_megatron_cannot_split_or_convert(tiny_lm, tmp_path):
     """Read from the model folder (or the tiny model's shape) before anything starts: the
-    tensor-parallel size must divide the key/value heads, and the architecture be converted."""
+    tensor-parallel size must divide the key/value heads, the pipeline-parallel size the layers,
+    and the architecture be converted."""
     import json
 
     from rlcore.config import ConfigError
@@ -215,6 +311,9 @@ def test_the_preflight_refuses_a_model_megatron_cannot_split_or_convert(tiny_lm,
     with pytest.raises(ConfigError, match=r"^actor.megatron.tensor_parallel_size: 4 does not "
                        r"divide the model's 2 key/value heads"):  # fmt: skip
         _check_megatron_models(on_megatron(config, 4))
+    with pytest.raises(ConfigError, match=r"^actor.megatron.pipeline_parallel_size: 2 does not "
+                       r"divide the model's 1 layers"):  # fmt: skip
+        _check_megatron_models(on_megatron(config, 1, 2))
     gpt2 = tmp_path / "gpt2"
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
