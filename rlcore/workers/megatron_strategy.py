@@ -23,7 +23,9 @@ component's ranks, behind the ``Strategy`` seam the ``Trainer`` talks through.
 - The optimiser is torch's AdamW over this rank's shards (elementwise, so the same as over the
   whole weights); Megatron's distributed optimiser is not used.
 - The weights sync and checkpoint in the Hugging Face layout (every rank gathers: a collective),
-  so a checkpoint loads under any backend; each rank keeps its own optimiser shard.
+  so a checkpoint's weights load under any backend. The optimiser state checkpoints through
+  Megatron's ``dist_checkpointing`` (every rank writes its shards as pieces of whole tensors),
+  so it loads onto any tensor / pipeline / data parallel layout of the same model.
 
 Megatron's model runs on CUDA devices (some of its code names the device); the configuration
 refuses this backend on CPU slots. The tests run it on the CPU through tests/megatron_shim.py.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -42,6 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
+from rlcore.workers.weights_file import MEGATRON_OPTIMIZER
 
 
 def _unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -356,11 +360,67 @@ class MegatronParallel:
             raise ValueError(f"the weights do not fit the model: missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]}")  # fmt: skip
 
-    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-        """This rank's own optimiser state (its shards'): it loads onto the same layout."""
-        return optimizer.state_dict()
+    def _sharded_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                                 state: dict) -> dict:  # fmt: skip
+        """``state`` (an optimiser state dict of this rank's parameters, without ``step``) as
+        Megatron's sharded state: each moment a piece of a whole tensor, named after the
+        parameter's own sharded name (so a tied embedding's copies are one tensor)."""
+        from megatron.core.dist_checkpointing.optimizer import (
+            get_param_id_to_sharded_param_map,
+            optim_state_to_sharding_state,
+        )
 
-    def load_optimizer_state(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
-    ) -> None:
-        optimizer.load_state_dict(state)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        names = get_param_id_to_sharded_param_map(model.gpt.sharded_state_dict(), params)
+        optim_state_to_sharding_state(state, names)
+        return state
+
+    def save_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                       directory: Path) -> None:  # fmt: skip
+        """Every rank's shards of the AdamW moments, written through Megatron's
+        ``dist_checkpointing`` into ``MEGATRON_OPTIMIZER`` as pieces of whole tensors: they load
+        onto any tensor / pipeline / data parallel layout of the same model. The step count and
+        the hyperparameters (learning rate) are the same on every rank and kept whole."""
+        from megatron.core import dist_checkpointing
+
+        own = optimizer.state_dict()
+        steps = {float(s["step"]) for s in own["state"].values()}
+        if len(steps) > 1:
+            raise RuntimeError(f"the parameters' optimiser step counts differ: {sorted(steps)}")
+        moments = {i: {k: v for k, v in s.items() if k != "step"} for i, s in own["state"].items()}
+        state = self._sharded_optimizer_state(model, optimizer, {
+            "state": moments, "param_groups": own["param_groups"]})  # fmt: skip
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in own["param_groups"]]
+        folder = directory / MEGATRON_OPTIMIZER
+        folder.mkdir(parents=True, exist_ok=True)
+        dist_checkpointing.save({"optimizer": state, "step": steps.pop() if steps else None,
+                                 "hyperparameters": hyper}, str(folder))  # fmt: skip
+        return None
+
+    def load_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                       directory: Path, saved: dict | None) -> None:  # fmt: skip
+        """This rank's shards of the moments ``save_optimizer`` wrote, whatever the layout that
+        wrote them."""
+        from megatron.core import dist_checkpointing
+
+        folder = directory / MEGATRON_OPTIMIZER
+        if not folder.is_dir():
+            raise ValueError(f"{directory}: written by a training backend other than megatron "
+                             "(its optimiser state is whole, not Megatron's shards); resume it "
+                             "with that backend, or start Megatron from its weights")  # fmt: skip
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        current = optimizer.state_dict()
+        template = self._sharded_optimizer_state(model, optimizer, {
+            "state": {i: {"exp_avg": torch.empty_like(p), "exp_avg_sq": torch.empty_like(p)}
+                      for i, p in enumerate(params)},
+            "param_groups": current["param_groups"]})  # fmt: skip
+        loaded = dist_checkpointing.load({"optimizer": template, "step": None,
+                                          "hyperparameters": None}, str(folder))  # fmt: skip
+        groups = [{**group, **hyper} for group, hyper in zip(
+            current["param_groups"], loaded["hyperparameters"], strict=True)]  # fmt: skip
+        state = {}
+        if loaded["step"] is not None:
+            step = torch.tensor(loaded["step"], dtype=torch.float32)
+            state = {i: {"step": step.clone(), **moments}
+                     for i, moments in loaded["optimizer"]["state"].items()}  # fmt: skip
+        optimizer.load_state_dict({"state": state, "param_groups": groups})

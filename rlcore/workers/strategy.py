@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -76,13 +77,20 @@ class Strategy(Protocol):
         plain tensor, the same on every rank."""
         ...
 
-    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-        """What ``load_optimizer_state`` restores the optimiser from (plain tensors)."""
+    def save_optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path
+    ) -> dict | None:
+        """Checkpoint the optimiser into the checkpoint ``directory``: what this rank's trainer
+        file keeps for ``load_optimizer`` (plain tensors), or None where the strategy wrote
+        files of its own there (every rank calls it)."""
         ...
 
-    def load_optimizer_state(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
-    ) -> None: ...
+    def load_optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path,
+        saved: dict | None,
+    ) -> None:  # fmt: skip
+        """Restore the optimiser from what ``save_optimizer`` wrote and returned."""
+        ...
 
 
 class SingleProcess:
@@ -121,9 +129,12 @@ class SingleProcess:
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
-    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    def save_optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path
+    ) -> dict | None:
         """The whole (unsharded) optimiser state keyed by parameter name, so that it loads
-        under any strategy and onto any number of ranks (a collective under FSDP2)."""
+        under any strategy but Megatron's and onto any number of ranks (a collective under
+        FSDP2)."""
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_optimizer_state_dict,
@@ -132,16 +143,21 @@ class SingleProcess:
         options = StateDictOptions(full_state_dict=True)
         return get_optimizer_state_dict(model, optimizer, options=options)
 
-    def load_optimizer_state(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
-    ) -> None:
+    def load_optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path,
+        saved: dict | None,
+    ) -> None:  # fmt: skip
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_optimizer_state_dict,
         )
 
+        if saved is None:
+            raise ValueError(f"{directory}: the optimiser state was written by the megatron "
+                             "training backend (Megatron's own sharded format); resume with "
+                             "training_backend megatron")  # fmt: skip
         options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(model, optimizer, state, options=options)
+        set_optimizer_state_dict(model, optimizer, saved, options=options)
 
 
 class DistributedDataParallel(SingleProcess):

@@ -256,7 +256,10 @@ class Trainer:
     def save(self, directory: Path) -> None:
         """Every rank writes its optimiser, schedule and shuffle state; rank 0 the whole weights
         (``WEIGHTS``), or under FSDP2 every rank its shards of the weights and optimiser state
-        (``SHARDS``, no rank gathering the whole model), which load onto any number of ranks."""
+        (``SHARDS``, no rank gathering the whole model), which load onto any number of ranks.
+        Under Megatron every rank writes its shards of the optimiser state in Megatron's
+        distributed checkpoint format (``MEGATRON_OPTIMIZER``), which loads onto any tensor /
+        pipeline layout."""
         directory.mkdir(parents=True, exist_ok=True)
         state: dict[str, Any] = {
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
@@ -276,7 +279,8 @@ class Trainer:
             weights = self.full_state_dict()
             if self.global_rank == 0:
                 save_weights(weights, directory / WEIGHTS)
-            state["optimizer"] = self.strategy.optimizer_state(self.model, self.optimizer)
+            state["optimizer"] = self.strategy.save_optimizer(self.model, self.optimizer,
+                                                              directory)  # fmt: skip
         torch.save(state, directory / f"trainer_rank{self.global_rank}.pt")
 
     def load(self, directory: Path) -> None:
@@ -284,6 +288,10 @@ class Trainer:
         ranks; this rank's own ``trainer_rank`` file, so the same number of ranks for those)."""
         state = torch.load(directory / f"trainer_rank{self.global_rank}.pt", weights_only=True)
         if (directory / SHARDS).is_dir():
+            if self.strategy.name == "megatron":
+                raise ValueError(f"{directory}: written by the fsdp2 training backend (its "
+                                 "shards); resume it with training_backend fsdp2, or start "
+                                 "Megatron from its weights")  # fmt: skip
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -296,7 +304,8 @@ class Trainer:
         else:
             weights = load_weights(directory / WEIGHTS)
             self.strategy.load_full_state_dict(self.model, weights)
-            self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
+            self.strategy.load_optimizer(self.model, self.optimizer, directory,
+                                         state["optimizer"])  # fmt: skip
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])

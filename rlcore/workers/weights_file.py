@@ -20,6 +20,8 @@ from safetensors.torch import save_file
 
 WEIGHTS = "model.safetensors"  # a component's whole weights, written by its rank 0
 SHARDS = "shards"  # a sharded component's torch.distributed.checkpoint folder (weights, optimiser)
+# a Megatron component's optimiser state: Megatron's distributed checkpoint (dist_checkpointing)
+MEGATRON_OPTIMIZER = "megatron_optimizer"
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:

@@ -34,6 +34,8 @@ def on_megatron(config, tp=1, pp=1):
 
 # The layouts of 2 ranks: (tensor parallel, pipeline parallel) sizes; the rest is data parallel.
 LAYOUTS = {"tensor-parallel-2": (2, 1), "data-parallel-2": (1, 1), "pipeline-parallel-2": (1, 2)}
+# (the layout that wrote a checkpoint, the one that resumes it)
+MOVES = [("pipeline-parallel-2", "tensor-parallel-2"), ("tensor-parallel-2", "data-parallel-2")]
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +112,24 @@ def test_one_rank_computes_and_updates_as_the_torch_backend(two_layer_lm, megatr
             assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
 
 
+def test_a_checkpoint_resumes_under_its_own_backend_only(two_layer_lm, megatron_solo, tmp_path):
+    """The weights are in the transformers layout either way, but the optimiser state is
+    Megatron's shards under megatron and whole elsewhere: resuming across is refused, naming
+    the backend to resume with."""
+    config, dirs = two_layer_lm
+    config = training_config(dirs)
+    batch = scored_batch(config, dirs)
+    for writer, reader, backend in (
+        (on_megatron(config), config, "megatron"),
+        (config, on_megatron(config), "other than megatron"),
+    ):
+        actor = LMActor(SOLO, writer, dirs.actor)
+        actor.update(batch)
+        actor.save_checkpoint(str(tmp_path / backend))
+        with pytest.raises(ValueError, match=f"written by .*{backend}"):
+            LMActor(SOLO, reader, dirs.actor).load_checkpoint(str(tmp_path / backend))
+
+
 def rank_main(rank, port, out, config, dirs, batch, ids):
     """One spawn for every 2-rank check: the converted models at tensor-parallel size 2 (the
     conversion's own test), then the components in each of ``LAYOUTS``."""
@@ -146,6 +166,12 @@ def rank_main(rank, port, out, config, dirs, batch, ids):
             resumed.update(shard)
             result["resume"] = (unbroken.weights(), resumed.weights())
             results[layout] = result
+            parallel_state.destroy_model_parallel()
+        for written, resumed_as in MOVES:  # a checkpoint resumed on another layout
+            moved = LMActor(ctx, on_megatron(config, *LAYOUTS[resumed_as]), dirs.actor)
+            moved.load_checkpoint(os.path.join(out, f"checkpoint-{written}"))
+            moved.update(shard)
+            results[written, resumed_as] = moved.weights()
             parallel_state.destroy_model_parallel()
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
 
@@ -253,6 +279,22 @@ def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_laye
             assert got.keys() == want.keys()
             for name, value in want.items():
                 assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
+
+
+@pytest.mark.parametrize("move", MOVES, ids=[f"{a}-to-{b}" for a, b in MOVES])
+def test_a_checkpoint_resumes_on_another_layout(two_ranks, move):
+    """The optimiser's moments, written as Megatron's distributed checkpoint by one layout, load
+    onto another: the resumed run's next update ends where the writing layout's does (to float
+    tolerance: the sums run in another order). Starting the moments afresh instead moves the
+    weights by about a learning rate."""
+    written, _ = move
+    _, _, _, results = two_ranks
+    for rank in results:
+        unbroken, _ = rank[written]["resume"]
+        got = rank[move]
+        assert got.keys() == unbroken.keys()
+        for name, value in unbroken.items():
+            assert torch.allclose(got[name], value, atol=1e-5), (move, name)
 
 
 def test_tensor_parallel_2_computes_differentiates_and_steps_like_one_process(two_ranks):
