@@ -130,6 +130,42 @@ def test_a_checkpoint_resumes_under_its_own_backend_only(two_layer_lm, megatron_
             LMActor(SOLO, reader, dirs.actor).load_checkpoint(str(tmp_path / backend))
 
 
+def computed(ctx, config, dirs, shard):
+    """On this rank's ``shard``: values, both components' weights after an update, the actor's
+    log-probs before and after its update (after: through the last stage's copy of a tied
+    embedding), and the tied embedding as this rank holds it."""
+    result = {"values": LMCritic(ctx, config, dirs.actor).compute_values(shard)}
+    for component_cls in (LMActor, LMCritic):
+        result[component_cls.__name__] = updated(component_cls, ctx, config, dirs, shard)
+    actor = LMActor(ctx, config, dirs.actor)
+    result["log_probs"] = actor.compute_log_probs(shard)
+    actor.update(shard)
+    result["log_probs_after"] = actor.compute_log_probs(shard)
+    result["tied"] = actor.model.gpt.shared_embedding_or_output_weight().detach().clone()
+    return result
+
+
+def check_computed(config, dirs, batch, ranks, label):
+    """``ranks``' ``computed`` (each on its share of ``batch``, in order) against the torch
+    backend's on the whole batch in one process."""
+    valid = batch["response_mask"].bool()
+    actor = LMActor(SOLO, config, dirs.actor)
+    want = {"log_probs": actor.compute_log_probs(batch),
+            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
+    actor.update(batch)
+    want["log_probs_after"] = actor.compute_log_probs(batch)
+    for key, value in want.items():
+        got = torch.cat([rank[key] for rank in ranks])
+        assert torch.allclose(got[valid], value[valid], atol=1e-5), (label, key)
+    for component_cls in (LMActor, LMCritic):
+        want = updated(component_cls, SOLO, config, dirs, batch)
+        for rank in ranks:
+            got = rank[component_cls.__name__]
+            assert got.keys() == want.keys()
+            for name, value in want.items():
+                assert torch.allclose(got[name], value, atol=1e-5), (label, component_cls, name)
+
+
 def rank_main(rank, port, out, config, dirs, batch, ids):
     """One spawn for every 2-rank check: the converted models at tensor-parallel size 2 (the
     conversion's own test), then the components in each of ``LAYOUTS``."""
@@ -146,15 +182,7 @@ def rank_main(rank, port, out, config, dirs, batch, ids):
         parallel_state.destroy_model_parallel()
         for layout, (tp, pp) in LAYOUTS.items():
             mega = on_megatron(config, tp, pp)
-            result = {"values": LMCritic(ctx, mega, dirs.actor).compute_values(shard)}
-            for component_cls in (LMActor, LMCritic):
-                result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
-            actor = LMActor(ctx, mega, dirs.actor)
-            result["log_probs"] = actor.compute_log_probs(shard)
-            actor.update(shard)
-            # after a step, through the last stage's copy of a tied embedding
-            result["log_probs_after"] = actor.compute_log_probs(shard)
-            result["tied"] = actor.model.gpt.shared_embedding_or_output_weight().detach().clone()
+            result = computed(ctx, mega, dirs, shard)
             # a checkpoint (transformers-layout weights, each rank's optimiser shard) resumes
             checkpoint = os.path.join(out, f"checkpoint-{layout}")
             unbroken = LMActor(ctx, mega, dirs.actor)
@@ -201,25 +229,10 @@ def test_two_ranks_update_like_the_torch_backend_on_one(two_layer_lm, two_ranks,
     config, batch, _, results = two_ranks
     assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()  # uneven halves
     ranks = [r[layout] for r in results]
-    for component_cls in (LMActor, LMCritic):
-        want = updated(component_cls, SOLO, config, dirs, batch)
-        for rank in ranks:
-            got = rank[component_cls.__name__]
-            assert got.keys() == want.keys()
-            for name, value in want.items():
-                assert torch.allclose(got[name], value, atol=1e-5), (layout, component_cls, name)
+    check_computed(config, dirs, batch, ranks, layout)
     for rank in ranks:
         unbroken, resumed = rank["resume"]
         assert all(torch.equal(resumed[k], v) for k, v in unbroken.items()), layout
-    valid = batch["response_mask"].bool()
-    actor = LMActor(SOLO, config, dirs.actor)
-    want = {"log_probs": actor.compute_log_probs(batch),
-            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
-    actor.update(batch)
-    want["log_probs_after"] = actor.compute_log_probs(batch)
-    for key, value in want.items():
-        both = torch.cat([ranks[0][key], ranks[1][key]])
-        assert torch.allclose(both[valid], value[valid], atol=1e-5), (layout, key)
     if layout == "pipeline-parallel-2":  # the embedding (stage 0) and its copy (stage 1)
         assert torch.equal(ranks[0]["tied"], ranks[1]["tied"])
 
@@ -239,14 +252,7 @@ def four_rank_main(rank, port, out, config, dirs, batch):
     shard = batch[rank * quarter : (rank + 1) * quarter]
     try:
         with megatron_on_cpu():
-            mega = on_megatron(config, tp=2, pp=2)
-            result = {"values": LMCritic(ctx, mega, dirs.actor).compute_values(shard)}
-            for component_cls in (LMActor, LMCritic):
-                result[component_cls.__name__] = updated(component_cls, ctx, mega, dirs, shard)
-            actor = LMActor(ctx, mega, dirs.actor)
-            result["log_probs"] = actor.compute_log_probs(shard)
-            actor.update(shard)
-            result["log_probs_after"] = actor.compute_log_probs(shard)
+            result = computed(ctx, on_megatron(config, tp=2, pp=2), dirs, shard)
             parallel_state.destroy_model_parallel()
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     finally:
@@ -263,22 +269,10 @@ def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_laye
     mp.spawn(four_rank_main, args=(free_port(), str(tmp_path), config, dirs, batch), nprocs=4,
              join=True)  # fmt: skip
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
-    valid = batch["response_mask"].bool()
-    actor = LMActor(SOLO, config, dirs.actor)
-    want = {"log_probs": actor.compute_log_probs(batch),
-            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
-    actor.update(batch)
-    want["log_probs_after"] = actor.compute_log_probs(batch)
-    for key, value in want.items():
-        got = torch.cat([rank[key] for rank in ranks])
-        assert torch.allclose(got[valid], value[valid], atol=1e-5), key
-    for component_cls in (LMActor, LMCritic):
-        want = updated(component_cls, SOLO, config, dirs, batch)
-        for rank in ranks:
-            got = rank[component_cls.__name__]
-            assert got.keys() == want.keys()
-            for name, value in want.items():
-                assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
+    check_computed(config, dirs, batch, ranks, "2x2")
+    # the embedding's tensor-parallel halves on stage 0 (ranks 0, 1) and their copies on stage 1
+    assert torch.equal(ranks[0]["tied"], ranks[2]["tied"])
+    assert torch.equal(ranks[1]["tied"], ranks[3]["tied"])
 
 
 @pytest.mark.parametrize("move", MOVES, ids=[f"{a}-to-{b}" for a, b in MOVES])
