@@ -345,6 +345,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
                 "=null, or remove the budget"
             )
     problems += _megatron(config)
+    problems += _share_group_prompts(config)
     lora = config.actor.model.lora
     if lora.rank:
         sharded = [n for n, sect in (("actor", actor), ("critic", critic))
@@ -473,6 +474,9 @@ def _megatron(config: ReasoningConfig) -> list[str]:
          "packed sequences (Megatron packs through Transformer Engine's THD format)"),
         ("actor.model.gradient_checkpointing", model.gradient_checkpointing,
          "activation recomputation"),
+        ("actor.model.share_group_prompts",  # the actor's passes only: not the critic's
+         model.share_group_prompts and config.actor.training_backend == "megatron",
+         "a pass on top of kept keys and values"),
     ]  # fmt: skip
     for key_path, on, what in unbuilt:
         if on:
@@ -487,6 +491,37 @@ def _megatron(config: ReasoningConfig) -> list[str]:
             "actor's; Megatron keeps one model-parallel layout per process, and actor and critic "
             "may share processes: give both the same sizes"
         )
+    return problems
+
+
+def _share_group_prompts(config: ReasoningConfig) -> list[str]:
+    """``actor.model.share_group_prompts`` needs groups, keys and values kept across two passes
+    (transformers keeps none under gradient checkpointing), unpacked rows, and micro-batches of
+    whole groups."""
+    model, group = config.actor.model, config.algorithm.group_size
+    if not model.share_group_prompts:
+        return []
+    key = "actor.model.share_group_prompts"
+    problems = []
+    if group == 1:
+        problems.append(f"{key}: set, but algorithm.group_size is 1: each prompt has one "
+                        "response, so there is nothing to share; turn it off, or sample "
+                        "groups")  # fmt: skip
+    if model.use_remove_padding:
+        problems.append(f"{key}: set together with actor.model.use_remove_padding; packing lays "
+                        "whole sequences end to end, sharing passes responses on top of their "
+                        "prompt: pick one")  # fmt: skip
+    if model.gradient_checkpointing:
+        problems.append(f"{key}: set together with actor.model.gradient_checkpointing, under "
+                        "which transformers keeps no keys and values to pass the responses on "
+                        "top of; turn one off")  # fmt: skip
+    actor = config.actor
+    for name in ("ppo_micro_batch_size", "log_prob_micro_batch_size"):
+        size = getattr(actor, name)
+        if size is not None and group > 1 and size % group:
+            problems.append(f"actor.{name}: {size} responses, not whole groups of "
+                            f"algorithm.group_size {group}, which {key} computes a prompt "
+                            f"once for; pick a multiple of {group}")  # fmt: skip
     return problems
 
 

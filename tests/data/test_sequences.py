@@ -79,6 +79,24 @@ def test_token_micro_batches_hold_every_row_once_within_the_budget(lengths, budg
         assert cut["advantages"].shape == cut["responses"].shape
 
 
+@given(groups=st.lists(st.tuples(st.integers(1, 9), st.lists(st.integers(1, 6), min_size=3,
+                                                               max_size=3)),
+                       min_size=1, max_size=6), budget=st.integers(1, 80))  # fmt: skip
+def test_token_micro_batches_of_groups_keep_each_group_whole_and_in_order(groups, budget):
+    """With groups of 3 rows (one prompt's responses), each micro-batch holds whole groups, in
+    their rows' order, within the budget unless it is one group."""
+    prompts = [p for p, responses in groups for _ in responses]
+    batch = layout(prompts, [r for _, responses in groups for r in responses])
+    parts = token_budget_split(batch, budget, group=3)
+    assert sorted(torch.cat(parts).tolist()) == list(range(len(prompts)))
+    for rows in parts:
+        blocks = rows.reshape(-1, 3)
+        assert bool((blocks[:, 0] % 3 == 0).all())
+        assert torch.equal(blocks - blocks[:, :1], torch.arange(3).expand_as(blocks))
+        cut = trim_padding(batch[rows])
+        assert cut["input_ids"].numel() <= budget or len(rows) == 3
+
+
 def test_generated_batches_with_prompts_of_other_widths_join_as_one():
     """Dynamic sampling joins generation batches whose longest prompts differ: each keeps its
     tokens and positions, left-padded to the widest."""

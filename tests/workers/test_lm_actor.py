@@ -434,3 +434,82 @@ def test_a_model_that_mixes_packed_sequences_is_refused(tiny_lm, monkeypatch):
     monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
     with pytest.raises(ConfigError, match=r"use_remove_padding: Qwen2ForCausalLM .* does not keep"):
         LMActor(SOLO, packed, dirs.actor)
+
+
+def grouped_batch(config, dirs, prompts=4, group=3):
+    """``prompts`` prompts of different lengths, ``group`` sampled responses to each in
+    consecutive rows, the responses of uneven lengths, with made-up advantages."""
+    torch.manual_seed(1)
+    engine = HFEngine(config, dirs.actor, CPU)
+    texts = [engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(prompts)]
+    ids, mask = left_pad([t[: 3 + 2 * i] for i, t in enumerate(texts)], 0)
+    batch = engine.generate(prompts_td(ids.repeat_interleave(group, 0),
+                                       mask.repeat_interleave(group, 0)), greedy=False)  # fmt: skip
+    width = batch["responses"].shape[1]
+    ends = (torch.arange(prompts * group) * 5 % width + 1)[:, None]
+    batch["response_mask"] = (torch.arange(width) < ends).long()
+    batch["attention_mask"][:, -width:] = batch["response_mask"]
+    gen = torch.Generator().manual_seed(1)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=gen)
+    batch["advantages"] *= batch["response_mask"]
+    return batch
+
+
+def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm):
+    """share_group_prompts computes each group's prompt once and passes its responses on top of
+    the prompt's keys and values: the actor's and the reference's log-probs and the actor's
+    gradient (PPO, KL loss, entropy bonus; micro-batches of 2 groups, or of a token budget that
+    keeps groups whole) equal those of the full rows."""
+    from rlcore.workers.lm_actor import LMReference
+
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
+                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=6",
+                         "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
+    shared = copy.deepcopy(config)
+    shared.actor.model.share_group_prompts = True
+    budgeted = copy.deepcopy(shared)
+    budgeted.actor.ppo_micro_batch_size, budgeted.actor.max_tokens_per_micro_batch = None, 60
+    batch = grouped_batch(config, dirs)
+    assert len(set(batch["attention_mask"][:, :-8].sum(-1).tolist())) > 1  # prompts differ
+    valid = batch["response_mask"].bool()
+    want = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
+    for cfg in (shared, budgeted):
+        got = LMActor(SOLO, cfg, dirs.actor).compute_log_probs(batch)
+        assert torch.allclose(got[valid], want[valid], atol=1e-5)
+    ref = LMReference(SOLO, shared, dirs.actor).compute_log_probs(batch)
+    assert torch.allclose(ref[valid], want[valid], atol=1e-5)
+    batch["old_log_probs"] = want + 0.05
+    batch["ref_log_probs"] = want - 0.1
+    full = gradients(LMActor(SOLO, config, dirs.actor), batch, micro=6)
+    for cfg in (shared, budgeted):
+        got = gradients(LMActor(SOLO, cfg, dirs.actor), batch, micro=cfg.actor.ppo_micro_batch_size)
+        assert got.keys() == full.keys() and full
+        for name, grad in full.items():
+            assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_shared_group_prompts_keep_groups_whole_through_the_shuffle(tiny_lm):
+    """The update's shuffle permutes whole groups (their rows in order), so 2 epochs of 2
+    shuffled mini-batches each run on whole groups; rows that are not whole groups of one
+    prompt are refused by the shared pass."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
+                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=3",
+                         "actor.ppo_mini_batch_size=2", "actor.ppo_epochs=2",
+                         "actor.model.share_group_prompts=true")  # fmt: skip
+    batch = grouped_batch(config, dirs)
+    actor = LMActor(SOLO, config, dirs.actor)
+    unshared = copy.deepcopy(config)
+    unshared.actor.model.share_group_prompts = False
+    assert LMActor(SOLO, unshared, dirs.actor).trainer.group == 1  # rows shuffled one by one
+    batch["old_log_probs"] = actor.compute_log_probs(batch)
+    permutation = actor.trainer._permutation(12)
+    assert sorted(permutation.tolist()) == list(range(12))
+    blocks = permutation.reshape(4, 3)
+    assert torch.equal(blocks - blocks[:, :1], torch.arange(3).expand(4, 3))
+    assert bool((blocks[:, 0] % 3 == 0).all())
+    metrics = actor.update(batch)
+    assert metrics["actor/padding_share"] > 0
+    with pytest.raises(ValueError, match="not groups of 3 responses to one prompt"):
+        actor.compute_log_probs(batch[torch.tensor([0, 1, 3, 2, 4, 5, 6, 7, 8, 9, 10, 11])])
