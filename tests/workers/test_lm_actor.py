@@ -513,3 +513,33 @@ def test_shared_group_prompts_keep_groups_whole_through_the_shuffle(tiny_lm):
     assert metrics["actor/padding_share"] > 0
     with pytest.raises(ValueError, match="not groups of 3 responses to one prompt"):
         actor.compute_log_probs(batch[torch.tensor([0, 1, 3, 2, 4, 5, 6, 7, 8, 9, 10, 11])])
+
+
+def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_lm):
+    """With share_group_prompts, the hf engine computes each group's prompt once and generates
+    from its keys and values repeated for the group: the same greedy responses, the same
+    sampled ones from the same seed, the same recorded log-probs. Rows that are not groups of
+    one prompt (validation prompts) get a full prefill."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
+                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=6")  # fmt: skip
+    shared = copy.deepcopy(config)
+    shared.actor.model.share_group_prompts = True
+    full_engine, shared_engine = (
+        HFEngine(config, dirs.actor, CPU),
+        HFEngine(shared, dirs.actor, CPU),
+    )
+    texts = [full_engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(4)]
+    ids, mask = left_pad([t[: 3 + 2 * i] for i, t in enumerate(texts)], 0)
+    prompts = prompts_td(ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0))
+    assert "past_key_values" in shared_engine._shared_prompts(
+        prompts["input_ids"], prompts["attention_mask"]
+    )
+    assert shared_engine._shared_prompts(ids, mask) == {}  # 4 distinct prompts: no groups
+    for greedy in (True, False):
+        torch.manual_seed(3)
+        want = full_engine.generate(prompts, greedy=greedy, log_probs=True)
+        torch.manual_seed(3)
+        got = shared_engine.generate(prompts, greedy=greedy, log_probs=True)
+        assert torch.equal(got["responses"], want["responses"]), greedy
+        assert torch.allclose(got["rollout_log_probs"], want["rollout_log_probs"], atol=1e-5)
