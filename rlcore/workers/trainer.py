@@ -210,7 +210,7 @@ class Trainer:
                 with contextlib.nullcontext() if last else self.strategy.no_sync(self.module):
                     loss, metrics = loss_fn(self.module, cut(minibatch[rows]), counts)
                     (loss * self.strategy.loss_scale).backward()
-                all_metrics.append(metrics)
+                all_metrics.append({name: value.detach() for name, value in metrics.items()})
         sums = None
         for metrics in all_metrics:
             if names is None:
