@@ -70,7 +70,10 @@ runner.torch_threads=1``):
   (``gradient_accumulation_steps`` is not a multiple of ``steps_per_generation``), TRL computes
   the old log-probs in an extra no-grad forward pass over the 256 completions; rlcore keeps the
   rollout's log-probs instead (``actor.recompute_log_probs=false``: no such pass). With
-  ``--mini-batches 1`` (one step of 256) TRL skips that pass too.
+  ``--mini-batches 1`` (one step of 256) TRL skips that pass too. rlcore's GRPO runs with
+  ``actor.model.share_group_prompts=true`` (each group's prompt prefilled and passed once for
+  its 4 completions, the same log-probs and gradients); TRL has no such option and computes
+  each prompt for every completion.
 * reward: 1.0 when the number after the last ``####`` in the completion equals the reference
   answer (rlcore's strict GSM8K rule; rlcore's default ``correct_score=1``, ``format_score=0``),
   else 0.0. GRPO: a plain reward function reading the dataset's ``answer`` column. PPO: TRL 1.12's
