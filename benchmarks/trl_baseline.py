@@ -71,9 +71,11 @@ runner.torch_threads=1``):
   the old log-probs in an extra no-grad forward pass over the 256 completions; rlcore keeps the
   rollout's log-probs instead (``actor.recompute_log_probs=false``: no such pass). With
   ``--mini-batches 1`` (one step of 256) TRL skips that pass too. rlcore's GRPO runs with
-  ``actor.model.share_group_prompts=true`` (each group's prompt prefilled and passed once for
-  its 4 completions, the same log-probs and gradients); TRL has no such option and computes
-  each prompt for every completion.
+  ``actor.model.share_group_prompts=true`` (a prompt prefilled and passed once for the
+  completions to it, the same log-probs and gradients) and ``actor.shuffle=false`` (verl's
+  default: each optimizer step takes 32 whole groups in order, so every micro-batch shares its
+  prompts fully; TRL shuffles the 256 completions before splitting them into its 2 steps). TRL
+  has no prompt sharing and computes each prompt for every completion.
 * reward: 1.0 when the number after the last ``####`` in the completion equals the reference
   answer (rlcore's strict GSM8K rule; rlcore's default ``correct_score=1``, ``format_score=0``),
   else 0.0. GRPO: a plain reward function reading the dataset's ``answer`` column. PPO: TRL 1.12's

@@ -35,7 +35,7 @@ for round in 1 2 3; do
 done
 for round in 1 2 3; do
   trl $TRL116 grpo --beta 0
-  rl grpo_beta0 actor.model.share_group_prompts=true algorithm.adv_type=grpo algorithm.group_size=4 algorithm.use_kl_in_reward=false
+  rl grpo_beta0 actor.model.share_group_prompts=true actor.shuffle=false algorithm.adv_type=grpo algorithm.group_size=4 algorithm.use_kl_in_reward=false
   trl $TRL116 grpo --beta 0.04
-  rl grpo_beta0.04 actor.model.share_group_prompts=true algorithm.adv_type=grpo algorithm.group_size=4 algorithm.use_kl_in_reward=false algorithm.use_kl_loss=true algorithm.kl_loss_coef=0.04
+  rl grpo_beta0.04 actor.model.share_group_prompts=true actor.shuffle=false algorithm.adv_type=grpo algorithm.group_size=4 algorithm.use_kl_in_reward=false algorithm.use_kl_loss=true algorithm.kl_loss_coef=0.04
 done

@@ -132,6 +132,7 @@ ALIASES: dict[str, Alias] = {
         "actor.model.use_remove_padding", note="one key for the actor, critic and reference"
     ),
     "actor_rollout_ref.actor.ppo_mini_batch_size": _verl("actor.ppo_mini_batch_size"),
+    "actor_rollout_ref.actor.shuffle": _verl("actor.shuffle"),
     "actor_rollout_ref.actor.ppo_micro_batch_size": _verl(
         "actor.ppo_micro_batch_size", note=PER_RANK
     ),

@@ -496,8 +496,7 @@ def _megatron(config: ReasoningConfig) -> list[str]:
 
 def _share_group_prompts(config: ReasoningConfig) -> list[str]:
     """``actor.model.share_group_prompts`` needs groups, keys and values kept across two passes
-    (transformers keeps none under gradient checkpointing), unpacked rows, and micro-batches of
-    whole groups."""
+    (transformers keeps none under gradient checkpointing) and unpacked rows."""
     model, group = config.actor.model, config.algorithm.group_size
     if not model.share_group_prompts:
         return []
@@ -515,13 +514,6 @@ def _share_group_prompts(config: ReasoningConfig) -> list[str]:
         problems.append(f"{key}: set together with actor.model.gradient_checkpointing, under "
                         "which transformers keeps no keys and values to pass the responses on "
                         "top of; turn one off")  # fmt: skip
-    actor = config.actor
-    for name in ("ppo_micro_batch_size", "log_prob_micro_batch_size"):
-        size = getattr(actor, name)
-        if size is not None and group > 1 and size % group:
-            problems.append(f"actor.{name}: {size} responses, not whole groups of "
-                            f"algorithm.group_size {group}, which {key} computes a prompt "
-                            f"once for; pick a multiple of {group}")  # fmt: skip
     return problems
 
 

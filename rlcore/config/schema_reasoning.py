@@ -121,13 +121,13 @@ class LMConfig:
     )
     share_group_prompts: bool = key(
         False,
-        doc="with algorithm.group_size > 1, compute each prompt once for its group's responses: "
-        "in the actor's and reference's forward and backward passes (its keys and values kept, "
-        "with their gradient, and the responses passed on top of them) and in the hf rollout "
-        "engine's prefill; the same log-probs, gradients and samples for fewer positions (64 "
-        "prompts x 4 responses of the default task on CPU: an update pass 0.17 -> 0.10 s, a "
-        "generate call 0.167 -> 0.111 s). Micro-batches then hold whole groups and the "
-        "update's shuffle permutes groups. The critic's passes are unchanged",
+        doc="with algorithm.group_size > 1, compute a prompt once for the responses to it: in "
+        "the hf rollout engine's prefill (each group's), and in each forward and backward "
+        "micro-batch of the actor and reference (each distinct prompt's keys and values kept, "
+        "with their gradient, and its responses passed on top of them); the same samples, "
+        "log-probs and gradients for fewer positions, the mini-batches unchanged (64 prompts x "
+        "4 responses of the default task on CPU: a generate call 0.167 -> 0.111 s, an update "
+        "pass of whole groups 0.17 -> 0.10 s). The critic's passes are unchanged",
     )
     tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
@@ -393,7 +393,8 @@ class ReasoningConfig:
         return self.actor.max_tokens_per_micro_batch
 
     def critic_update(self) -> UpdateConfig:
-        """The critic's update sizes, each unset one taken from the actor's."""
+        """The critic's update sizes, each unset one taken from the actor's (and the actor's
+        shuffle)."""
 
         def pick(own: int | None, actor: int | None) -> int | None:
             return actor if own is None else own
@@ -406,4 +407,5 @@ class ReasoningConfig:
             ppo_micro_batch_size=pick(
                 self.critic.ppo_micro_batch_size, self.actor.ppo_micro_batch_size
             ),
+            shuffle=self.actor.shuffle,
         )

@@ -400,6 +400,13 @@ class UpdateConfig:
         "memory only: gradients accumulate to the mini-batch's; null = the whole mini-batch",
         range=">= 1",
     )
+    shuffle: bool = key(
+        True,
+        doc="shuffle the samples between mini-batches each epoch (seeded); false: mini-batches "
+        "of consecutive samples, the same each epoch, as verl's actor.shuffle false does (in "
+        "reasoning mode each mini-batch then holds whole groups, and each micro-batch as many "
+        "as fit, which actor.model.share_group_prompts computes a prompt once for)",
+    )
 
 
 @dataclass(kw_only=True)

@@ -90,15 +90,19 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
     return Packed(input_ids.view(rows, width), positions.view(rows, width), predictors)
 
 
-def padding_share(batch: Any, packed: bool, one_row: bool = False, group: int = 1) -> float:
+def padding_share(batch: Any, packed: bool, one_row: bool = False,
+                  share_prompts: bool = False) -> float:  # fmt: skip
     """The share of the token positions a pass over ``batch`` computes that are padding: of its
-    ``[B, P + R]`` columns, of the packed rows, or with ``group`` above 1 of each group's prompt
-    columns once and each response's (``shared_prompt_logits``: its last token's column is not
-    computed)."""
+    ``[B, P + R]`` columns, of the packed rows, or with ``share_prompts`` (and rows that share
+    prompts) of each distinct prompt's columns once and each response's
+    (``shared_prompt_logits``: its last token's column is not computed)."""
+    from rlcore.data.sequences import prompt_copies
+
     mask = batch["attention_mask"]
-    if group > 1:
+    copies = prompt_copies(batch) if share_prompts else None
+    if copies is not None:
         cut = mask.shape[1] - batch["responses"].shape[1]
-        prompts, responses = mask[::group, :cut], mask[:, cut:-1]
+        prompts, responses = mask[copies[0], :cut], mask[:, cut:-1]
         real = int(prompts.sum()) + int(responses.sum())
         return 1.0 - real / max(1, prompts.numel() + responses.numel())
     real = int(mask.sum())

@@ -87,40 +87,37 @@ def trim_padding(batch: Any) -> Any:
     return out
 
 
-def token_budget_split(batch: Any, budget: int, group: int = 1) -> list[torch.Tensor]:
+def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
     """Row indices of micro-batches that each hold at most ``budget`` token positions once
     their padding is cut (``trim_padding``: rows x (longest prompt + longest response)); a row
     longer than the budget goes alone. Rows are taken longest first, so each micro-batch holds
-    rows of like lengths. ``group``: the rows come in groups of that many consecutive rows
-    (one prompt's responses), kept together and in order (a group counts as its longest row)."""
+    rows of like lengths."""
     full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
-    prompts = batch["attention_mask"][:, : full - width].sum(-1).reshape(-1, group)
-    responses = batch["response_mask"].sum(-1).clamp(min=1).reshape(-1, group)
-    prompts, responses = prompts.amax(-1).tolist(), responses.amax(-1).tolist()
+    prompts = batch["attention_mask"][:, : full - width].sum(-1).tolist()
+    responses = batch["response_mask"].sum(-1).clamp(min=1).tolist()
     order = sorted(range(len(prompts)), key=lambda i: prompts[i] + responses[i], reverse=True)
     parts: list[list[int]] = []
     longest_p = longest_r = 0
     for i in order:
         p, r = max(longest_p, prompts[i]), max(longest_r, responses[i])
-        if parts and (len(parts[-1]) + 1) * group * (p + r) <= budget:
+        if parts and (len(parts[-1]) + 1) * (p + r) <= budget:
             parts[-1].append(i)
             longest_p, longest_r = p, r
         else:
             parts.append([i])
             longest_p, longest_r = prompts[i], responses[i]
-    rows = torch.arange(group)
-    return [(torch.tensor(part)[:, None] * group + rows).reshape(-1) for part in parts]
+    return [torch.tensor(part) for part in parts]
 
 
 def response_logits(model: Any, batch: Any, response_length: int, packed: bool = False,
-                    group: int = 1) -> torch.Tensor:  # fmt: skip
+                    share_prompts: bool = False) -> torch.Tensor:  # fmt: skip
     """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
     model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
     those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
-    no padding computed; ``group`` above 1: each group's prompt computed once
+    no padding computed; ``share_prompts``: each distinct prompt computed once
     (``shared_prompt_logits``); the same logits."""
-    if group > 1:
-        return shared_prompt_logits(model, batch, group)
+    if share_prompts:
+        return shared_prompt_logits(model, batch)
     keeps = _keeps_logits(type(inner_model(model)))
     if packed:
         rows = pack(batch, one_row_kernel(model))
@@ -138,37 +135,46 @@ def response_logits(model: Any, batch: Any, response_length: int, packed: bool =
     return out.logits[:, -response_length - 1 : -1]
 
 
-def shared_prompt_logits(model: Any, batch: Any, group: int) -> torch.Tensor:
-    """``response_logits`` of a batch whose rows come in groups of ``group`` responses to one
-    prompt (consecutive rows, the same prompt columns: checked), each prompt computed once.
+def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(firsts, copy_of)`` when some of ``batch``'s rows hold the same prompt (the same prompt
+    columns of ``input_ids``, ``attention_mask`` and ``position_ids``: a group's responses):
+    ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
+    of each row's prompt. None when every row's prompt is its own."""
+    cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+    keys = torch.cat([batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")],
+                     dim=1)  # fmt: skip
+    distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
+    if len(distinct) == len(keys):
+        return None
+    firsts = torch.full((len(distinct),), len(keys), dtype=torch.long, device=keys.device)
+    firsts.scatter_reduce_(0, copy_of, torch.arange(len(keys), device=keys.device), "amin")
+    return firsts, copy_of
 
-    The prompts pass through the model alone, keeping their keys and values (with their
-    gradient: the responses' loss reaches the weights through them as through the full
-    sequence); those are repeated for each response of the group, and the responses pass on
-    top of them, attending to their prompt as in the full sequence. The prompt pass's last
-    position predicts each response's first token. The same logits as the full rows' (to float
-    rounding: the sums run in another order), for the prompt's positions once per group instead
-    of once per response."""
-    full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
-    cut = full - width
-    rows = batch["input_ids"].shape[0]
-    if rows % group:
-        raise ValueError(f"{rows} rows are not whole groups of {group} responses")
-    parts = {k: batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
-    prompts = {k: v[::group] for k, v in parts.items()}
-    for key, value in parts.items():
-        if not torch.equal(value.reshape(-1, group, cut), prompts[key][:, None].expand(
-                -1, group, -1)):  # fmt: skip
-            raise ValueError(
-                f"the rows are not groups of {group} responses to one prompt (their "
-                f"{key} differ): micro-batches must hold whole groups, in order"
-            )
+
+def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
+    """``response_logits`` of a batch in which rows share prompts (``prompt_copies``; as the
+    full rows, when none do), each distinct prompt computed once.
+
+    The distinct prompts pass through the model alone, keeping their keys and values (with
+    their gradient: the responses' loss reaches the weights through them as through the full
+    sequences); those are gathered for each row, and the responses pass on top of them,
+    attending to their prompt as in the full sequence. The prompt pass's last position predicts
+    each response's first token. The same logits as the full rows' (to float rounding: the sums
+    run in another order), for each distinct prompt's positions once instead of once per
+    response."""
+    width = batch["responses"].shape[1]
+    copies = prompt_copies(batch)
+    if copies is None:
+        return response_logits(model, batch, width)
+    firsts, copy_of = copies
+    cut = batch["input_ids"].shape[1] - width
+    prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
     out = model(**prompts, use_cache=True, logits_to_keep=1)
-    first = out.logits[:, -1:].repeat_interleave(group, 0)
+    first = out.logits[copy_of, -1:]
     if width == 1:
         return first
     cache = out.past_key_values
-    cache.batch_repeat_interleave(group)
+    cache.batch_select_indices(copy_of)
     rest = model(input_ids=batch["input_ids"][:, cut:-1],
                  attention_mask=batch["attention_mask"][:, :-1],
                  position_ids=batch["position_ids"][:, cut:-1], past_key_values=cache,

@@ -50,7 +50,10 @@ class EmbodiedActor(TrainedComponent):
                 params, lr=optim.lr, eps=optim.adam_eps, fused=True
             ),
             sizes=UpdateSizes(
-                actor.ppo_epochs, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size
+                actor.ppo_epochs,
+                actor.ppo_mini_batch_size,
+                actor.ppo_micro_batch_size,
+                actor.shuffle,
             ),
             max_grad_norm=optim.max_grad_norm,
             seed=config.runner.seed,

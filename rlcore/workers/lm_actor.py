@@ -55,10 +55,9 @@ CRITIC_READS = ("input_ids", "attention_mask", "position_ids", "responses", "res
 
 
 def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig, update: Any,
-             seed: int, section: Any, budget: int | None, whole: int = 1) -> Trainer:  # fmt: skip
+             seed: int, section: Any, budget: int | None) -> Trainer:  # fmt: skip
     """``section``: the component's config section (its training backend and fsdp options);
-    ``budget``: its micro-batches' token budget (None: ``update``'s micro-batch size);
-    ``whole``: the rows its micro-batches keep in whole groups (``_shared_group``)."""
+    ``budget``: its micro-batches' token budget (None: ``update``'s micro-batch size)."""
     group = config.algorithm.group_size
     warmup = optim.lr_warmup_steps
     if config.actor.model.gradient_checkpointing:
@@ -73,7 +72,10 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         ),
         # a mini-batch is ppo_mini_batch_size prompts, each with its group_size responses
         sizes=UpdateSizes(
-            update.ppo_epochs, update.ppo_mini_batch_size * group, update.ppo_micro_batch_size
+            update.ppo_epochs,
+            update.ppo_mini_batch_size * group,
+            update.ppo_micro_batch_size,
+            update.shuffle,
         ),
         max_grad_norm=optim.max_grad_norm,
         seed=seed,
@@ -84,9 +86,8 @@ def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig
         fsdp=FsdpOptions.of(section.fsdp),
         megatron=MegatronOptions.of(section.megatron, seed),
         max_skipped_steps=config.runner.max_skipped_steps,
-        split=_splitter(budget, whole),
+        split=_splitter(budget),
         cut=trim_padding,
-        group=whole,
     )
 
 
@@ -112,26 +113,17 @@ def _check_packing(config: ReasoningConfig, model: Any) -> None:
         check_packing(model)
 
 
-def _padding_share(module: Any, micro: TensorDict, config: ReasoningConfig, group: int = 1
-                   ) -> torch.Tensor:  # fmt: skip
+def _padding_share(module: Any, micro: TensorDict, config: ReasoningConfig,
+                   share_prompts: bool = False) -> torch.Tensor:  # fmt: skip
     """The share of the micro-batch pass's token positions that are padding (a metric)."""
     packed = config.actor.model.use_remove_padding
     one_row = packed and one_row_kernel(module)
-    return torch.tensor(padding_share(micro, packed, one_row, group))
+    return torch.tensor(padding_share(micro, packed, one_row, share_prompts))
 
 
-def _splitter(budget: int | None, group: int = 1):
-    """The ``Trainer``'s ``split``: micro-batches by a token budget (of whole groups of
-    ``group`` rows), or None (by count)."""
-    if budget is None:
-        return None
-    return functools.partial(token_budget_split, budget=budget, group=group)
-
-
-def _shared_group(config: ReasoningConfig) -> int:
-    """The group whose prompt the actor's and reference's passes compute once
-    (``actor.model.share_group_prompts``), or 1."""
-    return config.algorithm.group_size if config.actor.model.share_group_prompts else 1
+def _splitter(budget: int | None):
+    """The ``Trainer``'s ``split``: micro-batches by a token budget, or None (by count)."""
+    return None if budget is None else functools.partial(token_budget_split, budget=budget)
 
 
 def forward_in_parts(
@@ -141,16 +133,14 @@ def forward_in_parts(
     model: Any,
     fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]],
     strategy: Any = None,
-    group: int = 1,
 ) -> TensorDict:
     """``fn(model, micro)``'s ``[b, r]`` outputs over forward-only micro-batches of ``batch``
-    (``size`` rows each, or by the token ``budget`` in whole groups of ``group`` rows; each cut
-    of its padding columns), put back in the batch's row order as ``[B, R]`` (0 in the columns a
-    micro-batch did not have). Under a ``strategy`` with pipeline stages, the micro-batches run
-    through its pipeline."""
+    (``size`` rows each, or by the token ``budget``; each cut of its padding columns), put back
+    in the batch's row order as ``[B, R]`` (0 in the columns a micro-batch did not have). Under a
+    ``strategy`` with pipeline stages, the micro-batches run through its pipeline."""
     rows_total, width = batch.batch_size[0], batch["responses"].shape[1]
     if budget is not None:
-        plan = token_budget_split(batch, budget, group)
+        plan = token_budget_split(batch, budget)
     else:
         step = size or rows_total
         plan = [slice(s, s + step) for s in range(0, rows_total, step)]  # views, no copies
@@ -178,7 +168,7 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
         logits = response_logits(model, micro, micro["responses"].shape[1],
                                  owner.config.actor.model.use_remove_padding,
-                                 _shared_group(owner.config))  # fmt: skip
+                                 owner.config.actor.model.share_group_prompts)  # fmt: skip
         logits = logits / owner.temperature
         part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
         if sum_pi_squared:
@@ -187,21 +177,20 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
 
     config = owner.config
     return _on_local_rows(owner, batch, _forward_size(config),
-                          config.actor.max_tokens_per_micro_batch, run,
-                          _shared_group(config))  # fmt: skip
+                          config.actor.max_tokens_per_micro_batch, run)  # fmt: skip
 
 
 def _on_local_rows(owner: Any, batch: TensorDict, size: int | None, budget: int | None,
-                   fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]], group: int = 1
+                   fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]]
                    ) -> TensorDict:  # fmt: skip
     """``forward_in_parts`` of ``fn`` with ``owner``'s model over the rows ``owner``'s rank
     computes on (under Megatron's model parallelism, those of its whole model replica), this
     rank's own rows of the result."""
     trainer = getattr(owner, "trainer", None)
     if trainer is None:  # the reference: a transformers model on each rank
-        return forward_in_parts(batch, size, budget, owner.model, fn, group=group)
+        return forward_in_parts(batch, size, budget, owner.model, fn)
     rows, own = trainer.strategy.local_batch(batch)
-    return forward_in_parts(rows, size, budget, owner.model, fn, trainer.strategy, group)[own]
+    return forward_in_parts(rows, size, budget, owner.model, fn, trainer.strategy)[own]
 
 
 class LMActor(TrainedComponent):
@@ -213,10 +202,10 @@ class LMActor(TrainedComponent):
         self.lora = config.actor.model.lora.rank > 0
         model = with_lora(load_causal_lm(model_dir, config.actor.model.dtype),
                           config.actor.model.lora)  # fmt: skip
-        self.group = _shared_group(config)
+        self.share_prompts = config.actor.model.share_group_prompts
         self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
                                 config.runner.seed, config.actor,
-                                config.actor.max_tokens_per_micro_batch, self.group)  # fmt: skip
+                                config.actor.max_tokens_per_micro_batch)  # fmt: skip
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
         # the loss with the options it reads (algorithm.policy_loss_options) bound
@@ -228,7 +217,7 @@ class LMActor(TrainedComponent):
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
         width = batch["responses"].shape[1]
         logits = response_logits(module, batch, width, self.config.actor.model.use_remove_padding,
-                                 self.group)  # fmt: skip
+                                 self.share_prompts)  # fmt: skip
         logits = logits / self.temperature
         return token_log_probs(logits, batch["responses"]), entropy_from_logits(logits.float())
 
@@ -278,7 +267,7 @@ class LMActor(TrainedComponent):
             kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef,
             **_with_budget_length(counts, micro, self.config),
         )  # fmt: skip
-        share = _padding_share(module, micro, self.config, self.group)
+        share = _padding_share(module, micro, self.config, self.share_prompts)
         return loss, {**metrics, "padding_share": share}
 
 

@@ -43,6 +43,7 @@ class UpdateSizes:
     epochs: int
     mini_batch_size: int  # samples per optimiser step, all ranks together
     micro_batch_size: int | None  # samples per forward/backward on one rank; None = the mini-batch
+    shuffle: bool = True  # the samples between mini-batches, each epoch; False: in order
 
 
 class NonFiniteError(RuntimeError):
@@ -66,9 +67,6 @@ class Trainer:
             instead of ``sizes.micro_batch_size`` rows each; with several ranks, every rank
             takes as many as the rank that needs the most (FSDP2 gathers weights per pass).
         cut: applied to each micro-batch before its pass (cutting columns of padding).
-        group: the batch's rows come in groups of this many consecutive rows that every
-            micro-batch keeps whole and in order (one prompt's responses, whose prompt the loss
-            computes once): the shuffle permutes groups, and ``split`` must keep them whole.
     """
 
     def __init__(
@@ -89,7 +87,6 @@ class Trainer:
         max_skipped_steps: int | None = None,
         split: Callable[[TensorDict], list[torch.Tensor]] | None = None,
         cut: Callable[[TensorDict], TensorDict] | None = None,
-        group: int = 1,
     ) -> None:
         self.strategy: Strategy = make_strategy(ctx, backend, fsdp, megatron)
         self.component = getattr(ctx, "component", "model")
@@ -108,7 +105,7 @@ class Trainer:
         self.sizes = sizes
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.additive = additive
-        self.split, self.cut, self.group = split, cut, group
+        self.split, self.cut = split, cut
         self.shuffle = torch.Generator().manual_seed(seed)
         self.steps = 0
         self.skipped_steps = 0
@@ -148,11 +145,12 @@ class Trainer:
         rows, norms = [], []
         # One mini-batch per epoch: its counts are the whole batch's, the same every epoch.
         counts = self._global_counts(batch[mask_key], mini) if mini == size else None
-        # Shuffle once per epoch; mini- and micro-batches are then slices. A lone mini-batch in
-        # one pass needs no shuffle: its gradient is a sum, whatever the order.
-        one_pass = mini == size and micro >= mini
+        # Shuffle once per epoch (unless told not to); mini- and micro-batches are then slices.
+        # A lone mini-batch in one pass needs no shuffle: its gradient is a sum, whatever the
+        # order.
+        in_order = (mini == size and micro >= mini) or not self.sizes.shuffle
         for _ in range(self.sizes.epochs):
-            shuffled = batch if one_pass else batch[self._permutation(size)]
+            shuffled = batch if in_order else batch[torch.randperm(size, generator=self.shuffle)]
             epoch_counts = counts or self._global_counts(shuffled[mask_key], mini)
             minibatches = [shuffled if mini == size else shuffled[start : start + mini]
                            for start in range(0, size, mini)]  # fmt: skip
@@ -167,16 +165,6 @@ class Trainer:
         table = torch.cat([torch.stack(rows), torch.stack(norms).to(rows[0])[:, None]], dim=1)
         return self._metrics(table, [*(names or []), "grad_norm"], lr)
 
-    def _permutation(self, size: int) -> torch.Tensor:
-        """A shuffle of the rows; with groups, of whole groups (their rows kept in order)."""
-        if self.group == 1:
-            return torch.randperm(size, generator=self.shuffle)
-        if size % self.group:
-            raise ValueError(f"{self.component}: {size} rows are not whole groups of "
-                             f"{self.group}")  # fmt: skip
-        groups = torch.randperm(size // self.group, generator=self.shuffle)
-        return (groups[:, None] * self.group + torch.arange(self.group)).reshape(-1)
-
     def _micro_plans(self, minibatches: list[TensorDict], micro: int) -> list[list[Any]]:
         """Each mini-batch's micro-batches: slices of ``micro`` rows, or ``split``'s row
         indices, as many on every rank (one reduction for all the mini-batches)."""
@@ -186,8 +174,7 @@ class Trainer:
         if self.world_size > 1:
             most = torch.tensor([len(p) for p in plans], dtype=torch.float64, device=self.device)
             most = self.strategy.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
-            plans = [_in_parts(p, int(n), self.group)
-                     for p, n in zip(plans, most.tolist(), strict=True)]  # fmt: skip
+            plans = [_in_parts(p, int(n)) for p, n in zip(plans, most.tolist(), strict=True)]
         return plans
 
     def _accumulate(self, minibatch, plan, counts, loss_fn, names):
@@ -327,16 +314,15 @@ class Trainer:
         self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
 
 
-def _in_parts(parts: list[torch.Tensor], count: int, group: int = 1) -> list[torch.Tensor]:
-    """``parts`` (row indices) split further, the largest in halves first, into ``count``;
-    between groups of ``group`` rows."""
+def _in_parts(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """``parts`` (row indices) split further, the largest in halves first, into ``count``."""
     parts = list(parts)
     while len(parts) < count:
         largest = max(range(len(parts)), key=lambda i: len(parts[i]))
         rows = parts.pop(largest)
-        if len(rows) < 2 * group:
+        if len(rows) < 2:
             raise ValueError(f"cannot split {len(parts) + 1} micro-batches into {count}")
-        half = len(rows) // group // 2 * group
+        half = len(rows) // 2
         parts[largest:largest] = [rows[:half], rows[half:]]
     return parts
 

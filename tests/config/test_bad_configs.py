@@ -74,8 +74,6 @@ BAD = [
     (ARITH, ["actor.model.share_group_prompts=true", "algorithm.group_size=4",
              "actor.model.gradient_checkpointing=true"], "actor.model.share_group_prompts",
      "keeps no keys and values"),
-    (ARITH, ["actor.model.share_group_prompts=true", "algorithm.group_size=3"],
-     "actor.ppo_micro_batch_size", "not whole groups of algorithm.group_size 3"),
     (ARITH, ["actor.model.share_group_prompts=true", "algorithm.group_size=4",
              "actor.training_backend=megatron"], "actor.model.share_group_prompts",
      "not built yet"),

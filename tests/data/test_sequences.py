@@ -10,6 +10,7 @@ from rlcore.data.sequences import (
     concat_generated,
     left_pad,
     position_ids,
+    prompt_copies,
     response_mask,
     token_budget_split,
     trim_padding,
@@ -79,22 +80,13 @@ def test_token_micro_batches_hold_every_row_once_within_the_budget(lengths, budg
         assert cut["advantages"].shape == cut["responses"].shape
 
 
-@given(groups=st.lists(st.tuples(st.integers(1, 9), st.lists(st.integers(1, 6), min_size=3,
-                                                               max_size=3)),
-                       min_size=1, max_size=6), budget=st.integers(1, 80))  # fmt: skip
-def test_token_micro_batches_of_groups_keep_each_group_whole_and_in_order(groups, budget):
-    """With groups of 3 rows (one prompt's responses), each micro-batch holds whole groups, in
-    their rows' order, within the budget unless it is one group."""
-    prompts = [p for p, responses in groups for _ in responses]
-    batch = layout(prompts, [r for _, responses in groups for r in responses])
-    parts = token_budget_split(batch, budget, group=3)
-    assert sorted(torch.cat(parts).tolist()) == list(range(len(prompts)))
-    for rows in parts:
-        blocks = rows.reshape(-1, 3)
-        assert bool((blocks[:, 0] % 3 == 0).all())
-        assert torch.equal(blocks - blocks[:, :1], torch.arange(3).expand_as(blocks))
-        cut = trim_padding(batch[rows])
-        assert cut["input_ids"].numel() <= budget or len(rows) == 3
+def test_prompt_copies_name_each_rows_first_row_of_the_same_prompt():
+    """Rows 0, 2 and 3 hold one prompt, rows 1 and 4 another, row 5 a third (whatever their
+    responses); rows of distinct prompts have no copies."""
+    batch = layout([3, 4, 3, 3, 4, 2], [1, 2, 3, 4, 5, 6])
+    firsts, copy_of = prompt_copies(batch)
+    assert [int(firsts[i]) for i in copy_of] == [0, 1, 0, 0, 1, 5]
+    assert prompt_copies(batch[torch.tensor([0, 1, 5])]) is None
 
 
 def test_generated_batches_with_prompts_of_other_widths_join_as_one():

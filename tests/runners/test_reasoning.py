@@ -112,7 +112,7 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
      "actor.ppo_micro_batch_size=null actor.max_tokens_per_micro_batch=200",
      # a barely trained model is never right: DAPO's groups must differ in their scores
      "--config reasoning/tiny_arith_dapo data.train_batch_size=4 LENGTH_REWARD "
-     "algorithm.filter_groups.metric=score actor.ppo_micro_batch_size=4"],  # whole groups
+     "algorithm.filter_groups.metric=score"],
 )  # fmt: skip
 def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys,
                                                                  choice):  # fmt: skip

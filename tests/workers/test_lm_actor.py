@@ -456,15 +456,15 @@ def grouped_batch(config, dirs, prompts=4, group=3):
 
 
 def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm):
-    """share_group_prompts computes each group's prompt once and passes its responses on top of
-    the prompt's keys and values: the actor's and the reference's log-probs and the actor's
-    gradient (PPO, KL loss, entropy bonus; micro-batches of 2 groups, or of a token budget that
-    keeps groups whole) equal those of the full rows."""
+    """share_group_prompts computes each distinct prompt of a micro-batch once and passes its
+    responses on top of the prompt's keys and values: the actor's and the reference's log-probs
+    and the actor's gradient (PPO, KL loss, entropy bonus; micro-batches of 4 rows, which split
+    the groups of 3, or of a token budget) equal those of the full rows."""
     from rlcore.workers.lm_actor import LMReference
 
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=6",
+                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=4",
                          "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
     shared = copy.deepcopy(config)
     shared.actor.model.share_group_prompts = True
@@ -481,7 +481,7 @@ def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm
     assert torch.allclose(ref[valid], want[valid], atol=1e-5)
     batch["old_log_probs"] = want + 0.05
     batch["ref_log_probs"] = want - 0.1
-    full = gradients(LMActor(SOLO, config, dirs.actor), batch, micro=6)
+    full = gradients(LMActor(SOLO, config, dirs.actor), batch, micro=4)
     for cfg in (shared, budgeted):
         got = gradients(LMActor(SOLO, cfg, dirs.actor), batch, micro=cfg.actor.ppo_micro_batch_size)
         assert got.keys() == full.keys() and full
@@ -489,30 +489,29 @@ def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm
             assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), name
 
 
-def test_shared_group_prompts_keep_groups_whole_through_the_shuffle(tiny_lm):
-    """The update's shuffle permutes whole groups (their rows in order), so 2 epochs of 2
-    shuffled mini-batches each run on whole groups; rows that are not whole groups of one
-    prompt are refused by the shared pass."""
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
+    """A whole update, 2 epochs of 2 mini-batches (shuffled, or consecutive whole groups) in
+    micro-batches of 2 rows (some holding two responses to one prompt, some two prompts), ends
+    at the full rows' weights."""
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=3",
+                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=2",
                          "actor.ppo_mini_batch_size=2", "actor.ppo_epochs=2",
-                         "actor.model.share_group_prompts=true")  # fmt: skip
+                         f"actor.shuffle={str(shuffle).lower()}")  # fmt: skip
+    shared = copy.deepcopy(config)
+    shared.actor.model.share_group_prompts = True
     batch = grouped_batch(config, dirs)
-    actor = LMActor(SOLO, config, dirs.actor)
-    unshared = copy.deepcopy(config)
-    unshared.actor.model.share_group_prompts = False
-    assert LMActor(SOLO, unshared, dirs.actor).trainer.group == 1  # rows shuffled one by one
-    batch["old_log_probs"] = actor.compute_log_probs(batch)
-    permutation = actor.trainer._permutation(12)
-    assert sorted(permutation.tolist()) == list(range(12))
-    blocks = permutation.reshape(4, 3)
-    assert torch.equal(blocks - blocks[:, :1], torch.arange(3).expand(4, 3))
-    assert bool((blocks[:, 0] % 3 == 0).all())
-    metrics = actor.update(batch)
-    assert metrics["actor/padding_share"] > 0
-    with pytest.raises(ValueError, match="not groups of 3 responses to one prompt"):
-        actor.compute_log_probs(batch[torch.tensor([0, 1, 3, 2, 4, 5, 6, 7, 8, 9, 10, 11])])
+    batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
+    weights = {}
+    for name, cfg in (("full", config), ("shared", shared)):
+        actor = LMActor(SOLO, cfg, dirs.actor)
+        actor.update(batch)
+        weights[name] = actor.weights()
+    assert all(torch.allclose(weights["shared"][k], v, atol=1e-6) for k, v in
+               weights["full"].items())  # fmt: skip
+    assert any(not torch.equal(v, LMActor(SOLO, config, dirs.actor).weights()[k])
+               for k, v in weights["full"].items())  # fmt: skip
 
 
 def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_lm):
@@ -522,7 +521,7 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
     one prompt (validation prompts) get a full prefill."""
     config, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=6")  # fmt: skip
+                         "algorithm.group_size=3")  # fmt: skip
     shared = copy.deepcopy(config)
     shared.actor.model.share_group_prompts = True
     full_engine, shared_engine = (
@@ -543,3 +542,25 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
         got = shared_engine.generate(prompts, greedy=greedy, log_probs=True)
         assert torch.equal(got["responses"], want["responses"]), greedy
         assert torch.allclose(got["rollout_log_probs"], want["rollout_log_probs"], atol=1e-5)
+
+
+def test_unshuffled_mini_batches_are_the_batch_in_order(tiny_lm):
+    """actor.shuffle false: an update of 2 mini-batches steps on the first half, then the
+    second, as two updates of one mini-batch each do."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=4",
+                         "actor.ppo_micro_batch_size=2", "actor.shuffle=false")  # fmt: skip
+    batch = make_batch(config, dirs)
+    batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
+    whole = LMActor(SOLO, config, dirs.actor)
+    whole.update(batch)
+    halves = LMActor(SOLO, config, dirs.actor)
+    for half in (batch[:4], batch[4:]):
+        halves.update(half)
+    want, got = halves.weights(), whole.weights()
+    assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in want.items())
+    shuffled = copy.deepcopy(config)
+    shuffled.actor.shuffle = True
+    other = LMActor(SOLO, shuffled, dirs.actor)
+    other.update(batch)
+    assert any(not torch.allclose(other.weights()[k], v, atol=1e-6) for k, v in want.items())
