@@ -15,6 +15,25 @@ torch.set_num_threads(1)
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def no_process_group_left_behind():
+    """A test that starts a process group of this process alone (a one-rank FSDP2 or Megatron
+    strategy does, as a run's single process would) leaves none behind for the next test in the
+    same pytest worker, which may start its own: the group and Megatron's model-parallel state
+    are torn down after the test that made them."""
+    import sys
+
+    import torch.distributed as dist
+
+    before = dist.is_initialized()
+    yield
+    state = sys.modules.get("megatron.core.parallel_state")
+    if state is not None and state.model_parallel_is_initialized() and not before:
+        state.destroy_model_parallel()
+    if dist.is_initialized() and not before:
+        dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     """``(config, model_dirs)``: the tiny reasoning model, built once for the session."""

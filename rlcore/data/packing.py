@@ -90,14 +90,28 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
     return Packed(input_ids.view(rows, width), positions.view(rows, width), predictors)
 
 
+def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(firsts, copy_of)`` when some of ``batch``'s rows hold the same prompt (the same prompt
+    columns of ``input_ids``, ``attention_mask`` and ``position_ids``: a group's responses):
+    ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
+    of each row's prompt. None when every row's prompt is its own."""
+    cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+    keys = torch.cat([batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")],
+                     dim=1)  # fmt: skip
+    distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
+    if len(distinct) == len(keys):
+        return None
+    firsts = torch.full((len(distinct),), len(keys), dtype=torch.long, device=keys.device)
+    firsts.scatter_reduce_(0, copy_of, torch.arange(len(keys), device=keys.device), "amin")
+    return firsts, copy_of
+
+
 def padding_share(batch: Any, packed: bool, one_row: bool = False,
                   share_prompts: bool = False) -> float:  # fmt: skip
     """The share of the token positions a pass over ``batch`` computes that are padding: of its
     ``[B, P + R]`` columns, of the packed rows, or with ``share_prompts`` (and rows that share
     prompts) of each distinct prompt's columns once and each response's
     (``shared_prompt_logits``: its last token's column is not computed)."""
-    from rlcore.data.sequences import prompt_copies
-
     mask = batch["attention_mask"]
     copies = prompt_copies(batch) if share_prompts else None
     if copies is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rlcore.data.packing import inner_model, one_row_kernel, pack
+from rlcore.data.packing import inner_model, one_row_kernel, pack, prompt_copies
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,22 +133,6 @@ def response_logits(model: Any, batch: Any, response_length: int, packed: bool =
         **keep,
     )
     return out.logits[:, -response_length - 1 : -1]
-
-
-def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(firsts, copy_of)`` when some of ``batch``'s rows hold the same prompt (the same prompt
-    columns of ``input_ids``, ``attention_mask`` and ``position_ids``: a group's responses):
-    ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
-    of each row's prompt. None when every row's prompt is its own."""
-    cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
-    keys = torch.cat([batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")],
-                     dim=1)  # fmt: skip
-    distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
-    if len(distinct) == len(keys):
-        return None
-    firsts = torch.full((len(distinct),), len(keys), dtype=torch.long, device=keys.device)
-    firsts.scatter_reduce_(0, copy_of, torch.arange(len(keys), device=keys.device), "amin")
-    return firsts, copy_of
 
 
 def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:

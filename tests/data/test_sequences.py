@@ -6,11 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensordict import NonTensorStack, TensorDict
 
+from rlcore.data.packing import prompt_copies
 from rlcore.data.sequences import (
     concat_generated,
     left_pad,
     position_ids,
-    prompt_copies,
     response_mask,
     token_budget_split,
     trim_padding,
