@@ -88,7 +88,7 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
         do_sample=True,  # the trained policy samples; pass do_sample=False for greedy answers
         temperature=r.temperature,
         top_p=r.top_p,
-        top_k=r.top_k or None,
+        top_k=r.top_k,  # 0: no limit (None would be transformers' default of 50)
         max_new_tokens=config.data.max_response_length,
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,

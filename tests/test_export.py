@@ -66,6 +66,9 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
         assert mine == theirs, (row, tokenizer.decode(mine), tokenizer.decode(theirs))
     # The sampling settings of the run, and trained weights (not the base model's).
     assert model.generation_config.max_new_tokens == resumed.config.data.max_response_length
+    # rollout.top_k 0 (no limit) is stored as 0, transformers' "no limit"; unset, generate would
+    # sample from its default top 50
+    assert resumed.config.rollout.top_k == 0 and model.generation_config.top_k == 0
     base = AutoModelForCausalLM.from_pretrained(dirs.actor).state_dict()
     assert any(not torch.equal(base[k], v) for k, v in model.state_dict().items())
     critic = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf" / "critic")

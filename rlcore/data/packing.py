@@ -16,6 +16,8 @@ B x L^2; rows of the longest length keep attention no dearer than the padded pas
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +170,24 @@ def inner_model(model: Any) -> Any:
     arguments through to it)."""
     model = getattr(model, "module", model)  # DistributedDataParallel
     return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+
+
+def cache_inputs(model: Any, cache: Any) -> dict[str, Any]:
+    """``cache`` as the keyword argument of ``model``'s forward and ``generate``: ``cache`` from
+    transformers 5.24 on, ``past_key_values`` before (5.24 still takes it, with a warning)."""
+    return {_cache_keyword(type(inner_model(model))): cache}
+
+
+def output_cache(output: Any) -> Any:
+    """The key-value cache a forward pass returned (``cache``, or ``past_key_values`` before
+    transformers 5.24)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
+@functools.cache
+def _cache_keyword(model_type: type) -> str:
+    takes = inspect.signature(model_type.forward).parameters
+    return "cache" if "cache" in takes else "past_key_values"
 
 
 @torch.no_grad()

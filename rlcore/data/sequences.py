@@ -20,7 +20,14 @@ from typing import Any
 
 import torch
 
-from rlcore.data.packing import inner_model, one_row_kernel, pack, prompt_copies
+from rlcore.data.packing import (
+    cache_inputs,
+    inner_model,
+    one_row_kernel,
+    output_cache,
+    pack,
+    prompt_copies,
+)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,11 +164,11 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
     first = out.logits[copy_of, -1:]
     if width == 1:
         return first
-    cache = out.past_key_values
+    cache = output_cache(out)
     cache.batch_select_indices(copy_of)
     rest = model(input_ids=batch["input_ids"][:, cut:-1],
                  attention_mask=batch["attention_mask"][:, :-1],
-                 position_ids=batch["position_ids"][:, cut:-1], past_key_values=cache,
+                 position_ids=batch["position_ids"][:, cut:-1], **cache_inputs(model, cache),
                  use_cache=True).logits  # fmt: skip
     return torch.cat([first, rest], dim=1)
 

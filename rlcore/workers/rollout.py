@@ -15,6 +15,8 @@ bucket (``load_bucket``) and then ``finish_sync``; ``weight_layout`` describes w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,7 +24,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.packing import inner_model
+from rlcore.data.packing import cache_inputs, inner_model
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -109,9 +111,9 @@ class HFEngine:
 
         r = self.config.rollout
         options: dict[str, Any] = {"do_sample": False}
-        if not greedy:
+        if not greedy:  # top_k 0 is "no limit" to transformers too (None would mean its 50)
             options = {"do_sample": True, "temperature": temperature or r.temperature,
-                       "top_p": r.top_p, "top_k": r.top_k or None}  # fmt: skip
+                       "top_p": r.top_p, "top_k": r.top_k}  # fmt: skip
         return GenerationConfig(
             max_new_tokens=self.config.data.max_response_length,
             eos_token_id=self.eos_ids,
@@ -145,11 +147,12 @@ class HFEngine:
 
         ids = prompts["input_ids"].to(self.device)
         mask = prompts["attention_mask"].to(self.device)
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=generation_config,
-            logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
-            **self._shared_prompts(ids, mask),
-        )  # fmt: skip
+        with rollout_keys_only(self.model):
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=generation_config,
+                logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
+                **self._shared_prompts(ids, mask),
+            )  # fmt: skip
         width = self.config.data.max_response_length
         responses = out[:, ids.shape[1] :]
         if responses.shape[1] < width:  # every row ended early: pad to the fixed width
@@ -177,7 +180,7 @@ class HFEngine:
     def _shared_prompts(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
         """With ``actor.model.share_group_prompts``, when the rows are groups of
         ``algorithm.group_size`` copies of one prompt (a training batch, as ``prompt_batch``
-        lays it out): ``past_key_values`` holding each group's prompt but its last token,
+        lays it out): a key-value cache holding each group's prompt but its last token,
         computed once and repeated for the group, from which ``generate`` goes on (it computes
         only the columns the cache lacks). The same distribution, and on the tiny model the same
         tokens, for a prefill of one row per group (measured: 64 prompts x 4, 0.167 -> 0.111 s a
@@ -197,10 +200,31 @@ class HFEngine:
 
         cache = DynamicCache(config=inner_model(self.model).config)
         self.model(input_ids=heads[0][:, :-1], attention_mask=heads[1][:, :-1],
-                   position_ids=position_ids(heads[1][:, :-1]), past_key_values=cache,
-                   use_cache=True)  # fmt: skip
+                   position_ids=position_ids(heads[1][:, :-1]), use_cache=True,
+                   **cache_inputs(self.model, cache))  # fmt: skip
         cache.batch_repeat_interleave(group)
-        return {"past_key_values": cache}
+        return cache_inputs(self.model, cache)
+
+
+@contextmanager
+def rollout_keys_only(model: Any) -> Iterator[None]:
+    """Within it, ``generate`` samples as the rollout's keys say and nothing else: transformers
+    fills every option a ``GenerationConfig`` leaves unset from the model folder's
+    generation_config.json (an instruct model's top_k 20, repetition_penalty 1.05, min_p ...),
+    and then from its own defaults (top_k 50), which would sample from another distribution than
+    the one configured and recorded. For the call, the model's generation config holds its
+    token ids only; it is put back after, so an exported model keeps its own."""
+    from transformers import GenerationConfig
+
+    inner = inner_model(model)
+    own = inner.generation_config
+    inner.generation_config = GenerationConfig(bos_token_id=own.bos_token_id,
+                                               eos_token_id=own.eos_token_id,
+                                               pad_token_id=own.pad_token_id)  # fmt: skip
+    try:
+        yield
+    finally:
+        inner.generation_config = own
 
 
 class SampledLogProbs:

@@ -95,8 +95,11 @@ class SGLangEngine:
         }
         if greedy:
             return {**params, "temperature": 0.0}
+        # Every option that shapes the distribution is given, so none comes from elsewhere (the
+        # model folder's generation_config.json, which SGLang may apply to unset options).
         return {**params, "temperature": temperature or r.temperature, "top_p": r.top_p,
-                "top_k": r.top_k or -1}  # fmt: skip
+                "top_k": r.top_k or -1, "min_p": 0.0, "repetition_penalty": 1.0,
+                "frequency_penalty": 0.0, "presence_penalty": 0.0}  # fmt: skip
 
     @torch.no_grad()
     def generate(

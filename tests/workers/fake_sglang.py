@@ -90,6 +90,10 @@ class Engine:
         temperature = params.get("temperature", 1.0)
         if params.get("top_p", 1.0) != 1.0 or params.get("top_k", -1) not in (-1, 0):
             raise NotImplementedError("the fake samples without top-p / top-k")
+        neutral = {"min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0,
+                   "presence_penalty": 0.0}  # SamplingParams' own defaults  # fmt: skip
+        if any(params.get(k, v) != v for k, v in neutral.items()):
+            raise NotImplementedError(f"the fake samples with {neutral} only")
         stops = set(params.get("stop_token_ids") or [])
         tokens, out, logprobs = list(ids), [], []
         for _ in range(params["max_new_tokens"]):

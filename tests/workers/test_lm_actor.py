@@ -3,7 +3,9 @@ data-parallel ranks do not change a mini-batch's gradient."""
 
 import contextlib
 import copy
+import json
 import os
+import shutil
 import socket
 from types import SimpleNamespace
 
@@ -15,7 +17,15 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
 from rlcore.config.errors import ConfigError
-from rlcore.data.sequences import left_pad, token_budget_split, trim_padding
+from rlcore.data.packing import inner_model
+from rlcore.data.sequences import (
+    left_pad,
+    position_ids,
+    response_logits,
+    token_budget_split,
+    token_log_probs,
+    trim_padding,
+)
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine
@@ -41,6 +51,7 @@ def make_batch(config, dirs, n=8, seed=0):
     ends = torch.tensor([width, 3, 5, 2, 7, width, 1, 4])[:n, None]
     batch["response_mask"] = (torch.arange(width) < ends).long()
     batch["attention_mask"][:, -width:] = batch["response_mask"]
+    batch["position_ids"] = position_ids(batch["attention_mask"])  # as the rollout counts them
     gen = torch.Generator().manual_seed(seed)
     shape = batch["responses"].shape
     batch["advantages"] = torch.randn(shape, generator=gen) * batch["response_mask"]
@@ -514,6 +525,53 @@ def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
                for k, v in weights["full"].items())  # fmt: skip
 
 
+@pytest.mark.parametrize(("folder_sampling", "top_k"), [
+    (None, 0),  # no limit: the whole vocabulary
+    ({"do_sample": True, "top_k": 3, "top_p": 0.5, "temperature": 0.1, "min_p": 0.2,
+      "repetition_penalty": 1.3, "no_repeat_ngram_size": 1}, 0),  # an instruct folder's
+    (None, 5),
+])  # fmt: skip
+def test_the_rollout_samples_as_its_keys_say_whatever_the_folder_says(
+    tiny_lm, tmp_path, folder_sampling, top_k
+):
+    """rollout.top_k 0 samples from the whole vocabulary (transformers would otherwise apply its
+    default top-k 50), and sampling options in the model folder's generation_config.json do not
+    apply. The final norm is scaled down so that the next token is nearly uniform over the
+    279-token vocabulary: without a limit most draws lie beyond the 50 likeliest tokens (each
+    draw's rank is read from the teacher-forced logits), with top-k 5 none beyond the 5th."""
+    config, dirs = tiny_lm
+    folder = tmp_path / "model"
+    shutil.copytree(dirs.actor, folder)
+    if folder_sampling is not None:
+        described = json.loads((folder / "generation_config.json").read_text())
+        (folder / "generation_config.json").write_text(json.dumps({**described, **folder_sampling}))
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"rollout.top_k={top_k}",
+                         "data.max_response_length=16")  # fmt: skip
+    engine = HFEngine(config, folder, CPU)
+    with torch.no_grad():
+        inner_model(engine.model).model.norm.weight.mul_(0.05)
+    ids, mask = left_pad([engine.tokenizer("What is 1 + 2?")["input_ids"]] * 64, 0)
+    torch.manual_seed(0)
+    batch = engine.generate(prompts_td(ids, mask), greedy=False, log_probs=True)
+    valid = batch["response_mask"].bool()
+    assert valid.sum() > 300
+    with torch.no_grad():
+        logits = response_logits(engine.model, batch, batch["responses"].shape[1])
+    chosen = logits.gather(-1, batch["responses"][..., None])[..., 0]
+    above = (logits > chosen[..., None] + 1e-5).sum(-1)[valid]  # tokens likelier than the draw
+    if top_k:
+        assert int(above.max()) < top_k
+    else:
+        assert float((above >= 50).float().mean()) > 0.5, above
+    # the log-probs recorded are those of the whole distribution, as the actor computes them
+    recomputed = token_log_probs(logits, batch["responses"])
+    assert torch.allclose(batch["rollout_log_probs"][valid], recomputed[valid], atol=1e-5)
+    assert (
+        engine.model.generation_config.to_dict()
+        == HFEngine(config, folder, CPU).model.generation_config.to_dict()
+    )  # put back after the call
+
+
 def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_lm):
     """With share_group_prompts, the hf engine computes each group's prompt once and generates
     from its keys and values repeated for the group: the same greedy responses, the same
@@ -531,9 +589,7 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
     texts = [full_engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(4)]
     ids, mask = left_pad([t[: 3 + 2 * i] for i, t in enumerate(texts)], 0)
     prompts = prompts_td(ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0))
-    assert "past_key_values" in shared_engine._shared_prompts(
-        prompts["input_ids"], prompts["attention_mask"]
-    )
+    assert shared_engine._shared_prompts(prompts["input_ids"], prompts["attention_mask"])
     assert shared_engine._shared_prompts(ids, mask) == {}  # 4 distinct prompts: no groups
     for greedy in (True, False):
         torch.manual_seed(3)
