@@ -13,10 +13,13 @@ longest, or packed with ``actor.model.use_remove_padding=true``). Stages: genera
 critic_update, actor_update, sync (weights to the rollout). ``perf.tokens_per_s`` counts prompt
 and response tokens of the batch over the whole iteration; ``generated_tokens_per_s`` the
 response tokens over the generate stage. The warm-up of the tiny model is not timed (it is
-cached after the first run); the first seed builds it if needed. ``curve``: at each validation,
-``[iteration, response tokens generated so far, val/accuracy, seconds since the run started]``
-(to compare recipes at equal generated tokens, e.g. ``--config reasoning/tiny_arith_dapo``
-against the PPO default, or to read the time to an accuracy; the seconds include validation).
+cached after the first run); the first seed builds it if needed. ``--count-flops`` adds
+``gflop_per_stage`` and ``gflop_per_iteration``, each stage's floating-point operations per
+iteration (torch's ``FlopCounterMode``; the seconds of such a run are not comparable: counting
+slows every operation). ``curve``: at each validation, ``[iteration, response tokens
+generated so far, val/accuracy, seconds since the run started]`` (to compare recipes at equal
+generated tokens, e.g. ``--config reasoning/tiny_arith_dapo`` against the PPO default, or to
+read the time to an accuracy; the seconds include validation).
 """
 
 from __future__ import annotations
@@ -41,6 +44,31 @@ KEYS = (
 )
 
 
+def count_flops_per_stage() -> dict[str, float]:
+    """From now on, every stage the runner times (``Stopwatch``) also counts its floating-point
+    operations with torch's ``FlopCounterMode`` (matrix products, and attention where torch
+    counts it), summed per stage in the dict returned. Only operations run in this process are
+    seen: the default placement, where every component is in the driver's process."""
+    from collections import defaultdict
+    from contextlib import contextmanager
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from rlcore.runners.progress import Stopwatch
+
+    counted: dict[str, float] = defaultdict(float)
+    timed = Stopwatch.__call__
+
+    @contextmanager
+    def counting(self, stage):
+        with FlopCounterMode(display=False) as counter, timed(self, stage):
+            yield
+        counted[stage] += counter.get_total_flops()
+
+    Stopwatch.__call__ = counting
+    return counted
+
+
 class CurveRunner(ReasoningRunner):
     """The runner, noting the generated tokens, accuracy and wall time at each validation."""
 
@@ -60,8 +88,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="reasoning/tiny_arith_ppo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--count-flops", action="store_true")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    flops = count_flops_per_stage() if args.count_flops else None
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for seed in args.seeds:
@@ -76,6 +106,12 @@ def main() -> None:
                    "gain": round(summary["val_accuracy_after"] - summary["val_accuracy_before"], 4),
                    "seconds_per_stage": summary["seconds_per_stage"],
                    "tokens_per_s": summary["tokens_per_s"]}  # fmt: skip
+            if flops is not None:
+                row["gflop_per_stage"] = {k: round(v / summary["iterations"] / 1e9, 4)
+                                          for k, v in flops.items()}  # fmt: skip
+                row["gflop_per_iteration"] = round(sum(flops.values()) / summary["iterations"]
+                                                   / 1e9, 4)  # fmt: skip
+                flops.clear()
             rows.append(row)
             print(json.dumps(row), flush=True)
     median = {"config": args.config, "seeds": args.seeds, "median": True}

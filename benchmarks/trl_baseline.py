@@ -25,7 +25,9 @@ Options: ``--iterations 10 --warmup 2`` (iterations run; the first ``--warmup`` 
 before the median), ``--prompts outputs/trl_baseline/prompts.jsonl`` (trl_prompts.py's file; its
 header names the model folder, ``--model DIR`` overrides it), ``--gc-collect both|true|false``
 (PPO; ``both`` runs this script twice, one process each, as patching ``gc.collect`` is
-process-wide), ``--reward rule|model`` (PPO, below), ``--mini-batches 2``, ``--seed 1``.
+process-wide), ``--reward rule|model`` (PPO, below), ``--mini-batches 2``, ``--seed 1``,
+``--count-flops`` (adds ``gflop_per_iteration``: torch's ``FlopCounterMode`` over the training,
+matrix products; the seconds of such a run are not comparable).
 One JSON line per measurement on stdout::
 
     {"system": "trl", "trl": "1.12.0", "algo": "ppo", "beta": 0.001, "gc_collect": true,
@@ -184,7 +186,21 @@ class IterationClock:
         return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
 
 
-def summarise(args, algo: str, version: str, beta: float, gc_collect: bool, clock, settings):
+def train_counting(trainer, args) -> float | None:
+    """``trainer.train()``; with ``--count-flops``, under torch's FlopCounterMode, returning the
+    GFLOP of matrix products (and attention, where torch counts it) per iteration."""
+    if not args.count_flops:
+        trainer.train()
+        return None
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        trainer.train()
+    return counter.get_total_flops() / args.iterations / 1e9
+
+
+def summarise(args, algo: str, version: str, beta: float, gc_collect: bool, clock, settings,
+              flops: float | None = None):  # fmt: skip
     seconds = clock.seconds()
     timed = seconds[args.warmup :]
     if not timed:
@@ -197,6 +213,8 @@ def summarise(args, algo: str, version: str, beta: float, gc_collect: bool, cloc
         "seconds_per_iteration_all": [round(s, 4) for s in seconds],
         "settings": settings,
     }  # fmt: skip
+    if flops is not None:  # counting slows every operation: these seconds are not comparable
+        row["gflop_per_iteration"] = round(flops, 3)
     print(json.dumps(row), flush=True)
 
 
@@ -303,7 +321,7 @@ def run_ppo(args, header: dict, rows: list[dict]) -> None:
     )  # fmt: skip
     clock = IterationClock(1)
     trainer.add_callback(clock.callback())
-    trainer.train()
+    flops = train_counting(trainer, args)
     settings = {
         **versions(), "model_dir": model_dir, "prompts_per_iteration": batch,
         "responses_per_iteration": batch, "max_new_tokens": args.max_new_tokens,
@@ -315,7 +333,7 @@ def run_ppo(args, header: dict, rows: list[dict]) -> None:
         "iterations": args.iterations, "warmup_dropped": args.warmup, "device": "cpu",
         "dtype": "float32", "gradient_checkpointing": args.gradient_checkpointing,
     }  # fmt: skip
-    summarise(args, "ppo", trl.__version__, args.kl_coef, gc_collect, clock, settings)
+    summarise(args, "ppo", trl.__version__, args.kl_coef, gc_collect, clock, settings, flops)
 
 
 def load_policy(args, header: dict):
@@ -375,7 +393,7 @@ def run_grpo(args, header: dict, rows: list[dict]) -> None:
     )  # fmt: skip
     clock = IterationClock(args.mini_batches)
     trainer.add_callback(clock.callback())
-    trainer.train()
+    flops = train_counting(trainer, args)
     settings = {
         **versions(), "model_dir": model_dir, "prompts_per_iteration": batch,
         "num_generations": group, "completions_per_iteration": completions,
@@ -389,7 +407,7 @@ def run_grpo(args, header: dict, rows: list[dict]) -> None:
         "warmup_dropped": args.warmup, "device": "cpu", "dtype": "float32",
         "gradient_checkpointing": args.gradient_checkpointing,
     }  # fmt: skip
-    summarise(args, "grpo", trl.__version__, args.beta, True, clock, settings)
+    summarise(args, "grpo", trl.__version__, args.beta, True, clock, settings, flops)
 
 
 def main() -> None:
@@ -409,6 +427,9 @@ def main() -> None:
     parser.add_argument("--reward", choices=["rule", "model"], default="rule")
     parser.add_argument("--beta", type=float, default=0.0, help="GRPO: KL loss coefficient")
     parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--count-flops", action="store_true",
+                        help="also report GFLOP per iteration (torch's FlopCounterMode; the "
+                        "seconds are then not comparable)")  # fmt: skip
     parser.add_argument(
         "--gradient-checkpointing",
         action="store_true",
