@@ -50,6 +50,11 @@ def make_batch(config, dirs, n=8, seed=0):
     width = batch["responses"].shape[1]
     ends = torch.tensor([width, 3, 5, 2, 7, width, 1, 4])[:n, None]
     batch["response_mask"] = (torch.arange(width) < ends).long()
+    # no stop or padding token inside a response, as the rollout masks them (a row that stopped
+    # early carries them where it is now made to go on): one stands in for it
+    stop = torch.isin(batch["responses"], torch.tensor([*engine.eos_ids, 0]))
+    batch["responses"] = batch["responses"].masked_fill(stop & batch["response_mask"].bool(), 7)
+    batch["input_ids"][:, -width:] = batch["responses"]
     batch["attention_mask"][:, -width:] = batch["response_mask"]
     batch["position_ids"] = position_ids(batch["attention_mask"])  # as the rollout counts them
     gen = torch.Generator().manual_seed(seed)

@@ -61,6 +61,13 @@ def megatron_solo():
         dist.destroy_process_group()
 
 
+# Weights after an update, Megatron's against the torch backend's: AdamW divides each gradient
+# by its own running scale, so where one is near 0, sums taken in another order (Megatron's
+# fused layers, the ranks' reductions) move its step by a sliver of the lr (1e-3 here): 1.05e-5
+# was seen on one element of 2048, on one rank and at data-parallel size 2.
+UPDATED_ATOL = 2e-5
+
+
 def training_config(dirs):
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.model.tiny.num_layers=2",
                          "actor.ppo_mini_batch_size=8", "actor.ppo_epochs=2",
@@ -109,7 +116,7 @@ def test_one_rank_computes_and_updates_as_the_torch_backend(two_layer_lm, megatr
         assert got.keys() == want.keys()
         assert any(not torch.equal(v, start[k]) for k, v in want.items())  # it did update
         for name, value in want.items():
-            assert torch.allclose(got[name], value, atol=1e-5), (component_cls, name)
+            assert torch.allclose(got[name], value, atol=UPDATED_ATOL), (component_cls, name)
 
 
 def test_a_checkpoint_resumes_under_its_own_backend_only(two_layer_lm, megatron_solo, tmp_path):
@@ -163,7 +170,8 @@ def check_computed(config, dirs, batch, ranks, label):
             got = rank[component_cls.__name__]
             assert got.keys() == want.keys()
             for name, value in want.items():
-                assert torch.allclose(got[name], value, atol=1e-5), (label, component_cls, name)
+                assert torch.allclose(got[name], value, atol=UPDATED_ATOL), (
+                    label, component_cls, name)  # fmt: skip
 
 
 def rank_main(rank, port, out, config, dirs, batch, ids):
