@@ -94,6 +94,10 @@ ALIASES: dict[str, Alias] = {
         note="validation samples besides the greedy answer, which is always taken",
     ),
     "actor_rollout_ref.rollout.val_kwargs.temperature": _verl("rollout.val_temperature"),
+    "actor_rollout_ref.rollout.val_kwargs.top_p": _verl("rollout.val_top_p"),
+    "actor_rollout_ref.rollout.val_kwargs.top_k": _verl(
+        "rollout.val_top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
+    ),
     "actor_rollout_ref.rollout.top_k": _verl(
         "rollout.top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
     ),

@@ -236,6 +236,18 @@ class RolloutConfig(GroupKeys):
         "val_kwargs.temperature)",
         range="> 0",
     )
+    val_top_p: float = key(
+        1.0,
+        doc="nucleus sampling of the runner.val_n validation samples (verl's val_kwargs.top_p); "
+        "the training's rollout.top_p does not apply to them",
+        range="(0, 1]",
+    )
+    val_top_k: int = key(
+        0,
+        doc="top-k of the runner.val_n validation samples, 0 = no limit (verl's "
+        "val_kwargs.top_k); the training's rollout.top_k does not apply to them",
+        range=">= 0",
+    )
     micro_batch_size: int | None = key(
         None,
         doc="sequences per generate call on one rank (RLinf's rollout_micro_batch_size); null = "
@@ -345,9 +357,9 @@ class ReasoningRunnerConfig(RunnerConfig):
     )
     val_n: int = key(
         0,
-        doc="besides the greedy answer, responses sampled per validation prompt at "
-        "rollout.val_temperature, for val/mean@n and val/pass@k (k = 1 and n, unbiased); "
-        "0 = greedy accuracy only (verl's val_kwargs.n)",
+        doc="besides the greedy answer, responses sampled per validation prompt (at "
+        "rollout.val_temperature, val_top_p, val_top_k), for val/mean@n and val/pass@k "
+        "(k = 1 and n, unbiased); 0 = greedy accuracy only (verl's val_kwargs.n)",
         range=">= 0",
     )
     log_val_generations: int = key(

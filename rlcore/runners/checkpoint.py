@@ -51,6 +51,7 @@ RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "
                     "logger.console", "runner.max_restarts", "runner.max_skipped_steps",
                     "cluster.collective_timeout_s", "reward.num_processes", "runner.val_n",
                     "runner.log_val_generations", "rollout.val_temperature",
+                    "rollout.val_top_p", "rollout.val_top_k",
                     "cluster.network_interface", "env.step_timeout_s",
                     *(f"{c}.group_name" for c in ("actor", "critic", "rollout", "reward", "env")),
                     "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",

@@ -28,6 +28,7 @@ from rlcore.data.packing import cache_inputs, inner_model
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.sampling import sampling
 from rlcore.workers.weight_version import check_weight_version
 
 
@@ -43,10 +44,11 @@ class RolloutBackend(Protocol):
         prompts: TensorDict,
         *,
         greedy: bool,
-        temperature: float | None = None,
+        validation: bool = False,
         log_probs: bool = False,
     ) -> TensorDict:
-        """Sampled at ``temperature`` (None: ``rollout.temperature``) unless ``greedy``.
+        """Sampled as ``rollout.temperature`` / ``top_p`` / ``top_k`` say (``validation``:
+        ``rollout.val_temperature`` / ``val_top_p`` / ``val_top_k``), unless ``greedy``.
         ``prompts`` holds ``input_ids`` / ``attention_mask`` ``[B, P]`` (left-padded); the
         result holds ``input_ids`` / ``attention_mask`` / ``position_ids`` ``[B, P + R]`` and
         ``responses`` / ``response_mask`` ``[B, R]``, R = ``data.max_response_length``; with
@@ -106,14 +108,14 @@ class HFEngine:
         tensors = self.model.state_dict()
         return {k: v for k, v in tensors.items() if not self.lora or is_adapter(k)}
 
-    def generation_config(self, greedy: bool, temperature: float | None = None) -> Any:
+    def generation_config(self, greedy: bool, validation: bool = False) -> Any:
         from transformers import GenerationConfig
 
-        r = self.config.rollout
         options: dict[str, Any] = {"do_sample": False}
         if not greedy:  # top_k 0 is "no limit" to transformers too (None would mean its 50)
-            options = {"do_sample": True, "temperature": temperature or r.temperature,
-                       "top_p": r.top_p, "top_k": r.top_k}  # fmt: skip
+            temperature, top_p, top_k = sampling(self.config, validation)
+            options = {"do_sample": True, "temperature": temperature, "top_p": top_p,
+                       "top_k": top_k}  # fmt: skip
         return GenerationConfig(
             max_new_tokens=self.config.data.max_response_length,
             eos_token_id=self.eos_ids,
@@ -128,13 +130,13 @@ class HFEngine:
         prompts: TensorDict,
         *,
         greedy: bool,
-        temperature: float | None = None,
+        validation: bool = False,
         log_probs: bool = False,
     ) -> TensorDict:
         was_training = self.model.training
         self.model.eval()
-        config = self.generation_config(greedy, temperature)
-        recorder = SampledLogProbs(temperature or self.config.rollout.temperature)
+        config = self.generation_config(greedy, validation)
+        recorder = SampledLogProbs(sampling(self.config, validation)[0])
         try:
             return self._generate(prompts, config, recorder if log_probs else None)
         finally:
@@ -340,15 +342,15 @@ class RolloutWorker:
 
     @dispatch(Dispatch.SHARD)
     def sample_validation(self, prompts: TensorDict, version: int, seed: int) -> TensorDict:
-        """Validation samples of this rank's ``prompts`` at ``rollout.val_temperature``, drawn
+        """Validation samples of this rank's ``prompts`` (``rollout.val_temperature``,
+        ``val_top_p``, ``val_top_k``), drawn
         from a torch RNG seeded with ``seed`` and this rank, apart from the training sampler's
         (which validation must not move: a resumed run would sample differently)."""
         check_weight_version(self.rank, self.version, version)
         devices = [self.engine.device] if self.engine.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed + 7919 * (self.rank + 1))
-            return self._in_parts(prompts, greedy=False,
-                                  temperature=self.config.rollout.val_temperature)  # fmt: skip
+            return self._in_parts(prompts, greedy=False, validation=True)
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:
         size = self.config.rollout.micro_batch_size or prompts.batch_size[0]

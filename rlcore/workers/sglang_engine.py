@@ -36,6 +36,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_tokenizer
+from rlcore.workers.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
 __all__ = ["SGLANG_VERSION", "SGLangEngine", "start_engine"]
@@ -86,8 +87,7 @@ class SGLangEngine:
 
     # generation --------------------------------------------------------------------------------
 
-    def sampling_params(self, greedy: bool, temperature: float | None) -> dict[str, Any]:
-        r = self.config.rollout
+    def sampling_params(self, greedy: bool, validation: bool = False) -> dict[str, Any]:
         params: dict[str, Any] = {
             "max_new_tokens": self.config.data.max_response_length,
             "stop_token_ids": list(self.eos_ids),
@@ -97,8 +97,9 @@ class SGLangEngine:
             return {**params, "temperature": 0.0}
         # Every option that shapes the distribution is given, so none comes from elsewhere (the
         # model folder's generation_config.json, which SGLang may apply to unset options).
-        return {**params, "temperature": temperature or r.temperature, "top_p": r.top_p,
-                "top_k": r.top_k or -1, "min_p": 0.0, "repetition_penalty": 1.0,
+        temperature, top_p, top_k = sampling(self.config, validation)
+        return {**params, "temperature": temperature, "top_p": top_p,
+                "top_k": top_k or -1, "min_p": 0.0, "repetition_penalty": 1.0,
                 "frequency_penalty": 0.0, "presence_penalty": 0.0}  # fmt: skip
 
     @torch.no_grad()
@@ -107,7 +108,7 @@ class SGLangEngine:
         prompts: TensorDict,
         *,
         greedy: bool,
-        temperature: float | None = None,
+        validation: bool = False,
         log_probs: bool = False,
     ) -> TensorDict:
         if self.released:
@@ -116,7 +117,7 @@ class SGLangEngine:
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         outputs = self.engine.generate(
             input_ids=requests,
-            sampling_params=self.sampling_params(greedy, temperature),
+            sampling_params=self.sampling_params(greedy, validation),
             return_logprob=log_probs,
         )
         width, pad = self.config.data.max_response_length, self.tokenizer.pad_token_id

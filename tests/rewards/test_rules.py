@@ -105,7 +105,8 @@ def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path,
         w.score(encode(["fast"], ["x"]))  # the scoring process is up
         start = time.perf_counter()
         out = w.score(encode(["slow", "fast"], ["x", "x"]))
-        assert time.perf_counter() - start < 2.0
+        # it returns instead of waiting for the hung scorer (1000 s); a loaded machine took 2.05 s
+        assert time.perf_counter() - start < 30.0
     finally:
         w.close()
     assert out["scores"].tolist() == [0.0, 1.0]

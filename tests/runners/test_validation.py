@@ -45,7 +45,13 @@ def test_verls_validation_keys_load_onto_rlcores():
     config = load_config("reasoning/tiny_arith_ppo", [
         "actor_rollout_ref.rollout.val_kwargs.n=4",
         "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+        "actor_rollout_ref.rollout.val_kwargs.top_p=0.9",
+        "actor_rollout_ref.rollout.val_kwargs.top_k=-1",
         "trainer.log_val_generations=3",
     ])  # fmt: skip
-    run = config.runner
-    assert (run.val_n, config.rollout.val_temperature, run.log_val_generations) == (4, 0.6, 3)
+    run, r = config.runner, config.rollout
+    assert (run.val_n, r.val_temperature, run.log_val_generations) == (4, 0.6, 3)
+    assert (r.val_top_p, r.val_top_k) == (0.9, 0)  # verl's -1 (no limit) is rlcore's 0
+    topped = load_config("reasoning/tiny_arith_ppo",
+                         ["actor_rollout_ref.rollout.val_kwargs.top_k=20"])  # fmt: skip
+    assert topped.rollout.val_top_k == 20

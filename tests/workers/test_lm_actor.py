@@ -530,42 +530,57 @@ def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
                for k, v in weights["full"].items())  # fmt: skip
 
 
-@pytest.mark.parametrize(("folder_sampling", "top_k"), [
-    (None, 0),  # no limit: the whole vocabulary
-    ({"do_sample": True, "top_k": 3, "top_p": 0.5, "temperature": 0.1, "min_p": 0.2,
-      "repetition_penalty": 1.3, "no_repeat_ngram_size": 1}, 0),  # an instruct folder's
-    (None, 5),
+INSTRUCT_SAMPLING = {
+    "do_sample": True,
+    "top_k": 3,
+    "top_p": 0.5,
+    "temperature": 0.1,
+    "min_p": 0.2,
+    "repetition_penalty": 1.3,
+    "no_repeat_ngram_size": 1,
+}
+
+
+@pytest.mark.parametrize(("folder_sampling", "overrides", "validation", "limit"), [
+    (None, [], False, None),  # rollout.top_k 0: the whole vocabulary
+    (INSTRUCT_SAMPLING, [], False, None),  # an instruct folder's sampling options: not applied
+    (None, ["rollout.top_k=5"], False, 5),
+    (None, ["rollout.top_k=5"], True, None),  # validation samples: val_top_k (0), not top_k
+    (None, ["rollout.val_top_k=5"], True, 5),
+    (None, ["rollout.val_top_k=5"], False, None),
 ])  # fmt: skip
 def test_the_rollout_samples_as_its_keys_say_whatever_the_folder_says(
-    tiny_lm, tmp_path, folder_sampling, top_k
+    tiny_lm, tmp_path, folder_sampling, overrides, validation, limit
 ):
     """rollout.top_k 0 samples from the whole vocabulary (transformers would otherwise apply its
-    default top-k 50), and sampling options in the model folder's generation_config.json do not
-    apply. The final norm is scaled down so that the next token is nearly uniform over the
-    279-token vocabulary: without a limit most draws lie beyond the 50 likeliest tokens (each
-    draw's rank is read from the teacher-forced logits), with top-k 5 none beyond the 5th."""
+    default top-k 50), sampling options in the model folder's generation_config.json do not
+    apply, and validation samples take rollout.val_top_k (verl's val_kwargs) instead of top_k.
+    The final norm is scaled down so that the next token is nearly uniform over the 279-token
+    vocabulary: without a limit most draws lie beyond the 50 likeliest tokens (each draw's rank
+    is read from the teacher-forced logits), with top-k 5 none beyond the 5th."""
     config, dirs = tiny_lm
     folder = tmp_path / "model"
     shutil.copytree(dirs.actor, folder)
     if folder_sampling is not None:
         described = json.loads((folder / "generation_config.json").read_text())
         (folder / "generation_config.json").write_text(json.dumps({**described, **folder_sampling}))
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"rollout.top_k={top_k}",
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, *overrides,
                          "data.max_response_length=16")  # fmt: skip
     engine = HFEngine(config, folder, CPU)
     with torch.no_grad():
         inner_model(engine.model).model.norm.weight.mul_(0.05)
     ids, mask = left_pad([engine.tokenizer("What is 1 + 2?")["input_ids"]] * 64, 0)
     torch.manual_seed(0)
-    batch = engine.generate(prompts_td(ids, mask), greedy=False, log_probs=True)
+    batch = engine.generate(prompts_td(ids, mask), greedy=False, validation=validation,
+                            log_probs=True)  # fmt: skip
     valid = batch["response_mask"].bool()
     assert valid.sum() > 300
     with torch.no_grad():
         logits = response_logits(engine.model, batch, batch["responses"].shape[1])
     chosen = logits.gather(-1, batch["responses"][..., None])[..., 0]
     above = (logits > chosen[..., None] + 1e-5).sum(-1)[valid]  # tokens likelier than the draw
-    if top_k:
-        assert int(above.max()) < top_k
+    if limit:
+        assert int(above.max()) < limit
     else:
         assert float((above >= 50).float().mean()) > 0.5, above
     # the log-probs recorded are those of the whole distribution, as the actor computes them
