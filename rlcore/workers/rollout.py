@@ -343,9 +343,9 @@ class RolloutWorker:
     @dispatch(Dispatch.SHARD)
     def sample_validation(self, prompts: TensorDict, version: int, seed: int) -> TensorDict:
         """Validation samples of this rank's ``prompts`` (``rollout.val_temperature``,
-        ``val_top_p``, ``val_top_k``), drawn
-        from a torch RNG seeded with ``seed`` and this rank, apart from the training sampler's
-        (which validation must not move: a resumed run would sample differently)."""
+        ``val_top_p``, ``val_top_k``), drawn from a torch RNG seeded with ``seed`` and this rank,
+        apart from the training sampler's (which validation must not move: a resumed run would
+        sample differently)."""
         check_weight_version(self.rank, self.version, version)
         devices = [self.engine.device] if self.engine.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
