@@ -251,7 +251,8 @@ class RolloutConfig(GroupKeys):
     micro_batch_size: int | None = key(
         None,
         doc="sequences per generate call on one rank (RLinf's rollout_micro_batch_size); null = "
-        "all of the rank's at once",
+        "all of the rank's at once. With actor.model.share_group_prompts, rounded down to whole "
+        "groups of algorithm.group_size (when larger than one), so each is prefilled once",
         range=">= 1",
     )
     tensor_parallel_size: int = key(

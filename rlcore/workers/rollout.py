@@ -354,6 +354,9 @@ class RolloutWorker:
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:
         size = self.config.rollout.micro_batch_size or prompts.batch_size[0]
+        group = self.config.algorithm.group_size
+        if self.config.actor.model.share_group_prompts and group < size:
+            size -= size % group  # whole groups per call: a split one would be prefilled in full
         parts = [self.engine.generate(part, **options) for part in prompts.split(size)]
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 

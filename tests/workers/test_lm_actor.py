@@ -28,7 +28,7 @@ from rlcore.data.sequences import (
 )
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
-from rlcore.workers.rollout import HFEngine
+from rlcore.workers.rollout import HFEngine, RolloutWorker
 from rlcore.workers.trainer import UpdateSizes
 from tests.lm_fixtures import SOLO, tiny_config
 
@@ -618,6 +618,32 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
         got = shared_engine.generate(prompts, greedy=greedy, log_probs=True)
         assert torch.equal(got["responses"], want["responses"]), greedy
         assert torch.allclose(got["rollout_log_probs"], want["rollout_log_probs"], atol=1e-5)
+
+
+def test_rollout_micro_batches_keep_groups_whole_to_share_their_prompts(tiny_lm, monkeypatch):
+    """rollout.micro_batch_size 5 with groups of 3 and share_group_prompts: generate calls of 3
+    rows, each prefilling its group's prompt once (5 would split groups, which get a full
+    prefill), and the same greedy responses as one call over the batch."""
+    config, dirs = tiny_lm
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
+                         "algorithm.group_size=3", "actor.model.share_group_prompts=true",
+                         "rollout.micro_batch_size=5")  # fmt: skip
+    worker = RolloutWorker(SOLO, config, dirs.actor)
+    engine = worker.engine
+    texts = [engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(4)]
+    ids, mask = left_pad([t[: 3 + 2 * i] for i, t in enumerate(texts)], 0)
+    prompts = prompts_td(ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0))
+    calls = []
+    shared = engine._shared_prompts
+    monkeypatch.setattr(
+        engine,
+        "_shared_prompts",
+        lambda i, m: calls.append((len(i), bool(shared(i, m)))) or shared(i, m),
+    )
+    got = worker._in_parts(prompts, greedy=True)
+    assert calls == [(3, True)] * 4
+    whole = HFEngine(config, dirs.actor, CPU).generate(prompts, greedy=True)
+    assert torch.equal(got["responses"], whole["responses"])
 
 
 def test_unshuffled_mini_batches_are_the_batch_in_order(tiny_lm):
