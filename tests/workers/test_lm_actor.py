@@ -52,7 +52,8 @@ def make_batch(config, dirs, n=8, seed=0):
     batch["response_mask"] = (torch.arange(width) < ends).long()
     # no stop or padding token inside a response, as the rollout masks them (a row that stopped
     # early carries them where it is now made to go on): one stands in for it
-    stop = torch.isin(batch["responses"], torch.tensor([*engine.eos_ids, 0]))
+    stop = torch.isin(batch["responses"],
+                      torch.tensor([*engine.eos_ids, engine.tokenizer.pad_token_id]))  # fmt: skip
     batch["responses"] = batch["responses"].masked_fill(stop & batch["response_mask"].bool(), 7)
     batch["input_ids"][:, -width:] = batch["responses"]
     batch["attention_mask"][:, -width:] = batch["response_mask"]
