@@ -34,8 +34,11 @@ from embodied import train_seed  # benchmarks/embodied.py: this script's folder 
 def cleanrl_sps(python: str, script: str, seed: int, steps: int, workdir: str) -> float:
     out = subprocess.run(
         [python, script, f"--seed={seed}", f"--total-timesteps={steps}", "--cuda=False"],
-        cwd=workdir, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found = re.findall(r"^SPS: (\d+)", out, flags=re.M)
     if not found:
         raise RuntimeError(f"{script} printed no 'SPS:' line; its output ends:\n{out[-2000:]}")
@@ -61,8 +64,13 @@ def main() -> None:
         for seed in args.seeds:
             theirs = cleanrl_sps(args.cleanrl_python, args.cleanrl_script, seed, args.steps, out)
             ours = rlcore_sps(args.config, args.overrides, seed, args.steps, out)
-            row = {"config": args.config, "seed": seed, "rlcore_train_sps": ours,
-                   "cleanrl_sps": theirs, "ratio": round(ours / theirs, 2)}  # fmt: skip
+            row = {
+                "config": args.config,
+                "seed": seed,
+                "rlcore_train_sps": ours,
+                "cleanrl_sps": theirs,
+                "ratio": round(ours / theirs, 2),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     median = {k: statistics.median(r[k] for r in rows) for k in ("rlcore_train_sps", "cleanrl_sps")}

@@ -32,10 +32,16 @@ KEYS = (
 def train_seed(config_name: str, overrides: list[str], seed: int, out: str) -> dict:
     """One quiet run of ``config_name`` (no progress bar, no tensorboard) under ``out``; its
     summary. ``overrides`` come first, so the seed and output folder given here win."""
-    config = load_config(config_name, [
-        *overrides, f"runner.seed={seed}", "runner.progress=false",
-        f"runner.output_dir={out}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        config_name,
+        [
+            *overrides,
+            f"runner.seed={seed}",
+            "runner.progress=false",
+            f"runner.output_dir={out}",
+            "logger.tensorboard=false",
+        ],
+    )
     return EmbodiedRunner(config, plan_for_config(config)).run()
 
 

@@ -38,17 +38,41 @@ from typing import Any
 import torch
 
 # Dense bf16 tensor-core peak, TFLOP/s, by a substring of torch.cuda.get_device_name().
-PEAK_BF16 = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 NVL": 835.0,
-             "H100 PCIe": 756.0, "H100": 756.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0,
-             "L4": 121.0}  # fmt: skip
+PEAK_BF16 = {
+    "H200": 989.0,
+    "H100 SXM": 989.0,
+    "H100 80GB HBM3": 989.0,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "H100": 756.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "A10G": 70.0,
+    "L4": 121.0,
+}
 
 # Qwen2.5-0.5B(-Instruct)'s architecture (its config.json)
-QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-            "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
-            "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": True}  # fmt: skip
-SMALL = {**QWEN_05B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}  # fmt: skip
+QWEN_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+SMALL = {
+    **QWEN_05B,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+}
 
 CHECKS = (
     "cartpole",
@@ -67,14 +91,24 @@ def device_info(device: str) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     name = torch.cuda.get_device_name(0)
     peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
-    return {"name": name, "memory_gib": round(props.total_memory / 2**30, 1),
-            "peak_bf16_tflops": peak, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "gpus": torch.cuda.device_count()}  # fmt: skip
+    return {
+        "name": name,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "peak_bf16_tflops": peak,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpus": torch.cuda.device_count(),
+    }
 
 
 def _common(out: Path, device: str) -> list[str]:
-    return [f"cluster.device={device}", f"runner.output_dir={out}", "runner.progress=false",
-            "logger.tensorboard=false", "runner.checkpoint_every=0"]  # fmt: skip
+    return [
+        f"cluster.device={device}",
+        f"runner.output_dir={out}",
+        "runner.progress=false",
+        "logger.tensorboard=false",
+        "runner.checkpoint_every=0",
+    ]
 
 
 # the default jobs ------------------------------------------------------------------------------
@@ -101,12 +135,21 @@ def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     overrides = _common(out, args.device)
     if args.small:
-        overrides += ["runner.total_iterations=2", "data.train_batch_size=16",
-                      "actor.ppo_mini_batch_size=8"]  # fmt: skip
+        overrides += [
+            "runner.total_iterations=2",
+            "data.train_batch_size=16",
+            "actor.ppo_mini_batch_size=8",
+        ]
     config = load_config("reasoning/tiny_arith_ppo", overrides)
     summary = ReasoningRunner(config, plan_for_config(config)).run()
-    keys = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s", "tokens_per_s",
-            "seconds_per_stage")  # fmt: skip
+    keys = (
+        "val_accuracy_before",
+        "val_accuracy_after",
+        "iterations",
+        "wall_s",
+        "tokens_per_s",
+        "seconds_per_stage",
+    )
     return {"ok": True, **{k: summary[k] for k in keys}}
 
 
@@ -121,9 +164,12 @@ def random_qwen(where: Path, arch: dict[str, Any], tokenizer_dir: Path) -> Path:
     from rlcore.models.lm import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
-    config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    config = Qwen2Config(
+        **arch,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(where)
@@ -176,22 +222,35 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
         random_qwen(model_dir, arch, _tiny_model_dir(out))
     overrides = [
         *_common(out, args.device),
-        f"actor.model.path={model_dir}", "data.train_files=[]", "data.val_files=[]",
-        "data.synthetic.num_train=8000", "data.synthetic.num_val=200",
-        "data.chat_template=false", f"actor.ppo_micro_batch_size={args.micro_batch}",
-        f"critic.ppo_micro_batch_size={args.micro_batch}", "rollout.micro_batch_size=null",
-        f"actor.training_backend={trainer}", f"critic.training_backend={trainer}",
-    ]  # fmt: skip
+        f"actor.model.path={model_dir}",
+        "data.train_files=[]",
+        "data.val_files=[]",
+        "data.synthetic.num_train=8000",
+        "data.synthetic.num_val=200",
+        "data.chat_template=false",
+        f"actor.ppo_micro_batch_size={args.micro_batch}",
+        f"critic.ppo_micro_batch_size={args.micro_batch}",
+        "rollout.micro_batch_size=null",
+        f"actor.training_backend={trainer}",
+        f"critic.training_backend={trainer}",
+    ]
     if backend == "fsdp2":  # fp32 weights the optimiser updates, bf16 passes (verl's recipe)
-        overrides += ["actor.model.dtype=float32", "actor.fsdp.param_dtype=bfloat16",
-                      "critic.fsdp.param_dtype=bfloat16"]  # fmt: skip
+        overrides += [
+            "actor.model.dtype=float32",
+            "actor.fsdp.param_dtype=bfloat16",
+            "critic.fsdp.param_dtype=bfloat16",
+        ]
     else:
         overrides += ["actor.model.dtype=bfloat16"]
     if args.device == "cpu":  # one process (the CPU's cores are not devices to spread over)
         overrides.append("cluster.devices_per_node=1")
     if args.small:
-        overrides += ["data.train_batch_size=8", "actor.ppo_mini_batch_size=4",
-                      "data.max_response_length=16", "data.max_prompt_length=128"]  # fmt: skip
+        overrides += [
+            "data.train_batch_size=8",
+            "actor.ppo_mini_batch_size=4",
+            "data.max_response_length=16",
+            "data.max_prompt_length=128",
+        ]
     config = load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", overrides)
     n_actor, n_critic = counted_params(model_dir)
     runner = ReasoningRunner(config, plan_for_config(config))
@@ -230,13 +289,20 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
             entry["tflops"] = round(achieved, 1)
             entry["mfu"] = None if peak is None else round(achieved / peak, 4)
         per_stage[stage] = entry
-    memory = (round(torch.cuda.max_memory_allocated() / 2**30, 2)
-              if args.device == "cuda" else None)  # fmt: skip
-    return {"ok": True, "backend": backend, "params": n_actor, "arch": arch["hidden_size"],
-            "prompts": config.data.train_batch_size, "tokens": round(total_tokens),
-            "generated_tokens": round(generated), "micro_batch": args.micro_batch,
-            "iteration_s": [round(s, 2) for s in seconds], "stages": per_stage,
-            "peak_memory_gib": memory}  # fmt: skip
+    memory = round(torch.cuda.max_memory_allocated() / 2**30, 2) if args.device == "cuda" else None
+    return {
+        "ok": True,
+        "backend": backend,
+        "params": n_actor,
+        "arch": arch["hidden_size"],
+        "prompts": config.data.train_batch_size,
+        "tokens": round(total_tokens),
+        "generated_tokens": round(generated),
+        "micro_batch": args.micro_batch,
+        "iteration_s": [round(s, 2) for s in seconds],
+        "stages": per_stage,
+        "peak_memory_gib": memory,
+    }
 
 
 # ManiSkill's GPU simulator ---------------------------------------------------------------------
@@ -265,8 +331,12 @@ def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         wall = time.perf_counter() - start
     finally:
         env.close()
-    return {"ok": True, "num_envs": num_envs, "env_steps_per_s": round(steps * num_envs / wall),
-            "obs_on": str(obs.device)}  # fmt: skip
+    return {
+        "ok": True,
+        "num_envs": num_envs,
+        "env_steps_per_s": round(steps * num_envs / wall),
+        "obs_on": str(obs.device),
+    }
 
 
 def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -281,12 +351,20 @@ def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rlcore.runners.embodied import EmbodiedRunner
 
     num_envs, steps = 512, 50  # the config's GPU recipe
-    config = load_config("embodied/maniskill_pickcube_ppo", [
-        *_common(out, args.device), "env.vector_mode=native", f"env.num_envs={num_envs}",
-        f"runner.rollout_steps={steps}", "actor.ppo_epochs=4", "actor.ppo_mini_batch_size=800",
-        f"runner.total_env_steps={(args.iterations + 1) * num_envs * steps}",
-        "runner.eval_every=0", "runner.eval_episodes=4",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/maniskill_pickcube_ppo",
+        [
+            *_common(out, args.device),
+            "env.vector_mode=native",
+            f"env.num_envs={num_envs}",
+            f"runner.rollout_steps={steps}",
+            "actor.ppo_epochs=4",
+            "actor.ppo_mini_batch_size=800",
+            f"runner.total_env_steps={(args.iterations + 1) * num_envs * steps}",
+            "runner.eval_every=0",
+            "runner.eval_episodes=4",
+        ],
+    )
     runner = EmbodiedRunner(config, plan_for_config(config))
     summary = runner.run()
     keys = ("env_steps", "iterations", "wall_s", "sps", "train_sps", "seconds_per_stage")
@@ -298,8 +376,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--iterations", type=int, default=2)
-    parser.add_argument("--micro-batch", type=int, default=16,
-                        help="responses per forward/backward of actor and critic")  # fmt: skip
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=16,
+        help="responses per forward/backward of actor and critic",
+    )
     parser.add_argument("--small", action="store_true", help="a small model and batch")
     parser.add_argument("--out", help="working folder (default: a temporary one)")
     args = parser.parse_args()
@@ -309,11 +391,15 @@ def main() -> int:
     args.info = device_info(args.device)
     print(json.dumps({"check": "device", "ok": True, **args.info}), flush=True)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_"))
-    runs = {"cartpole": check_cartpole, "tiny_reasoning": check_tiny_reasoning,
-            "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
-            "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
-            "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
-            "maniskill": check_maniskill, "maniskill_ppo": check_maniskill_ppo}  # fmt: skip
+    runs = {
+        "cartpole": check_cartpole,
+        "tiny_reasoning": check_tiny_reasoning,
+        "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
+        "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
+        "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
+        "maniskill": check_maniskill,
+        "maniskill_ppo": check_maniskill_ppo,
+    }
     failed = 0
     try:
         for name in args.only:

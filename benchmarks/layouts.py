@@ -35,16 +35,27 @@ LAYOUTS = {
 
 
 def run(layout: str, steps: int, overrides: list[str], out: str) -> dict:
-    config = load_config("embodied/cartpole_ppo", [
-        *overrides, "cluster.devices_per_node=2",
-        f"cluster.component_placement={LAYOUTS[layout]}", f"runner.total_env_steps={steps}",
-        "runner.stop_at_threshold=false", "runner.checkpoint_every=0", "runner.progress=false",
-        f"runner.output_dir={out}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            *overrides,
+            "cluster.devices_per_node=2",
+            f"cluster.component_placement={LAYOUTS[layout]}",
+            f"runner.total_env_steps={steps}",
+            "runner.stop_at_threshold=false",
+            "runner.checkpoint_every=0",
+            "runner.progress=false",
+            f"runner.output_dir={out}",
+            "logger.tensorboard=false",
+        ],
+    )
     summary = EmbodiedRunner(config, plan_for_config(config)).run()
-    return {"layout": layout, "train_sps": summary["train_sps"],
-            "eval_return_mean": summary["eval_return_mean"],
-            "seconds_per_stage": summary["seconds_per_stage"]}  # fmt: skip
+    return {
+        "layout": layout,
+        "train_sps": summary["train_sps"],
+        "eval_return_mean": summary["eval_return_mean"],
+        "seconds_per_stage": summary["seconds_per_stage"],
+    }
 
 
 def main() -> None:
@@ -63,15 +74,24 @@ def main() -> None:
     median = lambda values: statistics.median(values)  # noqa: E731
     base = median([r["seconds_per_stage"]["iteration"] for r in rows["one-process"]])
     for layout, runs in rows.items():
-        stages = {s: median([r["seconds_per_stage"][s] for r in runs])
-                  for s in runs[0]["seconds_per_stage"]}  # fmt: skip
-        print(json.dumps({
-            "layout": layout, "median": True, "repeats": args.repeats,
-            "train_sps": median([r["train_sps"] for r in runs]),
-            "seconds_per_stage": stages,
-            "sync_share": round(stages.get("sync", 0.0) / stages["iteration"], 4),
-            "apart_share": round(1 - base / stages["iteration"], 4),
-        }), flush=True)  # fmt: skip
+        stages = {
+            s: median([r["seconds_per_stage"][s] for r in runs])
+            for s in runs[0]["seconds_per_stage"]
+        }
+        print(
+            json.dumps(
+                {
+                    "layout": layout,
+                    "median": True,
+                    "repeats": args.repeats,
+                    "train_sps": median([r["train_sps"] for r in runs]),
+                    "seconds_per_stage": stages,
+                    "sync_share": round(stages.get("sync", 0.0) / stages["iteration"], 4),
+                    "apart_share": round(1 - base / stages["iteration"], 4),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

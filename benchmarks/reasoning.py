@@ -78,9 +78,15 @@ class CurveRunner(ReasoningRunner):
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         metrics = super().evaluate(iteration)
-        self.curve = [*getattr(self, "curve", []),
-                      [iteration, self.generated_tokens, metrics.get("val/accuracy"),
-                       round(time.perf_counter() - self.started, 1)]]  # fmt: skip
+        self.curve = [
+            *getattr(self, "curve", []),
+            [
+                iteration,
+                self.generated_tokens,
+                metrics.get("val/accuracy"),
+                round(time.perf_counter() - self.started, 1),
+            ],
+        ]
         return metrics
 
 
@@ -95,22 +101,35 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for seed in args.seeds:
-            config = load_config(args.config, [
-                *args.overrides, f"runner.seed={seed}", "runner.progress=false",
-                f"runner.output_dir={out}", "logger.tensorboard=false",
-            ])  # fmt: skip
+            config = load_config(
+                args.config,
+                [
+                    *args.overrides,
+                    f"runner.seed={seed}",
+                    "runner.progress=false",
+                    f"runner.output_dir={out}",
+                    "logger.tensorboard=false",
+                ],
+            )
             runner = CurveRunner(config, plan_for_config(config))
             summary = runner.run()
-            row = {"config": args.config, "seed": seed, **{k: summary[k] for k in KEYS},
-                   "generated_tokens": summary["generated_tokens"], "curve": runner.curve,
-                   "gain": round(summary["val_accuracy_after"] - summary["val_accuracy_before"], 4),
-                   "seconds_per_stage": summary["seconds_per_stage"],
-                   "tokens_per_s": summary["tokens_per_s"]}  # fmt: skip
+            row = {
+                "config": args.config,
+                "seed": seed,
+                **{k: summary[k] for k in KEYS},
+                "generated_tokens": summary["generated_tokens"],
+                "curve": runner.curve,
+                "gain": round(summary["val_accuracy_after"] - summary["val_accuracy_before"], 4),
+                "seconds_per_stage": summary["seconds_per_stage"],
+                "tokens_per_s": summary["tokens_per_s"],
+            }
             if flops is not None:
-                row["gflop_per_stage"] = {k: round(v / summary["iterations"] / 1e9, 4)
-                                          for k, v in flops.items()}  # fmt: skip
-                row["gflop_per_iteration"] = round(sum(flops.values()) / summary["iterations"]
-                                                   / 1e9, 4)  # fmt: skip
+                row["gflop_per_stage"] = {
+                    k: round(v / summary["iterations"] / 1e9, 4) for k, v in flops.items()
+                }
+                row["gflop_per_iteration"] = round(
+                    sum(flops.values()) / summary["iterations"] / 1e9, 4
+                )
                 flops.clear()
             rows.append(row)
             print(json.dumps(row), flush=True)

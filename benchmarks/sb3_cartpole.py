@@ -31,22 +31,40 @@ def run(seed: int, threshold: float) -> dict:
     envs = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     eval_envs = make_vec_env("CartPole-v1", n_envs=1, seed=seed + 10_000)
     model = PPO(
-        "MlpPolicy", envs, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-        ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed, verbose=0,
-    )  # fmt: skip
+        "MlpPolicy",
+        envs,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=seed,
+        verbose=0,
+    )
     stop = StopTrainingOnRewardThreshold(reward_threshold=threshold, verbose=0)
-    callback = EvalCallback(eval_envs, eval_freq=2048 // 8, n_eval_episodes=10,
-                            deterministic=True, callback_on_new_best=stop, verbose=0)  # fmt: skip
+    callback = EvalCallback(
+        eval_envs,
+        eval_freq=2048 // 8,
+        n_eval_episodes=10,
+        deterministic=True,
+        callback_on_new_best=stop,
+        verbose=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=100_000, callback=callback)
     wall = time.perf_counter() - start
     solved = callback.best_mean_reward >= threshold
     return {
-        "baseline": "sb3-ppo-rlzoo", "seed": seed,
+        "baseline": "sb3-ppo-rlzoo",
+        "seed": seed,
         "time_to_threshold_s": round(wall, 3) if solved else None,
         "steps_to_threshold": model.num_timesteps if solved else None,
-        "sps": round(model.num_timesteps / wall, 1), "best_eval": callback.best_mean_reward,
-    }  # fmt: skip
+        "sps": round(model.num_timesteps / wall, 1),
+        "best_eval": callback.best_mean_reward,
+    }
 
 
 def main() -> None:
@@ -60,9 +78,16 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     times = [r["time_to_threshold_s"] for r in rows if r["time_to_threshold_s"] is not None]
     median = statistics.median(times) if len(times) == len(rows) else None
-    print(json.dumps({"baseline": "sb3-ppo-rlzoo", "median_time_to_threshold_s": median,
-                      "median_sps": statistics.median(r["sps"] for r in rows),
-                      "threads": args.threads}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "baseline": "sb3-ppo-rlzoo",
+                "median_time_to_threshold_s": median,
+                "median_sps": statistics.median(r["sps"] for r in rows),
+                "threads": args.threads,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -199,20 +199,32 @@ def train_counting(trainer, args) -> float | None:
     return counter.get_total_flops() / args.iterations / 1e9
 
 
-def summarise(args, algo: str, version: str, beta: float, gc_collect: bool, clock, settings,
-              flops: float | None = None):  # fmt: skip
+def summarise(
+    args,
+    algo: str,
+    version: str,
+    beta: float,
+    gc_collect: bool,
+    clock,
+    settings,
+    flops: float | None = None,
+):
     seconds = clock.seconds()
     timed = seconds[args.warmup :]
     if not timed:
         raise SystemExit(f"only {len(seconds)} iterations timed; raise --iterations")
     row = {
-        "system": "trl", "trl": version, "algo": algo, "beta": beta, "gc_collect": gc_collect,
+        "system": "trl",
+        "trl": version,
+        "algo": algo,
+        "beta": beta,
+        "gc_collect": gc_collect,
         "seconds_per_iteration_median": round(statistics.median(timed), 4),
         "seconds_per_iteration_mean": round(statistics.fmean(timed), 4),
         "iterations_timed": len(timed),
         "seconds_per_iteration_all": [round(s, 4) for s in seconds],
         "settings": settings,
-    }  # fmt: skip
+    }
     if flops is not None:  # counting slows every operation: these seconds are not comparable
         row["gflop_per_iteration"] = round(flops, 3)
     print(json.dumps(row), flush=True)
@@ -224,8 +236,12 @@ def versions() -> dict[str, str]:
     import transformers
     import trl
 
-    return {"trl": trl.__version__, "transformers": transformers.__version__,
-            "torch": torch.__version__, "accelerate": accelerate.__version__}  # fmt: skip
+    return {
+        "trl": trl.__version__,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "accelerate": accelerate.__version__,
+    }
 
 
 def run_ppo(args, header: dict, rows: list[dict]) -> None:
@@ -301,38 +317,82 @@ def run_ppo(args, header: dict, rows: list[dict]) -> None:
     train = Dataset.from_dict({"input_ids": [r["input_ids"] for r in rows]})
     out = tempfile.mkdtemp(prefix="trl_ppo_")
     config = PPOConfig(
-        output_dir=out, report_to="none", seed=args.seed, use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-        num_mini_batches=args.mini_batches, num_ppo_epochs=1,
+        output_dir=out,
+        report_to="none",
+        seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_mini_batches=args.mini_batches,
+        num_ppo_epochs=1,
         local_rollout_forward_batch_size=batch,
-        total_episodes=batch * args.iterations, response_length=args.max_new_tokens,
-        temperature=1.0, stop_token="eos", missing_eos_penalty=None,
-        kl_coef=args.kl_coef, kl_estimator="k1", whiten_rewards=False,
-        gamma=1.0, lam=1.0, cliprange=0.2, cliprange_value=0.2, vf_coef=0.5,
-        learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, num_sample_generations=0, save_strategy="no", eval_strategy="no",
-        logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
+        total_episodes=batch * args.iterations,
+        response_length=args.max_new_tokens,
+        temperature=1.0,
+        stop_token="eos",
+        missing_eos_penalty=None,
+        kl_coef=args.kl_coef,
+        kl_estimator="k1",
+        whiten_rewards=False,
+        gamma=1.0,
+        lam=1.0,
+        cliprange=0.2,
+        cliprange_value=0.2,
+        vf_coef=0.5,
+        learning_rate=1e-4,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        num_sample_generations=0,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
         gradient_checkpointing=args.gradient_checkpointing,
-    )  # fmt: skip
+    )
     trainer = PPOTrainer(
-        args=config, processing_class=tokenizer, model=policy, ref_model=ref,
-        reward_model=reward, value_model=value, train_dataset=train,
+        args=config,
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=ref,
+        reward_model=reward,
+        value_model=value,
+        train_dataset=train,
         eval_dataset=train.select(range(batch)),
-    )  # fmt: skip
+    )
     clock = IterationClock(1)
     trainer.add_callback(clock.callback())
     flops = train_counting(trainer, args)
     settings = {
-        **versions(), "model_dir": model_dir, "prompts_per_iteration": batch,
-        "responses_per_iteration": batch, "max_new_tokens": args.max_new_tokens,
-        "temperature": 1.0, "stop_at_eos": True, "ppo_epochs": 1,
-        "num_mini_batches": args.mini_batches, "micro_batch": batch // args.mini_batches,
-        "kl_in_reward": True, "kl_coef": args.kl_coef, "kl_estimator": "k1", "critic": True,
-        "reference": True, "reward": "rule module (RuleReward)" if args.reward == "rule"
-        else "AutoModelForSequenceClassification", "torch_threads": torch.get_num_threads(),
-        "iterations": args.iterations, "warmup_dropped": args.warmup, "device": "cpu",
-        "dtype": "float32", "gradient_checkpointing": args.gradient_checkpointing,
-    }  # fmt: skip
+        **versions(),
+        "model_dir": model_dir,
+        "prompts_per_iteration": batch,
+        "responses_per_iteration": batch,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": 1.0,
+        "stop_at_eos": True,
+        "ppo_epochs": 1,
+        "num_mini_batches": args.mini_batches,
+        "micro_batch": batch // args.mini_batches,
+        "kl_in_reward": True,
+        "kl_coef": args.kl_coef,
+        "kl_estimator": "k1",
+        "critic": True,
+        "reference": True,
+        "reward": "rule module (RuleReward)"
+        if args.reward == "rule"
+        else "AutoModelForSequenceClassification",
+        "torch_threads": torch.get_num_threads(),
+        "iterations": args.iterations,
+        "warmup_dropped": args.warmup,
+        "device": "cpu",
+        "dtype": "float32",
+        "gradient_checkpointing": args.gradient_checkpointing,
+    }
     summarise(args, "ppo", trl.__version__, args.kl_coef, gc_collect, clock, settings, flops)
 
 
@@ -372,41 +432,79 @@ def run_grpo(args, header: dict, rows: list[dict]) -> None:
     if per_step % micro:
         raise SystemExit(f"{per_step} completions per optimizer step, not a multiple of {micro}")
     accumulation = per_step // micro
-    train = Dataset.from_dict({"prompt": [r["prompt"] for r in rows],
-                               "answer": [r["answer"] for r in rows]})  # fmt: skip
+    train = Dataset.from_dict(
+        {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows]}
+    )
     out = tempfile.mkdtemp(prefix="trl_grpo_")
     config = GRPOConfig(
-        output_dir=out, report_to="none", seed=args.seed, use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
-        steps_per_generation=accumulation * args.mini_batches, num_generations=group,
-        max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
-        num_iterations=1, beta=args.beta, loss_type="dapo", epsilon=0.2,
-        learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, max_steps=args.iterations * args.mini_batches,
-        save_strategy="no", eval_strategy="no", logging_steps=1, disable_tqdm=True,
-        use_vllm=False, log_completions=False, dataloader_num_workers=0,
+        output_dir=out,
+        report_to="none",
+        seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation * args.mini_batches,
+        num_generations=group,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        num_iterations=1,
+        beta=args.beta,
+        loss_type="dapo",
+        epsilon=0.2,
+        learning_rate=1e-4,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=args.iterations * args.mini_batches,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        use_vllm=False,
+        log_completions=False,
+        dataloader_num_workers=0,
         gradient_checkpointing=args.gradient_checkpointing,
-    )  # fmt: skip
+    )
     trainer = GRPOTrainer(
-        model=policy, reward_funcs=accuracy, args=config, train_dataset=train,
+        model=policy,
+        reward_funcs=accuracy,
+        args=config,
+        train_dataset=train,
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
     clock = IterationClock(args.mini_batches)
     trainer.add_callback(clock.callback())
     flops = train_counting(trainer, args)
     settings = {
-        **versions(), "model_dir": model_dir, "prompts_per_iteration": batch,
-        "num_generations": group, "completions_per_iteration": completions,
-        "per_device_train_batch_size": micro, "gradient_accumulation_steps": accumulation,
+        **versions(),
+        "model_dir": model_dir,
+        "prompts_per_iteration": batch,
+        "num_generations": group,
+        "completions_per_iteration": completions,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
         "steps_per_generation": accumulation * args.mini_batches,
         "optimizer_steps_per_iteration": args.mini_batches,
-        "max_completion_length": args.max_new_tokens, "temperature": 1.0,
-        "num_iterations": 1, "loss_type": "dapo", "beta": args.beta,
-        "reference": args.beta != 0, "reward": "rule function", "use_vllm": False,
-        "torch_threads": torch.get_num_threads(), "iterations": args.iterations,
-        "warmup_dropped": args.warmup, "device": "cpu", "dtype": "float32",
+        "max_completion_length": args.max_new_tokens,
+        "temperature": 1.0,
+        "num_iterations": 1,
+        "loss_type": "dapo",
+        "beta": args.beta,
+        "reference": args.beta != 0,
+        "reward": "rule function",
+        "use_vllm": False,
+        "torch_threads": torch.get_num_threads(),
+        "iterations": args.iterations,
+        "warmup_dropped": args.warmup,
+        "device": "cpu",
+        "dtype": "float32",
         "gradient_checkpointing": args.gradient_checkpointing,
-    }  # fmt: skip
+    }
     summarise(args, "grpo", trl.__version__, args.beta, True, clock, settings, flops)
 
 
@@ -427,9 +525,12 @@ def main() -> None:
     parser.add_argument("--reward", choices=["rule", "model"], default="rule")
     parser.add_argument("--beta", type=float, default=0.0, help="GRPO: KL loss coefficient")
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--count-flops", action="store_true",
-                        help="also report GFLOP per iteration (torch's FlopCounterMode; the "
-                        "seconds are then not comparable)")  # fmt: skip
+    parser.add_argument(
+        "--count-flops",
+        action="store_true",
+        help="also report GFLOP per iteration (torch's FlopCounterMode; the "
+        "seconds are then not comparable)",
+    )
     parser.add_argument(
         "--gradient-checkpointing",
         action="store_true",

@@ -32,8 +32,13 @@ def prompt_texts(config, tokenizer) -> list[str]:
     """The strings ``PromptSet.build`` hands the tokenizer, over-long ones dropped as there."""
     data = config.data
     if data.train_files:
-        rows = load_prompt_rows(data.train_files, "data.train_files", data.prompt_key,
-                                data.answer_key, data.answer_format)  # fmt: skip
+        rows = load_prompt_rows(
+            data.train_files,
+            "data.train_files",
+            data.prompt_key,
+            data.answer_key,
+            data.answer_format,
+        )
     else:
         syn = data.synthetic
         problems = arithmetic_problems(
@@ -42,9 +47,12 @@ def prompt_texts(config, tokenizer) -> list[str]:
         rows = [{"prompt": r["question"]} for r in problems]
     texts = [row["prompt"] + data.prompt_suffix for row in rows]
     if data.chat_template:
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}],
-                                               add_generation_prompt=True, tokenize=False)
-                 for t in texts]  # fmt: skip
+        texts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+            )
+            for t in texts
+        ]
     ids = tokenizer(texts, add_special_tokens=not data.chat_template)["input_ids"]
     return [t for t, row in zip(texts, ids, strict=True) if len(row) <= data.max_prompt_length]
 
@@ -71,12 +79,17 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = {
-        "header": True, "config": args.config, "overrides": args.overrides,
-        "model_dir": str(Path(dirs.actor).resolve()), "prompt_suffix": data.prompt_suffix,
-        "chat_template": data.chat_template, "add_special_tokens": not data.chat_template,
-        "max_prompt_length": data.max_prompt_length, "count": len(ids),
+        "header": True,
+        "config": args.config,
+        "overrides": args.overrides,
+        "model_dir": str(Path(dirs.actor).resolve()),
+        "prompt_suffix": data.prompt_suffix,
+        "chat_template": data.chat_template,
+        "add_special_tokens": not data.chat_template,
+        "max_prompt_length": data.max_prompt_length,
+        "count": len(ids),
         "dropped": prompts.dropped,
-    }  # fmt: skip
+    }
     with out.open("w") as f:
         f.write(json.dumps(header) + "\n")
         for text, answer, row in zip(texts, prompts.answers, ids, strict=True):

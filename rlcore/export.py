@@ -206,8 +206,9 @@ def load_policy(path: str | Path) -> Policy:
         )
     described = json.loads(described_file.read_text())
     if described.get("format") != POLICY_FORMAT:
-        raise ValueError(f"{described_file}: format {described.get('format')!r} is not "
-                         f"{POLICY_FORMAT!r}")  # fmt: skip
+        raise ValueError(
+            f"{described_file}: format {described.get('format')!r} is not {POLICY_FORMAT!r}"
+        )
     s = described["spec"]
     spec = SpaceSpec(
         tuple(s["obs_shape"]),
@@ -218,8 +219,14 @@ def load_policy(path: str | Path) -> Policy:
         s["obs_scale"],
     )
     m = described["model"]
-    model = ActorCritic(spec, m["hidden_sizes"], m["activation"], m["shared_backbone"],
-                        ortho_init=False, log_std_init=m["log_std_init"])  # fmt: skip
+    model = ActorCritic(
+        spec,
+        m["hidden_sizes"],
+        m["activation"],
+        m["shared_backbone"],
+        ortho_init=False,
+        log_std_init=m["log_std_init"],
+    )
     tensors = load_file(str(folder / "policy.safetensors"))
     model.load_state_dict(
         {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}

@@ -64,5 +64,10 @@ def start_local_ray(num_cpus: int) -> None:
     from rlcore.scheduler.network import local_ray_node
 
     with local_ray_node():
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)  # fmt: skip
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )

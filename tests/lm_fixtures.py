@@ -7,19 +7,28 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.scheduler.worker import WorkerContext
 
 # A component alone in this process, as the driver builds it for a one-process plan.
-SOLO = WorkerContext(component="test", rank=0, world_size=1, local_rank=0, node=0, devices=(0,),
-                     device="cpu")  # fmt: skip
+SOLO = WorkerContext(
+    component="test", rank=0, world_size=1, local_rank=0, node=0, devices=(0,), device="cpu"
+)
 
 # Small enough that a PPO iteration takes well under a second on one core.
 TINY = [
-    "actor.model.tiny.hidden_size=32", "actor.model.tiny.num_layers=1",
-    "actor.model.tiny.num_heads=2", "actor.model.tiny.intermediate_size=64",
-    "data.synthetic.num_train=512", "data.synthetic.num_val=16", "data.train_batch_size=8",
-    "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size=2", "warmup.steps=5",
-    "runner.total_iterations=2", "runner.val_every=0", "runner.progress=false",
+    "actor.model.tiny.hidden_size=32",
+    "actor.model.tiny.num_layers=1",
+    "actor.model.tiny.num_heads=2",
+    "actor.model.tiny.intermediate_size=64",
+    "data.synthetic.num_train=512",
+    "data.synthetic.num_val=16",
+    "data.train_batch_size=8",
+    "actor.ppo_mini_batch_size=4",
+    "actor.ppo_micro_batch_size=2",
+    "warmup.steps=5",
+    "runner.total_iterations=2",
+    "runner.val_every=0",
+    "runner.progress=false",
     "runner.torch_threads=1",  # tests run beside each other (2 pytest workers on 2 cores)
     "logger.tensorboard=false",
-]  # fmt: skip
+]
 
 
 def tiny_config(cache: Path, output: Path, *overrides: str) -> ReasoningConfig:

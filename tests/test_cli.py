@@ -96,8 +96,14 @@ def test_placement_json_is_one_object_in_the_documented_shape(capsys):
 
 def test_invalid_placement_exits_2_with_one_line(capsys):
     with pytest.raises(SystemExit) as exited:
-        main(["placement", "embodied/cartpole_ppo", "cluster.devices_per_node=4",
-              "cluster.component_placement={actor:0-4,rollout:0-3,env:0-3}"])  # fmt: skip
+        main(
+            [
+                "placement",
+                "embodied/cartpole_ppo",
+                "cluster.devices_per_node=4",
+                "cluster.component_placement={actor:0-4,rollout:0-3,env:0-3}",
+            ]
+        )
     assert exited.value.code == 2
     assert capsys.readouterr().err == (
         "rlcore: config error: cluster.component_placement.actor: '0-4' is out of range: "
@@ -132,8 +138,19 @@ def test_cluster_file_replaces_the_cluster_section(tmp_path, capsys, wrapped):
 def test_overrides_apply_after_the_cluster_file(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("num_nodes: 1\ndevices_per_node: 3\ndevice: cpu\n")
-    assert main(["placement", "embodied/cartpole_ppo", "--cluster", str(path),
-                 "cluster.devices_per_node=4", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "placement",
+                "embodied/cartpole_ppo",
+                "--cluster",
+                str(path),
+                "cluster.devices_per_node=4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["devices_per_node"] == 4
 
 
@@ -154,11 +171,15 @@ def test_yaml_syntax_errors_are_one_line_naming_the_file_and_place(tmp_path, cap
     cluster.write_text("num_nodes: 1\n devices: [\n")
     config.write_text("mode: embodied\nenv:\n  id: [CartPole\n")
     for args, message in [
-        (["embodied/cartpole_ppo", "--cluster", str(cluster)],
-         f"{cluster}: not valid YAML: mapping values are not allowed here (line 2, column 9)"),
-        ([str(config)],
-         f"{config}: not valid YAML: expected ',' or ']', but got '<stream end>' (line 4, "),
-    ]:  # fmt: skip
+        (
+            ["embodied/cartpole_ppo", "--cluster", str(cluster)],
+            f"{cluster}: not valid YAML: mapping values are not allowed here (line 2, column 9)",
+        ),
+        (
+            [str(config)],
+            f"{config}: not valid YAML: expected ',' or ']', but got '<stream end>' (line 4, ",
+        ),
+    ]:
         with pytest.raises(SystemExit) as stopped:
             main(["placement", *args])
         assert stopped.value.code == 2
@@ -174,8 +195,10 @@ def test_unknown_cluster_name_suggests_one(capsys):
 
 def test_entry_point_takes_a_cluster_file_in_a_dry_run(tmp_path):
     path = tmp_path / "two_slots.yaml"
-    path.write_text('cluster:\n  device: cpu\n  devices_per_node: 2\n  component_placement:\n'
-                    '    env: 0\n    "actor,rollout": 1\n')  # fmt: skip
+    path.write_text(
+        "cluster:\n  device: cpu\n  devices_per_node: 2\n  component_placement:\n"
+        '    env: 0\n    "actor,rollout": 1\n'
+    )
     done = run("examples/embodied/main.py", "--cluster", str(path), "runner.dry_run=true")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")

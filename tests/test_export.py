@@ -33,17 +33,20 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
 
     _, dirs = tiny_lm
     cache = dirs.actor.parent
-    trained = (["actor.model.lora.rank=4", "actor.optim.lr=0.01"] if backend == "lora" else
-               [f"{c}.training_backend={backend}" for c in ("actor", "critic")])  # fmt: skip
-    common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r",
-              *trained)  # fmt: skip
+    trained = (
+        ["actor.model.lora.rank=4", "actor.optim.lr=0.01"]
+        if backend == "lora"
+        else [f"{c}.training_backend={backend}" for c in ("actor", "critic")]
+    )
+    common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r", *trained)
     ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common))).run()
     run_dir = tmp_path / "r"
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
 
     # The trained policy's greedy answers to the validation prompts, from the run resumed.
-    resumed = ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common,
-                                                    "runner.resume=auto")))  # fmt: skip
+    resumed = ReasoningRunner(
+        *_planned(tiny_config(cache, tmp_path, *common, "runner.resume=auto"))
+    )
     rows = list(range(len(resumed.val_set)))
     prompts = prompt_batch(rows, resumed.val_set, 1, resumed.tokenizer.pad_token_id)
     resumed._sync()
@@ -54,8 +57,9 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert tokenizer.get_vocab() == resumed.tokenizer.get_vocab()
     width = prompts["input_ids"].shape[1]
-    out = model.generate(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"],
-                         do_sample=False)  # fmt: skip
+    out = model.generate(
+        input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"], do_sample=False
+    )
     answers = out[:, width:]
     eos = model.generation_config.eos_token_id
     mask = response_mask(answers, eos if isinstance(eos, list) else [eos])
@@ -76,13 +80,17 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
     assert (folder / "model.safetensors").is_file() == (backend != "fsdp2")
     if backend == "lora":  # the merged critic computes what the adapted one did
         assert not any("lora" in k for k in critic.state_dict())
-        adapted = with_lora(load_value_model(dirs.critic, "float32"),
-                            resumed.config.actor.model.lora, value_head=True)  # fmt: skip
+        adapted = with_lora(
+            load_value_model(dirs.critic, "float32"),
+            resumed.config.actor.model.lora,
+            value_head=True,
+        )
         adapted.load_state_dict(read_trained_weights(folder, adapted))
         ids = prompts["input_ids"][:4]
         with torch.no_grad():
-            assert torch.allclose(critic(input_ids=ids).logits, adapted(input_ids=ids).logits,
-                                  atol=1e-5)  # fmt: skip
+            assert torch.allclose(
+                critic(input_ids=ids).logits, adapted(input_ids=ids).logits, atol=1e-5
+            )
         return
     saved = read_trained_weights(folder, critic)
     exported = critic.state_dict()
@@ -96,9 +104,15 @@ def _planned(config):
 def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path):
     """The default job trained to its threshold, exported: the loaded policy keeps a plain
     gymnasium CartPole up for the full 500 steps, as the run's evaluation said it would."""
-    config = load_config("embodied/cartpole_ppo",
-                         [f"runner.output_dir={tmp_path}", "runner.run_name=c",
-                          "runner.progress=false", "logger.tensorboard=false"])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=c",
+            "runner.progress=false",
+            "logger.tensorboard=false",
+        ],
+    )
     summary = EmbodiedRunner(config, plan_for_config(config)).run()
     assert summary["eval_return_mean"] >= 475
     assert main(["export", str(tmp_path / "c"), str(tmp_path / "policy")]) == 0
@@ -116,12 +130,23 @@ def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path):
 
 
 def test_an_exported_policy_normalises_observations_with_the_runs_statistics(tmp_path):
-    config = load_config("embodied/cartpole_ppo", [
-        "env.id=Pendulum-v1", "env.vector_mode=sync", "env.normalize_obs=true",
-        "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=128",
-        "actor.ppo_mini_batch_size=32", "env.solved_threshold=null", "runner.progress=false",
-        f"runner.output_dir={tmp_path}", "runner.run_name=p", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "env.id=Pendulum-v1",
+            "env.vector_mode=sync",
+            "env.normalize_obs=true",
+            "env.num_envs=4",
+            "runner.rollout_steps=16",
+            "runner.total_env_steps=128",
+            "actor.ppo_mini_batch_size=32",
+            "env.solved_threshold=null",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=p",
+            "logger.tensorboard=false",
+        ],
+    )
     EmbodiedRunner(config, plan_for_config(config)).run()
     assert main(["export", str(tmp_path / "p"), "--step", "2", str(tmp_path / "policy")]) == 0
     policy = rlcore.load_policy(tmp_path / "policy")
@@ -148,11 +173,20 @@ def test_export_errors_name_what_is_wrong(tmp_path, capsys):
         return capsys.readouterr().err
 
     assert "no complete checkpoint at" in refused(tmp_path / "nothing", tmp_path / "out")
-    config = load_config("embodied/cartpole_ppo", [
-        "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=128",
-        "actor.ppo_mini_batch_size=32", "env.solved_threshold=null", "runner.progress=false",
-        f"runner.output_dir={tmp_path}", "runner.run_name=c", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "env.num_envs=4",
+            "runner.rollout_steps=16",
+            "runner.total_env_steps=128",
+            "actor.ppo_mini_batch_size=32",
+            "env.solved_threshold=null",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=c",
+            "logger.tensorboard=false",
+        ],
+    )
     EmbodiedRunner(config, plan_for_config(config)).run()
     assert "--step 7: " in refused(tmp_path / "c", "--step", "7", tmp_path / "out")
     weights = tmp_path / "c/checkpoints/iter_000002/actor/model.safetensors"

@@ -16,23 +16,49 @@ ROOT = Path(__file__).resolve().parents[1]
 def gpu_check(*args, timeout):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     script = str(ROOT / "benchmarks" / "gpu_check.py")
-    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, {row["check"]: row for row in rows}, done.stderr
 
 
 def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_path):
-    code, rows, err = gpu_check("--device", "cpu", "--small", "--only", "qwen_fsdp2",
-                                "qwen_megatron", "maniskill", "maniskill_ppo", "--iterations", "1",
-                                "--micro-batch", "4",
-                                "--out", str(tmp_path), timeout=240)  # fmt: skip
+    code, rows, err = gpu_check(
+        "--device",
+        "cpu",
+        "--small",
+        "--only",
+        "qwen_fsdp2",
+        "qwen_megatron",
+        "maniskill",
+        "maniskill_ppo",
+        "--iterations",
+        "1",
+        "--micro-batch",
+        "4",
+        "--out",
+        str(tmp_path),
+        timeout=240,
+    )
     assert code == 0, err[-2000:]
     row = rows["qwen_fsdp2"]
     assert row["ok"] and row["backend"] == "fsdp2"
     stages = row["stages"]
-    for stage in ("generate", "reward", "logprob", "ref", "values", "critic_update",
-                  "actor_update"):  # fmt: skip
+    for stage in (
+        "generate",
+        "reward",
+        "logprob",
+        "ref",
+        "values",
+        "critic_update",
+        "actor_update",
+    ):
         assert stages[stage]["seconds"] >= 0 and stages[stage]["tokens_per_s"] > 0, stage
     # MFU needs a GPU's peak; the FLOP rate is reported anyway
     assert stages["actor_update"]["mfu"] is None and stages["actor_update"]["tflops"] >= 0

@@ -43,8 +43,11 @@ def imports() -> dict[str, set[str]]:
             else:
                 continue
             # the most specific rlcore module each import names
-            found |= {n for n in names if n in modules and not any(
-                m.startswith(n + ".") and m in names for m in modules)}  # fmt: skip
+            found |= {
+                n
+                for n in names
+                if n in modules and not any(m.startswith(n + ".") and m in names for m in modules)
+            }
         graph[module_name(path)] = found - {module_name(path)}
     return graph
 

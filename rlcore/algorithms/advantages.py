@@ -33,8 +33,13 @@ STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_st
 # the greedy responses' rewards (ReMax), the actor's log-probs of the sampled tokens and the sum
 # of its squared token probabilities at each position (the optimal token baselines), and the
 # reward's components ``[B, K]`` with their weights ``[K]`` (GDPO).
-INPUTS = ("reward_baselines", "old_log_probs", "sum_pi_squared", "reward_components",
-          "reward_component_weights")  # fmt: skip
+INPUTS = (
+    "reward_baselines",
+    "old_log_probs",
+    "sum_pi_squared",
+    "reward_components",
+    "reward_component_weights",
+)
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
 
@@ -60,8 +65,9 @@ def register_advantage(
     """
     unknown = sorted(set(inputs) - set(INPUTS))
     if unknown:
-        raise ValueError(f"advantage estimator '{name}': unknown inputs {unknown}; known: "
-                         f"{', '.join(INPUTS)}")  # fmt: skip
+        raise ValueError(
+            f"advantage estimator '{name}': unknown inputs {unknown}; known: {', '.join(INPUTS)}"
+        )
     return ADVANTAGES.register(
         name,
         needs_values=needs_values,
@@ -420,8 +426,12 @@ def compute_remax_advantage(
     return _zero_masked(returns - baseline, valid), returns
 
 
-@register_advantage("gdpo", needs_groups=True, normalizes=True,
-                    inputs=("reward_components", "reward_component_weights"))  # fmt: skip
+@register_advantage(
+    "gdpo",
+    needs_groups=True,
+    normalizes=True,
+    inputs=("reward_components", "reward_component_weights"),
+)
 def compute_gdpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -450,11 +460,15 @@ def compute_gdpo_advantage(
     components = reward_components.to(token_level_rewards.dtype)
     weights = reward_component_weights.to(components)
     if components.dim() != 2 or components.shape[0] != valid.shape[0]:
-        raise ValueError(f"gdpo: reward_components must be [B={valid.shape[0]}, K], got "
-                         f"{tuple(components.shape)}")  # fmt: skip
+        raise ValueError(
+            f"gdpo: reward_components must be [B={valid.shape[0]}, K], got "
+            f"{tuple(components.shape)}"
+        )
     if weights.shape != (components.shape[1],):
-        raise ValueError(f"gdpo: {components.shape[1]} reward components but weights of shape "
-                         f"{tuple(weights.shape)}")  # fmt: skip
+        raise ValueError(
+            f"gdpo: {components.shape[1]} reward components but weights of shape "
+            f"{tuple(weights.shape)}"
+        )
     total = torch.zeros_like(components[:, 0])
     for k in range(components.shape[1]):
         normalized = _group_normalized(components[:, k], index, epsilon, norm_adv_by_std)
@@ -469,8 +483,9 @@ def _reward_to_go(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> tor
     return _zero_masked(kept.flip(-1).cumsum(-1).flip(-1), valid)
 
 
-@register_advantage("optimal_token_baseline", needs_groups=True,
-                    inputs=("old_log_probs", "sum_pi_squared"))  # fmt: skip
+@register_advantage(
+    "optimal_token_baseline", needs_groups=True, inputs=("old_log_probs", "sum_pi_squared")
+)
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -493,13 +508,22 @@ def compute_optimal_token_baseline_advantage(
     variance weigh more. ``A_t = G_t - b_t``; a group of one has b = 0. ``handle_zero_tail``:
     the group's one longest response gets b = 0 past the second longest. returns = G.
     """
-    return _optimal_token_baseline(token_level_rewards, response_mask, index, old_log_probs,
-                                   sum_pi_squared, handle_zero_tail, epsilon, compact=False,
-                                   name="optimal_token_baseline")  # fmt: skip
+    return _optimal_token_baseline(
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        handle_zero_tail,
+        epsilon,
+        compact=False,
+        name="optimal_token_baseline",
+    )
 
 
-@register_advantage("tir_optimal_token_baseline", needs_groups=True,
-                    inputs=("old_log_probs", "sum_pi_squared"))  # fmt: skip
+@register_advantage(
+    "tir_optimal_token_baseline", needs_groups=True, inputs=("old_log_probs", "sum_pi_squared")
+)
 def compute_tir_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -520,16 +544,31 @@ def compute_tir_optimal_token_baseline_advantage(
     ``handle_zero_tail`` is on by default. For one-turn responses it equals
     ``optimal_token_baseline`` with ``handle_zero_tail``.
     """
-    return _optimal_token_baseline(token_level_rewards, response_mask, index, old_log_probs,
-                                   sum_pi_squared, handle_zero_tail, epsilon, compact=True,
-                                   name="tir_optimal_token_baseline")  # fmt: skip
+    return _optimal_token_baseline(
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        handle_zero_tail,
+        epsilon,
+        compact=True,
+        name="tir_optimal_token_baseline",
+    )
 
 
 def _optimal_token_baseline(
-    rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
-    old_log_probs: torch.Tensor | None, sum_pi_squared: torch.Tensor | None,
-    handle_zero_tail: bool, epsilon: float, *, compact: bool, name: str,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    old_log_probs: torch.Tensor | None,
+    sum_pi_squared: torch.Tensor | None,
+    handle_zero_tail: bool,
+    epsilon: float,
+    *,
+    compact: bool,
+    name: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     if old_log_probs is None or sum_pi_squared is None:
         raise ValueError(f"{name} needs old_log_probs and sum_pi_squared from the actor")
     valid = response_mask.bool()

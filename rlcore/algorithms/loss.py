@@ -54,23 +54,42 @@ def ppo_loss(
     ``vf_loss``, ``vf_clipfrac`` with ``values``. All tensors are ``[B, T]``."""
     agg = {"loss_agg_mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
     pg_loss, pg = policy_loss_fn(
-        old_log_prob, log_prob, advantages, response_mask, clip_ratio_low=clip_ratio_low,
-        clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **agg,
-    )  # fmt: skip
-    entropy_term = agg_loss(entropy, response_mask, loss_agg_mode, num_tokens=num_tokens,
-                            num_seqs=num_seqs)  # fmt: skip
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=clip_ratio_c,
+        **agg,
+    )
+    entropy_term = agg_loss(
+        entropy, response_mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
+    )
     loss = pg_loss - entropy_coef * entropy_term
-    metrics = {"pg_loss": pg_loss.detach(), "pg_clipfrac": pg["pg_clipfrac"],
-               "ppo_kl": pg["ppo_kl"], "entropy": entropy_term.detach()}  # fmt: skip
+    metrics = {
+        "pg_loss": pg_loss.detach(),
+        "pg_clipfrac": pg["pg_clipfrac"],
+        "ppo_kl": pg["ppo_kl"],
+        "entropy": entropy_term.detach(),
+    }
     if ref_log_prob is not None:
         kl = kl_penalty(log_prob, ref_log_prob, kl_loss_type)
-        kl_term = agg_loss(kl, response_mask, loss_agg_mode, num_tokens=num_tokens,
-                           num_seqs=num_seqs)  # fmt: skip
+        kl_term = agg_loss(
+            kl, response_mask, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
+        )
         loss = loss + kl_coef * kl_term
         metrics["kl_loss"] = kl_term.detach()
     if values is not None:
-        vf_loss, vf = value_loss(values, returns, old_values, response_mask,
-                                 value_clip=value_clip, huber_delta=huber_delta, **agg)  # fmt: skip
+        vf_loss, vf = value_loss(
+            values,
+            returns,
+            old_values,
+            response_mask,
+            value_clip=value_clip,
+            huber_delta=huber_delta,
+            **agg,
+        )
         loss = loss + value_coef * vf_loss
         metrics["vf_loss"] = vf_loss.detach()
         metrics["vf_clipfrac"] = vf["vf_clipfrac"]

@@ -524,8 +524,9 @@ def dppo_tv_policy_loss(
     change = torch.exp(log_prob) - torch.exp(old_log_prob)
     inside = torch.where(advantages > 0, change <= clip_ratio_high, change >= -clip_ratio_low)
     agg = {"mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
-    return _dppo(old_log_prob, log_prob, advantages, response_mask, inside.detach(),
-                 clip_ratio_c, agg)  # fmt: skip
+    return _dppo(
+        old_log_prob, log_prob, advantages, response_mask, inside.detach(), clip_ratio_c, agg
+    )
 
 
 @register_policy_loss("dppo_kl", not_embodied=POLICY_PROBABILITY)
@@ -562,8 +563,9 @@ def dppo_kl_policy_loss(
         (binary_kl <= clip_ratio_low) | (p >= p_old),
     )
     agg = {"mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
-    return _dppo(old_log_prob, log_prob, advantages, response_mask, inside.detach(),
-                 clip_ratio_c, agg)  # fmt: skip
+    return _dppo(
+        old_log_prob, log_prob, advantages, response_mask, inside.detach(), clip_ratio_c, agg
+    )
 
 
 @register_policy_loss("dro")

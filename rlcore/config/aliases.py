@@ -77,8 +77,14 @@ PER_RANK = (
 )
 
 # verl's actor.policy_loss.<option> keys, each algorithm.policy_loss_options.<option> here
-POLICY_LOSS_OPTIONS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
-                       "ppo_kl_coef", "dro_beta")  # fmt: skip
+POLICY_LOSS_OPTIONS = (
+    "clip_cov_ratio",
+    "clip_cov_lb",
+    "clip_cov_ub",
+    "kl_cov_ratio",
+    "ppo_kl_coef",
+    "dro_beta",
+)
 
 ALIASES: dict[str, Alias] = {
     # verl: actor_rollout_ref.rollout.*

@@ -83,8 +83,12 @@ def component_sections(config: RLCoreConfig) -> dict[str, Any]:
     """Each placed component's config section (the reference has none: it copies the actor)."""
     if isinstance(config, EmbodiedConfig):
         return {"actor": config.actor, "rollout": config.rollout, "env": config.env}
-    return {"actor": config.actor, "critic": config.critic, "rollout": config.rollout,
-            "reward": config.reward}  # fmt: skip
+    return {
+        "actor": config.actor,
+        "critic": config.critic,
+        "rollout": config.rollout,
+        "reward": config.reward,
+    }
 
 
 def check_components(config: RLCoreConfig) -> list[str]:
@@ -187,8 +191,9 @@ def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
         for option, value in vars(options).items():
             if value == defaults[option] or option in loss.extra_kwargs:
                 continue
-            readers = [n for n in POLICY_LOSSES.names()
-                       if option in POLICY_LOSSES.entry(n).extra_kwargs]  # fmt: skip
+            readers = [
+                n for n in POLICY_LOSSES.names() if option in POLICY_LOSSES.entry(n).extra_kwargs
+            ]
             problems.append(
                 f"algorithm.policy_loss_options.{option}: {value}, but algorithm.policy_loss "
                 f"{name} does not read it (read by {', '.join(readers) or 'no loss'}); remove it, "
@@ -348,8 +353,11 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
     problems += _share_group_prompts(config)
     lora = config.actor.model.lora
     if lora.rank:
-        sharded = [n for n, sect in (("actor", actor), ("critic", critic))
-                   if sect.training_backend == "fsdp2"]  # fmt: skip
+        sharded = [
+            n
+            for n, sect in (("actor", actor), ("critic", critic))
+            if sect.training_backend == "fsdp2"
+        ]
         if sharded:
             problems.append(
                 f"actor.model.lora.rank: {lora.rank}, but {sharded[0]}.training_backend is "
@@ -403,8 +411,11 @@ def _check_gdpo(config: ReasoningConfig) -> list[str]:
     shaped = reward.overlong_buffer.enable
     known = [*BUILT_IN_COMPONENTS, *(["overlong_penalty"] if shaped else [])]
     if not keys:
-        given = ("the numbers in the dict reward.custom_fn returns" if reward.kind == "custom"
-                 else ", ".join(known))  # fmt: skip
+        given = (
+            "the numbers in the dict reward.custom_fn returns"
+            if reward.kind == "custom"
+            else ", ".join(known)
+        )
         return [
             "algorithm.gdpo_reward_keys: adv_type gdpo normalises each component of the reward "
             f"apart; name them, e.g. [correct, format] (kind {reward.kind} gives {given})"
@@ -412,8 +423,10 @@ def _check_gdpo(config: ReasoningConfig) -> list[str]:
     problems = []
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
-        problems.append(f"algorithm.gdpo_reward_keys: {', '.join(repeated)} named twice; name "
-                        "each component once (gdpo_reward_weights weighs it)")  # fmt: skip
+        problems.append(
+            f"algorithm.gdpo_reward_keys: {', '.join(repeated)} named twice; name "
+            "each component once (gdpo_reward_weights weighs it)"
+        )
     unknown = [k for k in keys if k not in known]
     if reward.kind != "custom" and unknown:
         problems.append(
@@ -456,8 +469,11 @@ def _unless_installed(package: str, version: str) -> str | None:
 def _megatron(config: ReasoningConfig) -> list[str]:
     """What the Megatron backend does not do (yet), and whether it is installed. Its GPU side
     (CUDA devices; the tensor-parallel size against the processes) is checked with the plan."""
-    users = [name for name, sect in (("actor", config.actor), ("critic", config.critic))
-             if sect.training_backend == "megatron"]  # fmt: skip
+    users = [
+        name
+        for name, sect in (("actor", config.actor), ("critic", config.critic))
+        if sect.training_backend == "megatron"
+    ]
     if not users:
         return []
     name, model = users[0], config.actor.model
@@ -470,14 +486,22 @@ def _megatron(config: ReasoningConfig) -> list[str]:
         )
     unbuilt = [
         ("actor.model.lora.rank", model.lora.rank > 0, "LoRA adapters"),
-        ("actor.model.use_remove_padding", model.use_remove_padding,
-         "packed sequences (Megatron packs through Transformer Engine's THD format)"),
-        ("actor.model.gradient_checkpointing", model.gradient_checkpointing,
-         "activation recomputation"),
-        ("actor.model.share_group_prompts",  # the actor's passes only: not the critic's
-         model.share_group_prompts and config.actor.training_backend == "megatron",
-         "a pass on top of kept keys and values"),
-    ]  # fmt: skip
+        (
+            "actor.model.use_remove_padding",
+            model.use_remove_padding,
+            "packed sequences (Megatron packs through Transformer Engine's THD format)",
+        ),
+        (
+            "actor.model.gradient_checkpointing",
+            model.gradient_checkpointing,
+            "activation recomputation",
+        ),
+        (
+            "actor.model.share_group_prompts",  # the actor's passes only: not the critic's
+            model.share_group_prompts and config.actor.training_backend == "megatron",
+            "a pass on top of kept keys and values",
+        ),
+    ]
     for key_path, on, what in unbuilt:
         if on:
             problems.append(
@@ -503,17 +527,23 @@ def _share_group_prompts(config: ReasoningConfig) -> list[str]:
     key = "actor.model.share_group_prompts"
     problems = []
     if group == 1:
-        problems.append(f"{key}: set, but algorithm.group_size is 1: each prompt has one "
-                        "response, so there is nothing to share; turn it off, or sample "
-                        "groups")  # fmt: skip
+        problems.append(
+            f"{key}: set, but algorithm.group_size is 1: each prompt has one "
+            "response, so there is nothing to share; turn it off, or sample "
+            "groups"
+        )
     if model.use_remove_padding:
-        problems.append(f"{key}: set together with actor.model.use_remove_padding; packing lays "
-                        "whole sequences end to end, sharing passes responses on top of their "
-                        "prompt: pick one")  # fmt: skip
+        problems.append(
+            f"{key}: set together with actor.model.use_remove_padding; packing lays "
+            "whole sequences end to end, sharing passes responses on top of their "
+            "prompt: pick one"
+        )
     if model.gradient_checkpointing:
-        problems.append(f"{key}: set together with actor.model.gradient_checkpointing, under "
-                        "which transformers keeps no keys and values to pass the responses on "
-                        "top of; turn one off")  # fmt: skip
+        problems.append(
+            f"{key}: set together with actor.model.gradient_checkpointing, under "
+            "which transformers keeps no keys and values to pass the responses on "
+            "top of; turn one off"
+        )
     return problems
 
 

@@ -33,8 +33,9 @@ class Range:
         interval = re.fullmatch(r"([\[(])\s*(-?[\d.e+-]+),\s*(-?[\d.e+-]+)\s*([\])])", spec)
         if not interval:
             raise ValueError(f"range {spec!r}: write [a, b], (a, b], > a, >= a or any")
-        return cls(spec, float(interval[2]), float(interval[3]), interval[1] == "(",
-                   interval[4] == ")")  # fmt: skip
+        return cls(
+            spec, float(interval[2]), float(interval[3]), interval[1] == "(", interval[4] == ")"
+        )
 
     def __contains__(self, value: float) -> bool:
         if not math.isfinite(value):

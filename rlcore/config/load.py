@@ -265,8 +265,11 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
                     f"{target} to {already!r}; keep one of the two"
                 )
             # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias)
-            other, earlier = (by_alias.setdefault(target, (path, converted))
-                              if len(alias.targets) == 1 else (path, converted))  # fmt: skip
+            other, earlier = (
+                by_alias.setdefault(target, (path, converted))
+                if len(alias.targets) == 1
+                else (path, converted)
+            )
             if earlier != converted:
                 raise ConfigError(
                     f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "

@@ -63,8 +63,11 @@ class _Context:
         origin = foreign_section(path)
         if origin is not None:
             if isinstance(value, Mapping) and value:
-                return [p for name, item in value.items()
-                        for p in self.unknown_key(f"{path}.{name}", item)]  # fmt: skip
+                return [
+                    p
+                    for name, item in value.items()
+                    for p in self.unknown_key(f"{path}.{name}", item)
+                ]
             parent, _, leaf = path.rpartition(".")
             siblings = {a.rpartition(".")[2]: a for a in ALIASES if a.rpartition(".")[0] == parent}
             near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)

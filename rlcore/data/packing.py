@@ -41,8 +41,12 @@ class Packed:
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """Keyword arguments of the model's forward: no attention mask, so the positions mark
         where each sequence starts."""
-        return {"input_ids": self.input_ids, "position_ids": self.position_ids,
-                "attention_mask": None, "use_cache": False}  # fmt: skip
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "attention_mask": None,
+            "use_cache": False,
+        }
 
     def kept_columns(self) -> torch.Tensor:
         """The sorted columns that predict some response token, in any row."""
@@ -68,8 +72,9 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
     response_width = batch["responses"].shape[1]
     prompt_lengths = mask[:, : mask.shape[1] - response_width].sum(-1)
     if bool((prompt_lengths == 0).any()):
-        raise ValueError("a row with no prompt token cannot be packed: nothing predicts its first "
-                         "response token")  # fmt: skip
+        raise ValueError(
+            "a row with no prompt token cannot be packed: nothing predicts its first response token"
+        )
     lengths = mask.sum(-1)
     starts, rows, width = _layout(lengths.tolist(), one_row)
     device = batch["input_ids"].device
@@ -98,8 +103,9 @@ def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
     of each row's prompt. None when every row's prompt is its own."""
     cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
-    keys = torch.cat([batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")],
-                     dim=1)  # fmt: skip
+    keys = torch.cat(
+        [batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")], dim=1
+    )
     distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
     if len(distinct) == len(keys):
         return None
@@ -108,8 +114,9 @@ def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     return firsts, copy_of
 
 
-def padding_share(batch: Any, packed: bool, one_row: bool = False,
-                  share_prompts: bool = False) -> float:  # fmt: skip
+def padding_share(
+    batch: Any, packed: bool, one_row: bool = False, share_prompts: bool = False
+) -> float:
     """The share of the token positions a pass over ``batch`` computes that are padding: of its
     ``[B, P + R]`` columns, of the packed rows, or with ``share_prompts`` (and rows that share
     prompts) of each distinct prompt's columns once and each response's
@@ -204,11 +211,22 @@ def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -
     lengths = (5, 3)
     sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
     positions = torch.cat([torch.arange(n) for n in lengths])
-    packed = model(input_ids=torch.cat(sequences)[None].to(parameter.device),
-                   position_ids=positions[None].to(parameter.device), attention_mask=None,
-                   use_cache=False).logits[0].float()  # fmt: skip
-    alone = torch.cat([model(input_ids=s[None].to(parameter.device), use_cache=False).logits[0]
-                       for s in sequences]).float()  # fmt: skip
+    packed = (
+        model(
+            input_ids=torch.cat(sequences)[None].to(parameter.device),
+            position_ids=positions[None].to(parameter.device),
+            attention_mask=None,
+            use_cache=False,
+        )
+        .logits[0]
+        .float()
+    )
+    alone = torch.cat(
+        [
+            model(input_ids=s[None].to(parameter.device), use_cache=False).logits[0]
+            for s in sequences
+        ]
+    ).float()
     tolerance = 1e-4 if parameter.dtype == torch.float32 else 3e-2
     error = float((packed - alone).abs().max() / alone.abs().max().clamp(min=1.0))
     if not error <= tolerance:

@@ -65,9 +65,15 @@ def load_prompt_rows(
                         f"{'prompt' if field == prompt_key else 'answer'} or drop it"
                     )
                 if not isinstance(value, str | int | float):
-                    hint = (" (chat messages, as in verl's files? rlcore reads the text and "
+                    hint = (
+                        (
+                            " (chat messages, as in verl's files? rlcore reads the text and "
                             "applies the chat template itself: point data.prompt_key at the "
-                            "question's text)") if isinstance(value, list) else ""  # fmt: skip
+                            "question's text)"
+                        )
+                        if isinstance(value, list)
+                        else ""
+                    )
                     raise DataError(
                         f"{path}: row {number}: the '{field}' field is a "
                         f"{type(value).__name__}, not text{hint}"

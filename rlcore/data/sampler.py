@@ -43,12 +43,18 @@ def load_prompt_set(
     if not train and data.val_max_samples is not None:
         rows = rows[: data.val_max_samples]
     prompts = PromptSet.build(
-        rows, tokenizer, suffix=data.prompt_suffix, chat_template=data.chat_template,
-        max_length=data.max_prompt_length, what=what,
-    )  # fmt: skip
+        rows,
+        tokenizer,
+        suffix=data.prompt_suffix,
+        chat_template=data.chat_template,
+        max_length=data.max_prompt_length,
+        what=what,
+    )
     if prompts.dropped:
-        log(f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
-            f"data.max_prompt_length={data.max_prompt_length} tokens")  # fmt: skip
+        log(
+            f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
+            f"data.max_prompt_length={data.max_prompt_length} tokens"
+        )
     if train and len(prompts) < data.train_batch_size:
         raise DataError(
             f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size="

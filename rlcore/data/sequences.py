@@ -65,8 +65,9 @@ def concat_generated(batches: Sequence[Any], pad_id: int) -> Any:
         if extra:
             batch = batch.clone(recurse=False)
             for key, fill in (("input_ids", pad_id), ("attention_mask", 0), ("position_ids", 0)):
-                batch.set(key, torch.nn.functional.pad(batch[key], (extra, 0), value=fill),
-                          inplace=False)  # fmt: skip
+                batch.set(
+                    key, torch.nn.functional.pad(batch[key], (extra, 0), value=fill), inplace=False
+                )
         padded.append(batch)
     return torch.cat(padded)
 
@@ -116,8 +117,9 @@ def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
     return [torch.tensor(part) for part in parts]
 
 
-def response_logits(model: Any, batch: Any, response_length: int, packed: bool = False,
-                    share_prompts: bool = False) -> torch.Tensor:  # fmt: skip
+def response_logits(
+    model: Any, batch: Any, response_length: int, packed: bool = False, share_prompts: bool = False
+) -> torch.Tensor:
     """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
     model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
     those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
@@ -166,10 +168,13 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
         return first
     cache = output_cache(out)
     cache.batch_select_indices(copy_of)
-    rest = model(input_ids=batch["input_ids"][:, cut:-1],
-                 attention_mask=batch["attention_mask"][:, :-1],
-                 position_ids=batch["position_ids"][:, cut:-1], **cache_inputs(model, cache),
-                 use_cache=True).logits  # fmt: skip
+    rest = model(
+        input_ids=batch["input_ids"][:, cut:-1],
+        attention_mask=batch["attention_mask"][:, :-1],
+        position_ids=batch["position_ids"][:, cut:-1],
+        **cache_inputs(model, cache),
+        use_cache=True,
+    ).logits
     return torch.cat([first, rest], dim=1)
 
 
@@ -180,8 +185,12 @@ def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tenso
     if packed:
         rows = pack(batch, one_row_kernel(model))
         return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], use_cache=False)  # fmt: skip
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
     return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
 
 

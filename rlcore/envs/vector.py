@@ -140,9 +140,13 @@ def reset_within(
 
 
 def _guarded(
-    envs: gym.vector.VectorEnv, op: str, args: tuple, kwargs: dict,
-    timeout_s: float | None, what: str,
-) -> tuple:  # fmt: skip
+    envs: gym.vector.VectorEnv,
+    op: str,
+    args: tuple,
+    kwargs: dict,
+    timeout_s: float | None,
+    what: str,
+) -> tuple:
     reports: list[warnings.WarningMessage] = []
     try:
         if isinstance(envs, gym.vector.AsyncVectorEnv):
@@ -197,9 +201,13 @@ _NOT_THE_ENV = tuple(
 
 
 def _timed(
-    envs: gym.vector.VectorEnv, op: str, args: tuple, kwargs: dict,
-    timeout_s: float | None, what: str,
-) -> tuple:  # fmt: skip
+    envs: gym.vector.VectorEnv,
+    op: str,
+    args: tuple,
+    kwargs: dict,
+    timeout_s: float | None,
+    what: str,
+) -> tuple:
     """``envs.<op>(*args, **kwargs)`` (``op``: step or reset), or ``EnvError`` naming ``what``
     when it takes over ``timeout_s`` (None: no limit). Subprocess envs are waited for with a
     timeout (then closed with ``terminate=True``); in-process envs are interrupted by a timer

@@ -117,10 +117,14 @@ class ImageEncoder(nn.Module):
         height, wide, channels = shape
         self.scale = scale
         self.convs = nn.Sequential(
-            nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
-        )  # fmt: skip
+            nn.Conv2d(channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
         if min(height, wide) < 36:
             raise ValueError(f"the CNN policy needs images of at least 36x36, got {height}x{wide}")
         with torch.no_grad():

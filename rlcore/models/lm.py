@@ -27,12 +27,22 @@ CHAT_TEMPLATE = (
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")  # fmt: skip
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 # A folder holding none of these has no tokenizer: transformers then builds an empty one that
 # encodes every prompt to nothing, and generation fails far from the cause.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                   "spiece.model", "sentencepiece.bpe.model")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 
 
 def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
@@ -50,11 +60,15 @@ def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
     try:
         described = json.loads((directory / "config.json").read_text())
     except (ValueError, OSError) as error:
-        raise ConfigError(f"{setting}: {directory / 'config.json'} is not readable JSON "
-                          f"({error}); the model folder is damaged") from None  # fmt: skip
+        raise ConfigError(
+            f"{setting}: {directory / 'config.json'} is not readable JSON "
+            f"({error}); the model folder is damaged"
+        ) from None
     if not isinstance(described, dict) or "model_type" not in described:
-        raise ConfigError(f"{setting}: {directory / 'config.json'} names no model_type, so "
-                          "transformers cannot build the model")  # fmt: skip
+        raise ConfigError(
+            f"{setting}: {directory / 'config.json'} names no model_type, so "
+            "transformers cannot build the model"
+        )
     _check_weights(directory, setting)
     if tokenizer and not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
@@ -77,14 +91,16 @@ def _check_weights(directory: Path, setting: str) -> None:
         try:
             shards = sorted(set(json.loads(files[0].read_text())["weight_map"].values()))
         except (ValueError, OSError, KeyError, TypeError, AttributeError) as error:
-            raise ConfigError(f"{setting}: {files[0]} is not a readable weight index "
-                              f"({type(error).__name__}: {error}); the model folder is damaged"
-                              ) from None  # fmt: skip
+            raise ConfigError(
+                f"{setting}: {files[0]} is not a readable weight index "
+                f"({type(error).__name__}: {error}); the model folder is damaged"
+            ) from None
         files = [directory / shard for shard in shards]
     for file in files:
         if not file.is_file():
-            raise ConfigError(f"{setting}: {file} is named by {name} but missing; the model "
-                              "folder is incomplete")  # fmt: skip
+            raise ConfigError(
+                f"{setting}: {file} is named by {name} but missing; the model folder is incomplete"
+            )
         _check_weight_file(file, setting)
 
 
@@ -96,14 +112,17 @@ def _check_weight_file(file: Path, setting: str) -> None:
             with safe_open(str(file), framework="pt") as handle:
                 handle.keys()
         except (SafetensorError, OSError) as error:
-            raise ConfigError(f"{setting}: {file} is not a readable safetensors file "
-                              f"({error}); the model folder is damaged") from None  # fmt: skip
+            raise ConfigError(
+                f"{setting}: {file} is not a readable safetensors file "
+                f"({error}); the model folder is damaged"
+            ) from None
     elif not zipfile.is_zipfile(file):
         with file.open("rb") as handle:
             legacy = handle.read(1) == b"\x80"  # torch's pre-1.6 format opens with a pickle
         if not legacy:
-            raise ConfigError(f"{setting}: {file} is not a torch weight file; the model "
-                              "folder is damaged")  # fmt: skip
+            raise ConfigError(
+                f"{setting}: {file} is not a torch weight file; the model folder is damaged"
+            )
 
 
 def _quiet_transformers() -> None:
@@ -165,10 +184,14 @@ def with_lora(model: torch.nn.Module, lora: Any, value_head: bool = False) -> to
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
-        lora_dropout=0.0, bias="none", task_type="TOKEN_CLS" if value_head else "CAUSAL_LM",
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=list(lora.target_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="TOKEN_CLS" if value_head else "CAUSAL_LM",
         modules_to_save=["score"] if value_head else None,
-    )  # fmt: skip
+    )
     with warnings.catch_warnings():  # peft asks transformers a question it has renamed
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated")
         return get_peft_model(model, config)

@@ -49,15 +49,20 @@ def check_convertible(hf_config: Any, setting: str) -> None:
             f"{kind!r}. Use training_backend fsdp2 or torch for it"
         )
     if getattr(hf_config, "hidden_act", "silu") != "silu":
-        raise ConfigError(f"{setting}: megatron converts SiLU-gated MLPs; this model's "
-                          f"hidden_act is {hf_config.hidden_act!r}")  # fmt: skip
+        raise ConfigError(
+            f"{setting}: megatron converts SiLU-gated MLPs; this model's "
+            f"hidden_act is {hf_config.hidden_act!r}"
+        )
     rope = _rope(hf_config)
     if rope.get("rope_type", "default") != "default":
-        raise ConfigError(f"{setting}: megatron converts plain rotary embeddings; this model's "
-                          f"rope_type is {rope['rope_type']!r}")  # fmt: skip
+        raise ConfigError(
+            f"{setting}: megatron converts plain rotary embeddings; this model's "
+            f"rope_type is {rope['rope_type']!r}"
+        )
     if getattr(hf_config, "use_sliding_window", False):
-        raise ConfigError(f"{setting}: megatron converts full attention; this model uses a "
-                          "sliding window")  # fmt: skip
+        raise ConfigError(
+            f"{setting}: megatron converts full attention; this model uses a sliding window"
+        )
 
 
 def check_tensor_parallel(hf_config: Any, tp_size: int, setting: str) -> None:
@@ -123,23 +128,38 @@ def transformer_config(hf_config: Any, tp_size: int, dtype: torch.dtype, pp_size
     check_tensor_parallel(hf_config, tp_size, "megatron.tensor_parallel_size")
     check_pipeline_parallel(hf_config, pp_size, "megatron.pipeline_parallel_size")
     return TransformerConfig(
-        num_layers=layers, hidden_size=hf_config.hidden_size, num_attention_heads=heads,
-        num_query_groups=groups, kv_channels=head_dim,
-        ffn_hidden_size=hf_config.intermediate_size, normalization="RMSNorm",
-        layernorm_epsilon=hf_config.rms_norm_eps, gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu, add_bias_linear=False,
+        num_layers=layers,
+        hidden_size=hf_config.hidden_size,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=head_dim,
+        ffn_hidden_size=hf_config.intermediate_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=hf_config.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
         add_qkv_bias=bool(getattr(hf_config, "attention_bias", hf_config.model_type == "qwen2")),
-        tensor_model_parallel_size=tp_size, params_dtype=dtype,
-        pipeline_model_parallel_size=pp_size, pipeline_dtype=dtype, variable_seq_lengths=True,
+        tensor_model_parallel_size=tp_size,
+        params_dtype=dtype,
+        pipeline_model_parallel_size=pp_size,
+        pipeline_dtype=dtype,
+        variable_seq_lengths=True,
         calculate_per_token_loss=True,
         # no experts here; the default (allgather) dispatcher refuses variable_seq_lengths
         moe_token_dispatcher_type="alltoall",
-        bf16=dtype == torch.bfloat16, use_cpu_initialization=True,
-        hidden_dropout=0.0, attention_dropout=0.0,
+        bf16=dtype == torch.bfloat16,
+        use_cpu_initialization=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
         # the fused kernels need CUDA extensions; the plain ones compute the same
-        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
-        apply_rope_fusion=False, gradient_accumulation_fusion=False, bias_dropout_fusion=False,
-    )  # fmt: skip
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        bias_dropout_fusion=False,
+    )
 
 
 class ValueHead(torch.nn.Module):
@@ -155,8 +175,9 @@ class ValueHead(torch.nn.Module):
         return torch.nn.functional.linear(hidden, self.weight, self.bias), None
 
 
-def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool = False,
-              pp_size: int = 1) -> Any:  # fmt: skip
+def build_gpt(
+    hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool = False, pp_size: int = 1
+) -> Any:
     """An (uninitialised) ``GPTModel`` of ``hf_config``'s shape for this tensor-parallel rank
     and pipeline stage (the embedding on the first, the final norm and output layer on the last,
     ``stage_layers`` in between); with ``value_head`` a value model. Megatron's model-parallel
@@ -177,7 +198,7 @@ def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool
         share_embeddings_and_output_weights=tied,
         position_embedding_type="rope",
         rotary_base=int(_rope(hf_config)["rope_theta"]),
-    )  # fmt: skip
+    )
     if value_head and model.post_process:
         model.output_layer = ValueHead(hf_config.hidden_size, dtype)
     return model
@@ -186,9 +207,15 @@ def build_gpt(hf_config: Any, tp_size: int, dtype: torch.dtype, value_head: bool
 # the conversion ----------------------------------------------------------------------------
 
 
-def to_megatron(hf: dict[str, torch.Tensor], hf_config: Any, tp_rank: int, tp_size: int,
-                value_head: bool = False, stage: int = 0, stages: int = 1
-                ) -> dict[str, torch.Tensor]:  # fmt: skip
+def to_megatron(
+    hf: dict[str, torch.Tensor],
+    hf_config: Any,
+    tp_rank: int,
+    tp_size: int,
+    value_head: bool = False,
+    stage: int = 0,
+    stages: int = 1,
+) -> dict[str, torch.Tensor]:
     """Tensor-parallel rank ``tp_rank``'s Megatron state dict of pipeline stage ``stage`` (of
     ``stages``) from a Hugging Face state dict (a causal LM's, or with ``value_head`` a
     token-classification model's). A stage numbers its layers from 0; a tied model's last stage
@@ -242,8 +269,13 @@ def to_megatron(hf: dict[str, torch.Tensor], hf_config: Any, tp_rank: int, tp_si
     return out
 
 
-def to_hf(shards: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False,
-          stage: int = 0, stages: int = 1) -> dict[str, torch.Tensor]:  # fmt: skip
+def to_hf(
+    shards: list[dict[str, torch.Tensor]],
+    hf_config: Any,
+    value_head: bool = False,
+    stage: int = 0,
+    stages: int = 1,
+) -> dict[str, torch.Tensor]:
     """The Hugging Face tensors of pipeline stage ``stage`` (of ``stages``) from every
     tensor-parallel rank's Megatron state dict of that stage (in rank order): the inverse of
     ``to_megatron``. With one stage, the whole state dict; else ``merge_stages`` joins the
@@ -291,8 +323,9 @@ def to_hf(shards: list[dict[str, torch.Tensor]], hf_config: Any, value_head: boo
     return merge_stages([out], hf_config, value_head) if stages == 1 else out
 
 
-def merge_stages(parts: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False
-                 ) -> dict[str, torch.Tensor]:  # fmt: skip
+def merge_stages(
+    parts: list[dict[str, torch.Tensor]], hf_config: Any, value_head: bool = False
+) -> dict[str, torch.Tensor]:
     """The whole Hugging Face state dict from every pipeline stage's ``to_hf`` tensors. A tied
     model's output weight is the first stage's embedding (the last stage's copy is the same
     tensor after every step: their gradients are summed); transformers lists it under both

@@ -148,10 +148,13 @@ def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningC
     model.eval()
     ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
     out = model.generate(
-        input_ids=ids, attention_mask=mask, do_sample=False,
-        max_new_tokens=config.data.max_response_length, pad_token_id=tokenizer.pad_token_id,
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=config.data.max_response_length,
+        pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
+    )
     model.train(was_training)
     texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
     mode = config.reward.gsm8k_mode

@@ -84,10 +84,13 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
         # A size the critic inherits from the actor is reported once, under actor.
         reported = {p.split(":")[0].removeprefix("actor.") for p in actor_problems}
         problems += [
-            p for p in critic_problems
-            if not (getattr(config.critic, key := p.split(":")[0].removeprefix("critic.")) is None
-                    and key in reported)
-        ]  # fmt: skip
+            p
+            for p in critic_problems
+            if not (
+                getattr(config.critic, key := p.split(":")[0].removeprefix("critic.")) is None
+                and key in reported
+            )
+        ]
     return problems
 
 

@@ -93,24 +93,34 @@ def parse_value(
     n_dev, n_proc = len(devices), len(processes)
     if n_proc >= n_dev:
         if n_proc % n_dev:
-            raise _fail(key, value, f"puts {n_proc} processes on {n_dev} devices: {n_dev} must "
-                        f"divide {n_proc}")  # fmt: skip
+            raise _fail(
+                key,
+                value,
+                f"puts {n_proc} processes on {n_dev} devices: {n_dev} must divide {n_proc}",
+            )
         per_device = n_proc // n_dev
         return [
             ProcessSlot(rank, (devices[rank // per_device],), 1.0 / per_device)
             for rank in range(n_proc)
         ]
     if n_dev % n_proc:
-        raise _fail(key, value, f"spreads {n_proc} processes over {n_dev} devices: {n_proc} "
-                    f"must divide {n_dev}")  # fmt: skip
+        raise _fail(
+            key,
+            value,
+            f"spreads {n_proc} processes over {n_dev} devices: {n_proc} must divide {n_dev}",
+        )
     span = n_dev // n_proc
     slots = []
     for rank in range(n_proc):
         own = tuple(devices[rank * span : (rank + 1) * span])
         nodes = sorted({d // devices_per_node for d in own})
         if len(nodes) > 1:
-            raise _fail(key, value, f"makes process {rank} span devices {list(own)} on nodes "
-                        f"{nodes}; a process's devices must be on one node")  # fmt: skip
+            raise _fail(
+                key,
+                value,
+                f"makes process {rank} span devices {list(own)} on nodes "
+                f"{nodes}; a process's devices must be on one node",
+            )
         slots.append(ProcessSlot(rank, own, 1.0))
     return slots
 

@@ -67,8 +67,11 @@ def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus
     )
     check_plan(config, plan)
     _derive_env_deadline(config, plan)
-    named = {c: s.group_name for c, s in component_sections(config).items()
-             if s.group_name is not None and c in plan.components}  # fmt: skip
+    named = {
+        c: s.group_name
+        for c, s in component_sections(config).items()
+        if s.group_name is not None and c in plan.components
+    }
     return replace(plan, group_names=named)
 
 

@@ -31,8 +31,14 @@ class Rules:
 
     @classmethod
     def of(cls, reward: Any) -> Rules:
-        return cls(reward.kind, reward.gsm8k_mode, reward.correct_score, reward.format_score,
-                   reward.custom_fn, reward.timeout_s)  # fmt: skip
+        return cls(
+            reward.kind,
+            reward.gsm8k_mode,
+            reward.correct_score,
+            reward.format_score,
+            reward.custom_fn,
+            reward.timeout_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,10 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
             verdict = returned.get("correct", returned.get("acc"))
         score = returned.get("score") if isinstance(returned, dict) else returned
         if isinstance(score, bool) or not isinstance(score, int | float):
-            raise BadReward(f"{where} returned {returned!r}; return a number, or "
-                            "{'score': number, 'correct': bool}")  # fmt: skip
+            raise BadReward(
+                f"{where} returned {returned!r}; return a number, or "
+                "{'score': number, 'correct': bool}"
+            )
         if not math.isfinite(score):
             raise BadReward(f"{where} returned {score}; rewards must be finite numbers")
         components = {"score": float(score)}
@@ -72,8 +80,10 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
             for name, value in returned.items():
                 if isinstance(value, int | float) and isinstance(name, str):  # bools too
                     if not math.isfinite(value):
-                        raise BadReward(f"{where} returned {name}={value}; the numbers it "
-                                        "returns must be finite")  # fmt: skip
+                        raise BadReward(
+                            f"{where} returned {name}={value}; the numbers it "
+                            "returns must be finite"
+                        )
                     components[name] = float(value)
         if verdict is None:
             return Verdict(float(score), None, judged=False, components=components)

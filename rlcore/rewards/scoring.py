@@ -80,8 +80,9 @@ class ScoringPool:
             conns = {self._workers[w][1]: w for w in [*busy, *starting]}
             answered = multiprocessing.connection.wait(list(conns), timeout=wait_s)
             if not answered and not busy:
-                raise RewardError("reward: no scoring process started within "
-                                  f"{START_TIMEOUT_S:g} s")  # fmt: skip
+                raise RewardError(
+                    f"reward: no scoring process started within {START_TIMEOUT_S:g} s"
+                )
             for conn in answered:
                 worker = conns[conn]
                 try:

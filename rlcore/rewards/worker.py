@@ -46,9 +46,11 @@ class RewardWorker:
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if late:
             sample = texts[late[0]][-200:].replace("\n", " ")
-            say(f"reward: {len(late)} of {len(texts)} responses took over "
+            say(
+                f"reward: {len(late)} of {len(texts)} responses took over "
                 f"reward.timeout_s={self.config.timeout_s:g} s and score 0; response "
-                f"{late[0]} ends: {sample!r}")  # fmt: skip
+                f"{late[0]} ends: {sample!r}"
+            )
         rows = {
             "scores": torch.tensor([v.score for v in verdicts], dtype=torch.float32),
             "correct": torch.tensor([bool(v.correct) for v in verdicts]),

@@ -44,19 +44,41 @@ MANIFEST_FILE = "manifest.json"
 # Keys that may differ between a run and its resumption: they do not change what is computed.
 # The cluster may change too, as long as every component keeps its number of ranks (checked
 # against the checkpoint): each rank's state is its own, wherever the rank runs.
-RESUME_FREE_KEYS = {"runner.resume_dir", "runner.progress", "runner.run_name", "runner.output_dir",
-                    "runner.total_env_steps", "runner.total_iterations", "runner.checkpoint_every",
-                    "runner.val_every", "runner.dry_run", "logger.tensorboard", "logger.wandb",
-                    "runner.resume", "runner.keep_checkpoints", "env.checkpoint_state",
-                    "logger.console", "runner.max_restarts", "runner.max_skipped_steps",
-                    "cluster.collective_timeout_s", "reward.num_processes", "runner.val_n",
-                    "runner.log_val_generations", "rollout.val_temperature",
-                    "rollout.val_top_p", "rollout.val_top_k",
-                    "cluster.network_interface", "env.step_timeout_s",
-                    *(f"{c}.group_name" for c in ("actor", "critic", "rollout", "reward", "env")),
-                    "cluster.num_nodes", "cluster.devices_per_node", "cluster.device",
-                    "cluster.address", "cluster.component_placement",
-                    "cluster.fuse_collocated"}  # fmt: skip
+RESUME_FREE_KEYS = {
+    "runner.resume_dir",
+    "runner.progress",
+    "runner.run_name",
+    "runner.output_dir",
+    "runner.total_env_steps",
+    "runner.total_iterations",
+    "runner.checkpoint_every",
+    "runner.val_every",
+    "runner.dry_run",
+    "logger.tensorboard",
+    "logger.wandb",
+    "runner.resume",
+    "runner.keep_checkpoints",
+    "env.checkpoint_state",
+    "logger.console",
+    "runner.max_restarts",
+    "runner.max_skipped_steps",
+    "cluster.collective_timeout_s",
+    "reward.num_processes",
+    "runner.val_n",
+    "runner.log_val_generations",
+    "rollout.val_temperature",
+    "rollout.val_top_p",
+    "rollout.val_top_k",
+    "cluster.network_interface",
+    "env.step_timeout_s",
+    *(f"{c}.group_name" for c in ("actor", "critic", "rollout", "reward", "env")),
+    "cluster.num_nodes",
+    "cluster.devices_per_node",
+    "cluster.device",
+    "cluster.address",
+    "cluster.component_placement",
+    "cluster.fuse_collocated",
+}
 
 
 def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path | None:
@@ -318,8 +340,11 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 def check_same_run(saved: dict, current: dict, checkpoint: Path) -> None:
     """Refuse to resume with a config that computes something else, naming the keys."""
     before, now = _flatten(saved), _flatten(current)
-    changed = sorted(k for k in before.keys() | now.keys()
-                     if k not in RESUME_FREE_KEYS and before.get(k) != now.get(k))  # fmt: skip
+    changed = sorted(
+        k
+        for k in before.keys() | now.keys()
+        if k not in RESUME_FREE_KEYS and before.get(k) != now.get(k)
+    )
     if changed:
         raise ConfigError(
             f"runner.resume_dir: {checkpoint} was trained with other values of "

@@ -48,16 +48,21 @@ class EmbodiedRunner:
         self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
         self.components = start_components(plan, config.cluster, config.sync)
         try:
-            self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker,
-                                                                       (config,)))  # fmt: skip
+            self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker, (config,)))
             spec = self.env.space_spec()  # the policies' shapes: the env first, then the rest
             self.actor: EmbodiedActor
             self.rollout: EmbodiedRollout
-            self.actor, self.rollout = self.components.launch_all([
-                ComponentSpec("actor", EmbodiedActor, (config, spec)),
-                ComponentSpec("rollout", EmbodiedRollout, (config, spec),
-                              {"env": Peer("env"), "actor": Peer("actor", local_only=True)}),
-            ])  # fmt: skip
+            self.actor, self.rollout = self.components.launch_all(
+                [
+                    ComponentSpec("actor", EmbodiedActor, (config, spec)),
+                    ComponentSpec(
+                        "rollout",
+                        EmbodiedRollout,
+                        (config, spec),
+                        {"env": Peer("env"), "actor": Peer("actor", local_only=True)},
+                    ),
+                ]
+            )
             self.progress = Progress()
             self.resumed_from = resume_from
             if resume_from is not None:
@@ -66,8 +71,10 @@ class EmbodiedRunner:
                 )
                 say(f"resumed from {resume_from} at iteration {self.progress.iteration}")
                 if config.env.checkpoint_state == "reseed":
-                    say("the envs start fresh episodes (env.checkpoint_state=reseed): this run "
-                        "is not bit-exact with one never stopped")  # fmt: skip
+                    say(
+                        "the envs start fresh episodes (env.checkpoint_state=reseed): this run "
+                        "is not bit-exact with one never stopped"
+                    )
         except BaseException:
             self.components.close()
             raise
@@ -123,10 +130,16 @@ class EmbodiedRunner:
             batch["rewards"], values[:, 1:], terminated, truncated, alg.gamma
         )
         batch["advantages"], batch["returns"] = compute_advantages(
-            alg.adv_type, rewards, batch["valid"], normalize=alg.normalize_advantages,
-            values=values, gamma=alg.gamma, lam=alg.gae_lambda,
-            norm_adv_by_std=alg.norm_adv_by_std, dones=terminated | truncated,
-        )  # fmt: skip
+            alg.adv_type,
+            rewards,
+            batch["valid"],
+            normalize=alg.normalize_advantages,
+            values=values,
+            gamma=alg.gamma,
+            lam=alg.gae_lambda,
+            norm_adv_by_std=alg.norm_adv_by_std,
+            dones=terminated | truncated,
+        )
 
     def _batch_metrics(self, batch: TensorDict) -> dict[str, float]:
         metrics = {
@@ -149,8 +162,9 @@ class EmbodiedRunner:
         return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std())}
 
     def checkpoint(self):
-        return save_checkpoint(self.run_dir, self.config, self.progress, self._saved(),
-                               self._world_sizes(), {})  # fmt: skip
+        return save_checkpoint(
+            self.run_dir, self.config, self.progress, self._saved(), self._world_sizes(), {}
+        )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p, last = self.progress, self.progress.last_eval

@@ -99,8 +99,10 @@ class StopRequests:
             self.__exit__()
             raise KeyboardInterrupt if signum == signal.SIGINT else RunInterrupted(signum)
         self.signum = signum
-        say(f"{signal.Signals(signum).name}: stopping after this iteration, with a checkpoint "
-            "and the summary (send it again to stop at once)")  # fmt: skip
+        say(
+            f"{signal.Signals(signum).name}: stopping after this iteration, with a checkpoint "
+            "and the summary (send it again to stop at once)"
+        )
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
@@ -129,9 +131,14 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
         config=dataclasses.asdict(config),
     )
     unit = s.samples_per_iteration if s.log_by_samples else 1
-    bar = tqdm(total=s.iterations * unit, initial=progress.iteration * unit,
-               disable=not s.show_progress, file=sys.stderr, dynamic_ncols=True,
-               unit="step" if s.log_by_samples else "it")  # fmt: skip
+    bar = tqdm(
+        total=s.iterations * unit,
+        initial=progress.iteration * unit,
+        disable=not s.show_progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        unit="step" if s.log_by_samples else "it",
+    )
     start = time.perf_counter() - progress.elapsed_s  # wall time counts across resumes
     timings: dict[str, list[float]] = defaultdict(list)
     shown: dict[str, float] = {}
@@ -160,8 +167,12 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
                 metrics.update(progress.last_eval)
                 metrics["time/eval_s"] = time.perf_counter() - timer
                 value = progress.last_eval.get(s.eval_metric)  # absent: nothing to compare
-                if (s.threshold is not None and value is not None and progress.reached_s is None
-                        and value >= s.threshold):  # fmt: skip
+                if (
+                    s.threshold is not None
+                    and value is not None
+                    and progress.reached_s is None
+                    and value >= s.threshold
+                ):
                     progress.reached_s = time.perf_counter() - start
                     progress.reached_samples = progress.samples
                     last = last or s.stop_at_threshold
@@ -177,8 +188,9 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
                 elif name.endswith("/skipped_steps"):
                     skipped[name.split("/")[0]] = int(value)
             bar.update(unit)
-            shown.update({short: round(metrics[m], 3) for m, short in s.postfix.items()
-                          if m in metrics})  # fmt: skip
+            shown.update(
+                {short: round(metrics[m], 3) for m, short in s.postfix.items() if m in metrics}
+            )
             bar.set_postfix(shown, refresh=False)
             if last:
                 break

@@ -65,8 +65,10 @@ def _start_wandb(run_dir: Path, config: dict) -> Any:
         try:
             socket.create_connection((url.hostname, port), timeout=WANDB_CONNECT_S).close()
         except OSError as error:
-            say(f"wandb: {url.hostname}:{port} is not reachable ({error}); logging offline to "
-                f"{run_dir / 'wandb'} (upload later with `wandb sync`)")  # fmt: skip
+            say(
+                f"wandb: {url.hostname}:{port} is not reachable ({error}); logging offline to "
+                f"{run_dir / 'wandb'} (upload later with `wandb sync`)"
+            )
             mode = "offline"
     options = {"project": "rlcore", "dir": str(run_dir), "config": config, "name": run_dir.name}
     try:

@@ -59,8 +59,9 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     data = config.data
     for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
         if files:
-            attempt(load_prompt_rows, files, what, data.prompt_key, data.answer_key,
-                    data.answer_format)  # fmt: skip
+            attempt(
+                load_prompt_rows, files, what, data.prompt_key, data.answer_key, data.answer_format
+            )
     if config.reward.kind == "custom" and config.reward.custom_fn is not None:
         attempt(load_custom_fn, config.reward.custom_fn)
     attempt(_check_megatron_models, config)
@@ -78,8 +79,9 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
 
     trained = [("actor", config.actor, config.actor.model.path)]
     if config.critic.use_critic_model:
-        trained.append(("critic", config.critic,
-                        config.critic.model_path or config.actor.model.path))  # fmt: skip
+        trained.append(
+            ("critic", config.critic, config.critic.model_path or config.actor.model.path)
+        )
     for name, section, path in trained:
         if section.training_backend != "megatron":
             continue
@@ -89,10 +91,12 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
             from rlcore.models.lm import tiny_kv_heads
 
             tiny = config.actor.model.tiny
-            hf_config = Qwen2Config(num_attention_heads=tiny.num_heads,
-                                    hidden_size=tiny.hidden_size,
-                                    num_hidden_layers=tiny.num_layers,
-                                    num_key_value_heads=tiny_kv_heads(tiny.num_heads))  # fmt: skip
+            hf_config = Qwen2Config(
+                num_attention_heads=tiny.num_heads,
+                hidden_size=tiny.hidden_size,
+                num_hidden_layers=tiny.num_layers,
+                num_key_value_heads=tiny_kv_heads(tiny.num_heads),
+            )
         else:
             from transformers import AutoConfig
 
@@ -101,10 +105,16 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
             except (OSError, ValueError):
                 continue  # check_model_dir names the folder's problem
         check_convertible(hf_config, f"{name}.training_backend")
-        check_tensor_parallel(hf_config, section.megatron.tensor_parallel_size,
-                              f"{name}.megatron.tensor_parallel_size")  # fmt: skip
-        check_pipeline_parallel(hf_config, section.megatron.pipeline_parallel_size,
-                                f"{name}.megatron.pipeline_parallel_size")  # fmt: skip
+        check_tensor_parallel(
+            hf_config,
+            section.megatron.tensor_parallel_size,
+            f"{name}.megatron.tensor_parallel_size",
+        )
+        check_pipeline_parallel(
+            hf_config,
+            section.megatron.pipeline_parallel_size,
+            f"{name}.megatron.pipeline_parallel_size",
+        )
 
 
 def _probe_env(config: EmbodiedConfig) -> None:

@@ -118,10 +118,16 @@ class ReasoningRunner:
         # whether the actor trains on the rollout's GPUs (an sglang engine then gives its memory
         # back while it does)
         collocated = bool(self.plan.device_set("actor") & self.plan.device_set("rollout"))
-        specs = [ComponentSpec("actor", LMActor, (config, dirs.actor)),
-                 ComponentSpec("rollout", RolloutWorker, (config, dirs.actor),
-                               {**fused_actor, "collocated": collocated}),
-                 ComponentSpec("reward", RewardWorker, (config, dirs.actor))]  # fmt: skip
+        specs = [
+            ComponentSpec("actor", LMActor, (config, dirs.actor)),
+            ComponentSpec(
+                "rollout",
+                RolloutWorker,
+                (config, dirs.actor),
+                {**fused_actor, "collocated": collocated},
+            ),
+            ComponentSpec("reward", RewardWorker, (config, dirs.actor)),
+        ]
         if "critic" in self.placed:
             specs.append(ComponentSpec("critic", LMCritic, (config, dirs.critic)))
         if "ref" in self.placed:
@@ -136,9 +142,11 @@ class ReasoningRunner:
         # The rollout's recorded log-probs are the old log-probs when it samples with the
         # actor's own module (and the estimator needs no other output of that pass).
         self.inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
-        self.reuse_log_probs = (not config.actor.recompute_log_probs
-                                and "sum_pi_squared" not in self.inputs
-                                and self.rollout.generates_with_the_actor())  # fmt: skip
+        self.reuse_log_probs = (
+            not config.actor.recompute_log_probs
+            and "sum_pi_squared" not in self.inputs
+            and self.rollout.generates_with_the_actor()
+        )
 
     def _saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}
@@ -214,8 +222,9 @@ class ReasoningRunner:
             prompts = prompt_batch(self.sampler.next(wanted), self.train_set, size, pad)
             prompts["index"] += generations * wanted  # one id per group over all the batches
             with watch("generate"):
-                batch = prompts.update(self.rollout.generate(
-                    prompts, self.version, log_probs=self.reuse_log_probs))  # fmt: skip
+                batch = prompts.update(
+                    self.rollout.generate(prompts, self.version, log_probs=self.reuse_log_probs)
+                )
             with watch("reward"):
                 scored = self.reward.score(batch)
             generations += 1
@@ -237,9 +246,11 @@ class ReasoningRunner:
         rows = wanted * size
         batch = concat_generated([b for b, _ in kept], pad)[:rows]
         scored = torch.cat([s for _, s in kept])[:rows]
-        metrics = {"sampling/generation_batches": float(generations),
-                   "sampling/kept_group_share": groups / (generations * wanted),
-                   "sampling/generated_tokens": float(generated)}  # fmt: skip
+        metrics = {
+            "sampling/generation_batches": float(generations),
+            "sampling/kept_group_share": groups / (generations * wanted),
+            "sampling/generated_tokens": float(generated),
+        }
         return batch, scored, metrics
 
     def _sync(self) -> None:
@@ -255,25 +266,38 @@ class ReasoningRunner:
             metrics["kl/to_ref"] = float(masked_mean(kl, mask))
             if alg.use_kl_in_reward:
                 metrics["kl/coef"] = self.kl_ctrl.value
-                rewards, _ = apply_kl_penalty(rewards, batch["old_log_probs"],
-                                              batch["ref_log_probs"], mask, self.kl_ctrl,
-                                              alg.kl_penalty)  # fmt: skip
+                rewards, _ = apply_kl_penalty(
+                    rewards,
+                    batch["old_log_probs"],
+                    batch["ref_log_probs"],
+                    mask,
+                    self.kl_ctrl,
+                    alg.kl_penalty,
+                )
         inputs = {name: batch[name] for name in INPUTS if name in batch}
         if "reward_components" in scored:  # GDPO's
             weights = alg.gdpo_reward_weights or [1.0] * len(alg.gdpo_reward_keys)
             inputs["reward_components"] = scored["reward_components"]
             inputs["reward_component_weights"] = torch.tensor(weights)
         batch["advantages"], batch["returns"] = compute_advantages(
-            alg.adv_type, rewards, mask, normalize=alg.normalize_advantages,
-            values=batch.get("values"), index=batch["index"], gamma=alg.gamma,
-            lam=alg.gae_lambda, norm_adv_by_std=alg.norm_adv_by_std, inputs=inputs,
-        )  # fmt: skip
+            alg.adv_type,
+            rewards,
+            mask,
+            normalize=alg.normalize_advantages,
+            values=batch.get("values"),
+            index=batch["index"],
+            gamma=alg.gamma,
+            lam=alg.gae_lambda,
+            norm_adv_by_std=alg.norm_adv_by_std,
+            inputs=inputs,
+        )
 
     def _whole_shards(self, rows: list[int]) -> list[int]:
         """``rows`` padded with its first ones to whole shards of every rollout and reward rank;
         the caller drops the results of the extras."""
-        ranks = math.lcm(self.components.world_size("rollout"),
-                         self.components.world_size("reward"))  # fmt: skip
+        ranks = math.lcm(
+            self.components.world_size("rollout"), self.components.world_size("reward")
+        )
         return rows + rows[: (-len(rows)) % ranks]
 
     def _greedy_baselines(self, batch: TensorDict) -> torch.Tensor:
@@ -283,11 +307,13 @@ class ReasoningRunner:
         prompt_width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
         firsts = batch[::size]
         prompts = TensorDict(
-            {"input_ids": firsts["input_ids"][:, :prompt_width],
-             "attention_mask": firsts["attention_mask"][:, :prompt_width],
-             "index": firsts["index"]},
+            {
+                "input_ids": firsts["input_ids"][:, :prompt_width],
+                "attention_mask": firsts["attention_mask"][:, :prompt_width],
+                "index": firsts["index"],
+            },
             batch_size=firsts.batch_size,
-        )  # fmt: skip
+        )
         prompts["answers"] = firsts["answers"]
         groups = prompts.batch_size[0]
         padded = prompts[self._whole_shards(list(range(groups)))]
@@ -339,8 +365,10 @@ class ReasoningRunner:
         prompts = prompt_batch(padded, self.val_set, 1, pad)
         batch = prompts.update(self.rollout.generate(prompts, self.version, greedy=True))
         greedy = batch.update(self.reward.score(batch))[: len(rows)]
-        metrics = {"val/reward_mean": float(greedy["scores"].mean()),
-                   **_accuracy("val/accuracy", greedy)}  # fmt: skip
+        metrics = {
+            "val/reward_mean": float(greedy["scores"].mean()),
+            **_accuracy("val/accuracy", greedy),
+        }
         n, samples = run.val_n, None
         if n:
             many = prompt_batch(padded, self.val_set, n, pad)
@@ -356,10 +384,15 @@ class ReasoningRunner:
         return metrics
 
     def checkpoint(self):
-        state = {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
-                 "version": self.version, "generated_tokens": self.generated_tokens}  # fmt: skip
-        return save_checkpoint(self.run_dir, self.config, self.progress, self._saved(),
-                               self._world_sizes(), state)  # fmt: skip
+        state = {
+            "sampler": self.sampler.state_dict(),
+            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "version": self.version,
+            "generated_tokens": self.generated_tokens,
+        }
+        return save_checkpoint(
+            self.run_dir, self.config, self.progress, self._saved(), self._world_sizes(), state
+        )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p = self.progress

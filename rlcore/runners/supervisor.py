@@ -150,16 +150,21 @@ class Supervisor:
             return Loss((error.component,), error.rank, error.node, error.detail)
         if isinstance(error, WorkerError) and is_collective_failure(error):
             first = error.detail.splitlines()[0]
-            return Loss((error.component,), error.rank, error.node,
-                        f"a collective failed (a peer is gone or hung): {first}")  # fmt: skip
+            return Loss(
+                (error.component,),
+                error.rank,
+                error.node,
+                f"a collective failed (a peer is gone or hung): {first}",
+            )
         return None
 
     def _restart(
         self, config: Any, loss: Loss, run_dir: Path, done: int | None, error: Exception
     ) -> Any:
         """The config of the next attempt (resume from ``run_dir``), or ``RunLost``."""
-        done = done if done is not None else (self.restarts[-1].resumed_from
-                                              if self.restarts else 0)  # fmt: skip
+        done = (
+            done if done is not None else (self.restarts[-1].resumed_from if self.restarts else 0)
+        )
         limit = config.runner.max_restarts
         stop = None
         if self.restarts and self.restarts[-1].after_iteration == done:
@@ -173,10 +178,17 @@ class Supervisor:
         resumed = 0 if checkpoint is None else int(checkpoint.name.removeprefix("iter_"))
         self.restarts.append(Restart(loss, done, resumed))
         where = "the start" if checkpoint is None else f"checkpoint {checkpoint.name}"
-        say(f"restart {len(self.restarts)} of {limit}: {loss.describe()}; it died after "
-            f"iteration {done}; resuming from {where}")  # fmt: skip
-        runner = dataclasses.replace(config.runner, run_name=run_dir.name, resume="auto",
-                                     output_dir=str(run_dir.parent), resume_dir=None)  # fmt: skip
+        say(
+            f"restart {len(self.restarts)} of {limit}: {loss.describe()}; it died after "
+            f"iteration {done}; resuming from {where}"
+        )
+        runner = dataclasses.replace(
+            config.runner,
+            run_name=run_dir.name,
+            resume="auto",
+            output_dir=str(run_dir.parent),
+            resume_dir=None,
+        )
         return dataclasses.replace(config, runner=runner)
 
     def _story(self, headline: str, loss: Loss, done: int) -> str:

@@ -47,8 +47,11 @@ def sample_metrics(scored: TensorDict, n: int) -> dict[str, float]:
 def _generation(tokenizer: Any, row: TensorDict) -> dict[str, Any]:
     response = row["responses"][row["response_mask"].bool()]
     verdict = bool(row["correct"]) if bool(row["judged"]) else None
-    return {"response": tokenizer.decode(response, skip_special_tokens=True),
-            "score": float(row["scores"]), "correct": verdict}  # fmt: skip
+    return {
+        "response": tokenizer.decode(response, skip_special_tokens=True),
+        "score": float(row["scores"]),
+        "correct": verdict,
+    }
 
 
 def write_generations(
@@ -64,8 +67,11 @@ def write_generations(
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as out:
         for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
-            line = {"prompt": tokenizer.decode(torch.tensor(prompt), skip_special_tokens=True),
-                    "answer": answer, "greedy": _generation(tokenizer, greedy[i])}  # fmt: skip
+            line = {
+                "prompt": tokenizer.decode(torch.tensor(prompt), skip_special_tokens=True),
+                "answer": answer,
+                "greedy": _generation(tokenizer, greedy[i]),
+            }
             if samples is not None:
                 line["samples"] = [_generation(tokenizer, samples[i * n + j]) for j in range(n)]
             out.write(json.dumps(line) + "\n")

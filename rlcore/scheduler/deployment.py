@@ -110,8 +110,15 @@ class InDriver(_Deployment):
 
     def launch(self, spec: ComponentSpec) -> Any:
         """Build ``spec``'s component here; the object itself is its handle."""
-        ctx = WorkerContext(component=spec.name, rank=0, world_size=1, local_rank=0, node=0,
-                            devices=(0,), device=self.plan.device)  # fmt: skip
+        ctx = WorkerContext(
+            component=spec.name,
+            rank=0,
+            world_size=1,
+            local_rank=0,
+            node=0,
+            devices=(0,),
+            device=self.plan.device,
+        )
         args, kwargs = _local_peers(spec, self.objects)
         self.objects[spec.name] = spec.cls(ctx, *args, **kwargs)
         return self.objects[spec.name]
@@ -151,10 +158,13 @@ class OnRay(_Deployment):
 
         super().__init__()
         self.plan = plan
-        self.scheduler = Scheduler(plan, address=cluster.address,
-                                   collective_timeout_s=cluster.collective_timeout_s,
-                                   network_interface=cluster.network_interface,
-                                   sync_bucket_bytes=bucket_bytes)  # fmt: skip
+        self.scheduler = Scheduler(
+            plan,
+            address=cluster.address,
+            collective_timeout_s=cluster.collective_timeout_s,
+            network_interface=cluster.network_interface,
+            sync_bucket_bytes=bucket_bytes,
+        )
         self.scheduler.start()
         self.groups: dict[str, Any] = {}
         self.classes: dict[str, type] = {}
@@ -182,8 +192,9 @@ class OnRay(_Deployment):
             if not isinstance(value, Peer):
                 return value
             group = self.groups[value.name]
-            return PeerRef(value.name, self.classes[value.name], tuple(group.handles),
-                           value.local_only)  # fmt: skip
+            return PeerRef(
+                value.name, self.classes[value.name], tuple(group.handles), value.local_only
+            )
 
         return tuple(ref(a) for a in spec.args), {k: ref(v) for k, v in spec.kwargs.items()}
 

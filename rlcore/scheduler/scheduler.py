@@ -83,9 +83,13 @@ class Scheduler:
     def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
         """The scheduler of a validated config: its placement plan, on ``cluster.address``."""
         cluster = config.cluster
-        return cls(plan_for_config(config), address=cluster.address,
-                   collective_timeout_s=cluster.collective_timeout_s,
-                   network_interface=cluster.network_interface, **options)  # fmt: skip
+        return cls(
+            plan_for_config(config),
+            address=cluster.address,
+            collective_timeout_s=cluster.collective_timeout_s,
+            network_interface=cluster.network_interface,
+            **options,
+        )
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -114,9 +118,15 @@ class Scheduler:
                     self.info[(name, process.rank)] = info
             if self.init_distributed:
                 self._init_groups()
-            self._weights = WeightSync(self.plan, self.group, self.info, self.backend,
-                                       self.timeout_s, self.collective_timeout_s,
-                                       self.sync_bucket_bytes)  # fmt: skip
+            self._weights = WeightSync(
+                self.plan,
+                self.group,
+                self.info,
+                self.backend,
+                self.timeout_s,
+                self.collective_timeout_s,
+                self.sync_bucket_bytes,
+            )
         except BaseException:
             self.shutdown()
             raise
@@ -231,8 +241,9 @@ class Scheduler:
                 ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 name, rank = where[id(pings[ref])]
-                process = next(p for p in self.plan.processes()
-                               if p.rank == rank and name in p.components)  # fmt: skip
+                process = next(
+                    p for p in self.plan.processes() if p.rank == rank and name in p.components
+                )
                 dead.append((process.components, rank, process.node, death_cause(error)))
         return dead
 

@@ -78,8 +78,13 @@ def whole(tensor: torch.Tensor) -> torch.Tensor:
     mesh = tensor.device_mesh
     local = tensor.to_local()
     if local.device.type != mesh.device_type:  # offloaded shards: gather on the mesh's device
-        tensor = DTensor.from_local(local.to(mesh.device_type), mesh, tensor.placements,
-                                    shape=tensor.shape, stride=tensor.stride())  # fmt: skip
+        tensor = DTensor.from_local(
+            local.to(mesh.device_type),
+            mesh,
+            tensor.placements,
+            shape=tensor.shape,
+            stride=tensor.stride(),
+        )
     return tensor.full_tensor().detach()
 
 
@@ -171,8 +176,7 @@ def share(bucket: dict[str, torch.Tensor], receivers: int) -> tuple[list[tuple],
             part = t.contiguous().reshape(-1).view(torch.uint8)
             kept[start : start + part.numel()].copy_(part)
             start += part.numel()
-        handles = [("cpu", *reduce_storage(kept.untyped_storage()), size)
-                   for _ in range(receivers)]  # fmt: skip
+        handles = [("cpu", *reduce_storage(kept.untyped_storage()), size) for _ in range(receivers)]
     finally:
         set_sharing_strategy(before)
     return handles, kept

@@ -91,8 +91,12 @@ class WeightSync:
         when some receiver has no such sender rank."""
         senders, pairs = self.plan.components[src], {}
         for j, receiver in enumerate(self.plan.components[dst]):
-            same = [i for i, s in enumerate(senders) if s.node == receiver.node
-                    and (self.plan.device != "cuda" or s.devices == receiver.devices)]  # fmt: skip
+            same = [
+                i
+                for i, s in enumerate(senders)
+                if s.node == receiver.node
+                and (self.plan.device != "cuda" or s.devices == receiver.devices)
+            ]
             if not same:
                 return None
             pairs.setdefault(same[0], []).append(j)
@@ -142,32 +146,39 @@ class WeightSync:
         pairs = self._ipc_pairs(src, dst)
         if pairs is None:
             where = "GPU" if self.plan.device == "cuda" else "node"
-            raise ValueError(f"ipc sync {src} -> {dst} needs every {dst} rank on the {where} "
-                             f"of a {src} rank")  # fmt: skip
+            raise ValueError(
+                f"ipc sync {src} -> {dst} needs every {dst} rank on the {where} of a {src} rank"
+            )
         sender, receivers = self.group(src), self.group(dst)
         if {id(h) for h in sender.handles} & {id(h) for h in receivers.handles}:
             raise ValueError(f"ipc sync needs every {dst} rank apart from the {src} ranks")
-        sender.get([
-            h.share_weights.remote(src, dst, self.bucket_bytes,
-                                   [receivers.handles[j] for j in pairs.get(i, [])],
-                                   self.collective_timeout_s)
-            for i, h in enumerate(sender.handles)
-        ])  # fmt: skip
+        sender.get(
+            [
+                h.share_weights.remote(
+                    src,
+                    dst,
+                    self.bucket_bytes,
+                    [receivers.handles[j] for j in pairs.get(i, [])],
+                    self.collective_timeout_s,
+                )
+                for i, h in enumerate(sender.handles)
+            ]
+        )
 
     def _object_store(self, src: str, dst: str) -> None:
         sender = self.group(src)
         weights = sender.handles[0].export_weights.remote(src, self.bucket_bytes)
         helping = self._gather_elsewhere(src)
         group = self.group(dst)
-        group.get([h.import_weights.remote(dst, weights, self.bucket_bytes)
-                   for h in group.handles])  # fmt: skip
+        group.get([h.import_weights.remote(dst, weights, self.bucket_bytes) for h in group.handles])
         sender.get(helping, ranks=range(1, sender.world_size))
 
     def _gather_elsewhere(self, src: str) -> list[Any]:
         """The sender's other ranks take part in gathering its whole weights, which rank 0 sends
         (a collective when the weights are sharded; a pass over views otherwise)."""
-        return [h.gather_weights.remote(src, self.bucket_bytes)
-                for h in self.group(src).handles[1:]]  # fmt: skip
+        return [
+            h.gather_weights.remote(src, self.bucket_bytes) for h in self.group(src).handles[1:]
+        ]
 
     def _collective(self, src: str, dst: str) -> None:
         sender, receivers = self.group(src), self.group(dst)
@@ -179,14 +190,23 @@ class WeightSync:
         if name not in self._groups:
             addr, port = ray.get(root.listen.remote(self.info[(src, 0)]["ip"]))
             opens = [
-                m.open_sync_group.remote(name, addr, port, i, len(members), self.backend,
-                                         self.timeout_s, self.collective_timeout_s)
+                m.open_sync_group.remote(
+                    name,
+                    addr,
+                    port,
+                    i,
+                    len(members),
+                    self.backend,
+                    self.timeout_s,
+                    self.collective_timeout_s,
+                )
                 for i, m in enumerate(members)
-            ]  # fmt: skip
+            ]
             ray.get(opens, timeout=self.timeout_s + 30)
             self._groups.add(name)
         sent = root.broadcast_weights.remote(name, src, self.bucket_bytes)
         helping = self._gather_elsewhere(src)
-        receivers.get([h.broadcast_weights.remote(name, dst, self.bucket_bytes)
-                       for h in receivers.handles])  # fmt: skip
+        receivers.get(
+            [h.broadcast_weights.remote(name, dst, self.bucket_bytes) for h in receivers.handles]
+        )
         sender.get([sent, *helping])

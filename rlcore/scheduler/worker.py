@@ -95,8 +95,9 @@ class WorkerProcess:
         if rank != 0:
             return dist.TCPStore(addr, port, size, False, timeout=timeout)
         listener = self._listeners.pop(port)  # the store owns the descriptor from here on
-        return dist.TCPStore(addr, port, size, True, timeout=timeout,
-                             master_listen_fd=listener.detach())  # fmt: skip
+        return dist.TCPStore(
+            addr, port, size, True, timeout=timeout, master_listen_fd=listener.detach()
+        )
 
     def init_distributed(
         self,
@@ -282,8 +283,10 @@ class WorkerProcess:
         for bucket in buckets(self.instances[component], bucket_bytes):
             if receivers:
                 handles, kept = share(bucket, len(receivers))
-                copies = [r.receive_shared_weights.remote(dst, list(bucket), handle)
-                          for r, handle in zip(receivers, handles, strict=True)]  # fmt: skip
+                copies = [
+                    r.receive_shared_weights.remote(dst, list(bucket), handle)
+                    for r, handle in zip(receivers, handles, strict=True)
+                ]
                 ray.get(copies, timeout=timeout_s)
                 del kept
 

@@ -104,13 +104,19 @@ class WorkerGroup:
             cause = error.cause
             if isinstance(cause, WorkerError):
                 group = self.group_name if cause.component == self.component else cause.group
-                return type(cause)(cause.component, cause.rank, cause.node, cause.detail, group,
-                                   cause.user_error)  # fmt: skip
+                return type(cause)(
+                    cause.component, cause.rank, cause.node, cause.detail, group, cause.user_error
+                )
             return self._error(rank, f"{type(cause).__name__}: {cause}")
         except RayActorError as error:
             node = self.placements[rank].node
-            return WorkerLost(self.component, rank, node, f"the worker process died: "
-                              f"{death_cause(error)}", self.group_name)  # fmt: skip
+            return WorkerLost(
+                self.component,
+                rank,
+                node,
+                f"the worker process died: {death_cause(error)}",
+                self.group_name,
+            )
         return None
 
     def _error(self, rank: int, detail: str) -> WorkerError:

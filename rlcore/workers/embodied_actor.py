@@ -103,14 +103,25 @@ class EmbodiedActor(TrainedComponent):
         col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
         log_probs, entropy, values = module(micro["obs"], micro["actions"])
         return ppo_loss(
-            col(log_probs), col(micro["log_probs"]), col(micro["advantages"]), col(micro["valid"]),
-            entropy=col(entropy), policy_loss_fn=self.policy_loss,
-            clip_ratio_low=alg.clip_ratio_low, clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c, loss_agg_mode=alg.loss_agg_func,
-            entropy_coef=alg.entropy_bonus, values=col(values), returns=col(micro["returns"]),
-            old_values=col(micro["values"]), value_coef=alg.value_coef,
-            value_clip=alg.value_clip, huber_delta=alg.huber_delta, **counts,
-        )  # fmt: skip
+            col(log_probs),
+            col(micro["log_probs"]),
+            col(micro["advantages"]),
+            col(micro["valid"]),
+            entropy=col(entropy),
+            policy_loss_fn=self.policy_loss,
+            clip_ratio_low=alg.clip_ratio_low,
+            clip_ratio_high=alg.clip_ratio_high,
+            clip_ratio_c=alg.clip_ratio_c,
+            loss_agg_mode=alg.loss_agg_func,
+            entropy_coef=alg.entropy_bonus,
+            values=col(values),
+            returns=col(micro["returns"]),
+            old_values=col(micro["values"]),
+            value_coef=alg.value_coef,
+            value_clip=alg.value_clip,
+            huber_delta=alg.huber_delta,
+            **counts,
+        )
 
 
 def _name(metric: str) -> str:

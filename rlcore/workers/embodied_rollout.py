@@ -91,9 +91,15 @@ class EmbodiedRollout:
             obs[t] = current
             action, log_prob, value = self._act(current)
             step = self.env.step(action, last=t == T - 1)
-            for name, item in (("actions", action), ("log_probs", log_prob), ("values", value),
-                               ("rewards", step.rewards), ("terminated", step.terminated),
-                               ("truncated", step.truncated), ("valid", step.valid)):  # fmt: skip
+            for name, item in (
+                ("actions", action),
+                ("log_probs", log_prob),
+                ("values", value),
+                ("rewards", step.rewards),
+                ("terminated", step.terminated),
+                ("truncated", step.truncated),
+                ("valid", step.valid),
+            ):
                 rows[name].append(item)
             current = step.next_obs
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
@@ -110,8 +116,10 @@ class EmbodiedRollout:
         chunks = (
             [obs] if self.micro is None or obs.shape[0] <= self.micro else obs.split(self.micro)
         )
-        parts = [self.model.act(chunk.to(self.device), deterministic, generator=self.generator)
-                 for chunk in chunks]  # fmt: skip
+        parts = [
+            self.model.act(chunk.to(self.device), deterministic, generator=self.generator)
+            for chunk in chunks
+        ]
         return tuple(torch.cat(items).to(obs.device) for items in zip(*parts, strict=True))
 
     @dispatch(Dispatch.RANK0)

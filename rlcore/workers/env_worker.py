@@ -131,9 +131,7 @@ class EnvWorker:
 
     def _reset(self, envs: Any, seed: int, who: str) -> torch.Tensor:
         """``envs`` reset under the step deadline, their observations checked like a step's."""
-        obs, _ = reset_within(
-            envs, seed, self.step_timeout_s, f"env '{self.env_id}' {who}, reset"
-        )  # fmt: skip
+        obs, _ = reset_within(envs, seed, self.step_timeout_s, f"env '{self.env_id}' {who}, reset")
         check_output(self.env_id, "reset", obs, None, self.spec.obs_shape)
         return torch.as_tensor(obs, dtype=torch.float32)
 
@@ -160,10 +158,11 @@ class EnvWorker:
         observations only give V for bootstrapping (normalised without updating the statistics;
         the next rollout's first step takes them in)."""
         next_obs, reward, term, trunc, _ = step_within(
-            self.envs, env_action(self.spec, actions, numpy=self.device is None),
+            self.envs,
+            env_action(self.spec, actions, numpy=self.device is None),
             self.step_timeout_s,
             f"env '{self.env_id}' rank {self.rank}, step {self.steps_taken + 1}",
-        )  # fmt: skip
+        )
         self.steps_taken += 1
         check_output(self.env_id, f"step {self.steps_taken}", next_obs, reward, self.spec.obs_shape)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
@@ -178,8 +177,9 @@ class EnvWorker:
             self._track_episodes(reward, done, valid)
         self.prev_done = done
         self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        return Transition(rewards, terminated, truncated, valid,
-                          self._policy_obs(self.obs, update=not last))  # fmt: skip
+        return Transition(
+            rewards, terminated, truncated, valid, self._policy_obs(self.obs, update=not last)
+        )
 
     def _track_episodes(self, reward: Any, done: Any, valid: Any) -> None:
         """The same arithmetic on numpy arrays or on a tensor env's tensors."""
@@ -220,9 +220,11 @@ class EnvWorker:
         """One step of every eval env; the observations, and the returns once all episodes ended
         (each env's first episode; the steps after it ended do not count)."""
         obs, reward, term, trunc, _ = step_within(
-            self.eval_envs, env_action(self.spec, actions, numpy=self.device is None),
-            self.step_timeout_s, f"eval env '{self.env_id}'",
-        )  # fmt: skip
+            self.eval_envs,
+            env_action(self.spec, actions, numpy=self.device is None),
+            self.step_timeout_s,
+            f"eval env '{self.env_id}'",
+        )
         check_output(self.env_id, "an eval step", obs, reward, self.spec.obs_shape)
         self.eval_returns += reward * ~self.eval_done
         self.eval_done |= term | trunc
@@ -239,15 +241,19 @@ class EnvWorker:
         where = Path(directory)
         where.mkdir(parents=True, exist_ok=True)
         state = {
-            "obs": self.obs.cpu(), "prev_done": self.prev_done.cpu(),
+            "obs": self.obs.cpu(),
+            "prev_done": self.prev_done.cpu(),
             "episode_return": _cpu(self.episode_return),
             "episode_length": _cpu(self.episode_length),
-            "finished": {"return": _cpu(self.finished_return),
-                         "length": _cpu(self.finished_length),
-                         "count": _cpu(self.finished_count)},
-            "obs_norm": _state(self.obs_norm), "reward_scaler": _state(self.reward_scaler),
+            "finished": {
+                "return": _cpu(self.finished_return),
+                "length": _cpu(self.finished_length),
+                "count": _cpu(self.finished_count),
+            },
+            "obs_norm": _state(self.obs_norm),
+            "reward_scaler": _state(self.reward_scaler),
             "steps_taken": self.steps_taken,
-        }  # fmt: skip
+        }
         torch.save(state, where / f"rank{self.rank}.pt")
         if self.pickled:
             (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))

@@ -48,14 +48,36 @@ from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What an actor / critic update reads of the batch.
-ACTOR_READS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
-               "old_log_probs", "advantages")  # fmt: skip
-CRITIC_READS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
-                "values", "returns")  # fmt: skip
+ACTOR_READS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "responses",
+    "response_mask",
+    "old_log_probs",
+    "advantages",
+)
+CRITIC_READS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "responses",
+    "response_mask",
+    "values",
+    "returns",
+)
 
 
-def _trainer(ctx: Any, config: ReasoningConfig, model: Any, optim: LMOptimConfig, update: Any,
-             seed: int, section: Any, budget: int | None) -> Trainer:  # fmt: skip
+def _trainer(
+    ctx: Any,
+    config: ReasoningConfig,
+    model: Any,
+    optim: LMOptimConfig,
+    update: Any,
+    seed: int,
+    section: Any,
+    budget: int | None,
+) -> Trainer:
     """``section``: the component's config section (its training backend and fsdp options);
     ``budget``: its micro-batches' token budget (None: ``update``'s micro-batch size)."""
     group = config.algorithm.group_size
@@ -113,8 +135,9 @@ def _check_packing(config: ReasoningConfig, model: Any) -> None:
         check_packing(model)
 
 
-def _padding_share(module: Any, micro: TensorDict, config: ReasoningConfig,
-                   share_prompts: bool = False) -> torch.Tensor:  # fmt: skip
+def _padding_share(
+    module: Any, micro: TensorDict, config: ReasoningConfig, share_prompts: bool = False
+) -> torch.Tensor:
     """The share of the micro-batch pass's token positions that are padding (a metric)."""
     packed = config.actor.model.use_remove_padding
     one_row = packed and one_row_kernel(module)
@@ -166,9 +189,13 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
 
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
-        logits = response_logits(model, micro, micro["responses"].shape[1],
-                                 owner.config.actor.model.use_remove_padding,
-                                 owner.config.actor.model.share_group_prompts)  # fmt: skip
+        logits = response_logits(
+            model,
+            micro,
+            micro["responses"].shape[1],
+            owner.config.actor.model.use_remove_padding,
+            owner.config.actor.model.share_group_prompts,
+        )
         logits = logits / owner.temperature
         part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
         if sum_pi_squared:
@@ -176,13 +203,18 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
         return part
 
     config = owner.config
-    return _on_local_rows(owner, batch, _forward_size(config),
-                          config.actor.max_tokens_per_micro_batch, run)  # fmt: skip
+    return _on_local_rows(
+        owner, batch, _forward_size(config), config.actor.max_tokens_per_micro_batch, run
+    )
 
 
-def _on_local_rows(owner: Any, batch: TensorDict, size: int | None, budget: int | None,
-                   fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]]
-                   ) -> TensorDict:  # fmt: skip
+def _on_local_rows(
+    owner: Any,
+    batch: TensorDict,
+    size: int | None,
+    budget: int | None,
+    fn: Callable[[Any, TensorDict], dict[str, torch.Tensor]],
+) -> TensorDict:
     """``forward_in_parts`` of ``fn`` with ``owner``'s model over the rows ``owner``'s rank
     computes on (under Megatron's model parallelism, those of its whole model replica), this
     rank's own rows of the result."""
@@ -200,12 +232,20 @@ class LMActor(TrainedComponent):
         torch.set_num_threads(config.runner.torch_threads)
         self.config = config
         self.lora = config.actor.model.lora.rank > 0
-        model = with_lora(load_causal_lm(model_dir, config.actor.model.dtype),
-                          config.actor.model.lora)  # fmt: skip
+        model = with_lora(
+            load_causal_lm(model_dir, config.actor.model.dtype), config.actor.model.lora
+        )
         self.share_prompts = config.actor.model.share_group_prompts
-        self.trainer = _trainer(ctx, config, model, config.actor.optim, config.actor,
-                                config.runner.seed, config.actor,
-                                config.actor.max_tokens_per_micro_batch)  # fmt: skip
+        self.trainer = _trainer(
+            ctx,
+            config,
+            model,
+            config.actor.optim,
+            config.actor,
+            config.runner.seed,
+            config.actor,
+            config.actor.max_tokens_per_micro_batch,
+        )
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
         # the loss with the options it reads (algorithm.policy_loss_options) bound
@@ -216,8 +256,9 @@ class LMActor(TrainedComponent):
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
         width = batch["responses"].shape[1]
-        logits = response_logits(module, batch, width, self.config.actor.model.use_remove_padding,
-                                 self.share_prompts)  # fmt: skip
+        logits = response_logits(
+            module, batch, width, self.config.actor.model.use_remove_padding, self.share_prompts
+        )
         logits = logits / self.temperature
         return token_log_probs(logits, batch["responses"]), entropy_from_logits(logits.float())
 
@@ -259,14 +300,22 @@ class LMActor(TrainedComponent):
         alg = self.config.algorithm
         log_probs, entropy = self._log_probs_entropy(module, micro)
         loss, metrics = ppo_loss(
-            log_probs, micro["old_log_probs"], micro["advantages"], micro["response_mask"],
-            entropy=entropy, policy_loss_fn=self.policy_loss, clip_ratio_low=alg.clip_ratio_low,
-            clip_ratio_high=alg.clip_ratio_high, clip_ratio_c=alg.clip_ratio_c,
-            loss_agg_mode=alg.loss_agg_func, entropy_coef=alg.entropy_bonus,
+            log_probs,
+            micro["old_log_probs"],
+            micro["advantages"],
+            micro["response_mask"],
+            entropy=entropy,
+            policy_loss_fn=self.policy_loss,
+            clip_ratio_low=alg.clip_ratio_low,
+            clip_ratio_high=alg.clip_ratio_high,
+            clip_ratio_c=alg.clip_ratio_c,
+            loss_agg_mode=alg.loss_agg_func,
+            entropy_coef=alg.entropy_bonus,
             ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
-            kl_loss_type=alg.kl_loss_type, kl_coef=alg.kl_loss_coef,
+            kl_loss_type=alg.kl_loss_type,
+            kl_coef=alg.kl_loss_coef,
             **_with_budget_length(counts, micro, self.config),
-        )  # fmt: skip
+        )
         share = _padding_share(module, micro, self.config, self.share_prompts)
         return loss, {**metrics, "padding_share": share}
 
@@ -277,12 +326,23 @@ class LMCritic(TrainedComponent):
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         torch.set_num_threads(config.runner.torch_threads)
         self.config = config
-        model = with_lora(load_value_model(model_dir, config.actor.model.dtype),
-                          config.actor.model.lora, value_head=True)  # fmt: skip
+        model = with_lora(
+            load_value_model(model_dir, config.actor.model.dtype),
+            config.actor.model.lora,
+            value_head=True,
+        )
         self.update_sizes = config.critic_update()
         self.budget = config.critic_token_budget()
-        self.trainer = _trainer(ctx, config, model, config.critic.optim, self.update_sizes,
-                                config.runner.seed + 1, config.critic, self.budget)  # fmt: skip
+        self.trainer = _trainer(
+            ctx,
+            config,
+            model,
+            config.critic.optim,
+            self.update_sizes,
+            config.runner.seed + 1,
+            config.critic,
+            self.budget,
+        )
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
 
@@ -299,8 +359,9 @@ class LMCritic(TrainedComponent):
             values = self._values(model, micro) * micro["response_mask"]
             return {"values": values.cpu()}
 
-        return _on_local_rows(self, batch, self.update_sizes.ppo_micro_batch_size, self.budget,
-                              run)["values"]  # fmt: skip
+        return _on_local_rows(
+            self, batch, self.update_sizes.ppo_micro_batch_size, self.budget, run
+        )["values"]
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
@@ -310,12 +371,20 @@ class LMCritic(TrainedComponent):
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
         loss, metrics = value_loss(
-            self._values(module, micro), micro["returns"], micro["values"],
-            micro["response_mask"], value_clip=alg.value_clip, huber_delta=alg.huber_delta,
-            loss_agg_mode=alg.loss_agg_func, **_with_budget_length(counts, micro, self.config),
-        )  # fmt: skip
-        return loss, {"vf_loss": loss.detach(), "vf_clipfrac": metrics["vf_clipfrac"],
-                      "padding_share": _padding_share(module, micro, self.config)}  # fmt: skip
+            self._values(module, micro),
+            micro["returns"],
+            micro["values"],
+            micro["response_mask"],
+            value_clip=alg.value_clip,
+            huber_delta=alg.huber_delta,
+            loss_agg_mode=alg.loss_agg_func,
+            **_with_budget_length(counts, micro, self.config),
+        )
+        return loss, {
+            "vf_loss": loss.detach(),
+            "vf_clipfrac": metrics["vf_clipfrac"],
+            "padding_share": _padding_share(module, micro, self.config),
+        }
 
 
 class LMReference:

@@ -80,9 +80,14 @@ class MegatronLM(nn.Module):
         super().__init__()
         self.gpt, self.config, self.value_head = gpt, hf_config, value_head
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, use_cache: Any = None,
-                logits_to_keep: int = 0) -> SimpleNamespace:  # fmt: skip
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        use_cache: Any = None,
+        logits_to_keep: int = 0,
+    ) -> SimpleNamespace:
         """Megatron's rotary embeddings count positions from the first column, so each row is
         rotated left to start at its first real token (the causal mask keeps the padding that
         moves to the end out of every real token's view) and the outputs rotated back. The
@@ -97,24 +102,30 @@ class MegatronLM(nn.Module):
         return self.finish(self.gpt(rotated, None, attention_mask=None), lead, logits_to_keep)
 
     @staticmethod
-    def rotated(input_ids: torch.Tensor, attention_mask: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def rotated(
+        input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows rotated to start at their first token, and each row's rotation."""
         if attention_mask is None:
-            raise ValueError("the megatron backend takes padded rows with their attention mask "
-                             "(packed sequences are not supported)")  # fmt: skip
+            raise ValueError(
+                "the megatron backend takes padded rows with their attention mask "
+                "(packed sequences are not supported)"
+            )
         width = input_ids.shape[1]
         mask = attention_mask.bool()
         lead = (~mask).long().cumprod(-1).sum(-1)  # padding columns before the first token
         trail = (~mask).flip(-1).long().cumprod(-1).sum(-1)  # and after the last
         if bool((mask.sum(-1) != (width - lead - trail).clamp(min=0)).any()):
-            raise ValueError("a row's tokens are not contiguous: the megatron backend reads "
-                             "rows of left padding, tokens, right padding")  # fmt: skip
+            raise ValueError(
+                "a row's tokens are not contiguous: the megatron backend reads "
+                "rows of left padding, tokens, right padding"
+            )
         columns = torch.arange(width, device=input_ids.device)
         return input_ids.gather(1, (columns[None] + lead[:, None]) % width), lead
 
-    def finish(self, out: torch.Tensor, lead: torch.Tensor, logits_to_keep: int = 0
-               ) -> SimpleNamespace:  # fmt: skip
+    def finish(
+        self, out: torch.Tensor, lead: torch.Tensor, logits_to_keep: int = 0
+    ) -> SimpleNamespace:
         """What ``forward`` returns, from the last stage's output on the rotated rows."""
         if not self.value_head:
             out = mg.full_logits(out, self.config.vocab_size)
@@ -129,19 +140,27 @@ class _StageOutput:
     loss and forward functions call their model once per micro-batch with its inputs, and get
     what ``MegatronLM`` would have returned."""
 
-    def __init__(self, lm: MegatronLM, output: torch.Tensor, lead: torch.Tensor,
-                 input_ids: torch.Tensor) -> None:  # fmt: skip
+    def __init__(
+        self, lm: MegatronLM, output: torch.Tensor, lead: torch.Tensor, input_ids: torch.Tensor
+    ) -> None:
         self.lm, self.output, self.lead, self.input_ids = lm, output, lead, input_ids
         self.config = lm.config
         self.calls = 0
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, use_cache: Any = None,
-                logits_to_keep: int = 0) -> SimpleNamespace:  # fmt: skip
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        use_cache: Any = None,
+        logits_to_keep: int = 0,
+    ) -> SimpleNamespace:
         self.calls += 1
         if self.calls > 1 or not torch.equal(input_ids, self.input_ids):
-            raise RuntimeError("under pipeline parallelism a micro-batch's function calls the "
-                               "model once, on the micro-batch's input_ids")  # fmt: skip
+            raise RuntimeError(
+                "under pipeline parallelism a micro-batch's function calls the "
+                "model once, on the micro-batch's input_ids"
+            )
         return self.lm.finish(self.output, self.lead, logits_to_keep)
 
     __call__ = forward
@@ -171,16 +190,20 @@ class MegatronParallel:
 
         tp, pp = options.tensor_parallel_size, options.pipeline_parallel_size
         if dist.get_world_size() % (tp * pp):
-            raise ValueError(f"megatron.tensor_parallel_size {tp} x pipeline_parallel_size {pp} "
-                             f"does not divide the component's {dist.get_world_size()} "
-                             "ranks")  # fmt: skip
+            raise ValueError(
+                f"megatron.tensor_parallel_size {tp} x pipeline_parallel_size {pp} "
+                f"does not divide the component's {dist.get_world_size()} "
+                "ranks"
+            )
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(
                 tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
             )
         else:
-            have = (parallel_state.get_tensor_model_parallel_world_size(),
-                    parallel_state.get_pipeline_model_parallel_world_size())  # fmt: skip
+            have = (
+                parallel_state.get_tensor_model_parallel_world_size(),
+                parallel_state.get_pipeline_model_parallel_world_size(),
+            )
             if have != (tp, pp):
                 raise ValueError(
                     "megatron: components fused in one process share Megatron's model-parallel "
@@ -211,8 +234,15 @@ class MegatronParallel:
         value = hasattr(model, "score")
         dtype = next(model.parameters()).dtype
         gpt = mg.build_gpt(hf_config, self.tp_size, dtype, value, self.pipeline_size)
-        state = mg.to_megatron(model.state_dict(), hf_config, self.tp_rank, self.tp_size, value,
-                               self.stage, self.pipeline_size)  # fmt: skip
+        state = mg.to_megatron(
+            model.state_dict(),
+            hf_config,
+            self.tp_rank,
+            self.tp_size,
+            value,
+            self.stage,
+            self.pipeline_size,
+        )
         gpt.load_state_dict(state, strict=True)
         return MegatronLM(gpt, hf_config, value)
 
@@ -234,8 +264,13 @@ class MegatronParallel:
         start = sum(len(part) for part in parts[: dist.get_rank(self.mp_group)])
         return torch.cat(parts).to(batch.device), slice(start, start + len(batch))
 
-    def pipeline(self, module: MegatronLM, micros: list[Any], fn: Callable[[Any, Any], Any],
-                 forward_only: bool) -> list[Any]:  # fmt: skip
+    def pipeline(
+        self,
+        module: MegatronLM,
+        micros: list[Any],
+        fn: Callable[[Any, Any], Any],
+        forward_only: bool,
+    ) -> list[Any]:
         """``fn(model, micro)`` of each micro-batch, run through Megatron's pipeline schedule
         (1F1B: each stage's part of the forward pass as the previous stage's activations
         arrive, the backward pass back the same way); its results (detached) on every stage.
@@ -263,11 +298,15 @@ class MegatronParallel:
             return output, reduce
 
         store = get_forward_backward_func()(
-            forward_step_func=step, data_iterator=iter(micros), model=module.gpt,
-            num_microbatches=len(micros), seq_length=max(m["input_ids"].shape[1] for m in micros),
-            micro_batch_size=max(len(m) for m in micros), forward_only=forward_only,
+            forward_step_func=step,
+            data_iterator=iter(micros),
+            model=module.gpt,
+            num_microbatches=len(micros),
+            seq_length=max(m["input_ids"].shape[1] for m in micros),
+            micro_batch_size=max(len(m) for m in micros),
+            forward_only=forward_only,
             collect_non_loss_data=forward_only,
-        )  # fmt: skip
+        )
         results = [_to(store, "cpu") if self.stage == self.pipeline_size - 1 else None]
         dist.broadcast_object_list(results, src=self.last_stage, group=self.pp_group)
         return _to(results[0], self.device)
@@ -327,8 +366,11 @@ class MegatronParallel:
     # whole weights -----------------------------------------------------------------------------
 
     def _shards(self, model: nn.Module) -> list[dict[str, torch.Tensor]]:
-        own = {k: v.detach() for k, v in model.gpt.state_dict().items() if not k.endswith(
-            "_extra_state")}  # fmt: skip
+        own = {
+            k: v.detach()
+            for k, v in model.gpt.state_dict().items()
+            if not k.endswith("_extra_state")
+        }
         if self.tp_size == 1:
             return [own]
         parts: list[Any] = [None] * self.tp_size
@@ -342,8 +384,9 @@ class MegatronParallel:
         part = mg.to_hf(self._shards(model), config, value, self.stage, self.pipeline_size)
         if self.pipeline_size > 1:
             parts: list[Any] = [None] * self.pipeline_size
-            dist.all_gather_object(parts, {k: v.cpu() for k, v in part.items()},
-                                   group=self.pp_group)  # fmt: skip
+            dist.all_gather_object(
+                parts, {k: v.cpu() for k, v in part.items()}, group=self.pp_group
+            )
             part = mg.merge_stages(parts, config, value)
         return {k: v.to(self.device) for k, v in part.items()}
 
@@ -352,16 +395,25 @@ class MegatronParallel:
         return self.full_state_dict(model)
 
     def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-        shard = mg.to_megatron({k: v.cpu() for k, v in state.items()}, model.config,
-                               self.tp_rank, self.tp_size, model.value_head, self.stage,
-                               self.pipeline_size)  # fmt: skip
+        shard = mg.to_megatron(
+            {k: v.cpu() for k, v in state.items()},
+            model.config,
+            self.tp_rank,
+            self.tp_size,
+            model.value_head,
+            self.stage,
+            self.pipeline_size,
+        )
         missing, unexpected = model.gpt.load_state_dict(shard, strict=False)
         if unexpected or [k for k in missing if not k.endswith("_extra_state")]:
-            raise ValueError(f"the weights do not fit the model: missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]}")  # fmt: skip
+            raise ValueError(
+                f"the weights do not fit the model: missing {missing[:3]}, "
+                f"unexpected {unexpected[:3]}"
+            )
 
-    def _sharded_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                                 state: dict) -> dict:  # fmt: skip
+    def _sharded_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
+    ) -> dict:
         """``state`` (an optimiser state dict of this rank's parameters, without ``step``) as
         Megatron's sharded state: each moment a piece of a whole tensor, named after the
         parameter's own sharded name (so a tied embedding's copies are one tensor)."""
@@ -375,8 +427,9 @@ class MegatronParallel:
         optim_state_to_sharding_state(state, names)
         return state
 
-    def save_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                       directory: Path) -> None:  # fmt: skip
+    def save_optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path
+    ) -> None:
         """Every rank's shards of the AdamW moments, written through Megatron's
         ``dist_checkpointing`` into ``MEGATRON_OPTIMIZER`` as pieces of whole tensors: they load
         onto any tensor / pipeline / data parallel layout of the same model. The step count and
@@ -388,39 +441,61 @@ class MegatronParallel:
         if len(steps) > 1:
             raise RuntimeError(f"the parameters' optimiser step counts differ: {sorted(steps)}")
         moments = {i: {k: v for k, v in s.items() if k != "step"} for i, s in own["state"].items()}
-        state = self._sharded_optimizer_state(model, optimizer, {
-            "state": moments, "param_groups": own["param_groups"]})  # fmt: skip
+        state = self._sharded_optimizer_state(
+            model, optimizer, {"state": moments, "param_groups": own["param_groups"]}
+        )
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in own["param_groups"]]
         folder = directory / MEGATRON_OPTIMIZER
         folder.mkdir(parents=True, exist_ok=True)
-        dist_checkpointing.save({"optimizer": state, "step": steps.pop() if steps else None,
-                                 "hyperparameters": hyper}, str(folder))  # fmt: skip
+        dist_checkpointing.save(
+            {"optimizer": state, "step": steps.pop() if steps else None, "hyperparameters": hyper},
+            str(folder),
+        )
         return None
 
-    def load_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                       directory: Path, saved: dict | None) -> None:  # fmt: skip
+    def load_optimizer(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
+        saved: dict | None,
+    ) -> None:
         """This rank's shards of the moments ``save_optimizer`` wrote, whatever the layout that
         wrote them."""
         from megatron.core import dist_checkpointing
 
         folder = directory / MEGATRON_OPTIMIZER
         if not folder.is_dir():
-            raise ValueError(f"{directory}: written by a training backend other than megatron "
-                             "(its optimiser state is whole, not Megatron's shards); resume it "
-                             "with that backend, or start Megatron from its weights")  # fmt: skip
+            raise ValueError(
+                f"{directory}: written by a training backend other than megatron "
+                "(its optimiser state is whole, not Megatron's shards); resume it "
+                "with that backend, or start Megatron from its weights"
+            )
         params = [p for group in optimizer.param_groups for p in group["params"]]
         current = optimizer.state_dict()
-        template = self._sharded_optimizer_state(model, optimizer, {
-            "state": {i: {"exp_avg": torch.empty_like(p), "exp_avg_sq": torch.empty_like(p)}
-                      for i, p in enumerate(params)},
-            "param_groups": current["param_groups"]})  # fmt: skip
-        loaded = dist_checkpointing.load({"optimizer": template, "step": None,
-                                          "hyperparameters": None}, str(folder))  # fmt: skip
-        groups = [{**group, **hyper} for group, hyper in zip(
-            current["param_groups"], loaded["hyperparameters"], strict=True)]  # fmt: skip
+        template = self._sharded_optimizer_state(
+            model,
+            optimizer,
+            {
+                "state": {
+                    i: {"exp_avg": torch.empty_like(p), "exp_avg_sq": torch.empty_like(p)}
+                    for i, p in enumerate(params)
+                },
+                "param_groups": current["param_groups"],
+            },
+        )
+        loaded = dist_checkpointing.load(
+            {"optimizer": template, "step": None, "hyperparameters": None}, str(folder)
+        )
+        groups = [
+            {**group, **hyper}
+            for group, hyper in zip(current["param_groups"], loaded["hyperparameters"], strict=True)
+        ]
         state = {}
         if loaded["step"] is not None:
             step = torch.tensor(loaded["step"], dtype=torch.float32)
-            state = {i: {"step": step.clone(), **moments}
-                     for i, moments in loaded["optimizer"]["state"].items()}  # fmt: skip
+            state = {
+                i: {"step": step.clone(), **moments}
+                for i, moments in loaded["optimizer"]["state"].items()
+            }
         optimizer.load_state_dict({"state": state, "param_groups": groups})

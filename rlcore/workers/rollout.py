@@ -74,8 +74,9 @@ class HFEngine:
     """``generate`` from transformers on the component's device (``model``: the actor's module
     when fused with it)."""
 
-    def __init__(self, config: ReasoningConfig, model_dir: Path, device: torch.device,
-                 model: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: ReasoningConfig, model_dir: Path, device: torch.device, model: Any = None
+    ) -> None:
         self.config = config
         self.device = device
         self.tokenizer = load_tokenizer(model_dir)
@@ -114,8 +115,12 @@ class HFEngine:
         options: dict[str, Any] = {"do_sample": False}
         if not greedy:  # top_k 0 is "no limit" to transformers too (None would mean its 50)
             temperature, top_p, top_k = sampling(self.config, validation)
-            options = {"do_sample": True, "temperature": temperature, "top_p": top_p,
-                       "top_k": top_k}  # fmt: skip
+            options = {
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": top_p,
+                "top_k": top_k,
+            }
         return GenerationConfig(
             max_new_tokens=self.config.data.max_response_length,
             eos_token_id=self.eos_ids,
@@ -151,10 +156,12 @@ class HFEngine:
         mask = prompts["attention_mask"].to(self.device)
         with rollout_keys_only(self.model):
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=generation_config,
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=generation_config,
                 logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
                 **self._shared_prompts(ids, mask),
-            )  # fmt: skip
+            )
         width = self.config.data.max_response_length
         responses = out[:, ids.shape[1] :]
         if responses.shape[1] < width:  # every row ended early: pad to the fixed width
@@ -194,16 +201,21 @@ class HFEngine:
         if rows % group or width < 2:
             return {}
         heads = ids[::group], mask[::group]
-        if not (torch.equal(ids.reshape(-1, group, width), heads[0][:, None].expand(-1, group, -1))
-                and torch.equal(mask.reshape(-1, group, width),
-                                heads[1][:, None].expand(-1, group, -1))):  # fmt: skip
+        if not (
+            torch.equal(ids.reshape(-1, group, width), heads[0][:, None].expand(-1, group, -1))
+            and torch.equal(mask.reshape(-1, group, width), heads[1][:, None].expand(-1, group, -1))
+        ):
             return {}  # not groups (validation prompts): a full prefill
         from transformers import DynamicCache
 
         cache = DynamicCache(config=inner_model(self.model).config)
-        self.model(input_ids=heads[0][:, :-1], attention_mask=heads[1][:, :-1],
-                   position_ids=position_ids(heads[1][:, :-1]), use_cache=True,
-                   **cache_inputs(self.model, cache))  # fmt: skip
+        self.model(
+            input_ids=heads[0][:, :-1],
+            attention_mask=heads[1][:, :-1],
+            position_ids=position_ids(heads[1][:, :-1]),
+            use_cache=True,
+            **cache_inputs(self.model, cache),
+        )
         cache.batch_repeat_interleave(group)
         return cache_inputs(self.model, cache)
 
@@ -220,9 +232,9 @@ def rollout_keys_only(model: Any) -> Iterator[None]:
 
     inner = inner_model(model)
     own = inner.generation_config
-    inner.generation_config = GenerationConfig(bos_token_id=own.bos_token_id,
-                                               eos_token_id=own.eos_token_id,
-                                               pad_token_id=own.pad_token_id)  # fmt: skip
+    inner.generation_config = GenerationConfig(
+        bos_token_id=own.bos_token_id, eos_token_id=own.eos_token_id, pad_token_id=own.pad_token_id
+    )
     try:
         yield
     finally:
@@ -265,8 +277,14 @@ class SampledLogProbs:
 class RolloutWorker:
     """See the module docstring. ``actor``: the actor's worker when fused with it, else None."""
 
-    def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path,
-                 actor: Any = None, collocated: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: Any,
+        config: ReasoningConfig,
+        model_dir: Path,
+        actor: Any = None,
+        collocated: bool = False,
+    ) -> None:
         torch.set_num_threads(config.runner.torch_threads)
         self.config, self.rank = config, ctx.rank
         # transformers samples from torch's global RNG: this process's, seeded per rank
@@ -277,9 +295,14 @@ class RolloutWorker:
 
             # Tensor parallel over every GPU of this process; collocated: the actor trains on
             # them too (fused with it, or in another process on the same GPUs).
-            self.engine = SGLangEngine(config, model_dir, ctx.torch_device, rank=ctx.rank,
-                                       tp_size=len(ctx.devices) if ctx.device == "cuda" else 1,
-                                       collocated=collocated or actor is not None)  # fmt: skip
+            self.engine = SGLangEngine(
+                config,
+                model_dir,
+                ctx.torch_device,
+                rank=ctx.rank,
+                tp_size=len(ctx.devices) if ctx.device == "cuda" else 1,
+                collocated=collocated or actor is not None,
+            )
             self.shares_actor = False
         else:
             # The actor's own module, unless FSDP2 shards it: then a whole copy, synced.

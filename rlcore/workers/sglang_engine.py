@@ -98,9 +98,16 @@ class SGLangEngine:
         # Every option that shapes the distribution is given, so none comes from elsewhere (the
         # model folder's generation_config.json, which SGLang may apply to unset options).
         temperature, top_p, top_k = sampling(self.config, validation)
-        return {**params, "temperature": temperature, "top_p": top_p,
-                "top_k": top_k or -1, "min_p": 0.0, "repetition_penalty": 1.0,
-                "frequency_penalty": 0.0, "presence_penalty": 0.0}  # fmt: skip
+        return {
+            **params,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k or -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+        }
 
     @torch.no_grad()
     def generate(

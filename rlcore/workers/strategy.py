@@ -86,9 +86,12 @@ class Strategy(Protocol):
         ...
 
     def load_optimizer(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path,
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
         saved: dict | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Restore the optimiser from what ``save_optimizer`` wrote and returned."""
         ...
 
@@ -144,18 +147,23 @@ class SingleProcess:
         return get_optimizer_state_dict(model, optimizer, options=options)
 
     def load_optimizer(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path,
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
         saved: dict | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_optimizer_state_dict,
         )
 
         if saved is None:
-            raise ValueError(f"{directory}: the optimiser state was written by the megatron "
-                             "training backend (Megatron's own sharded format); resume with "
-                             "training_backend megatron")  # fmt: skip
+            raise ValueError(
+                f"{directory}: the optimiser state was written by the megatron "
+                "training backend (Megatron's own sharded format); resume with "
+                "training_backend megatron"
+            )
         options = StateDictOptions(full_state_dict=True)
         set_optimizer_state_dict(model, optimizer, saved, options=options)
 
@@ -215,13 +223,20 @@ class FullyShardedDataParallel(DistributedDataParallel):
 
     name = "fsdp2"
 
-    def __init__(self, group: Any, rank: int, world_size: int, device: torch.device,
-                 options: FsdpOptions | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        group: Any,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        options: FsdpOptions | None = None,
+    ) -> None:
         super().__init__(group, rank, world_size)
         self.device, self.options = device, options or FsdpOptions()
         if self.options.offload and device.type != "cuda":
-            raise ValueError("fsdp.offload moves a GPU model's shards to the CPU; the model is "
-                             f"on {device}")  # fmt: skip
+            raise ValueError(
+                f"fsdp.offload moves a GPU model's shards to the CPU; the model is on {device}"
+            )
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import DeviceMesh
@@ -240,11 +255,13 @@ class FullyShardedDataParallel(DistributedDataParallel):
         mesh = DeviceMesh.from_group(self.group, self.device.type)
         policy = {
             "mesh": mesh,
-            "mp_policy": MixedPrecisionPolicy(param_dtype=options.param_dtype,
-                                              reduce_dtype=options.reduce_dtype)
-            if options.param_dtype is not None else MixedPrecisionPolicy(),
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=options.param_dtype, reduce_dtype=options.reduce_dtype
+            )
+            if options.param_dtype is not None
+            else MixedPrecisionPolicy(),
             "offload_policy": CPUOffloadPolicy() if options.offload else OffloadPolicy(),
-        }  # fmt: skip
+        }
         for block in _repeated_blocks(model):
             fully_shard(block, **policy)
         fully_shard(model, **policy)
@@ -291,8 +308,9 @@ def _repeated_blocks(model: nn.Module) -> list[nn.Module]:
 BACKENDS = ("torch", "fsdp2", "megatron")
 
 
-def make_strategy(ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None,
-                  megatron: Any = None) -> Strategy:  # fmt: skip
+def make_strategy(
+    ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None, megatron: Any = None
+) -> Strategy:
     """``backend`` torch: DDP over the component's group when it has several ranks, else a single
     process. fsdp2: ``fully_shard`` over the group, with ``fsdp``'s mixed precision and
     offload; on one rank over a group of one (``one_rank_group``): nothing is sharded, and the

@@ -152,8 +152,10 @@ class Trainer:
         for _ in range(self.sizes.epochs):
             shuffled = batch if in_order else batch[torch.randperm(size, generator=self.shuffle)]
             epoch_counts = counts or self._global_counts(shuffled[mask_key], mini)
-            minibatches = [shuffled if mini == size else shuffled[start : start + mini]
-                           for start in range(0, size, mini)]  # fmt: skip
+            minibatches = [
+                shuffled if mini == size else shuffled[start : start + mini]
+                for start in range(0, size, mini)
+            ]
             plans = self._micro_plans(minibatches, micro)
             for i, minibatch in enumerate(minibatches):
                 step_counts = {"num_tokens": epoch_counts[i][0], "num_seqs": epoch_counts[i][1]}
@@ -274,15 +276,16 @@ class Trainer:
             from torch.distributed.checkpoint.state_dict import get_state_dict
 
             model, optimizer = get_state_dict(self.model, self.optimizer)
-            dcp.save({"model": model, "optimizer": optimizer},
-                     checkpoint_id=str(directory / SHARDS),
-                     process_group=self.strategy.group)  # fmt: skip
+            dcp.save(
+                {"model": model, "optimizer": optimizer},
+                checkpoint_id=str(directory / SHARDS),
+                process_group=self.strategy.group,
+            )
         else:
             weights = self.full_state_dict()
             if self.global_rank == 0:
                 save_weights(weights, directory / WEIGHTS)
-            state["optimizer"] = self.strategy.save_optimizer(self.model, self.optimizer,
-                                                              directory)  # fmt: skip
+            state["optimizer"] = self.strategy.save_optimizer(self.model, self.optimizer, directory)
         torch.save(state, directory / f"trainer_rank{self.global_rank}.pt")
 
     def load(self, directory: Path) -> None:
@@ -291,23 +294,31 @@ class Trainer:
         state = torch.load(directory / f"trainer_rank{self.global_rank}.pt", weights_only=True)
         if (directory / SHARDS).is_dir():
             if self.strategy.name == "megatron":
-                raise ValueError(f"{directory}: written by the fsdp2 training backend (its "
-                                 "shards); resume it with training_backend fsdp2, or start "
-                                 "Megatron from its weights")  # fmt: skip
+                raise ValueError(
+                    f"{directory}: written by the fsdp2 training backend (its "
+                    "shards); resume it with training_backend fsdp2, or start "
+                    "Megatron from its weights"
+                )
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
             model, optimizer = get_state_dict(self.model, self.optimizer)
             both = {"model": model, "optimizer": optimizer}
-            dcp.load(both, checkpoint_id=str(directory / SHARDS),
-                     process_group=getattr(self.strategy, "group", None))  # fmt: skip
-            set_state_dict(self.model, self.optimizer, model_state_dict=both["model"],
-                           optim_state_dict=both["optimizer"])  # fmt: skip
+            dcp.load(
+                both,
+                checkpoint_id=str(directory / SHARDS),
+                process_group=getattr(self.strategy, "group", None),
+            )
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=both["model"],
+                optim_state_dict=both["optimizer"],
+            )
         else:
             weights = load_weights(directory / WEIGHTS)
             self.strategy.load_full_state_dict(self.model, weights)
-            self.strategy.load_optimizer(self.model, self.optimizer, directory,
-                                         state["optimizer"])  # fmt: skip
+            self.strategy.load_optimizer(self.model, self.optimizer, directory, state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle.set_state(state["shuffle"])

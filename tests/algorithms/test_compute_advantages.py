@@ -20,17 +20,18 @@ MASK = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0
 
 def test_estimators_that_whiten_their_output_are_not_whitened_again():
     own, _ = compute_reinforce_plus_plus_advantage(REWARDS, MASK, gamma=0.9)
-    staged, _ = compute_advantages("reinforce_plus_plus", REWARDS, MASK, normalize=True,
-                                   gamma=0.9)  # fmt: skip
+    staged, _ = compute_advantages("reinforce_plus_plus", REWARDS, MASK, normalize=True, gamma=0.9)
     assert torch.equal(staged, own)
 
 
 def test_normalize_whitens_gae_over_the_valid_positions_of_the_whole_batch():
     values = torch.randn(4, 5, generator=GEN)
-    raw, returns = compute_advantages("gae", REWARDS, MASK, normalize=False, values=values,
-                                      gamma=0.9, lam=0.8)  # fmt: skip
-    white, same_returns = compute_advantages("gae", REWARDS, MASK, normalize=True, values=values,
-                                             gamma=0.9, lam=0.8)  # fmt: skip
+    raw, returns = compute_advantages(
+        "gae", REWARDS, MASK, normalize=False, values=values, gamma=0.9, lam=0.8
+    )
+    white, same_returns = compute_advantages(
+        "gae", REWARDS, MASK, normalize=True, values=values, gamma=0.9, lam=0.8
+    )
     valid = MASK.bool()
     assert torch.equal(returns, same_returns)  # returns are never whitened
     assert white[valid].mean().item() == pytest.approx(0.0, abs=1e-6)
@@ -42,8 +43,9 @@ def test_normalize_whitens_gae_over_the_valid_positions_of_the_whole_batch():
 
 def test_episode_ends_go_only_to_episodic_estimators():
     with pytest.raises(ValueError, match="'grpo' cannot take episode ends"):
-        compute_advantages("grpo", REWARDS, MASK, normalize=False, index=[0, 0, 1, 1],
-                           dones=torch.zeros(4, 5))  # fmt: skip
+        compute_advantages(
+            "grpo", REWARDS, MASK, normalize=False, index=[0, 0, 1, 1], dones=torch.zeros(4, 5)
+        )
 
 
 def test_a_time_limit_credits_the_final_value_and_a_terminal_state_does_not():

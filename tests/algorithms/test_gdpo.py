@@ -14,8 +14,14 @@ GDPO = get_advantage_fn("gdpo")
 
 def run(components, weights, mask, index, **kw):
     rewards = torch.zeros(mask.shape)  # gdpo reads the components, not these
-    return GDPO(rewards, mask, index=index, reward_components=torch.tensor(components),
-                reward_component_weights=torch.tensor(weights), **kw)[0]  # fmt: skip
+    return GDPO(
+        rewards,
+        mask,
+        index=index,
+        reward_components=torch.tensor(components),
+        reward_component_weights=torch.tensor(weights),
+        **kw,
+    )[0]
 
 
 def test_each_component_is_normalised_in_its_group_then_weighted_and_whitened():
@@ -58,8 +64,9 @@ def test_one_component_is_grpo_on_it_then_whitened():
         assert torch.allclose(got, grpo, atol=1e-5)
     # a zero weight removes a component
     noise = torch.rand(12).tolist()
-    got = run([[s, n] for s, n in zip(scores.tolist(), noise, strict=True)], [1.0, 0.0],
-              mask, index)  # fmt: skip
+    got = run(
+        [[s, n] for s, n in zip(scores.tolist(), noise, strict=True)], [1.0, 0.0], mask, index
+    )
     assert torch.allclose(got, grpo, atol=1e-5)
 
 

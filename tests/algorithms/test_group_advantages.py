@@ -130,8 +130,17 @@ def test_register_custom_estimator_and_look_it_up():
     name = "test_only_constant"
 
     @register_advantage(name)
-    def constant(token_level_rewards, response_mask, *, values=None, index=None, gamma=1.0,
-                 lam=1.0, epsilon=1e-6, norm_adv_by_std=True):  # fmt: skip
+    def constant(
+        token_level_rewards,
+        response_mask,
+        *,
+        values=None,
+        index=None,
+        gamma=1.0,
+        lam=1.0,
+        epsilon=1e-6,
+        norm_adv_by_std=True,
+    ):
         ones = torch.ones_like(token_level_rewards)
         return ones, ones
 

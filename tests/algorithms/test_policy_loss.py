@@ -148,9 +148,19 @@ def test_ppo_is_the_registered_default_and_custom_losses_can_be_added():
     name = "test_only_reinforce"
 
     @register_policy_loss(name)
-    def reinforce(old_log_prob, log_prob, advantages, response_mask, *, clip_ratio_low=0.2,
-                  clip_ratio_high=0.2, clip_ratio_c=None, loss_agg_mode="token-mean",
-                  num_tokens=None, num_seqs=None):  # fmt: skip
+    def reinforce(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        *,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=None,
+        loss_agg_mode="token-mean",
+        num_tokens=None,
+        num_seqs=None,
+    ):
         return -(advantages * log_prob).mean(), {}
 
     try:

@@ -69,8 +69,14 @@ def test_otb_baseline_at_a_step_counts_only_the_paths_still_running():
     b1 = 3 * 1.0 / (1.0 + 1e-8)  # steps 1, 2: only a
     assert close(adv, [[3 - b0, 3 - b1, 3 - b1], [1 - b0, 0.0, 0.0]])
     # handle_zero_tail: the one longest path's steps past the second longest get no baseline
-    adv, _ = fn(rewards, mask, index=[0, 0], old_log_probs=logp, sum_pi_squared=spread,
-                handle_zero_tail=True)  # fmt: skip
+    adv, _ = fn(
+        rewards,
+        mask,
+        index=[0, 0],
+        old_log_probs=logp,
+        sum_pi_squared=spread,
+        handle_zero_tail=True,
+    )
     assert close(adv, [[3 - b0, 3.0, 3.0], [1 - b0, 0.0, 0.0]])
 
 
@@ -134,8 +140,14 @@ def test_otb_and_tir_equal_a_looped_implementation(sizes, seed, zero_tail, holes
         if holes and not compact:
             continue  # OTB indexes steps by position; with holes only TIR is defined by steps
         fn = get_advantage_fn(name)
-        adv, ret = fn(rewards, mask, index=index, old_log_probs=logp, sum_pi_squared=spread,
-                      handle_zero_tail=zero_tail)  # fmt: skip
+        adv, ret = fn(
+            rewards,
+            mask,
+            index=index,
+            old_log_probs=logp,
+            sum_pi_squared=spread,
+            handle_zero_tail=zero_tail,
+        )
         want = looped_otb(rewards, mask, index, logp, spread, zero_tail, compact)
         assert torch.allclose(adv, want, atol=1e-9), name
         assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
@@ -153,13 +165,23 @@ def test_tir_defaults_to_zeroing_the_tail_as_verl_does_and_otb_does_not():
 def test_compute_advantages_hands_an_estimator_the_inputs_it_declares():
     rewards, mask = outcome([1.0, 0.0], [2, 2])
     logp, spread = otb_inputs([[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]])
-    inputs = {"old_log_probs": logp, "sum_pi_squared": spread,
-              "reward_baselines": torch.tensor([0.5, 0.5], dtype=torch.float64)}  # fmt: skip
-    otb, _ = compute_advantages("optimal_token_baseline", rewards, mask, normalize=False,
-                                index=[0, 0], inputs=inputs)  # fmt: skip
+    inputs = {
+        "old_log_probs": logp,
+        "sum_pi_squared": spread,
+        "reward_baselines": torch.tensor([0.5, 0.5], dtype=torch.float64),
+    }
+    otb, _ = compute_advantages(
+        "optimal_token_baseline", rewards, mask, normalize=False, index=[0, 0], inputs=inputs
+    )
     assert close(otb, [[0.5, 0.5], [-0.5, -0.5]])
     remax, _ = compute_advantages("remax", rewards, mask, normalize=False, inputs=inputs)
     assert remax.tolist() == [[0.5, 0.5], [-0.5, -0.5]]
     with pytest.raises(ValueError, match="'optimal_token_baseline' needs sum_pi_squared"):
-        compute_advantages("optimal_token_baseline", rewards, mask, normalize=False,
-                           index=[0, 0], inputs={"old_log_probs": logp})  # fmt: skip
+        compute_advantages(
+            "optimal_token_baseline",
+            rewards,
+            mask,
+            normalize=False,
+            index=[0, 0],
+            inputs={"old_log_probs": logp},
+        )

@@ -57,8 +57,9 @@ def test_clip_fraction_is_the_share_of_valid_tokens_whose_gradient_the_clip_cut(
     # old 0, clip 0.2, R = 1 everywhere: v = 1 (clipped term 0.64 > 0: taken), v = 0.1 (inside),
     # v = -1 (unclipped 4 > clipped 1.44: not taken), and a masked token that would be taken.
     v = torch.tensor([[1.0, 0.1, -1.0, 1.0]])
-    _, metrics = value_loss(v, torch.ones(1, 4), torch.zeros(1, 4), torch.tensor([[1, 1, 1, 0]]),
-                            value_clip=0.2)  # fmt: skip
+    _, metrics = value_loss(
+        v, torch.ones(1, 4), torch.zeros(1, 4), torch.tensor([[1, 1, 1, 0]]), value_clip=0.2
+    )
     assert metrics["vf_clipfrac"].item() == pytest.approx(1 / 3)
 
 
@@ -99,7 +100,8 @@ def test_micro_batched_value_loss_equals_the_full_batch(batch, mode, delta):
     mask = torch.rand(b, t, generator=gen) < 0.7
 
     def loss_fn(vp, r, o, m, agg, **counts):
-        return value_loss(vp, r, o, m, value_clip=0.2, huber_delta=delta, loss_agg_mode=agg,
-                          **counts)[0]  # fmt: skip
+        return value_loss(
+            vp, r, o, m, value_clip=0.2, huber_delta=delta, loss_agg_mode=agg, **counts
+        )[0]
 
     assert_micro_batches_match_full_batch(loss_fn, (v, ret, old), 0, mask, cuts, mode)

@@ -73,8 +73,7 @@ def looped(name, scores, index, norm=True, eps=1e-6):
     return out
 
 
-@given(st.lists(st.integers(2, 5), min_size=1, max_size=4), st.integers(0, 10_000),
-       st.booleans())  # fmt: skip
+@given(st.lists(st.integers(2, 5), min_size=1, max_size=4), st.integers(0, 10_000), st.booleans())
 def test_the_vectorized_names_equal_a_looped_implementation(sizes, seed, norm):
     gen = torch.Generator().manual_seed(seed)
     index = [g for g, n in enumerate(sizes) for _ in range(n)]

@@ -230,11 +230,20 @@ def test_kl_cov_penalises_the_largest_covariance_token_with_its_abs_log_ratio():
     lr = t([[0.1, -0.2, 0.0], [0.0, 0.3, -0.1]])
     loss, grad, m = loss_and_grad("kl_cov", COV_NEW - lr, COV_NEW, COV_ADV, ppo_kl_coef=0.5)
     # -A e^l everywhere (no clip), + 0.5 |l| on the top-1 covariance token (0, 0).
-    per_token = [-2 * math.exp(0.1) + 0.5 * 0.1, -2 * math.exp(-0.2), 1.0, math.exp(0.3),
-                 math.exp(-0.1)]  # fmt: skip
+    per_token = [
+        -2 * math.exp(0.1) + 0.5 * 0.1,
+        -2 * math.exp(-0.2),
+        1.0,
+        math.exp(0.3),
+        math.exp(-0.1),
+    ]
     assert loss == pytest.approx(sum(per_token) / 5)
-    expected = t([[(-2 * math.exp(0.1) + 0.5) / 5, -2 * math.exp(-0.2) / 5, 0.0],
-                  [1 / 5, math.exp(0.3) / 5, math.exp(-0.1) / 5]])  # fmt: skip
+    expected = t(
+        [
+            [(-2 * math.exp(0.1) + 0.5) / 5, -2 * math.exp(-0.2) / 5, 0.0],
+            [1 / 5, math.exp(0.3) / 5, math.exp(-0.1) / 5],
+        ]
+    )
     assert torch.allclose(grad, expected)
     assert m["pg_clipfrac"] == 0.0
 
@@ -379,16 +388,24 @@ def test_embodied_mode_takes_the_token_level_losses(name):
 
 
 def test_verls_policy_loss_keys_load_onto_the_options(capsys):
-    config = load_config(ARITH, [
-        "+actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
-        "+actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002",
-        "+actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1.0",
-    ])  # fmt: skip
+    config = load_config(
+        ARITH,
+        [
+            "+actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+            "+actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002",
+            "+actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1.0",
+        ],
+    )
     options = config.algorithm.policy_loss_options
     assert config.algorithm.policy_loss == "kl_cov"
     assert (options.kl_cov_ratio, options.ppo_kl_coef) == (0.002, 1.0)
-    config = load_config(ARITH, ["+actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
-                                 "+actor_rollout_ref.actor.tau_neg=2.5"])  # fmt: skip
+    config = load_config(
+        ARITH,
+        [
+            "+actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+            "+actor_rollout_ref.actor.tau_neg=2.5",
+        ],
+    )
     assert config.algorithm.policy_loss_options.tau_neg == 2.5
     said = capsys.readouterr().err
     assert (

@@ -14,6 +14,8 @@ GDPO = [
 ]
 
 # (config, overrides, the key the message must name, a fragment of the fix it must give)
+# fmt: skip below: a table, one bad config per line (or two), its columns aligned; the formatter
+# would spread each row over six lines
 BAD = [
     # unknown and misspelled keys
     (CARTPOLE, ["algorithm.clip_ratio_hi=0.3"], "algorithm.clip_ratio_hi",

@@ -110,5 +110,7 @@ def test_the_entry_points_take_a_config_file_with_a_defaults_list(tmp_path, caps
     copy.write_text((CONFIG_DIR / "embodied" / "cartpole_ppo.yaml").read_text())
     assert cli_main(["placement", str(copy)]) == 0
     assert capsys.readouterr().out.startswith("placement: collocated")
-    assert run_entry_point("embodied/cartpole_ppo", ["--config", str(copy),
-                                                     "runner.dry_run=true"]) == 0  # fmt: skip
+    assert (
+        run_entry_point("embodied/cartpole_ppo", ["--config", str(copy), "runner.dry_run=true"])
+        == 0
+    )

@@ -25,12 +25,29 @@ def test_every_key_has_a_one_line_doc(mode):
 
 def test_the_required_rlinf_and_verl_names_exist():
     names = {
-        "adv_type", "loss_type", "loss_agg_func", "clip_ratio_low", "clip_ratio_high",
-        "clip_ratio_c", "value_clip", "huber_delta", "entropy_bonus", "normalize_advantages",
-        "group_size", "gamma", "gae_lambda", "kl_penalty", "use_kl_in_reward", "kl_ctrl.type",
-        "kl_ctrl.kl_coef", "kl_ctrl.horizon", "kl_ctrl.target_kl", "use_kl_loss", "kl_loss_coef",
+        "adv_type",
+        "loss_type",
+        "loss_agg_func",
+        "clip_ratio_low",
+        "clip_ratio_high",
+        "clip_ratio_c",
+        "value_clip",
+        "huber_delta",
+        "entropy_bonus",
+        "normalize_advantages",
+        "group_size",
+        "gamma",
+        "gae_lambda",
+        "kl_penalty",
+        "use_kl_in_reward",
+        "kl_ctrl.type",
+        "kl_ctrl.kl_coef",
+        "kl_ctrl.horizon",
+        "kl_ctrl.target_kl",
+        "use_kl_loss",
+        "kl_loss_coef",
         "kl_loss_type",
-    }  # fmt: skip
+    }
     assert {f"algorithm.{n}" for n in names} <= ALL_PATHS
 
 

@@ -123,8 +123,10 @@ def test_verl_command_line_maps_every_override_and_says_so(tiny_lm, capsys):
     assert config.cluster.devices_per_node == 1
     assert config.rollout.tensor_parallel_size == 1
     assert (config.logger.console, config.logger.tensorboard, config.logger.wandb) == (
-        True, False, False
-    )  # fmt: skip
+        True,
+        False,
+        False,
+    )
     assert config.actor.model.path == config.critic.model_path == str(dirs.actor)
     assert config.data.train_batch_size == 256
     assert config.actor.ppo_mini_batch_size == 64
@@ -135,9 +137,15 @@ def test_verl_command_line_runs_as_written_on_the_tiny_model(tiny_lm, tmp_path, 
     _, dirs = tiny_lm
     local = [o.replace("Qwen/Qwen2.5-0.5B-Instruct", str(dirs.actor)) for o in VERL_COMMAND_LINE]
     # The tiny model in place of Qwen2.5; one iteration of the seed's 256 prompts.
-    ours = ["warmup.steps=0", "runner.total_iterations=1", "runner.val_every=0",
-            "runner.progress=false", "data.synthetic.num_val=16", f"runner.output_dir={tmp_path}",
-            "runner.run_name=verl"]  # fmt: skip
+    ours = [
+        "warmup.steps=0",
+        "runner.total_iterations=1",
+        "runner.val_every=0",
+        "runner.progress=false",
+        "data.synthetic.num_val=16",
+        f"runner.output_dir={tmp_path}",
+        "runner.run_name=verl",
+    ]
     assert run_entry_point("reasoning/tiny_arith_ppo", [*local, *ours]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out.strip().splitlines()[-1])["iterations"] == 1
@@ -149,8 +157,9 @@ def test_a_verl_key_with_wrong_values_is_refused_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.logger: swanlab is not a logger here"):
         load_config("reasoning/tiny_arith_ppo", ["trainer.logger=[console,swanlab]"])
     with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size: 2, but the hf engine"):
-        load_config("reasoning/tiny_arith_ppo",
-                    ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])  # fmt: skip
+        load_config(
+            "reasoning/tiny_arith_ppo", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+        )
     with pytest.raises(ConfigError, match=r"algorithm.group_size: 0 is out of range"):
         load_config("reasoning/tiny_arith_ppo", ["actor_rollout_ref.rollout.n=0"])
 
@@ -160,8 +169,11 @@ def test_an_alias_and_its_rlcore_key_set_apart_in_one_file_are_refused(tmp_path)
     path.write_text(
         on_top_of("reasoning/tiny_arith_ppo", "algorithm:\n  lam: 0.9\n  gae_lambda: 0.95\n")
     )
-    with pytest.raises(ConfigError, match=r"algorithm.lam: set to 0.9, which is "
-                       r"algorithm.gae_lambda here, but the config also sets"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"algorithm.lam: set to 0.9, which is "
+        r"algorithm.gae_lambda here, but the config also sets",
+    ):
         load_config(str(path))
 
 
@@ -169,13 +181,18 @@ def test_two_spellings_of_one_key_must_agree(tmp_path):
     """verl's actor and critic both say use_remove_padding; rlcore has one key for both, so a
     file giving them different values is refused, and equal values are taken."""
     path = tmp_path / "pack.yaml"
-    both = ("actor_rollout_ref:\n  model:\n    use_remove_padding: {}\n"
-            "critic:\n  model:\n    use_remove_padding: {}\n")  # fmt: skip
+    both = (
+        "actor_rollout_ref:\n  model:\n    use_remove_padding: {}\n"
+        "critic:\n  model:\n    use_remove_padding: {}\n"
+    )
     path.write_text(on_top_of("reasoning/tiny_arith_ppo", both.format("true", "true")))
     assert load_config(str(path)).actor.model.use_remove_padding is True
     path.write_text(on_top_of("reasoning/tiny_arith_ppo", both.format("true", "false")))
-    with pytest.raises(ConfigError, match=r"critic.model.use_remove_padding: set to False, but "
-                       r"actor_rollout_ref.model.use_remove_padding sets True"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"critic.model.use_remove_padding: set to False, but "
+        r"actor_rollout_ref.model.use_remove_padding sets True",
+    ):
         load_config(str(path))
 
 
@@ -188,8 +205,13 @@ def test_an_alias_in_a_file_beats_the_config_it_builds_on(tmp_path):
 def test_rlinf_embodied_block_validates_and_runs_as_written(tmp_path, capsys):
     path = tmp_path / "rlinf_embodied.yaml"
     path.write_text(on_top_of("embodied/cartpole_ppo", RLINF_EMBODIED))
-    ours = ["runner.total_env_steps=2048", "runner.progress=false", "logger.tensorboard=false",
-            f"runner.output_dir={tmp_path}", "runner.run_name=rlinf"]  # fmt: skip
+    ours = [
+        "runner.total_env_steps=2048",
+        "runner.progress=false",
+        "logger.tensorboard=false",
+        f"runner.output_dir={tmp_path}",
+        "runner.run_name=rlinf",
+    ]
     config = load_config(str(path), ours)
     assert config.rollout.micro_batch_size == 256
     assert config.actor.log_prob_micro_batch_size == 16
@@ -203,11 +225,19 @@ def test_rlinf_embodied_block_validates_and_runs_as_written(tmp_path, capsys):
 def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
     """Same weights, so the actor's recomputed log-probs and values equal the rollout's (a second
     computation of the same quantities), whatever the forward sizes."""
-    config = load_config("embodied/cartpole_ppo", [
-        "rollout.micro_batch_size=3", "actor.log_prob_micro_batch_size=5", "env.num_envs=4",
-        "runner.rollout_steps=16", "actor.ppo_mini_batch_size=64", "runner.progress=false",
-        f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "rollout.micro_batch_size=3",
+            "actor.log_prob_micro_batch_size=5",
+            "env.num_envs=4",
+            "runner.rollout_steps=16",
+            "actor.ppo_mini_batch_size=64",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+        ],
+    )
     runner = EmbodiedRunner(config, plan_for_config(config))
     try:
         runner._sync()
@@ -220,11 +250,17 @@ def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
 
 
 def test_the_rollout_acts_on_micro_batches_with_the_same_actions(tmp_path):
-    config = load_config("embodied/cartpole_ppo", [
-        "rollout.micro_batch_size=3", "env.num_envs=8", "actor.ppo_mini_batch_size=64",
-        "runner.progress=false",
-        f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "rollout.micro_batch_size=3",
+            "env.num_envs=8",
+            "actor.ppo_mini_batch_size=64",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+        ],
+    )
     runner = EmbodiedRunner(config, plan_for_config(config))
     try:
         rollout, sizes = runner.rollout, []
@@ -260,10 +296,16 @@ def test_rlinf_reasoning_block_loads_and_megatron_is_refused_on_cpu_slots(tmp_pa
 def test_rlinf_reasoning_block_runs_with_the_torch_backend(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     path = tmp_path / "rlinf_reasoning.yaml"
-    path.write_text(on_top_of("reasoning/tiny_arith_ppo",
-                              RLINF_REASONING.replace("megatron", "torch")))  # fmt: skip
-    ours = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", "cluster.devices_per_node=2",
-            "runner.total_iterations=1", f"runner.output_dir={tmp_path}"]  # fmt: skip
+    path.write_text(
+        on_top_of("reasoning/tiny_arith_ppo", RLINF_REASONING.replace("megatron", "torch"))
+    )
+    ours = [
+        *TINY,
+        f"warmup.cache_dir={dirs.actor.parent}",
+        "cluster.devices_per_node=2",
+        "runner.total_iterations=1",
+        f"runner.output_dir={tmp_path}",
+    ]
     config = load_config(str(path), ours)
     plan = plan_for_config(config)
     assert {c: plan.world_size(c) for c in plan.components} == dict.fromkeys(
@@ -276,7 +318,10 @@ def test_rlinf_reasoning_block_runs_with_the_torch_backend(tiny_lm, tmp_path, ca
 
 def test_verl_sections_in_a_yaml_file_become_rlcore_keys(tmp_path, capsys):
     path = tmp_path / "verl.yaml"
-    path.write_text(on_top_of("reasoning/tiny_arith_ppo", """
+    path.write_text(
+        on_top_of(
+            "reasoning/tiny_arith_ppo",
+            """
         actor_rollout_ref:
           rollout:
             n: 4
@@ -287,7 +332,9 @@ def test_verl_sections_in_a_yaml_file_become_rlcore_keys(tmp_path, capsys):
           adv_estimator: grpo
         trainer:
           total_training_steps: 7
-        """))  # fmt: skip
+        """,
+        )
+    )
     config = load_config(str(path))
     assert config.algorithm.group_size == 4 and config.algorithm.adv_type == "grpo"
     assert config.actor.ppo_mini_batch_size == 32 and config.runner.total_iterations == 7

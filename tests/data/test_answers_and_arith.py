@@ -11,9 +11,19 @@ from rlcore.data import arithmetic_problems, extract_gsm8k_answer, parse_number
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("72", 72), ("72.", 72), ("$72", 72), ("1,000", 1000), ("-3", -3), ("0.50", Decimal("0.5")),
-     ("$ 1,234.5", Decimal("1234.5")), ("abc", None), ("", None), ("-", None)],
-)  # fmt: skip
+    [
+        ("72", 72),
+        ("72.", 72),
+        ("$72", 72),
+        ("1,000", 1000),
+        ("-3", -3),
+        ("0.50", Decimal("0.5")),
+        ("$ 1,234.5", Decimal("1234.5")),
+        ("abc", None),
+        ("", None),
+        ("-", None),
+    ],
+)
 def test_parse_number_reads_numbers_as_people_write_them(text, value):
     assert parse_number(text) == (None if value is None else Decimal(value))
 
@@ -40,8 +50,9 @@ def test_arithmetic_problems_are_right_deterministic_and_distinct():
 
 def test_validation_problems_can_exclude_the_training_set():
     train = arithmetic_problems(90, digits=1, operations=["+"], seed=0)
-    val = arithmetic_problems(10, digits=1, operations=["+"], seed=1,
-                              exclude={r["question"] for r in train})  # fmt: skip
+    val = arithmetic_problems(
+        10, digits=1, operations=["+"], seed=1, exclude={r["question"] for r in train}
+    )
     assert not {r["question"] for r in val} & {r["question"] for r in train}
 
 

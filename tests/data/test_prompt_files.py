@@ -21,8 +21,10 @@ def load(path, **options):
 def test_gsm8k_jsonl_and_parquet_give_the_same_rows(tmp_path):
     import datasets
 
-    rows = [{"question": "2+2?", "answer": "2 + 2 = 4\n#### 4"},
-            {"question": "Big?", "answer": "#### 1,000"}]  # fmt: skip
+    rows = [
+        {"question": "2+2?", "answer": "2 + 2 = 4\n#### 4"},
+        {"question": "Big?", "answer": "#### 1,000"},
+    ]
     jsonl = write_jsonl(tmp_path / "a.jsonl", rows)
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "a.parquet"))
     expected = [{"prompt": "2+2?", "answer": "4"}, {"prompt": "Big?", "answer": "1,000"}]
@@ -43,10 +45,12 @@ def test_a_missing_field_names_the_file_the_key_and_the_fields_there(tmp_path):
         ({"question": None, "answer": "#### 2"}, "row 0: the 'question' field is null"),
         ({"question": "  ", "answer": "#### 2"}, "row 0: the 'question' field is empty"),
         ({"question": "1+1?", "answer": None}, "row 0: the 'answer' field is null"),
-        ({"question": [{"role": "user", "content": "1+1?"}], "answer": "#### 2"},
-         "the 'question' field is a list, not text (chat messages, as in verl's files?"),
+        (
+            {"question": [{"role": "user", "content": "1+1?"}], "answer": "#### 2"},
+            "the 'question' field is a list, not text (chat messages, as in verl's files?",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_null_empty_or_non_text_field_is_refused_not_trained_on(tmp_path, row, message):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n")
@@ -83,19 +87,40 @@ class CharTokenizer:
 
 
 def test_over_long_prompts_are_dropped_and_counted_not_truncated():
-    rows = [{"prompt": "abc", "answer": "1"}, {"prompt": "abcdefgh", "answer": "2"},
-            {"prompt": "ab", "answer": "3"}]  # fmt: skip
-    built = PromptSet.build(rows, CharTokenizer(), suffix="!", chat_template=False,
-                            max_length=4, what="data.train_files")  # fmt: skip
+    rows = [
+        {"prompt": "abc", "answer": "1"},
+        {"prompt": "abcdefgh", "answer": "2"},
+        {"prompt": "ab", "answer": "3"},
+    ]
+    built = PromptSet.build(
+        rows,
+        CharTokenizer(),
+        suffix="!",
+        chat_template=False,
+        max_length=4,
+        what="data.train_files",
+    )
     assert built.dropped == 1
     assert built.answers == ["1", "3"]
     assert built.prompts == [[ord(c) for c in "abc!"], [ord(c) for c in "ab!"]]
     with pytest.raises(DataError, match=r"every prompt is longer than data.max_prompt_length=1"):
-        PromptSet.build(rows, CharTokenizer(), suffix="", chat_template=False, max_length=1,
-                        what="data.train_files")  # fmt: skip
+        PromptSet.build(
+            rows,
+            CharTokenizer(),
+            suffix="",
+            chat_template=False,
+            max_length=1,
+            what="data.train_files",
+        )
     with pytest.raises(DataError, match=r"no chat template"):
-        PromptSet.build(rows, CharTokenizer(), suffix="", chat_template=True, max_length=9,
-                        what="data.train_files")  # fmt: skip
+        PromptSet.build(
+            rows,
+            CharTokenizer(),
+            suffix="",
+            chat_template=True,
+            max_length=9,
+            what="data.train_files",
+        )
 
 
 def test_synthetic_prompts_that_do_not_fit_name_the_synthetic_task():

@@ -28,8 +28,11 @@ def test_left_pad_right_aligns_prompts():
 def test_response_mask_keeps_tokens_up_to_and_including_the_first_eos():
     responses = torch.tensor([[4, 5, 2, 2, 2], [4, 2, 7, 2, 9], [4, 5, 6, 7, 8], [2, 0, 0, 0, 0]])
     assert response_mask(responses, 2).tolist() == [
-        [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0],
-    ]  # fmt: skip
+        [1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1],
+        [1, 0, 0, 0, 0],
+    ]
     assert response_mask(torch.tensor([[4, 3, 9]]), [2, 3]).tolist() == [[1, 1, 0]]
 
 
@@ -56,14 +59,21 @@ def layout(prompt_lengths, response_lengths, width=6):
     for row, n in enumerate(response_lengths):
         responses[row, :n], resp_mask[row, :n] = 5, 1
     attention = torch.cat([mask, resp_mask], 1)
-    tensors = {"input_ids": torch.cat([ids, responses], 1), "attention_mask": attention,
-               "position_ids": position_ids(attention), "responses": responses,
-               "response_mask": resp_mask, "advantages": resp_mask.float()}  # fmt: skip
+    tensors = {
+        "input_ids": torch.cat([ids, responses], 1),
+        "attention_mask": attention,
+        "position_ids": position_ids(attention),
+        "responses": responses,
+        "response_mask": resp_mask,
+        "advantages": resp_mask.float(),
+    }
     return TensorDict(tensors, batch_size=[len(prompt_lengths)])
 
 
-@given(lengths=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 6)), min_size=1,
-                        max_size=12), budget=st.integers(1, 60))  # fmt: skip
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 6)), min_size=1, max_size=12),
+    budget=st.integers(1, 60),
+)
 def test_token_micro_batches_hold_every_row_once_within_the_budget(lengths, budget):
     batch = layout([p for p, _ in lengths], [r for _, r in lengths])
     parts = token_budget_split(batch, budget)
@@ -110,9 +120,16 @@ def test_packing_lays_sequences_end_to_end_with_positions_restarting():
 
     ids = torch.tensor([[0, 11, 12, 13, 14, 15], [0, 0, 21, 22, 0, 0], [0, 0, 31, 32, 33, 0]])
     mask = torch.tensor([[0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0]])
-    batch = TensorDict({"input_ids": ids, "attention_mask": mask,
-                        "position_ids": position_ids(mask), "responses": ids[:, 3:],
-                        "response_mask": mask[:, 3:]}, batch_size=[3])  # fmt: skip
+    batch = TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": position_ids(mask),
+            "responses": ids[:, 3:],
+            "response_mask": mask[:, 3:],
+        },
+        batch_size=[3],
+    )
     packed = pack(batch, pad_id=9)
     assert packed.input_ids.tolist() == [[11, 12, 13, 14, 15], [31, 32, 33, 21, 22]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 0, 1]]
@@ -128,5 +145,8 @@ def test_packing_lays_sequences_end_to_end_with_positions_restarting():
     assert short.input_ids.tolist() == [[11, 12, 13, 14, 15], [21, 22, 9, 9, 9]]
     assert short.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 0, 0, 0]]
     with pytest.raises(ValueError, match="no prompt token"):
-        pack(batch[[1]].apply(lambda t: t, batch_size=[1]).update(
-            {"attention_mask": torch.tensor([[0, 0, 0, 1, 0, 0]])}))  # fmt: skip
+        pack(
+            batch[[1]]
+            .apply(lambda t: t, batch_size=[1])
+            .update({"attention_mask": torch.tensor([[0, 0, 0, 1, 0, 0]])})
+        )

@@ -74,8 +74,14 @@ def _single(**kwargs):
     raise NotImplementedError("Drift is a batched env only: use env.vector_mode native")
 
 
-for _id, _vector in (("rlcore_test/Drift-v0", "make_drift"),
-                     ("rlcore_test/DriftNumpy-v0", "make_drift_numpy")):  # fmt: skip
+for _id, _vector in (
+    ("rlcore_test/Drift-v0", "make_drift"),
+    ("rlcore_test/DriftNumpy-v0", "make_drift_numpy"),
+):
     if _id not in gym.registry:
-        gym.register(_id, entry_point=_single, vector_entry_point=f"{__name__}:{_vector}",
-                     disable_env_checker=True)  # fmt: skip
+        gym.register(
+            _id,
+            entry_point=_single,
+            vector_entry_point=f"{__name__}:{_vector}",
+            disable_env_checker=True,
+        )

@@ -56,12 +56,23 @@ def test_pickcube_steps_on_the_cpu_with_next_step_autoreset(maniskill):
 
 
 def test_ppo_runs_on_pickcube_in_subprocess_envs(maniskill, tmp_path):
-    config = load_config("embodied/maniskill_pickcube_ppo", [
-        "env.num_envs=2", "env.vector_mode=async", "runner.rollout_steps=32",
-        "runner.total_env_steps=128", "runner.eval_episodes=1", "runner.eval_every=0",
-        "actor.ppo_epochs=1", "actor.ppo_mini_batch_size=32", "actor.model.hidden_sizes=[32]",
-        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/maniskill_pickcube_ppo",
+        [
+            "env.num_envs=2",
+            "env.vector_mode=async",
+            "runner.rollout_steps=32",
+            "runner.total_env_steps=128",
+            "runner.eval_episodes=1",
+            "runner.eval_every=0",
+            "actor.ppo_epochs=1",
+            "actor.ppo_mini_batch_size=32",
+            "actor.model.hidden_sizes=[32]",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+        ],
+    )
     summary = EmbodiedRunner(config, plan_for_config(config)).run()
     assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None
 

@@ -16,14 +16,29 @@ from rlcore.workers.env_worker import EnvWorker
 
 
 def drift_config(tmp_path, env_id, *extra):
-    return load_config("embodied/cartpole_ppo", [
-        f"env.id={env_id}", "env.num_envs=4", "env.vector_mode=native", "env.normalize_obs=true",
-        "env.normalize_reward=true", "env.solved_threshold=null", "runner.rollout_steps=16",
-        "runner.total_env_steps=192", "runner.eval_episodes=2", "runner.eval_every=1",
-        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-        "actor.ppo_mini_batch_size=32", "actor.ppo_epochs=2", "algorithm.gamma=0.9",
-        "actor.model.hidden_sizes=[16,16]", *extra,
-    ])  # fmt: skip
+    return load_config(
+        "embodied/cartpole_ppo",
+        [
+            f"env.id={env_id}",
+            "env.num_envs=4",
+            "env.vector_mode=native",
+            "env.normalize_obs=true",
+            "env.normalize_reward=true",
+            "env.solved_threshold=null",
+            "runner.rollout_steps=16",
+            "runner.total_env_steps=192",
+            "runner.eval_episodes=2",
+            "runner.eval_every=1",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+            "actor.ppo_mini_batch_size=32",
+            "actor.ppo_epochs=2",
+            "algorithm.gamma=0.9",
+            "actor.model.hidden_sizes=[16,16]",
+            *extra,
+        ],
+    )
 
 
 def test_the_drift_ids_are_a_tensor_env_and_a_numpy_one():

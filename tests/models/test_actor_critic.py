@@ -50,8 +50,9 @@ def test_gaussian_log_prob_matches_the_closed_form():
     actions = torch.randn(3, 2)
     log_prob, entropy, _ = model.evaluate(obs, actions)
     mean, std = logits_of(model, obs), 0.5
-    expected = (-((actions - mean) ** 2) / (2 * std**2) - math.log(std)
-                - 0.5 * math.log(2 * math.pi)).sum(-1)  # fmt: skip
+    expected = (
+        -((actions - mean) ** 2) / (2 * std**2) - math.log(std) - 0.5 * math.log(2 * math.pi)
+    ).sum(-1)
     assert torch.allclose(log_prob, expected, atol=1e-6)
     assert torch.allclose(
         entropy, torch.full((3,), 2 * (0.5 + 0.5 * math.log(2 * math.pi) + math.log(std)))

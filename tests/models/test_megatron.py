@@ -26,13 +26,22 @@ def hf_model(kind: str):
         Qwen2ForTokenClassification,
     )
 
-    shape = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2,
-                 max_position_embeddings=64)  # fmt: skip
+    shape = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     if kind == "llama":
-        config = LlamaConfig(**shape, tie_word_embeddings=False, rope_parameters={
-            "rope_type": "default", "rope_theta": 5000.0})  # fmt: skip
+        config = LlamaConfig(
+            **shape,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+        )
         return config, LlamaForCausalLM(config).eval()
     config = Qwen2Config(**shape, tie_word_embeddings=kind == "tied", num_labels=1)
     if kind == "value":
@@ -59,8 +68,9 @@ def outputs(kind, config, model, ids):
 def init_group(rank, world, port):
     from megatron.core import parallel_state
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)  # fmt: skip
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 
 
@@ -165,8 +175,10 @@ def test_pipeline_stages_hold_their_layers_and_join_back(tp_size):
         config, hf = hf_model(kind)
         original = hf.state_dict()
         value = kind == "value"
-        stages = [[mg.to_megatron(original, config, r, tp_size, value, stage, 2)
-                   for r in range(tp_size)] for stage in (0, 1)]  # fmt: skip
+        stages = [
+            [mg.to_megatron(original, config, r, tp_size, value, stage, 2) for r in range(tp_size)]
+            for stage in (0, 1)
+        ]
         first, last = stages[0][0], stages[1][0]
         layer = "decoder.layers.0.self_attention.linear_proj.weight"
         assert "embedding.word_embeddings.weight" in first and layer in first, kind
@@ -191,6 +203,9 @@ def test_the_pipeline_size_must_divide_the_layers():
 
     config, _ = hf_model("tied")  # 2 layers
     mg.check_pipeline_parallel(config, 2, "actor.megatron.pipeline_parallel_size")
-    with pytest.raises(ConfigError, match=r"^actor.megatron.pipeline_parallel_size: 3 does not "
-                       r"divide the model's 2 layers"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.megatron.pipeline_parallel_size: 3 does not "
+        r"divide the model's 2 layers",
+    ):
         mg.check_pipeline_parallel(config, 3, "actor.megatron.pipeline_parallel_size")

@@ -37,11 +37,13 @@ class Answers(torch.nn.Module):
 
 
 def test_accuracy_is_greedy_decoding_scored_by_the_gsm8k_rule():
-    prompts = PromptSet(prompts=[[50, 51], [52], [53, 54, 55], [56]], answers=["3", "7", "10", "4"],
-                        dropped=0)  # fmt: skip
+    prompts = PromptSet(
+        prompts=[[50, 51], [52], [53, 54, 55], [56]], answers=["3", "7", "10", "4"], dropped=0
+    )
     replies = ["#### 3", "#### 8", "so #### 10.", "4"]  # right, wrong, right, no '####'
-    config = SimpleNamespace(data=SimpleNamespace(max_response_length=8),
-                             reward=SimpleNamespace(gsm8k_mode="strict"))  # fmt: skip
+    config = SimpleNamespace(
+        data=SimpleNamespace(max_response_length=8), reward=SimpleNamespace(gsm8k_mode="strict")
+    )
     model = Answers(replies)
     assert greedy_accuracy(model, Digits(), prompts, config) == 0.5
     config.reward.gsm8k_mode = "flexible"  # the last number anywhere: "4" counts too
@@ -52,8 +54,13 @@ def test_accuracy_is_greedy_decoding_scored_by_the_gsm8k_rule():
 @pytest.mark.parametrize(("stop_at", "trained"), [(10, 10), (None, 12)])
 def test_the_warm_up_stops_at_the_first_check_that_reaches_the_target(tiny_lm, stop_at, trained):
     _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "warmup.steps=12",
-                         "warmup.check_every=5", "warmup.stop_at_accuracy=0.5")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "warmup.steps=12",
+        "warmup.check_every=5",
+        "warmup.stop_at_accuracy=0.5",
+    )
     tokenizer = load_tokenizer(dirs.actor)
     rows = [{"question": f"{a} + 1 =", "answer": f"#### {a + 1}"} for a in range(8)]
     examples = sft_examples(rows, tokenizer, " Answer after ####.", chat=False)

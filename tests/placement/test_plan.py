@@ -6,8 +6,9 @@ from rlcore.config.schema import ClusterConfig
 from rlcore.placement import ComponentRoles, PlacementError, build_plan, resolve_cluster
 
 EMBODIED = ComponentRoles("embodied", ("actor", "rollout", "env"))
-REASONING = ComponentRoles("reasoning", ("actor", "critic", "rollout", "reward"),
-                           unused={"ref": "no reference KL"})  # fmt: skip
+REASONING = ComponentRoles(
+    "reasoning", ("actor", "critic", "rollout", "reward"), unused={"ref": "no reference KL"}
+)
 
 
 def plan(placement, roles=EMBODIED, nodes=2, per_node=4, fuse=True):
@@ -19,11 +20,15 @@ def plan(placement, roles=EMBODIED, nodes=2, per_node=4, fuse=True):
 def test_global_ranks_map_to_nodes_and_local_devices():
     p = plan({"actor": "2-5", "rollout,env": "6-7"})
     assert [(r.node, r.devices) for r in p.components["actor"]] == [
-        (0, (2,)), (0, (3,)), (1, (0,)), (1, (1,)),
-    ]  # fmt: skip
+        (0, (2,)),
+        (0, (3,)),
+        (1, (0,)),
+        (1, (1,)),
+    ]
     assert [(r.rank, r.node, r.devices) for r in p.components["env"]] == [
-        (0, 1, (2,)), (1, 1, (3,)),
-    ]  # fmt: skip
+        (0, 1, (2,)),
+        (1, 1, (3,)),
+    ]
 
 
 def test_layouts():
@@ -63,14 +68,17 @@ def test_unused_components_are_not_started_and_say_why():
 @pytest.mark.parametrize(
     ("placement", "message"),
     [
-        ({"actr,rollout,env": "all"}, "unknown component 'actr' in key 'actr,rollout,env' "
-         "(did you mean 'actor'?); mode embodied has actor, rollout, env"),
+        (
+            {"actr,rollout,env": "all"},
+            "unknown component 'actr' in key 'actr,rollout,env' "
+            "(did you mean 'actor'?); mode embodied has actor, rollout, env",
+        ),
         ({"actor,rollout": "all", "env,actor": "0"}, "component 'actor' is placed twice"),
         ({"actor,rollout": "all"}, "no placement for env; this config runs actor, rollout, env"),
         ({"actor,,env": "all"}, "key 'actor,,env' has an empty component name"),
         ({"critic,actor,rollout,env": "all"}, "unknown component 'critic'"),
     ],
-)  # fmt: skip
+)
 def test_component_errors(placement, message):
     with pytest.raises(PlacementError) as caught:
         plan(placement)

@@ -19,11 +19,13 @@ def test_the_penalty_grows_linearly_through_the_buffer():
     ("overrides", "message"),
     [
         (["reward.overlong_buffer.enable=true"], "reward.overlong_buffer.len: 0, but the buffer"),
-        (["reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=100000"],
-         "must hold 1 to data.max_response_length"),
+        (
+            ["reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=100000"],
+            "must hold 1 to data.max_response_length",
+        ),
         (["reward.overlong_buffer.len=4"], "enable is false, so nothing would use them"),
     ],
-)  # fmt: skip
+)
 def test_a_buffer_that_cannot_work_is_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config("reasoning/tiny_arith_ppo", overrides)

@@ -67,9 +67,16 @@ class Letters:
 def worker(components=(), **reward) -> RewardWorker:
     w = RewardWorker.__new__(RewardWorker)
     w.component_keys = list(components)  # algorithm.gdpo_reward_keys
-    defaults = {"kind": "gsm8k", "gsm8k_mode": "strict", "correct_score": 1.0, "format_score": 0.1,
-                "custom_fn": None, "timeout_s": 2.0, "num_processes": 1,
-                "overlong_buffer": SimpleNamespace(enable=False)}  # fmt: skip
+    defaults = {
+        "kind": "gsm8k",
+        "gsm8k_mode": "strict",
+        "correct_score": 1.0,
+        "format_score": 0.1,
+        "custom_fn": None,
+        "timeout_s": 2.0,
+        "num_processes": 1,
+        "overlong_buffer": SimpleNamespace(enable=False),
+    }
     w.config = SimpleNamespace(**(defaults | reward))
     w.max_response_length = 12
     w.tokenizer = Letters()
@@ -81,8 +88,9 @@ def worker(components=(), **reward) -> RewardWorker:
 def encode(texts, answers, width=12):
     rows = [[ord(c) for c in t] + [0] * (width - len(t)) for t in texts]
     responses = torch.tensor(rows)
-    batch = TensorDict({"responses": responses, "response_mask": (responses != 0).long()},
-                       batch_size=[len(texts)])  # fmt: skip
+    batch = TensorDict(
+        {"responses": responses, "response_mask": (responses != 0).long()}, batch_size=[len(texts)]
+    )
     batch["answers"] = NonTensorStack(*answers)
     return batch
 
@@ -142,9 +150,12 @@ def test_a_gdpo_component_the_custom_reward_does_not_return_names_the_key(tmp_pa
         out = w.score(encode(["x", "y"], ["x", "x"]))
         assert out["reward_components"].tolist() == [[0.5, 1.0], [0.5, 0.0]]
         w.component_keys = ["length"]
-        with pytest.raises(RewardError, match=r"algorithm.gdpo_reward_keys: 'length' is not "
-                           r"among the numbers the reward gave response 0 \(score, correct, "
-                           r"format_reward\); return it from reward.custom_fn"):  # fmt: skip
+        with pytest.raises(
+            RewardError,
+            match=r"algorithm.gdpo_reward_keys: 'length' is not "
+            r"among the numbers the reward gave response 0 \(score, correct, "
+            r"format_reward\); return it from reward.custom_fn",
+        ):
             w.score(encode(["x"], ["x"]))
     finally:
         w.close()

@@ -38,8 +38,12 @@ def reward_config(tmp_path, *extra):
 
 
 def pool(tmp_path, function, *extra):
-    config = reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:{function}",
-                           "reward.timeout_s=0.5", *extra)  # fmt: skip
+    config = reward_config(
+        tmp_path,
+        f"reward.custom_fn={tmp_path / 'reward.py'}:{function}",
+        "reward.timeout_s=0.5",
+        *extra,
+    )
     return ScoringPool(config)
 
 
@@ -52,8 +56,11 @@ def test_a_scorer_spinning_in_c_is_stopped_at_the_deadline_and_the_next_batch_go
         verdicts = scoring.score([("slow", "7"), ("7", "7"), ("slow", "7"), ("8", "7")])
         took = time.monotonic() - start
         assert [(v.score, v.correct, v.timed_out) for v in verdicts] == [
-            (0.0, False, True), (1.0, True, False), (0.0, False, True), (0.0, False, False)
-        ]  # fmt: skip
+            (0.0, False, True),
+            (1.0, True, False),
+            (0.0, False, True),
+            (0.0, False, False),
+        ]
         assert took < 0.5 * 2 + 3  # two rounds of the deadline, plus replacing processes
         again = scoring.score([("7", "7"), ("6", "7")])  # the replacements score
         assert [v.correct for v in again] == [True, False]
@@ -63,13 +70,15 @@ def test_a_scorer_spinning_in_c_is_stopped_at_the_deadline_and_the_next_batch_go
 
 
 def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path):
-    config = load_config("reasoning/tiny_arith_ppo",
-                         ["reward.kind=math", "reward.timeout_s=0.5"]).reward  # fmt: skip
+    config = load_config(
+        "reasoning/tiny_arith_ppo", ["reward.kind=math", "reward.timeout_s=0.5"]
+    ).reward
     scoring = ScoringPool(config)
     try:
         start = time.monotonic()
-        tower, right = scoring.score([("\\boxed{9^{9^{9^{9}}}}", "3"), ("\\boxed{\\frac{1}{2}}",
-                                                                         "0.5")])  # fmt: skip
+        tower, right = scoring.score(
+            [("\\boxed{9^{9^{9^{9}}}}", "3"), ("\\boxed{\\frac{1}{2}}", "0.5")]
+        )
         assert time.monotonic() - start < 10
         assert tower.score == 0.0 and not tower.correct
         assert right.correct
@@ -80,12 +89,15 @@ def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path)
 @pytest.mark.parametrize(
     ("function", "message"),
     [
-        ("nan", r"reward.custom_fn: .*reward.py:nan on response 1 returned nan; rewards must be "
-                r"finite numbers"),
+        (
+            "nan",
+            r"reward.custom_fn: .*reward.py:nan on response 1 returned nan; rewards must be "
+            r"finite numbers",
+        ),
         ("text", r"reward.custom_fn: .*:text on response 0 returned '1.0'; return a number, or"),
         ("raises", r"reward.custom_fn: .*:raises on response 0 raised KeyError: 'answer'"),
     ],
-)  # fmt: skip
+)
 def test_a_reward_that_is_not_a_finite_number_names_the_function(tmp_path, function, message):
     scoring = pool(tmp_path, function, "reward.num_processes=1")
     try:

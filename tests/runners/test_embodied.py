@@ -24,12 +24,24 @@ CORRIDOR = "tests.runners.corridor:Corridor"
 
 
 def corridor_config(tmp_path, *extra):
-    return load_config("embodied/cartpole_ppo", [
-        f"env.id={CORRIDOR}", "env.num_envs=1", "env.vector_mode=sync", "env.solved_threshold=null",
-        "runner.rollout_steps=4", "runner.total_env_steps=8", "runner.eval_episodes=1",
-        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-        "actor.ppo_mini_batch_size=4", "actor.ppo_epochs=1", *extra,
-    ])  # fmt: skip
+    return load_config(
+        "embodied/cartpole_ppo",
+        [
+            f"env.id={CORRIDOR}",
+            "env.num_envs=1",
+            "env.vector_mode=sync",
+            "env.solved_threshold=null",
+            "runner.rollout_steps=4",
+            "runner.total_env_steps=8",
+            "runner.eval_episodes=1",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+            "actor.ppo_mini_batch_size=4",
+            "actor.ppo_epochs=1",
+            *extra,
+        ],
+    )
 
 
 def runner_for(config):
@@ -40,19 +52,31 @@ def one_env_batch(rewards, values, terminated, truncated, valid):
     """One env's rollout as the collect stage returns it: ``values`` has T + 1 entries, the last
     being V(observation after the last step)."""
     row = lambda x, dtype=torch.float32: torch.tensor([x], dtype=dtype)  # noqa: E731
-    return TensorDict({
-        "values": row(values[:-1]), "last_value": torch.tensor([values[-1]]),
-        "rewards": row(rewards), "terminated": row(terminated, torch.bool),
-        "truncated": row(truncated, torch.bool), "valid": row(valid, torch.bool),
-    }, batch_size=[1])  # fmt: skip
+    return TensorDict(
+        {
+            "values": row(values[:-1]),
+            "last_value": torch.tensor([values[-1]]),
+            "rewards": row(rewards),
+            "terminated": row(terminated, torch.bool),
+            "truncated": row(truncated, torch.bool),
+            "valid": row(valid, torch.bool),
+        },
+        batch_size=[1],
+    )
 
 
 @pytest.mark.parametrize("ended_by", ["truncated", "terminated"])
 def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_not(
     tmp_path, ended_by
 ):
-    runner = runner_for(corridor_config(tmp_path, "algorithm.gamma=0.5", "algorithm.gae_lambda=1.0",
-                                        "algorithm.normalize_advantages=false"))  # fmt: skip
+    runner = runner_for(
+        corridor_config(
+            tmp_path,
+            "algorithm.gamma=0.5",
+            "algorithm.gae_lambda=1.0",
+            "algorithm.normalize_advantages=false",
+        )
+    )
     # Steps: 0 and 1 end an episode at 1; step 2 only resets (masked); step 3 starts anew.
     # values[2] is V(final obs of the episode); values[4] bootstraps after the rollout.
     truncated = [False, ended_by == "truncated", False, False]
@@ -97,8 +121,13 @@ def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_p
 
 
 def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
-    config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
-                             "actor.ppo_mini_batch_size=8", "runner.run_name=plug-in")  # fmt: skip
+    config = corridor_config(
+        tmp_path,
+        "runner.total_env_steps=64",
+        "runner.rollout_steps=8",
+        "actor.ppo_mini_batch_size=8",
+        "runner.run_name=plug-in",
+    )
     assert config.runner.stop_at_threshold  # from the CartPole config, but no threshold: no stop
     summary = runner_for(config).run()
     assert summary["env_steps"] == 64 and summary["iterations"] == 8
@@ -109,10 +138,16 @@ def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
 
 
 def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_path):
-    config = corridor_config(tmp_path, "runner.total_env_steps=64", "runner.rollout_steps=8",
-                             "actor.ppo_mini_batch_size=8", "runner.run_name=stops",
-                             "env.solved_threshold=3", "runner.stop_at_threshold=true",
-                             "runner.eval_every=2")  # fmt: skip
+    config = corridor_config(
+        tmp_path,
+        "runner.total_env_steps=64",
+        "runner.rollout_steps=8",
+        "actor.ppo_mini_batch_size=8",
+        "runner.run_name=stops",
+        "env.solved_threshold=3",
+        "runner.stop_at_threshold=true",
+        "runner.eval_every=2",
+    )
     summary = runner_for(config).run()
     # every corridor episode returns 3, so the first eval (iteration 2, 16 steps) reaches it
     assert summary["iterations"] == 2 and summary["env_steps"] == 16
@@ -125,11 +160,13 @@ def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_pa
     ("env_id", "message"),
     [
         ("CartPole-v2", "no environment 'CartPole-v2'; did you mean 'CartPole-v1'"),
-        ("tests.runners.corridor:Coridor", "has no 'Coridor' (did you mean "
-         "'tests.runners.corridor:Corridor'?)"),
+        (
+            "tests.runners.corridor:Coridor",
+            "has no 'Coridor' (did you mean 'tests.runners.corridor:Corridor'?)",
+        ),
         ("tests.runners.corridor:DictObs", "rlcore's policies take Box observations"),
     ],
-)  # fmt: skip
+)
 def test_bad_envs_are_named_with_the_fix(env_id, message):
     with pytest.raises(EnvError) as caught:
         envs = make_vector_env(env_id, 1, "sync")
@@ -146,23 +183,32 @@ def test_an_env_returning_nan_stops_the_run_with_its_name(tmp_path, env, where):
 
 def test_an_env_whose_step_fails_is_named_in_one_line(tmp_path):
     runner = runner_for(corridor_config(tmp_path, "env.id=tests.runners.corridor:WrongShape"))
-    with pytest.raises(EnvError, match=r"env.id: env 'tests.runners.corridor:WrongShape' rank 0, "
-                       r"step 1 failed: ValueError: "):  # fmt: skip
+    with pytest.raises(
+        EnvError,
+        match=r"env.id: env 'tests.runners.corridor:WrongShape' rank 0, "
+        r"step 1 failed: ValueError: ",
+    ):
         runner.run()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_env_that_raises_is_one_line_naming_where(tmp_path, mode):
-    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Raises",
-                             f"env.vector_mode={mode}", "env.checkpoint_state=reseed")  # fmt: skip
+    config = corridor_config(
+        tmp_path,
+        "env.id=tests.runners.corridor:Raises",
+        f"env.vector_mode={mode}",
+        "env.checkpoint_state=reseed",
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(EnvError) as failed:
             runner_for(config).run()
     line = re.escape(str(REPO / "tests" / "runners" / "corridor.py"))
-    assert re.fullmatch(r"env.id: env 'tests.runners.corridor:Raises' rank 0, step 2 failed: "
-                        rf"RuntimeError: corridor exploded \(at {line}:\d+ in step\)",
-                        str(failed.value)), failed.value  # fmt: skip
+    assert re.fullmatch(
+        r"env.id: env 'tests.runners.corridor:Raises' rank 0, step 2 failed: "
+        rf"RuntimeError: corridor exploded \(at {line}:\d+ in step\)",
+        str(failed.value),
+    ), failed.value
     # the env's own warning reaches the user (async: in its subprocess's stderr); gymnasium's
     # report of the failure, with the traceback the line above sums up, does not
     said = [str(w.message) for w in caught]
@@ -178,8 +224,11 @@ def test_an_env_whose_reset_returns_another_shape_than_its_space_is_named(tmp_pa
 
 def test_observations_of_another_shape_than_the_space_declares_are_refused():
     # a native vector env hands its arrays over unchecked; the worker's check names the env
-    with pytest.raises(EnvError, match=r"'E' returned observations of shape \(3,\) from step 2, "
-                       r"and its observation_space declares \(4,\)"):  # fmt: skip
+    with pytest.raises(
+        EnvError,
+        match=r"'E' returned observations of shape \(3,\) from step 2, "
+        r"and its observation_space declares \(4,\)",
+    ):
         check_output("E", "step 2", np.zeros((2, 3)), np.zeros(2), (4,))
     with pytest.raises(EnvError, match=r"'E' returned a non-finite reward .* from reset"):
         check_output("E", "reset", np.zeros((2, 4)), np.array([0.0, np.inf]), (4,))
@@ -187,27 +236,50 @@ def test_observations_of_another_shape_than_the_space_declares_are_refused():
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_env_that_hangs_ends_the_run_at_the_step_timeout_naming_it(tmp_path, mode):
-    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Stuck",
-                             f"env.vector_mode={mode}", "env.step_timeout_s=0.5",
-                             "env.checkpoint_state=reseed")  # fmt: skip
+    config = corridor_config(
+        tmp_path,
+        "env.id=tests.runners.corridor:Stuck",
+        f"env.vector_mode={mode}",
+        "env.step_timeout_s=0.5",
+        "env.checkpoint_state=reseed",
+    )
     runner = runner_for(config)
     start = time.monotonic()
-    with pytest.raises(EnvError, match=r"env.step_timeout_s: env 'tests.runners.corridor:Stuck' "
-                       r"rank 0, step \d+ took over 0.5 s"):  # fmt: skip
+    with pytest.raises(
+        EnvError,
+        match=r"env.step_timeout_s: env 'tests.runners.corridor:Stuck' "
+        r"rank 0, step \d+ took over 0.5 s",
+    ):
         runner.run()
     assert time.monotonic() - start < 10
 
 
 def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, "examples/embodied/main.py", "runner.total_env_steps=2560",
-         "runner.progress=false", f"runner.output_dir={tmp_path}", "runner.eval_every=5"],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "examples/embodied/main.py",
+            "runner.total_env_steps=2560",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "runner.eval_every=5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    keys = {"eval_return_mean", "eval_return_std", "env_steps", "wall_s", "time_to_threshold_s",
-            "steps_to_threshold"}  # fmt: skip
+    keys = {
+        "eval_return_mean",
+        "eval_return_std",
+        "env_steps",
+        "wall_s",
+        "time_to_threshold_s",
+        "steps_to_threshold",
+    }
     assert keys <= set(summary) and summary["env_steps"] == 2560
     assert (Path(summary["run_dir"]) / "summary.json").is_file()
     assert list((Path(summary["run_dir"]) / "tensorboard").iterdir())
@@ -215,11 +287,21 @@ def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
 
 def test_the_custom_env_example_trains_by_config_alone(tmp_path):
     done = subprocess.run(
-        [sys.executable, "main.py", "env.id=custom_env:PointReach", "env.vector_mode=sync",
-         "runner.total_env_steps=512", "runner.progress=false", f"runner.output_dir={tmp_path}"],
-        cwd=REPO / "examples" / "embodied", capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "main.py",
+            "env.id=custom_env:PointReach",
+            "env.vector_mode=sync",
+            "runner.total_env_steps=512",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+        ],
+        cwd=REPO / "examples" / "embodied",
+        capture_output=True,
+        text=True,
+        check=False,
         timeout=300,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["env_id"] == "custom_env:PointReach"
 
@@ -227,18 +309,26 @@ def test_the_custom_env_example_trains_by_config_alone(tmp_path):
 @pytest.mark.parametrize("name", ["mujoco_halfcheetah_ppo", "mujoco_hopper_ppo"])
 def test_mujoco_configs_run(tmp_path, name):
     pytest.importorskip("mujoco", reason="MuJoCo configs need the 'mujoco' extra")
-    config = load_config(f"embodied/{name}", [
-        "runner.rollout_steps=64", "runner.total_env_steps=128", "actor.ppo_mini_batch_size=32",
-        "runner.eval_episodes=1", "runner.progress=false", f"runner.output_dir={tmp_path}",
-        "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        f"embodied/{name}",
+        [
+            "runner.rollout_steps=64",
+            "runner.total_env_steps=128",
+            "actor.ppo_mini_batch_size=32",
+            "runner.eval_episodes=1",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+        ],
+    )
     summary = runner_for(config).run()
     assert summary["env_steps"] == 128 and summary["eval_return_mean"] is not None
 
 
 def test_an_image_env_trains_through_the_cnn(tmp_path):
-    config = corridor_config(tmp_path, "env.id=tests.runners.corridor:Pixels",
-                             "actor.model.hidden_sizes=[32]")  # fmt: skip
+    config = corridor_config(
+        tmp_path, "env.id=tests.runners.corridor:Pixels", "actor.model.hidden_sizes=[32]"
+    )
     summary = runner_for(config).run()
     assert summary["env_steps"] == 8 and summary["eval_return_mean"] is not None
 
@@ -271,11 +361,19 @@ def test_the_rollout_refuses_to_act_with_weights_it_was_not_synced(tmp_path):
 
 
 def test_fsdp2_actor_on_two_ranks_trains_and_the_rollout_acts_with_whole_weights(tmp_path):
-    config = load_config("embodied/cartpole_ppo", [
-        "cluster.devices_per_node=2", "cluster.component_placement={actor:all,rollout:all,env:all}",
-        "actor.training_backend=fsdp2", "runner.total_env_steps=1024", "runner.eval_every=1",
-        "runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false",
-    ])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "cluster.devices_per_node=2",
+            "cluster.component_placement={actor:all,rollout:all,env:all}",
+            "actor.training_backend=fsdp2",
+            "runner.total_env_steps=1024",
+            "runner.eval_every=1",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "logger.tensorboard=false",
+        ],
+    )
     runner = runner_for(config)
     try:
         group = runner.components.group

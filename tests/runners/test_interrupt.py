@@ -44,13 +44,27 @@ def alive(pid: int) -> bool:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_path, how):
     run = subprocess.Popen(
-        [sys.executable, "examples/embodied/main.py", "env.vector_mode=async", "env.num_envs=4",
-         "runner.rollout_steps=32", "actor.ppo_mini_batch_size=128", "runner.progress=false",
-         "logger.console=true", "logger.tensorboard=false", "runner.checkpoint_every=100000",
-         "env.solved_threshold=null", f"runner.output_dir={tmp_path}", "runner.run_name=r"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "examples/embodied/main.py",
+            "env.vector_mode=async",
+            "env.num_envs=4",
+            "runner.rollout_steps=32",
+            "actor.ppo_mini_batch_size=128",
+            "runner.progress=false",
+            "logger.console=true",
+            "logger.tensorboard=false",
+            "runner.checkpoint_every=100000",
+            "env.solved_threshold=null",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=r",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # a process group of its own, as a terminal's job is
-    )  # fmt: skip
+    )
     try:
         for line in run.stderr:  # wait for two iterations
             if line.startswith("step 256:"):

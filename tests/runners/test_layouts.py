@@ -28,8 +28,12 @@ PROCESSES = {"one-process": 1, "env-apart": 2, "rollout-apart": 2, "data-paralle
 def main(*args, timeout=300):
     return subprocess.run(
         [sys.executable, "examples/embodied/main.py", "runner.progress=false", *args],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=timeout,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def run_through_entry_point(tmp_path, layout, *extra):
@@ -69,8 +73,9 @@ def test_the_split_layouts_compute_what_one_process_computes(tmp_path, layout):
     not the numbers: 10 iterations end with the weights of the one-process run, bit for bit
     (so these layouts solve CartPole when the one-process layout does)."""
     split = run_through_entry_point(tmp_path / "split", layout, *SHORT)
-    config = load_config("embodied/cartpole_ppo", [*SHORT, f"runner.output_dir={tmp_path}",
-                                                   "runner.progress=false"])  # fmt: skip
+    config = load_config(
+        "embodied/cartpole_ppo", [*SHORT, f"runner.output_dir={tmp_path}", "runner.progress=false"]
+    )
     alone = EmbodiedRunner(config, plan_for_config(config)).run()
     assert split["eval_return_mean"] == alone["eval_return_mean"]
     a, b = final_actor(split), final_actor(alone)
@@ -83,10 +88,15 @@ def test_the_split_layouts_compute_what_one_process_computes(tmp_path, layout):
         ("{env:all,rollout:0,actor:0}", "env has 2 rank(s) and rollout 1"),
         ("{env:0,rollout:0,actor:all}", "env.num_envs: 63 envs cannot be shared by 2 actor"),
     ],
-)  # fmt: skip
+)
 def test_a_layout_the_dry_run_refuses_the_run_refuses_the_same_way(tmp_path, placement, message):
-    args = (TWO_SLOTS, f"cluster.component_placement={placement}", f"runner.output_dir={tmp_path}",
-            "env.num_envs=63", "actor.ppo_mini_batch_size=504")  # 63 envs x 8 steps  # fmt: skip
+    args = (
+        TWO_SLOTS,
+        f"cluster.component_placement={placement}",
+        f"runner.output_dir={tmp_path}",
+        "env.num_envs=63",
+        "actor.ppo_mini_batch_size=504",
+    )  # 63 envs x 8 steps
     for dry_run in ("true", "false"):
         done = main(*args, f"runner.dry_run={dry_run}")
         assert done.returncode == 2, (dry_run, done.stderr)

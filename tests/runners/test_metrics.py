@@ -6,8 +6,9 @@ import time
 from rlcore.runners.metrics import MetricsLogger
 
 
-def test_wandb_without_a_reachable_server_logs_offline_within_seconds(tmp_path, monkeypatch,
-                                                                      capsys):  # fmt: skip
+def test_wandb_without_a_reachable_server_logs_offline_within_seconds(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens on port 9
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -55,53 +55,103 @@ def bad_inputs(tmp_path, model):
     (tmp_path / "out" / "taken").mkdir(parents=True)  # the harness's runner.output_dir
     write(tmp_path / "out" / "taken" / "config.json", "{}")
     write(tmp_path / "out" / "a_file", "")
-    damaged = {d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
-               for d in ("no weights", "garbage weights", "no tokenizer")}  # fmt: skip
+    damaged = {
+        d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
+        for d in ("no weights", "garbage weights", "no tokenizer")
+    }
     return [
-        (ARITH, ["actor.model.path=/no/such/model", "warmup.steps=0"],
-         "actor.model.path: /no/such/model is not a directory"),
-        (ARITH, [f"actor.model.path={tmp_path / 'empty_dir'}", "warmup.steps=0"],
-         "has no config.json, so it is not a model folder"),
+        (
+            ARITH,
+            ["actor.model.path=/no/such/model", "warmup.steps=0"],
+            "actor.model.path: /no/such/model is not a directory",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={tmp_path / 'empty_dir'}", "warmup.steps=0"],
+            "has no config.json, so it is not a model folder",
+        ),
         (ARITH, ["critic.model_path=/no/critic"], "critic.model_path: /no/critic is not a"),
-        (ARITH, ["data.train_files=[/no/train.jsonl]"],
-         "data.train_files: /no/train.jsonl does not exist"),
+        (
+            ARITH,
+            ["data.train_files=[/no/train.jsonl]"],
+            "data.train_files: /no/train.jsonl does not exist",
+        ),
         (ARITH, [f"data.train_files=[{tmp_path / 'rows.csv'}]"], "is neither .parquet nor .jsonl"),
         (ARITH, [f"data.val_files=[{empty}]"], "data.val_files: " + str(empty) + " is empty"),
         (ARITH, [f"data.train_files=[{no_field}]"], "has no field 'question' (data.prompt_key)"),
         (ARITH, [f"data.train_files=[{no_number}]"], "has no number after '####'"),
-        (ARITH, [f"data.train_files=[{rows}]", "data.answer_key=solution"],
-         "has no field 'solution' (data.answer_key)"),
-        (ARITH, [*custom, "reward.custom_fn=/no/reward.py:score"],
-         "reward.custom_fn: /no/reward.py does not exist"),
-        (ARITH, [*custom, f"reward.custom_fn={tmp_path / 'reward.py'}:score"],
-         "defines no function 'score'"),
+        (
+            ARITH,
+            [f"data.train_files=[{rows}]", "data.answer_key=solution"],
+            "has no field 'solution' (data.answer_key)",
+        ),
+        (
+            ARITH,
+            [*custom, "reward.custom_fn=/no/reward.py:score"],
+            "reward.custom_fn: /no/reward.py does not exist",
+        ),
+        (
+            ARITH,
+            [*custom, f"reward.custom_fn={tmp_path / 'reward.py'}:score"],
+            "defines no function 'score'",
+        ),
         (ARITH, [*custom, "reward.custom_fn=reward.py"], "is not 'path/to/file.py:function'"),
-        (ARITH, [*custom, f"reward.custom_fn={tmp_path / 'broken.py'}:score"],
-         "broken.py cannot be loaded: SyntaxError: expected ':' (line 1)"),
-        (ARITH, [f"actor.model.path={tmp_path / 'damaged_model'}", "warmup.steps=0"],
-         "config.json is not readable JSON"),
-        (ARITH, [f"actor.model.path={damaged['no weights']}", "warmup.steps=0"],
-         "no_weights holds no weights (none of model.safetensors, "),
-        (ARITH, [f"critic.model_path={damaged['garbage weights']}"],
-         "model.safetensors is not a readable safetensors file"),
-        (ARITH, [f"actor.model.path={damaged['no tokenizer']}", "warmup.steps=0"],
-         "no_tokenizer holds no tokenizer (none of tokenizer.json, "),
-        (ARITH, [f"runner.output_dir={tmp_path / 'out' / 'a_file' / 'runs'}"],
-         "a_file is a file, so"),
+        (
+            ARITH,
+            [*custom, f"reward.custom_fn={tmp_path / 'broken.py'}:score"],
+            "broken.py cannot be loaded: SyntaxError: expected ':' (line 1)",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={tmp_path / 'damaged_model'}", "warmup.steps=0"],
+            "config.json is not readable JSON",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={damaged['no weights']}", "warmup.steps=0"],
+            "no_weights holds no weights (none of model.safetensors, ",
+        ),
+        (
+            ARITH,
+            [f"critic.model_path={damaged['garbage weights']}"],
+            "model.safetensors is not a readable safetensors file",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={damaged['no tokenizer']}", "warmup.steps=0"],
+            "no_tokenizer holds no tokenizer (none of tokenizer.json, ",
+        ),
+        (
+            ARITH,
+            [f"runner.output_dir={tmp_path / 'out' / 'a_file' / 'runs'}"],
+            "a_file is a file, so",
+        ),
         (CARTPOLE, [f"runner.output_dir={tmp_path / 'out' / 'a_file'}"], "a_file is a file, so"),
         (CARTPOLE, ["env.id=CartPol-v1"], "env.id: no environment 'CartPol-v1'"),
         (CARTPOLE, ["env.id=tests.runners.nowhere:Env"], "env.id:"),
-        (CARTPOLE, ["env.id=Pendulum-v1", "env.vector_mode=native"],
-         "env.vector_mode: 'Pendulum-v1' has no native vector version"),
-        (CARTPOLE, ["runner.resume_dir=/no/run"],
-         "runner.resume_dir: no complete checkpoint at /no/run"),
-        (CARTPOLE, [f"runner.resume_dir={run}"],
-         f"runner.resume_dir: no complete checkpoint at {run}"),
-        (CARTPOLE, ["runner.run_name=taken"],
-         "already holds a run; pick another run_name, or continue that run with runner.resume"),
+        (
+            CARTPOLE,
+            ["env.id=Pendulum-v1", "env.vector_mode=native"],
+            "env.vector_mode: 'Pendulum-v1' has no native vector version",
+        ),
+        (
+            CARTPOLE,
+            ["runner.resume_dir=/no/run"],
+            "runner.resume_dir: no complete checkpoint at /no/run",
+        ),
+        (
+            CARTPOLE,
+            [f"runner.resume_dir={run}"],
+            f"runner.resume_dir: no complete checkpoint at {run}",
+        ),
+        (
+            CARTPOLE,
+            ["runner.run_name=taken"],
+            "already holds a run; pick another run_name, or continue that run with runner.resume",
+        ),
         (ARITH, ["runner.run_name=taken"], "already holds a run"),
         (CARTPOLE, ["runner.run_name=a_file"], "a_file is a file, not a folder for the run"),
-    ]  # fmt: skip
+    ]
 
 
 def runner_refusal(config_name, args):

@@ -25,8 +25,11 @@ def length_reward(tmp_path):
     (tmp_path / "length.py").write_text(
         "def score(response, answer):\n    return len(response) % 3\n"
     )
-    return ("reward.kind=custom", f"reward.custom_fn={tmp_path}/length.py:score",
-            "reward.num_processes=1")  # fmt: skip
+    return (
+        "reward.kind=custom",
+        f"reward.custom_fn={tmp_path}/length.py:score",
+        "reward.num_processes=1",
+    )
 
 
 def run(config):
@@ -36,10 +39,18 @@ def run(config):
 def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     cache = dirs.actor.parent
-    code = run_entry_point("reasoning/tiny_arith_ppo", [*TINY, f"warmup.cache_dir={cache}",
-                           f"runner.output_dir={tmp_path}", "runner.run_name=r",
-                           "runner.val_n=3", "runner.log_val_generations=2",
-                           "logger.console=true"])  # fmt: skip
+    code = run_entry_point(
+        "reasoning/tiny_arith_ppo",
+        [
+            *TINY,
+            f"warmup.cache_dir={cache}",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=r",
+            "runner.val_n=3",
+            "runner.log_val_generations=2",
+            "logger.console=true",
+        ],
+    )
     assert code == 0
     out = capsys.readouterr()
     summary = json.loads(out.out.strip().splitlines()[-1])
@@ -62,9 +73,13 @@ def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
 
 def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
     _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, tmp_path, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=4",
-                         "actor.ppo_micro_batch_size=4")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=4",
+        "actor.ppo_micro_batch_size=4",
+    )
     runner = ReasoningRunner(config, plan_for_config(config))
     assert runner.placed == {"actor", "rollout", "reward"}
     # A prompt drawn twice in one batch (across an epoch boundary) forms two groups.
@@ -76,9 +91,14 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
 def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, tmp_path):
     _, dirs = tiny_lm
     (tmp_path / "chars.py").write_text("def score(response, answer):\n    return len(response)\n")
-    config = tiny_config(dirs.actor.parent, tmp_path, "algorithm.adv_type=remax",
-                         "algorithm.group_size=3", "reward.kind=custom",
-                         f"reward.custom_fn={tmp_path}/chars.py:score")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        "algorithm.adv_type=remax",
+        "algorithm.group_size=3",
+        "reward.kind=custom",
+        f"reward.custom_fn={tmp_path}/chars.py:score",
+    )
     runner = ReasoningRunner(config, plan_for_config(config))
     try:
         runner._sync()
@@ -98,24 +118,41 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
 
 @pytest.mark.parametrize(
     "choice",
-    ["algorithm.policy_loss=gspo", "algorithm.policy_loss=gpg", "algorithm.adv_type=grpo_passk",
-     "algorithm.adv_type=opo", "algorithm.adv_type=gpg", "algorithm.adv_type=rloo_vectorized",
-     "algorithm.adv_type=remax", "algorithm.adv_type=optimal_token_baseline",
-     "algorithm.adv_type=tir_optimal_token_baseline",
-     "algorithm.adv_type=gdpo algorithm.gdpo_reward_keys=[correct,format,overlong_penalty] "
-     "algorithm.gdpo_reward_weights=[1.0,0.5,0.5] reward.overlong_buffer.enable=true "
-     "reward.overlong_buffer.len=2",
-     *(f"algorithm.policy_loss={name}" for name in ("vanilla", "clip_cov", "kl_cov", "cispo",
-                                                     "sapo", "geo_mean", "dppo_tv", "dppo_kl")),
-     "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",
-     # micro-batches by tokens (the critic's budget is the actor's)
-     "actor.ppo_micro_batch_size=null actor.max_tokens_per_micro_batch=200",
-     # a barely trained model is never right: DAPO's groups must differ in their scores
-     "--config reasoning/tiny_arith_dapo data.train_batch_size=4 LENGTH_REWARD "
-     "algorithm.filter_groups.metric=score"],
-)  # fmt: skip
-def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys,
-                                                                 choice):  # fmt: skip
+    [
+        "algorithm.policy_loss=gspo",
+        "algorithm.policy_loss=gpg",
+        "algorithm.adv_type=grpo_passk",
+        "algorithm.adv_type=opo",
+        "algorithm.adv_type=gpg",
+        "algorithm.adv_type=rloo_vectorized",
+        "algorithm.adv_type=remax",
+        "algorithm.adv_type=optimal_token_baseline",
+        "algorithm.adv_type=tir_optimal_token_baseline",
+        "algorithm.adv_type=gdpo algorithm.gdpo_reward_keys=[correct,format,overlong_penalty] "
+        "algorithm.gdpo_reward_weights=[1.0,0.5,0.5] reward.overlong_buffer.enable=true "
+        "reward.overlong_buffer.len=2",
+        *(
+            f"algorithm.policy_loss={name}"
+            for name in (
+                "vanilla",
+                "clip_cov",
+                "kl_cov",
+                "cispo",
+                "sapo",
+                "geo_mean",
+                "dppo_tv",
+                "dppo_kl",
+            )
+        ),
+        "algorithm.policy_loss=dro algorithm.policy_loss_options.dro_beta=0.1",
+        # micro-batches by tokens (the critic's budget is the actor's)
+        "actor.ppo_micro_batch_size=null actor.max_tokens_per_micro_batch=200",
+        # a barely trained model is never right: DAPO's groups must differ in their scores
+        "--config reasoning/tiny_arith_dapo data.train_batch_size=4 LENGTH_REWARD "
+        "algorithm.filter_groups.metric=score",
+    ],
+)
+def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_path, capsys, choice):
     _, dirs = tiny_lm
     name, overrides = "reasoning/tiny_arith_ppo", choice.split()
     if overrides[0] == "--config":  # a shipped recipe, run as a user would
@@ -123,9 +160,15 @@ def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_pat
     if "LENGTH_REWARD" in overrides:
         overrides.remove("LENGTH_REWARD")
         overrides += length_reward(tmp_path)
-    args = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", f"runner.output_dir={tmp_path}",
-            "runner.checkpoint_every=0", "algorithm.adv_type=grpo", "algorithm.group_size=4",
-            *overrides]  # fmt: skip
+    args = [
+        *TINY,
+        f"warmup.cache_dir={dirs.actor.parent}",
+        f"runner.output_dir={tmp_path}",
+        "runner.checkpoint_every=0",
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=4",
+        *overrides,
+    ]
     assert run_entry_point(name, args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["iterations"] == 2 and summary["skipped_steps"] == {"actor": 0}
@@ -150,8 +193,13 @@ def placed(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_dry_run_accepts_every_layout_the_suite_runs(tiny_lm, tmp_path, capsys, layout):
     _, dirs = tiny_lm
-    args = [*TINY, f"warmup.cache_dir={dirs.actor.parent}", "algorithm.use_kl_in_reward=true",
-            *placed(layout), "runner.dry_run=true"]  # fmt: skip
+    args = [
+        *TINY,
+        f"warmup.cache_dir={dirs.actor.parent}",
+        "algorithm.use_kl_in_reward=true",
+        *placed(layout),
+        "runner.dry_run=true",
+    ]
     assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
     assert "dry run: the config and placement are valid" in capsys.readouterr().out
 
@@ -160,17 +208,29 @@ def test_the_dry_run_accepts_every_layout_the_suite_runs(tiny_lm, tmp_path, caps
 @pytest.mark.parametrize("layout", ["one-process", "disaggregated", "data-parallel"])
 def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, layout):
     _, dirs = tiny_lm
-    common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
-              "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
-              *length_reward(tmp_path), *placed(layout))  # fmt: skip
+    common = (
+        f"runner.output_dir={tmp_path}",
+        "runner.checkpoint_every=1",
+        "algorithm.use_kl_in_reward=true",
+        "algorithm.kl_ctrl.type=adaptive",
+        *length_reward(tmp_path),
+        *placed(layout),
+    )
     cache = dirs.actor.parent
     run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
     # Stopped after iteration 2: a run folder holding only the iteration-2 checkpoint.
     shutil.copytree(
         tmp_path / "full/checkpoints/iter_000002", tmp_path / "cut/checkpoints/iter_000002"
     )
-    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3",
-                    f"runner.resume_dir={tmp_path / 'cut'}"))  # fmt: skip
+    run(
+        tiny_config(
+            cache,
+            tmp_path,
+            *common,
+            "runner.total_iterations=3",
+            f"runner.resume_dir={tmp_path / 'cut'}",
+        )
+    )
     for name in ("actor", "critic"):
         full = load_file(tmp_path / "full/checkpoints/iter_000003" / name / "model.safetensors")
         resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / name / "model.safetensors")
@@ -184,8 +244,13 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
 def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
     _, dirs = tiny_lm
     placement = "{actor:0,critic:1,rollout:2,reward:2}"
-    config = tiny_config(dirs.actor.parent, tmp_path, f"cluster.component_placement={placement}",
-                         "cluster.devices_per_node=3", *length_reward(tmp_path))  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        f"cluster.component_placement={placement}",
+        "cluster.devices_per_node=3",
+        *length_reward(tmp_path),
+    )
     plan = plan_for_config(config)
     assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
     runner = ReasoningRunner(config, plan)
@@ -196,8 +261,11 @@ def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
     assert any(not torch.equal(trained[k], before[k]) for k in trained)
     # The rollout still holds version 0 and refuses to generate as if it held version 1.
     prompts = prompt_batch([0, 1, 2, 3], runner.train_set, 1, runner.tokenizer.pad_token_id)
-    with pytest.raises(WorkerError, match="StaleWeightsError: rollout rank 0 holds policy weights"
-                       " of version 0, but the driver expects version 1"):  # fmt: skip
+    with pytest.raises(
+        WorkerError,
+        match="StaleWeightsError: rollout rank 0 holds policy weights"
+        " of version 0, but the driver expects version 1",
+    ):
         runner.rollout.generate(prompts, 1)
     runner._sync()  # what the next iteration starts with
     synced = group("rollout").call_rank(0, "weights")
@@ -212,9 +280,13 @@ def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
 
 def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
     _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, tmp_path, "cluster.devices_per_node=2",
-                         "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
-                         *length_reward(tmp_path))  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
+        *length_reward(tmp_path),
+    )
     plan = plan_for_config(config)
     assert plan.world_size("actor") == plan.world_size("rollout") == 2
     runner = ReasoningRunner(config, plan)
@@ -233,11 +305,16 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
         "data-parallel": (2, "{actor:all,critic:all,rollout:all,reward:all}"),
         "rollout-apart": (3, "{actor:0-1,critic:0-1,rollout:2,reward:2}"),
     }[layout]
-    config = tiny_config(dirs.actor.parent, tmp_path, f"cluster.devices_per_node={placement[0]}",
-                         f"cluster.component_placement={placement[1]}",
-                         "actor.training_backend=fsdp2", "critic.training_backend=fsdp2",
-                         "sync.bucket_mb=0.05",  # 52 KiB: the weights go in several buckets
-                         *length_reward(tmp_path))  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        f"cluster.devices_per_node={placement[0]}",
+        f"cluster.component_placement={placement[1]}",
+        "actor.training_backend=fsdp2",
+        "critic.training_backend=fsdp2",
+        "sync.bucket_mb=0.05",  # 52 KiB: the weights go in several buckets
+        *length_reward(tmp_path),
+    )
     runner = ReasoningRunner(config, plan_for_config(config))
     group = runner.components.group
     start = group("rollout").call_rank(0, "weights")
@@ -269,9 +346,14 @@ def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(t
     cannot share the module (its passes go through FSDP2's casts), so it keeps a copy, which
     each sync refreshes a bucket at a time."""
     _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, tmp_path, "actor.training_backend=fsdp2",
-                         "actor.fsdp.param_dtype=bfloat16", "sync.bucket_mb=0.05",
-                         *length_reward(tmp_path))  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        "actor.training_backend=fsdp2",
+        "actor.fsdp.param_dtype=bfloat16",
+        "sync.bucket_mb=0.05",
+        *length_reward(tmp_path),
+    )
     runner = ReasoningRunner(config, plan_for_config(config))
     try:
         start = {k: v.clone() for k, v in runner.rollout.weights().items()}
@@ -294,8 +376,12 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
     _, dirs = tiny_lm
     ends = {}
     for recompute in (False, True):
-        config = tiny_config(dirs.actor.parent, tmp_path, *length_reward(tmp_path),
-                             f"actor.recompute_log_probs={str(recompute).lower()}")  # fmt: skip
+        config = tiny_config(
+            dirs.actor.parent,
+            tmp_path,
+            *length_reward(tmp_path),
+            f"actor.recompute_log_probs={str(recompute).lower()}",
+        )
         runner = ReasoningRunner(config, plan_for_config(config))
         try:
             assert runner.reuse_log_probs is not recompute
@@ -308,9 +394,17 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
     assert all(torch.allclose(ends[False][k], ends[True][k], atol=1e-5) for k in ends[True])
 
 
-@pytest.mark.parametrize("kl", [["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"],
-                                ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0",
-                                 "algorithm.kl_ctrl.type=adaptive"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "kl",
+    [
+        ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0"],
+        [
+            "algorithm.use_kl_in_reward=true",
+            "algorithm.kl_ctrl.kl_coef=0",
+            "algorithm.kl_ctrl.type=adaptive",
+        ],
+    ],
+)
 def test_a_reference_kl_of_coefficient_0_runs_no_reference_pass(tiny_lm, tmp_path, kl):
     _, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, tmp_path, *kl)
@@ -321,32 +415,41 @@ def test_a_reference_kl_of_coefficient_0_runs_no_reference_pass(tiny_lm, tmp_pat
 
 def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        run_entry_point("reasoning/tiny_arith_ppo",
-                        [f"actor.model.path={tmp_path}/nope", "warmup.steps=0"])  # fmt: skip
+        run_entry_point(
+            "reasoning/tiny_arith_ppo", [f"actor.model.path={tmp_path}/nope", "warmup.steps=0"]
+        )
     assert exit_info.value.code == 2
     assert f"actor.model.path: {tmp_path}/nope is not a directory" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"has no config.json"):
         from rlcore.models.warmup import prepare_models
 
-        prepare_models(tiny_config(tmp_path, tmp_path, f"actor.model.path={tmp_path}/empty",
-                                   "warmup.steps=0"))  # fmt: skip
+        prepare_models(
+            tiny_config(tmp_path, tmp_path, f"actor.model.path={tmp_path}/empty", "warmup.steps=0")
+        )
 
 
 def test_bad_data_is_reported_with_the_file(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     (tmp_path / "train.jsonl").write_text('{"problem": "1+1?", "answer": "#### 2"}\n')
     with pytest.raises(SystemExit):
-        run_entry_point("reasoning/tiny_arith_ppo", [*TINY, f"warmup.cache_dir={dirs.actor.parent}",
-                        f"data.train_files=[{tmp_path}/train.jsonl]"])  # fmt: skip
+        run_entry_point(
+            "reasoning/tiny_arith_ppo",
+            [
+                *TINY,
+                f"warmup.cache_dir={dirs.actor.parent}",
+                f"data.train_files=[{tmp_path}/train.jsonl]",
+            ],
+        )
     err = capsys.readouterr().err
     assert "train.jsonl: row 0 has no field 'question' (data.prompt_key)" in err
 
 
 def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
     _, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, tmp_path, "critic.critic_warmup=1",
-                         *length_reward(tmp_path))  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent, tmp_path, "critic.critic_warmup=1", *length_reward(tmp_path)
+    )
     runner = ReasoningRunner(config, plan_for_config(config))
     actor, critic = runner.actor, runner.critic
     snapshot = lambda m: {k: v.clone() for k, v in m.state_dict().items()}  # noqa: E731
@@ -360,8 +463,11 @@ def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
 
 def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
     _, dirs = tiny_lm
-    rows = [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"}
-            for a in range(10, 30) for b in (7, 991)]  # fmt: skip
+    rows = [
+        {"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"}
+        for a in range(10, 30)
+        for b in (7, 991)
+    ]
     for name, part in (("train", rows[:32]), ("test", rows[32:])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     files = (

@@ -17,12 +17,19 @@ from rlcore.runners.preflight import preflight
 pytestmark = pytest.mark.usefixtures("shared_local_ray")
 
 SMALL = [
-    "env.num_envs=4", "runner.rollout_steps=16", "runner.total_env_steps=384",
-    "actor.ppo_mini_batch_size=32", "actor.ppo_epochs=2", "runner.checkpoint_every=3",
-    "runner.eval_every=2", "runner.eval_episodes=2", "runner.progress=false",
-    "logger.tensorboard=false", "env.solved_threshold=null",
+    "env.num_envs=4",
+    "runner.rollout_steps=16",
+    "runner.total_env_steps=384",
+    "actor.ppo_mini_batch_size=32",
+    "actor.ppo_epochs=2",
+    "runner.checkpoint_every=3",
+    "runner.eval_every=2",
+    "runner.eval_episodes=2",
+    "runner.progress=false",
+    "logger.tensorboard=false",
+    "env.solved_threshold=null",
     "env.checkpoint_state=pickle",  # the envs themselves: bit-exact resumes
-]  # fmt: skip
+]
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENTS = {
     "one-process": None,
@@ -70,8 +77,13 @@ def test_a_run_resumes_bit_for_bit(tmp_path):
 
 
 def test_normalised_continuous_runs_resume_bit_for_bit(tmp_path):
-    resume_matches(tmp_path, "env.id=Pendulum-v1", "env.vector_mode=sync",
-                   "env.normalize_obs=true", "env.normalize_reward=true")  # fmt: skip
+    resume_matches(
+        tmp_path,
+        "env.id=Pendulum-v1",
+        "env.vector_mode=sync",
+        "env.normalize_obs=true",
+        "env.normalize_reward=true",
+    )
 
 
 def test_resuming_with_another_config_names_the_changed_keys(tmp_path):
@@ -83,13 +95,22 @@ def test_resuming_with_another_config_names_the_changed_keys(tmp_path):
 def test_resuming_a_run_that_is_already_at_its_target_is_refused(tmp_path):
     run(config(tmp_path, "runner.run_name=a", "runner.total_env_steps=192"))  # 3 iterations
     for steps in (128, 192):  # fewer than done, and exactly as many
-        with pytest.raises(ConfigError, match=r"runner.total_env_steps: .* has already trained 3 "
-                           r"iterations, and this config stops at"):  # fmt: skip
-            run(config(tmp_path, f"runner.resume_dir={tmp_path / 'a'}",
-                       f"runner.total_env_steps={steps}"))  # fmt: skip
+        with pytest.raises(
+            ConfigError,
+            match=r"runner.total_env_steps: .* has already trained 3 "
+            r"iterations, and this config stops at",
+        ):
+            run(
+                config(
+                    tmp_path,
+                    f"runner.resume_dir={tmp_path / 'a'}",
+                    f"runner.total_env_steps={steps}",
+                )
+            )
     # A job scheduler re-launching the finished run (resume=auto) finds nothing left to do.
-    again = run(config(tmp_path, "runner.run_name=a", "runner.resume=auto",
-                       "runner.total_env_steps=192"))  # fmt: skip
+    again = run(
+        config(tmp_path, "runner.run_name=a", "runner.resume=auto", "runner.total_env_steps=192")
+    )
     assert again["iterations"] == 3
 
 
@@ -120,11 +141,19 @@ def test_envs_that_cannot_be_pickled_are_refused_before_training(tmp_path):
         ConfigError, match=r"runner.checkpoint_every: the envs of .* cannot be saved"
     ):
         run(config(tmp_path, unpicklable, "env.vector_mode=sync"))
-    assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
-                      "runner.checkpoint_every=0"))["iterations"] == 6  # fmt: skip
+    assert (
+        run(config(tmp_path, unpicklable, "env.vector_mode=sync", "runner.checkpoint_every=0"))[
+            "iterations"
+        ]
+        == 6
+    )
     # Without pickling the envs, they need not be picklable.
-    assert run(config(tmp_path, unpicklable, "env.vector_mode=sync",
-                      "env.checkpoint_state=reseed"))["iterations"] == 6  # fmt: skip
+    assert (
+        run(config(tmp_path, unpicklable, "env.vector_mode=sync", "env.checkpoint_state=reseed"))[
+            "iterations"
+        ]
+        == 6
+    )
 
 
 def test_by_default_a_checkpoint_runs_no_code_on_load_and_resume_says_it_is_not_exact(
@@ -184,8 +213,14 @@ def test_a_damaged_checkpoint_is_skipped_or_named_never_loaded(tmp_path, capsys)
 
 
 def test_keep_checkpoints_removes_the_oldest_once_a_newer_one_is_complete(tmp_path):
-    run(config(tmp_path, "runner.run_name=kept", "runner.checkpoint_every=1",
-               "runner.keep_checkpoints=2"))  # fmt: skip
+    run(
+        config(
+            tmp_path,
+            "runner.run_name=kept",
+            "runner.checkpoint_every=1",
+            "runner.keep_checkpoints=2",
+        )
+    )
     left = sorted(p.name for p in (tmp_path / "kept" / "checkpoints").iterdir())
     assert left == ["iter_000005", "iter_000006"]
 

@@ -53,9 +53,10 @@ def kill_once(monkeypatch, cls, method, iteration, component, kills=None):
 
 
 def embodied(tmp_path, name, *extra):
-    return load_config("embodied/cartpole_ppo",
-                       [*SMALL, f"runner.output_dir={tmp_path}", f"runner.run_name={name}",
-                        *extra])  # fmt: skip
+    return load_config(
+        "embodied/cartpole_ppo",
+        [*SMALL, f"runner.output_dir={tmp_path}", f"runner.run_name={name}", *extra],
+    )
 
 
 def final_actor(run_dir):
@@ -78,8 +79,9 @@ def unbroken(tmp_path_factory):
     return final_actor(out / "full")
 
 
-def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(tmp_path, monkeypatch,
-                                                                    unbroken):  # fmt: skip
+def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(
+    tmp_path, monkeypatch, unbroken
+):
     """Killed in iteration 5 (checkpoint 3 is the newest), then again while checkpoint 6 is
     being written (the actor's and rollout's files are in, the env's not): both times the run
     resumes from checkpoint 3, and ends bit for bit where the unbroken run ends."""
@@ -91,8 +93,9 @@ def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(tmp_path, mo
     assert summary["iterations"] == 6 and summary["restarts"] == 2
     log = summary["restart_log"]
     assert [(r["components"], r["after_iteration"], r["resumed_from"]) for r in log] == [
-        (["env"], 4, 3), (["env"], 6, 3)
-    ]  # fmt: skip
+        (["env"], 4, 3),
+        (["env"], 6, 3),
+    ]
     assert "the process died" in log[0]["cause"]
     assert_same(final_actor(tmp_path / "killed"), unbroken)
     checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
@@ -107,8 +110,7 @@ def test_rollout_apart_survives_a_killed_actor(tmp_path, monkeypatch, unbroken):
     assert_same(final_actor(tmp_path / "killed"), unbroken)
 
 
-def test_a_data_parallel_actor_survives_a_rank_killed_as_its_update_starts(tmp_path,
-                                                                          monkeypatch):  # fmt: skip
+def test_a_data_parallel_actor_survives_a_rank_killed_as_its_update_starts(tmp_path, monkeypatch):
     """Rank 1 dies as the update starts: rank 0 is left in an all-reduce with a dead peer (it
     fails at once, gloo sees the closed connection; a hung peer would time out after
     cluster.collective_timeout_s). The run resumes and ends as the unbroken one."""
@@ -140,11 +142,14 @@ def test_a_data_parallel_actor_survives_a_rank_killed_as_its_update_starts(tmp_p
 
 def test_reasoning_survives_a_killed_rollout_process(tiny_lm, tmp_path, monkeypatch):
     _, dirs = tiny_lm
-    common = (f"runner.output_dir={tmp_path}", "runner.checkpoint_every=1",
-              "runner.total_iterations=3", *length_reward(tmp_path),
-              "cluster.devices_per_node=2",
-              "cluster.component_placement={actor:0,critic:0,ref:0,rollout:1,reward:1}",
-              )  # fmt: skip
+    common = (
+        f"runner.output_dir={tmp_path}",
+        "runner.checkpoint_every=1",
+        "runner.total_iterations=3",
+        *length_reward(tmp_path),
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor:0,critic:0,ref:0,rollout:1,reward:1}",
+    )
     cache = dirs.actor.parent
     full = tiny_config(cache, tmp_path, *common, "runner.run_name=full")
     ReasoningRunner(full, plan_for_config(full)).run()
@@ -155,8 +160,10 @@ def test_reasoning_survives_a_killed_rollout_process(tiny_lm, tmp_path, monkeypa
     assert restart["components"] == ["rollout", "reward"]
     assert (restart["after_iteration"], restart["resumed_from"]) == (2, 2)
     for name in ("actor", "critic"):
-        a, b = (load_file(tmp_path / run / "checkpoints/iter_000003" / name / "model.safetensors")
-                for run in ("full", "killed"))  # fmt: skip
+        a, b = (
+            load_file(tmp_path / run / "checkpoints/iter_000003" / name / "model.safetensors")
+            for run in ("full", "killed")
+        )
         assert_same(a, b)
 
 
@@ -174,10 +181,19 @@ class FailingDriver:
         self.config, self.run_dir = config, Path(config.runner.output_dir) / config.runner.run_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress, self.restarts = Progress(), []
-        self.schedule = Schedule(iterations=5, samples_per_iteration=1, eval_every=0,
-                                 eval_first=False, eval_metric="eval", checkpoint_every=0,
-                                 threshold=None, stop_at_threshold=False, show_progress=False,
-                                 log_by_samples=False, postfix={})  # fmt: skip
+        self.schedule = Schedule(
+            iterations=5,
+            samples_per_iteration=1,
+            eval_every=0,
+            eval_first=False,
+            eval_metric="eval",
+            checkpoint_every=0,
+            threshold=None,
+            stop_at_threshold=False,
+            show_progress=False,
+            log_by_samples=False,
+            postfix={},
+        )
         self.components = self
         FailingDriver.BUILT.append(config)
 
@@ -205,8 +221,9 @@ class FailingDriver:
 
 def supervise(tmp_path, fails, max_restarts=3):
     FailingDriver.FAILS, FailingDriver.BUILT = list(fails), []
-    config = embodied(tmp_path, "run", f"runner.max_restarts={max_restarts}",
-                      "logger.tensorboard=false")  # fmt: skip
+    config = embodied(
+        tmp_path, "run", f"runner.max_restarts={max_restarts}", "logger.tensorboard=false"
+    )
     return Supervisor(FailingDriver, config, plan_for_config(config)).run()
 
 
@@ -261,17 +278,21 @@ def _raising(error):
 
 
 def test_what_counts_as_a_collective_failure_and_a_death_cause():
-    gloo = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
-            "[127.0.0.1]:27334: Connection reset by peer. This is typically caused by a remote "
-            "worker hanging")  # fmt: skip
+    gloo = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+        "[127.0.0.1]:27334: Connection reset by peer. This is typically caused by a remote "
+        "worker hanging"
+    )
     assert is_collective_failure(WorkerError("actor", 0, 0, gloo))
     assert is_collective_failure(WorkerError("actor", 0, 0, "DistBackendError: NCCL error"))
     assert not is_collective_failure(WorkerError("actor", 0, 0, "ValueError: bad shape"))
-    ray_text = ("The actor died unexpectedly before finishing this task.\n\tclass_name: "
-                "WorkerProcess\nThe actor is dead because its worker process has died. Worker "
-                "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
-                "connection error code 2. End of file. Some common causes include: (1) the OOM "
-                "killer")  # fmt: skip
+    ray_text = (
+        "The actor died unexpectedly before finishing this task.\n\tclass_name: "
+        "WorkerProcess\nThe actor is dead because its worker process has died. Worker "
+        "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+        "connection error code 2. End of file. Some common causes include: (1) the OOM "
+        "killer"
+    )
     assert death_cause(RuntimeError(ray_text)) == (
         "SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2"
     )
@@ -284,8 +305,9 @@ def test_max_restarts_is_a_validated_key(tmp_path):
         embodied(tmp_path, "run", "cluster.collective_timeout_s=0")
 
 
-def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(tmp_path, capsys,
-                                                                        monkeypatch):  # fmt: skip
+def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(
+    tmp_path, capsys, monkeypatch
+):
     """An EnvError raised in a worker process (here: the guard every worker call runs under)
     reaches the entry point as the one line it would be in the driver, naming where."""
     from rlcore.cli import run_entry_point
@@ -301,8 +323,12 @@ def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(tmp_path
         process._guard("env", step)
     assert raised.value.user_error.startswith("env.id: env 'Bad' rank 1, step 3 failed")
     config = embodied(tmp_path, "run", "logger.tensorboard=false")
-    assert Supervisor(_raising(raised.value), config, plan_for_config(config))._loss(
-        None, raised.value) is None  # fmt: skip
+    assert (
+        Supervisor(_raising(raised.value), config, plan_for_config(config))._loss(
+            None, raised.value
+        )
+        is None
+    )
 
     def run(config, plan):
         raise raised.value
@@ -312,5 +338,7 @@ def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(tmp_path
         run_entry_point("embodied/cartpole_ppo", [f"runner.output_dir={tmp_path}"])
     assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert err.endswith("rlcore: config error: env.id: env 'Bad' rank 1, step 3 failed: "
-                        "ValueError: shape (env rank 1 on node 0)\n")  # fmt: skip
+    assert err.endswith(
+        "rlcore: config error: env.id: env 'Bad' rank 1, step 3 failed: "
+        "ValueError: shape (env rank 1 on node 0)\n"
+    )

@@ -19,9 +19,14 @@ def test_pass_at_k_is_the_share_of_k_draws_holding_a_right_answer(n, c):
 
 def scored(correct, scores, judged=True):
     correct = torch.tensor(correct, dtype=torch.bool).flatten()
-    return TensorDict({"correct": correct, "scores": torch.tensor(scores).flatten(),
-                       "judged": torch.full_like(correct, judged)},
-                      batch_size=[len(correct)])  # fmt: skip
+    return TensorDict(
+        {
+            "correct": correct,
+            "scores": torch.tensor(scores).flatten(),
+            "judged": torch.full_like(correct, judged),
+        },
+        batch_size=[len(correct)],
+    )
 
 
 def test_sample_metrics_by_hand():
@@ -42,16 +47,20 @@ def test_scores_without_verdicts_give_only_their_mean():
 def test_verls_validation_keys_load_onto_rlcores():
     from rlcore.config import load_config
 
-    config = load_config("reasoning/tiny_arith_ppo", [
-        "actor_rollout_ref.rollout.val_kwargs.n=4",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
-        "actor_rollout_ref.rollout.val_kwargs.top_p=0.9",
-        "actor_rollout_ref.rollout.val_kwargs.top_k=-1",
-        "trainer.log_val_generations=3",
-    ])  # fmt: skip
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            "actor_rollout_ref.rollout.val_kwargs.n=4",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+            "actor_rollout_ref.rollout.val_kwargs.top_p=0.9",
+            "actor_rollout_ref.rollout.val_kwargs.top_k=-1",
+            "trainer.log_val_generations=3",
+        ],
+    )
     run, r = config.runner, config.rollout
     assert (run.val_n, r.val_temperature, run.log_val_generations) == (4, 0.6, 3)
     assert (r.val_top_p, r.val_top_k) == (0.9, 0)  # verl's -1 (no limit) is rlcore's 0
-    topped = load_config("reasoning/tiny_arith_ppo",
-                         ["actor_rollout_ref.rollout.val_kwargs.top_k=20"])  # fmt: skip
+    topped = load_config(
+        "reasoning/tiny_arith_ppo", ["actor_rollout_ref.rollout.val_kwargs.top_k=20"]
+    )
     assert topped.rollout.val_top_k == 20

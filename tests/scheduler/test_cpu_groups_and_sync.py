@@ -74,8 +74,9 @@ def test_a_receiver_that_takes_pushed_buckets_gets_every_one(local_ray):
     40-byte bucket as named tensors, whatever way the bucket travelled (4 receivers; on CPU
     slots one node's processes can all share memory with the actor's rank, so IPC pairs them
     too). The in-process path: tests/workers/test_sglang_engine.py."""
-    with Scheduler(cpu_plan({"actor": "0", "rollout": "0-1:0-3"}),
-                   sync_bucket_bytes=SMALL) as scheduler:  # fmt: skip
+    with Scheduler(
+        cpu_plan({"actor": "0", "rollout": "0-1:0-3"}), sync_bucket_bytes=SMALL
+    ) as scheduler:
         actor = scheduler.launch("actor", Model, 1)
         rollout = scheduler.launch("rollout", PushedModel, 2)
         for i, method in enumerate(("collective", "object_store", "ipc")):
@@ -106,8 +107,11 @@ def test_scatter_futures_and_one_rank_calls(local_ray):
     with Scheduler(cpu_plan({"actor": "0-1", "rollout": "0-1:0-3"})) as scheduler:
         rollout = scheduler.launch("rollout", Model, 0)
         assert rollout.scatter("echo", ["a", "b", "c", "d"], tag="t") == [
-            (0, "a", "t"), (1, "b", "t"), (2, "c", "t"), (3, "d", "t"),
-        ]  # fmt: skip
+            (0, "a", "t"),
+            (1, "b", "t"),
+            (2, "c", "t"),
+            (3, "d", "t"),
+        ]
         futures = rollout.call_all_async("echo", "x")  # returns at once; work overlaps
         assert rollout.get(futures) == [(r, "x", "") for r in range(4)]
         assert rollout.call_rank(2, "echo", "y") == (2, "y", "")
@@ -132,8 +136,8 @@ def test_scatter_futures_and_one_rank_calls(local_ray):
 def test_the_sync_method_follows_the_placement(placement, fuse, device, expected):
     from rlcore.scheduler.weight_sync import WeightSync
 
-    plan = build_plan(placement, ROLES, num_nodes=1, devices_per_node=4, device=device,
-                      fuse=fuse)  # fmt: skip
-    sync = WeightSync(plan, group=None, info={}, backend="nccl", timeout_s=1,
-                      collective_timeout_s=1)  # fmt: skip
+    plan = build_plan(placement, ROLES, num_nodes=1, devices_per_node=4, device=device, fuse=fuse)
+    sync = WeightSync(
+        plan, group=None, info={}, backend="nccl", timeout_s=1, collective_timeout_s=1
+    )
     assert sync.choose("actor", "rollout") == expected

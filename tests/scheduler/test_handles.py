@@ -16,8 +16,10 @@ class Counter:
 
     @dispatch(Dispatch.SHARD)
     def double(self, batch):
-        return TensorDict({"x": batch["x"] * 2, "rank": torch.full_like(batch["x"], self.rank)},
-                          batch_size=batch.batch_size)  # fmt: skip
+        return TensorDict(
+            {"x": batch["x"] * 2, "rank": torch.full_like(batch["x"], self.rank)},
+            batch_size=batch.batch_size,
+        )
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def total(self, batch):

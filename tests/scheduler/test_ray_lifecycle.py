@@ -172,8 +172,16 @@ def free_port() -> int:
 
 def test_joins_a_cluster_started_with_ray_start(tmp_path):
     port = str(free_port())
-    start = [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+    start = [
+        RAY,
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
     subprocess.run(start, check=True, capture_output=True, timeout=120)
     try:
         driver = start_driver(tmp_path, "auto", "exit")

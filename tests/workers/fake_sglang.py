@@ -90,8 +90,12 @@ class Engine:
         temperature = params.get("temperature", 1.0)
         if params.get("top_p", 1.0) != 1.0 or params.get("top_k", -1) not in (-1, 0):
             raise NotImplementedError("the fake samples without top-p / top-k")
-        neutral = {"min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0,
-                   "presence_penalty": 0.0}  # SamplingParams' own defaults  # fmt: skip
+        neutral = {
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+        }  # SamplingParams' own defaults
         if any(params.get(k, v) != v for k, v in neutral.items()):
             raise NotImplementedError(f"the fake samples with {neutral} only")
         stops = set(params.get("stop_token_ids") or [])
@@ -109,8 +113,11 @@ class Engine:
             if token in stops:
                 break
         finish = "stop" if out and out[-1] in stops else "length"
-        meta = {"finish_reason": {"type": finish}, "prompt_tokens": len(ids),
-                "completion_tokens": len(out)}  # fmt: skip
+        meta = {
+            "finish_reason": {"type": finish},
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(out),
+        }
         if return_logprob:
             meta["output_token_logprobs"] = logprobs
         return {"text": None, "output_ids": out, "meta_info": meta}

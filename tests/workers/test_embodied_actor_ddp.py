@@ -18,9 +18,14 @@ from rlcore.workers.embodied_actor import EmbodiedActor
 from rlcore.workers.embodied_rollout import make_policy
 
 SPEC = SpaceSpec((4,), "discrete", (2,))
-OVERRIDES = ["actor.ppo_epochs=3", "actor.ppo_mini_batch_size=64", "algorithm.entropy_bonus=0.01",
-             "algorithm.value_clip=0.2", "actor.model.shared_backbone=true",
-             "actor.model.hidden_sizes=[16,16]"]  # fmt: skip
+OVERRIDES = [
+    "actor.ppo_epochs=3",
+    "actor.ppo_mini_batch_size=64",
+    "algorithm.entropy_bonus=0.01",
+    "algorithm.value_clip=0.2",
+    "actor.model.shared_backbone=true",
+    "actor.model.hidden_sizes=[16,16]",
+]
 CONFIG = load_config("embodied/cartpole_ppo", OVERRIDES)
 ONE_STEP = load_config("embodied/cartpole_ppo", [*OVERRIDES, "actor.ppo_epochs=1"])
 
@@ -35,11 +40,18 @@ def make_batch() -> TensorDict:
     valid = torch.ones(64, 1, dtype=torch.bool)
     valid[:32:16] = False  # rank 0's half: 30 valid transitions
     valid[32::3] = False  # rank 1's half: 21 valid: the shares of the loss differ
-    return TensorDict({
-        "obs": obs, "actions": actions, "log_probs": log_probs, "values": values,
-        "advantages": torch.randn(64, 1, generator=gen),
-        "returns": torch.randn(64, 1, generator=gen), "valid": valid,
-    }, batch_size=[64])  # fmt: skip
+    return TensorDict(
+        {
+            "obs": obs,
+            "actions": actions,
+            "log_probs": log_probs,
+            "values": values,
+            "advantages": torch.randn(64, 1, generator=gen),
+            "returns": torch.randn(64, 1, generator=gen),
+            "valid": valid,
+        },
+        batch_size=[64],
+    )
 
 
 def update(ctx, batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -53,8 +65,9 @@ def update(ctx, batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]
 
 
 def context(rank: int, world: int, group=None) -> SimpleNamespace:
-    return SimpleNamespace(rank=rank, world_size=world, group=group,
-                           torch_device=torch.device("cpu"))  # fmt: skip
+    return SimpleNamespace(
+        rank=rank, world_size=world, group=group, torch_device=torch.device("cpu")
+    )
 
 
 def rank_main(rank: int, port: int, out: str) -> None:
@@ -62,8 +75,9 @@ def rank_main(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         shard = make_batch()[rank * 32 : (rank + 1) * 32]
-        torch.save(update(context(rank, 2, dist.group.WORLD), shard),
-                   os.path.join(out, f"rank{rank}.pt"))  # fmt: skip
+        torch.save(
+            update(context(rank, 2, dist.group.WORLD), shard), os.path.join(out, f"rank{rank}.pt")
+        )
     finally:
         dist.destroy_process_group()
 

@@ -52,8 +52,9 @@ def make_batch(config, dirs, n=8, seed=0):
     batch["response_mask"] = (torch.arange(width) < ends).long()
     # no stop or padding token inside a response, as the rollout masks them (a row that stopped
     # early carries them where it is now made to go on): one stands in for it
-    stop = torch.isin(batch["responses"],
-                      torch.tensor([*engine.eos_ids, engine.tokenizer.pad_token_id]))  # fmt: skip
+    stop = torch.isin(
+        batch["responses"], torch.tensor([*engine.eos_ids, engine.tokenizer.pad_token_id])
+    )
     batch["responses"] = batch["responses"].masked_fill(stop & batch["response_mask"].bool(), 7)
     batch["input_ids"][:, -width:] = batch["responses"]
     batch["attention_mask"][:, -width:] = batch["response_mask"]
@@ -73,16 +74,22 @@ def test_recomputed_log_probs_match_the_generators_scores(tiny_lm):
     prompts = [engine.tokenizer(t)["input_ids"] for t in ("What is 1 + 2?", "Sum 3 4", "7")]
     ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
     out = engine.model.generate(
-        input_ids=ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True,
+        input_ids=ids,
+        attention_mask=mask,
+        output_scores=True,
+        return_dict_in_generate=True,
         generation_config=engine.generation_config(greedy=True),
-    )  # fmt: skip
+    )
     batch = engine.generate(prompts_td(ids, mask), greedy=True)
     steps = len(out.scores)
     chosen = out.sequences[:, ids.shape[1] :]
     expected = torch.stack(
-        [torch.log_softmax(s.float(), -1).gather(-1, chosen[:, t, None])[:, 0]
-         for t, s in enumerate(out.scores)], dim=1,
-    )  # fmt: skip
+        [
+            torch.log_softmax(s.float(), -1).gather(-1, chosen[:, t, None])[:, 0]
+            for t, s in enumerate(out.scores)
+        ],
+        dim=1,
+    )
     actor = LMActor(SOLO, config, dirs.actor)
     got = actor.compute_log_probs(batch)[:, :steps]
     valid = batch["response_mask"][:, :steps].bool()
@@ -99,12 +106,12 @@ def test_the_log_probs_recorded_while_sampling_are_the_actors_old_log_probs(tiny
     """What the rollout records per sampled token (at the temperature, over the whole
     vocabulary) equals the actor's teacher-forced recomputation: the pass it replaces."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent,
-                         f"rollout.temperature={temperature}")  # fmt: skip
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"rollout.temperature={temperature}")
     actor = LMActor(SOLO, config, dirs.actor)
     engine = HFEngine(config, dirs.actor, CPU, model=actor.model)  # fused: the actor's module
-    prompts = [engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4]
-               for i in range(6)]  # fmt: skip
+    prompts = [
+        engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4] for i in range(6)
+    ]
     ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
     torch.manual_seed(1)
     batch = engine.generate(prompts_td(ids, mask), greedy=False, log_probs=True)
@@ -133,8 +140,13 @@ def test_micro_batch_size_does_not_change_the_gradient(tiny_lm, mode):
     padding: sizes 1 to 3 here), give the whole mini-batch's gradient, and the forward passes
     give the same log-probs and values."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, f"algorithm.loss_agg_func={mode}",
-                         "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        f"algorithm.loss_agg_func={mode}",
+        "algorithm.use_kl_loss=true",
+        "algorithm.entropy_bonus=0.01",
+    )
     budgeted = copy.deepcopy(config)
     budgeted.actor.ppo_micro_batch_size = None
     budgeted.actor.max_tokens_per_micro_batch = 30
@@ -165,8 +177,9 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_lm):
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch) + 0.05
     batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
-    recompute = tiny_config(dirs.actor.parent, dirs.actor.parent,
-                            "actor.model.gradient_checkpointing=true")  # fmt: skip
+    recompute = tiny_config(
+        dirs.actor.parent, dirs.actor.parent, "actor.model.gradient_checkpointing=true"
+    )
     for component_cls in (LMActor, LMCritic):
         checkpointed = component_cls(SOLO, recompute, dirs.actor)
         model = checkpointed.model
@@ -206,8 +219,9 @@ def gloo_rank(rank, port, batch):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         half = len(batch) // 2
-        ctx = SimpleNamespace(group=dist.group.WORLD, world_size=2, rank=rank,
-                              torch_device=torch.device("cpu"))  # fmt: skip
+        ctx = SimpleNamespace(
+            group=dist.group.WORLD, world_size=2, rank=rank, torch_device=torch.device("cpu")
+        )
         yield ctx, batch[rank * half : (rank + 1) * half]
     finally:
         dist.destroy_process_group()
@@ -230,8 +244,13 @@ def rank_main(rank, port, out, config, dirs, batch):
 
 
 def backend_config(dirs, backend):
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=8",
+        "actor.ppo_epochs=2",
+        "actor.ppo_micro_batch_size=2",
+    )
     if backend == "fsdp2-tokens":
         backend = "fsdp2"
         config.actor.ppo_micro_batch_size, config.actor.max_tokens_per_micro_batch = None, 30
@@ -253,8 +272,9 @@ def two_rank_updates(tiny_lm, tmp_path_factory):
             batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
             batch["values"] = LMCritic(SOLO, config, dirs.actor).compute_values(batch) + 0.3
             out = tmp_path_factory.mktemp(backend)
-            mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch), nprocs=2,
-                     join=True)  # fmt: skip
+            mp.spawn(
+                rank_main, args=(free_port(), str(out), config, dirs, batch), nprocs=2, join=True
+            )
             done[backend] = (config, batch, [torch.load(out / f"rank{r}.pt") for r in (0, 1)])
         return done[backend]
 
@@ -263,13 +283,26 @@ def two_rank_updates(tiny_lm, tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("backend", "component_cls"),
-    [("torch", LMActor), ("torch", LMCritic), ("fsdp2", LMActor), ("fsdp2", LMCritic),
-     ("fsdp2-tokens", LMActor), ("fsdp2-tokens", LMCritic)],
-    ids=["torch-actor", "torch-critic", "fsdp2-actor", "fsdp2-critic", "fsdp2-tokens-actor",
-         "fsdp2-tokens-critic"],
-)  # fmt: skip
-def test_two_ranks_update_like_one_rank_on_the_global_batch(tiny_lm, two_rank_updates, backend,
-                                                            component_cls):  # fmt: skip
+    [
+        ("torch", LMActor),
+        ("torch", LMCritic),
+        ("fsdp2", LMActor),
+        ("fsdp2", LMCritic),
+        ("fsdp2-tokens", LMActor),
+        ("fsdp2-tokens", LMCritic),
+    ],
+    ids=[
+        "torch-actor",
+        "torch-critic",
+        "fsdp2-actor",
+        "fsdp2-critic",
+        "fsdp2-tokens-actor",
+        "fsdp2-tokens-critic",
+    ],
+)
+def test_two_ranks_update_like_one_rank_on_the_global_batch(
+    tiny_lm, two_rank_updates, backend, component_cls
+):
     """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of
     2 over 2 epochs, end where one process does on the whole batch. fsdp2-tokens: micro-batches
     of at most 30 tokens, which the ranks need in different numbers: each takes as many as the
@@ -314,8 +347,13 @@ def resume_main(rank, port, out, config, dirs, batch):
 
 def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_path):
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.ppo_micro_batch_size=2", "actor.optim.lr=0.01")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=8",
+        "actor.ppo_micro_batch_size=2",
+        "actor.optim.lr=0.01",
+    )
     config.actor.training_backend = "fsdp2"
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
@@ -342,8 +380,12 @@ def test_fsdp2_on_one_rank_computes_like_torch_and_casts_with_mixed_precision(ti
     fsdp.param_dtype bfloat16 the passes run in bf16 (the gradient moves by bf16 rounding, about
     5e-3 relative, measured) while the parameters the optimiser updates stay float32."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.optim.max_grad_norm=null")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=8",
+        "actor.optim.max_grad_norm=null",
+    )
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
 
@@ -372,9 +414,13 @@ def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update
     """The columns after the longest response are padding in every row: cutting them changes
     neither the log-probs, the values nor the update (to float tolerance)."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=8",
-                         "actor.ppo_micro_batch_size=4",
-                         f"algorithm.loss_agg_func={mode}")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=8",
+        "actor.ppo_micro_batch_size=4",
+        f"algorithm.loss_agg_func={mode}",
+    )
     batch = make_batch(config, dirs)
     width = batch["responses"].shape[1]
     mask = (torch.arange(width) < batch["response_mask"].sum(-1, keepdim=True).clamp(max=5)).long()
@@ -410,8 +456,12 @@ def test_packed_passes_give_the_padded_log_probs_values_and_gradients(tiny_lm, m
     import rlcore.data.sequences as sequences
 
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.use_kl_loss=true",
-                         "algorithm.entropy_bonus=0.01")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "algorithm.use_kl_loss=true",
+        "algorithm.entropy_bonus=0.01",
+    )
     packed = copy.deepcopy(config)
     packed.actor.model.use_remove_padding = True
     packed.actor.ppo_micro_batch_size, packed.actor.max_tokens_per_micro_batch = None, 40
@@ -460,8 +510,9 @@ def grouped_batch(config, dirs, prompts=4, group=3):
     engine = HFEngine(config, dirs.actor, CPU)
     texts = [engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(prompts)]
     ids, mask = left_pad([t[: 3 + 2 * i] for i, t in enumerate(texts)], 0)
-    batch = engine.generate(prompts_td(ids.repeat_interleave(group, 0),
-                                       mask.repeat_interleave(group, 0)), greedy=False)  # fmt: skip
+    batch = engine.generate(
+        prompts_td(ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)), greedy=False
+    )
     width = batch["responses"].shape[1]
     ends = (torch.arange(prompts * group) * 5 % width + 1)[:, None]
     batch["response_mask"] = (torch.arange(width) < ends).long()
@@ -480,9 +531,15 @@ def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm
     from rlcore.workers.lm_actor import LMReference
 
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=4",
-                         "algorithm.use_kl_loss=true", "algorithm.entropy_bonus=0.01")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=3",
+        "actor.ppo_micro_batch_size=4",
+        "algorithm.use_kl_loss=true",
+        "algorithm.entropy_bonus=0.01",
+    )
     shared = copy.deepcopy(config)
     shared.actor.model.share_group_prompts = True
     budgeted = copy.deepcopy(shared)
@@ -512,10 +569,16 @@ def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
     micro-batches of 2 rows (some holding two responses to one prompt, some two prompts), ends
     at the full rows' weights."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.ppo_micro_batch_size=2",
-                         "actor.ppo_mini_batch_size=2", "actor.ppo_epochs=2",
-                         f"actor.shuffle={str(shuffle).lower()}")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=3",
+        "actor.ppo_micro_batch_size=2",
+        "actor.ppo_mini_batch_size=2",
+        "actor.ppo_epochs=2",
+        f"actor.shuffle={str(shuffle).lower()}",
+    )
     shared = copy.deepcopy(config)
     shared.actor.model.share_group_prompts = True
     batch = grouped_batch(config, dirs)
@@ -525,10 +588,13 @@ def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
         actor = LMActor(SOLO, cfg, dirs.actor)
         actor.update(batch)
         weights[name] = actor.weights()
-    assert all(torch.allclose(weights["shared"][k], v, atol=1e-6) for k, v in
-               weights["full"].items())  # fmt: skip
-    assert any(not torch.equal(v, LMActor(SOLO, config, dirs.actor).weights()[k])
-               for k, v in weights["full"].items())  # fmt: skip
+    assert all(
+        torch.allclose(weights["shared"][k], v, atol=1e-6) for k, v in weights["full"].items()
+    )
+    assert any(
+        not torch.equal(v, LMActor(SOLO, config, dirs.actor).weights()[k])
+        for k, v in weights["full"].items()
+    )
 
 
 INSTRUCT_SAMPLING = {
@@ -542,14 +608,17 @@ INSTRUCT_SAMPLING = {
 }
 
 
-@pytest.mark.parametrize(("folder_sampling", "overrides", "validation", "limit"), [
-    (None, [], False, None),  # rollout.top_k 0: the whole vocabulary
-    (INSTRUCT_SAMPLING, [], False, None),  # an instruct folder's sampling options: not applied
-    (None, ["rollout.top_k=5"], False, 5),
-    (None, ["rollout.top_k=5"], True, None),  # validation samples: val_top_k (0), not top_k
-    (None, ["rollout.val_top_k=5"], True, 5),
-    (None, ["rollout.val_top_k=5"], False, None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("folder_sampling", "overrides", "validation", "limit"),
+    [
+        (None, [], False, None),  # rollout.top_k 0: the whole vocabulary
+        (INSTRUCT_SAMPLING, [], False, None),  # an instruct folder's sampling options: not applied
+        (None, ["rollout.top_k=5"], False, 5),
+        (None, ["rollout.top_k=5"], True, None),  # validation samples: val_top_k (0), not top_k
+        (None, ["rollout.val_top_k=5"], True, 5),
+        (None, ["rollout.val_top_k=5"], False, None),
+    ],
+)
 def test_the_rollout_samples_as_its_keys_say_whatever_the_folder_says(
     tiny_lm, tmp_path, folder_sampling, overrides, validation, limit
 ):
@@ -565,15 +634,17 @@ def test_the_rollout_samples_as_its_keys_say_whatever_the_folder_says(
     if folder_sampling is not None:
         described = json.loads((folder / "generation_config.json").read_text())
         (folder / "generation_config.json").write_text(json.dumps({**described, **folder_sampling}))
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, *overrides,
-                         "data.max_response_length=16")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent, dirs.actor.parent, *overrides, "data.max_response_length=16"
+    )
     engine = HFEngine(config, folder, CPU)
     with torch.no_grad():
         inner_model(engine.model).model.norm.weight.mul_(0.05)
     ids, mask = left_pad([engine.tokenizer("What is 1 + 2?")["input_ids"]] * 64, 0)
     torch.manual_seed(0)
-    batch = engine.generate(prompts_td(ids, mask), greedy=False, validation=validation,
-                            log_probs=True)  # fmt: skip
+    batch = engine.generate(
+        prompts_td(ids, mask), greedy=False, validation=validation, log_probs=True
+    )
     valid = batch["response_mask"].bool()
     assert valid.sum() > 300
     with torch.no_grad():
@@ -599,8 +670,9 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
     sampled ones from the same seed, the same recorded log-probs. Rows that are not groups of
     one prompt (validation prompts) get a full prefill."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo", "algorithm.group_size=3"
+    )
     shared = copy.deepcopy(config)
     shared.actor.model.share_group_prompts = True
     full_engine, shared_engine = (
@@ -626,9 +698,14 @@ def test_rollout_micro_batches_keep_groups_whole_to_share_their_prompts(tiny_lm,
     rows, each prefilling its group's prompt once (5 would split groups, which get a full
     prefill), and the same greedy responses as one call over the batch."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo",
-                         "algorithm.group_size=3", "actor.model.share_group_prompts=true",
-                         "rollout.micro_batch_size=5")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=3",
+        "actor.model.share_group_prompts=true",
+        "rollout.micro_batch_size=5",
+    )
     worker = RolloutWorker(SOLO, config, dirs.actor)
     engine = worker.engine
     texts = [engine.tokenizer(f"What is {i} + {5 * i}?")["input_ids"] for i in range(4)]
@@ -651,8 +728,13 @@ def test_unshuffled_mini_batches_are_the_batch_in_order(tiny_lm):
     """actor.shuffle false: an update of 2 mini-batches steps on the first half, then the
     second, as two updates of one mini-batch each do."""
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.ppo_mini_batch_size=4",
-                         "actor.ppo_micro_batch_size=2", "actor.shuffle=false")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=4",
+        "actor.ppo_micro_batch_size=2",
+        "actor.shuffle=false",
+    )
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
     whole = LMActor(SOLO, config, dirs.actor)

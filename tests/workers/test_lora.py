@@ -12,9 +12,16 @@ from tests.workers.test_lm_actor import CPU, make_batch
 
 def lora_config(tiny_lm, *extra):
     config, dirs = tiny_lm
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.model.lora.rank=4",
-                         "actor.model.lora.alpha=8", "actor.ppo_mini_batch_size=8",
-                         "actor.optim.lr=0.01", "critic.optim.lr=0.01", *extra)  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.model.lora.rank=4",
+        "actor.model.lora.alpha=8",
+        "actor.ppo_mini_batch_size=8",
+        "actor.optim.lr=0.01",
+        "critic.optim.lr=0.01",
+        *extra,
+    )
     return config, dirs
 
 

@@ -69,10 +69,16 @@ UPDATED_ATOL = 2e-5
 
 
 def training_config(dirs):
-    config = tiny_config(dirs.actor.parent, dirs.actor.parent, "actor.model.tiny.num_layers=2",
-                         "actor.ppo_mini_batch_size=8", "actor.ppo_epochs=2",
-                         "actor.ppo_micro_batch_size=2", "actor.optim.lr=1e-3",
-                         "critic.optim.lr=1e-3")  # fmt: skip
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.model.tiny.num_layers=2",
+        "actor.ppo_mini_batch_size=8",
+        "actor.ppo_epochs=2",
+        "actor.ppo_micro_batch_size=2",
+        "actor.optim.lr=1e-3",
+        "critic.optim.lr=1e-3",
+    )
     return config
 
 
@@ -157,8 +163,10 @@ def check_computed(config, dirs, batch, ranks, label):
     backend's on the whole batch in one process."""
     valid = batch["response_mask"].bool()
     actor = LMActor(SOLO, config, dirs.actor)
-    want = {"log_probs": actor.compute_log_probs(batch),
-            "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch)}  # fmt: skip
+    want = {
+        "log_probs": actor.compute_log_probs(batch),
+        "values": LMCritic(SOLO, config, dirs.actor).compute_values(batch),
+    }
     actor.update(batch)
     want["log_probs_after"] = actor.compute_log_probs(batch)
     for key, value in want.items():
@@ -171,7 +179,10 @@ def check_computed(config, dirs, batch, ranks, label):
             assert got.keys() == want.keys()
             for name, value in want.items():
                 assert torch.allclose(got[name], value, atol=UPDATED_ATOL), (
-                    label, component_cls, name)  # fmt: skip
+                    label,
+                    component_cls,
+                    name,
+                )
 
 
 def rank_main(rank, port, out, config, dirs, batch, ids):
@@ -220,8 +231,7 @@ def two_ranks(two_layer_lm, tmp_path_factory):
     batch = scored_batch(config, dirs)
     ids = torch.randint(0, 67, (3, 9), generator=torch.Generator().manual_seed(1))
     out = tmp_path_factory.mktemp("megatron")
-    mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch, ids), nprocs=2,
-             join=True)  # fmt: skip
+    mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch, ids), nprocs=2, join=True)
     return config, batch, ids, [torch.load(out / f"rank{r}.pt") for r in (0, 1)]
 
 
@@ -252,10 +262,10 @@ def four_rank_main(rank, port, out, config, dirs, batch):
     torch.set_num_threads(1)
     from megatron.core import parallel_state
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=4)  # fmt: skip
-    ctx = SimpleNamespace(group=dist.group.WORLD, world_size=4, rank=rank,
-                          torch_device=torch.device("cpu"))  # fmt: skip
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4)
+    ctx = SimpleNamespace(
+        group=dist.group.WORLD, world_size=4, rank=rank, torch_device=torch.device("cpu")
+    )
     quarter = len(batch) // 4
     shard = batch[rank * quarter : (rank + 1) * quarter]
     try:
@@ -274,8 +284,9 @@ def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_laye
     _, dirs = two_layer_lm
     config = training_config(dirs)
     batch = scored_batch(config, dirs)
-    mp.spawn(four_rank_main, args=(free_port(), str(tmp_path), config, dirs, batch), nprocs=4,
-             join=True)  # fmt: skip
+    mp.spawn(
+        four_rank_main, args=(free_port(), str(tmp_path), config, dirs, batch), nprocs=4, join=True
+    )
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
     check_computed(config, dirs, batch, ranks, "2x2")
     # the embedding's tensor-parallel halves on stage 0 (ranks 0, 1) and their copies on stage 1
@@ -323,18 +334,30 @@ def test_the_placement_refuses_megatron_where_it_cannot_run():
         plan_for_config(load_config(arith, ["actor.training_backend=megatron"]))
 
     def on_gpus(tp, pp=1):
-        config = load_config(arith, ["cluster=gpu_1x8", "actor.training_backend=megatron",
-                                     f"actor.megatron.tensor_parallel_size={tp}",
-                                     f"actor.megatron.pipeline_parallel_size={pp}"])  # fmt: skip
+        config = load_config(
+            arith,
+            [
+                "cluster=gpu_1x8",
+                "actor.training_backend=megatron",
+                f"actor.megatron.tensor_parallel_size={tp}",
+                f"actor.megatron.pipeline_parallel_size={pp}",
+            ],
+        )
         config.cluster.component_placement = {"actor,critic,rollout,reward": "0-7"}
         return config
 
-    with pytest.raises(PlacementError, match=r"^actor.megatron.tensor_parallel_size: 3 does not "
-                       r"divide the 8 actor process\(es\)"):  # fmt: skip
+    with pytest.raises(
+        PlacementError,
+        match=r"^actor.megatron.tensor_parallel_size: 3 does not "
+        r"divide the 8 actor process\(es\)",
+    ):
         plan_for_config(on_gpus(3), gpus=lambda: 0)
-    with pytest.raises(PlacementError, match=r"^actor.megatron.pipeline_parallel_size: 4 stages "
-                       r"of actor.megatron.tensor_parallel_size 4 rank\(s\) each \(16\) do not "
-                       r"divide the 8 actor process\(es\)"):  # fmt: skip
+    with pytest.raises(
+        PlacementError,
+        match=r"^actor.megatron.pipeline_parallel_size: 4 stages "
+        r"of actor.megatron.tensor_parallel_size 4 rank\(s\) each \(16\) do not "
+        r"divide the 8 actor process\(es\)",
+    ):
         plan_for_config(on_gpus(4, 4), gpus=lambda: 0)
     assert plan_for_config(on_gpus(4), gpus=lambda: 0).world_size("actor") == 8
     assert plan_for_config(on_gpus(2, 4), gpus=lambda: 0).world_size("actor") == 8
@@ -352,16 +375,25 @@ def test_the_preflight_refuses_a_model_megatron_cannot_split_or_convert(tiny_lm,
     config, _ = tiny_lm  # the tiny model: 2 key/value heads
     mega = on_megatron(config, 2)
     _check_megatron_models(mega)  # 2 divides 2
-    with pytest.raises(ConfigError, match=r"^actor.megatron.tensor_parallel_size: 4 does not "
-                       r"divide the model's 2 key/value heads"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.megatron.tensor_parallel_size: 4 does not "
+        r"divide the model's 2 key/value heads",
+    ):
         _check_megatron_models(on_megatron(config, 4))
-    with pytest.raises(ConfigError, match=r"^actor.megatron.pipeline_parallel_size: 2 does not "
-                       r"divide the model's 1 layers"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.megatron.pipeline_parallel_size: 2 does not "
+        r"divide the model's 1 layers",
+    ):
         _check_megatron_models(on_megatron(config, 1, 2))
     gpt2 = tmp_path / "gpt2"
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     mega.actor.model.path = str(gpt2)
-    with pytest.raises(ConfigError, match=r"^actor.training_backend: megatron trains qwen2 and "
-                       r"llama models; this one is 'gpt2'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.training_backend: megatron trains qwen2 and "
+        r"llama models; this one is 'gpt2'",
+    ):
         _check_megatron_models(mega)

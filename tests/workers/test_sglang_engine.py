@@ -69,13 +69,16 @@ def fake_engines(monkeypatch):
 
 def prompts_td(engine, n=6):
     texts = [f"What is {i} + {2 * i}?" for i in range(n)]
-    ids, mask = left_pad([engine.tokenizer(t)["input_ids"][: 3 + i] for i, t in enumerate(texts)],
-                         engine.tokenizer.pad_token_id)  # fmt: skip
+    ids, mask = left_pad(
+        [engine.tokenizer(t)["input_ids"][: 3 + i] for i, t in enumerate(texts)],
+        engine.tokenizer.pad_token_id,
+    )
     return TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[n])
 
 
-def test_server_args_are_real_and_greedy_answers_equal_the_hf_engines(tiny_lm, tmp_path,
-                                                                      fake_engines):  # fmt: skip
+def test_server_args_are_real_and_greedy_answers_equal_the_hf_engines(
+    tiny_lm, tmp_path, fake_engines
+):
     _, dirs = tiny_lm
     config = sglang_config(dirs, tmp_path)
     engine = SGLangEngine(config, dirs.actor, CPU, rank=0, tp_size=1, collocated=False)
@@ -114,8 +117,9 @@ def test_a_run_pushes_weights_flushes_and_resyncs_after_releasing_memory(
     _, dirs = tiny_lm
     # critic_warmup: iteration 1 leaves the actor's weights as they were, so only the release
     # makes the next sync necessary
-    config = sglang_config(dirs, tmp_path, "runner.total_iterations=3", "sync.bucket_mb=0.05",
-                           "critic.critic_warmup=1")  # fmt: skip
+    config = sglang_config(
+        dirs, tmp_path, "runner.total_iterations=3", "sync.bucket_mb=0.05", "critic.critic_warmup=1"
+    )
     # The placement check refuses sglang on CPU slots (tested below); the adapter's loop runs.
     monkeypatch.setattr(checks, "_spans", lambda plan, config: [])
     runner = ReasoningRunner(config, plan_for_config(config))

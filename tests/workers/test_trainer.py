@@ -21,9 +21,15 @@ def fit(trainer, scale):
 
 def test_non_finite_steps_are_skipped_and_counted_and_too_many_in_a_row_stop():
     model = torch.nn.Linear(2, 1)
-    trainer = Trainer(SOLO, model, optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
-                      sizes=UpdateSizes(1, 4, None), max_grad_norm=1.0, seed=0,
-                      max_skipped_steps=2)  # fmt: skip
+    trainer = Trainer(
+        SOLO,
+        model,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        sizes=UpdateSizes(1, 4, None),
+        max_grad_norm=1.0,
+        seed=0,
+        max_skipped_steps=2,
+    )
     before = model.weight.detach().clone()
     assert fit(trainer, float("nan"))["skipped_steps"] == 1
     assert fit(trainer, float("inf"))["skipped_steps"] == 2
@@ -32,6 +38,9 @@ def test_non_finite_steps_are_skipped_and_counted_and_too_many_in_a_row_stop():
     assert not torch.equal(model.weight, before)
     fit(trainer, float("nan"))
     fit(trainer, float("nan"))
-    with pytest.raises(NonFiniteError, match=r"test: 3 optimiser steps in a row had a NaN or "
-                       r"infinite gradient .*runner.max_skipped_steps=2"):  # fmt: skip
+    with pytest.raises(
+        NonFiniteError,
+        match=r"test: 3 optimiser steps in a row had a NaN or "
+        r"infinite gradient .*runner.max_skipped_steps=2",
+    ):
         fit(trainer, float("nan"))
