@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from rlcore.config.errors import ConfigError
-from rlcore.config.load import say_on_stderr as say
 from rlcore.config.load import validate_config
+from rlcore.log import say
 from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
 from rlcore.workers.weights_file import read_trained_weights
 

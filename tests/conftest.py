@@ -45,16 +45,37 @@ def tiny_lm(tmp_path_factory):
     return config, prepare_models(config, log=lambda message: None)
 
 
-@pytest.fixture(scope="module")
-def shared_local_ray():
-    """One local Ray (on loopback, 4 CPU slots) for a module's runs: each run joins it instead
-    of starting and stopping its own, which costs about 3.5 s a run on these 2 cores. The runs
-    that start their own (through the entry point, in a subprocess) are tested elsewhere."""
-    import ray
+class RaySession:
+    """The local Ray of one pytest worker process (on loopback, 4 CPU slots), started on first
+    use and kept for every later test: each run joins it instead of starting and stopping its
+    own (about 3.5 s a start on these 2 cores). A module that needs another cluster (simulated
+    GPU nodes) stops it; the next test that asks for it starts it again. The runs that start
+    their own Ray (through the entry point, in a subprocess) are tested elsewhere."""
 
-    start_local_ray(num_cpus=4)
-    yield
-    ray.shutdown()
+    def ensure(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            start_local_ray(num_cpus=4)
+
+    def stop(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    session = RaySession()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def local_ray(ray_session):
+    """A local Ray, this worker's (see ``RaySession``)."""
+    ray_session.ensure()
 
 
 def start_local_ray(num_cpus: int) -> None:

@@ -8,7 +8,6 @@ its schema default can be overridden without ``+``, and an unknown key gets the 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import RLCoreConfig
 from rlcore.config.validate import build_config
 from rlcore.did_you_mean import did_you_mean
+from rlcore.log import say
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -109,17 +109,12 @@ def _check_yaml_files(first: Path, directory: Path) -> None:
             raise ConfigError(yaml_problem(path, exc)) from None
 
 
-def say_on_stderr(line: str) -> None:
-    """A line for the user, on stderr (stdout holds the plan and the summary)."""
-    print(f"rlcore: {line}", file=sys.stderr, flush=True)
-
-
 def compose_raw(
     config: str,
     overrides: Sequence[str] = (),
     config_dir: Path = CONFIG_DIR,
     cluster_file: Path | None = None,
-    note: Callable[[str], None] = say_on_stderr,
+    note: Callable[[str], None] = say,
 ) -> dict:
     """The composed config as a plain dict, interpolations resolved, not yet validated.
 

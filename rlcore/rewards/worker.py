@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.config.load import say_on_stderr as say
 from rlcore.config.schema import ReasoningConfig
+from rlcore.log import warn
 from rlcore.models.lm import load_tokenizer
 from rlcore.rewards.rules import load_custom_fn
 from rlcore.rewards.scoring import RewardError, Rules, ScoringPool, judge
@@ -46,7 +46,7 @@ class RewardWorker:
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if late:
             sample = texts[late[0]][-200:].replace("\n", " ")
-            say(
+            warn(
                 f"reward: {len(late)} of {len(texts)} responses took over "
                 f"reward.timeout_s={self.config.timeout_s:g} s and score 0; response "
                 f"{late[0]} ends: {sample!r}"

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config.errors import ConfigError
-from rlcore.config.load import say_on_stderr as say
+from rlcore.log import say, warn
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
@@ -218,7 +218,7 @@ def check_manifest(checkpoint: Path) -> str | None:
     return None
 
 
-def newest_complete(run_dir: Path, log: Callable[[str], None] = say) -> Path | None:
+def newest_complete(run_dir: Path, log: Callable[[str], None] = warn) -> Path | None:
     """The newest checkpoint of ``run_dir`` whose files match its manifest; each newer broken
     one is reported through ``log`` and skipped."""
     for checkpoint in reversed(_checkpoints(run_dir)):

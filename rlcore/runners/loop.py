@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from rlcore.config.load import say_on_stderr as say
+from rlcore.log import say
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.progress import Progress
 

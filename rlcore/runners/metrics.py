@@ -56,7 +56,7 @@ def _start_wandb(run_dir: Path, config: dict) -> Any:
 
     import wandb
 
-    from rlcore.config.load import say_on_stderr as say
+    from rlcore.log import say, warn
 
     mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
     if mode == "online":
@@ -76,5 +76,5 @@ def _start_wandb(run_dir: Path, config: dict) -> Any:
     except Exception as error:  # reachable but refusing (a bad key, a server error)
         if mode == "offline":
             raise
-        say(f"wandb: online logging failed ({type(error).__name__}: {error}); logging offline")
+        warn(f"wandb: online logging failed ({type(error).__name__}: {error}); logging offline")
         return wandb.init(mode="offline", **options)

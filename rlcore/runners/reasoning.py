@@ -42,10 +42,10 @@ from rlcore.algorithms import (
     scores_to_token_rewards,
 )
 from rlcore.config.errors import ConfigError
-from rlcore.config.load import say_on_stderr as log
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
 from rlcore.data.sequences import concat_generated, trim_padding
+from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
 from rlcore.models.warmup import prepare_models
 from rlcore.placement import PlacementPlan
@@ -68,10 +68,10 @@ class ReasoningRunner:
         run, alg = config.runner, config.algorithm
         torch.set_num_threads(run.torch_threads)
         torch.manual_seed(run.seed)
-        self.dirs = prepare_models(config, log)
+        self.dirs = prepare_models(config, say)
         self.tokenizer = load_tokenizer(self.dirs.actor)
-        self.train_set = load_prompt_set(config, self.tokenizer, train=True, log=log)
-        self.val_set = load_prompt_set(config, self.tokenizer, train=False, log=log)
+        self.train_set = load_prompt_set(config, self.tokenizer, train=True, log=say)
+        self.val_set = load_prompt_set(config, self.tokenizer, train=False, log=say)
         self.sampler = PromptSampler(len(self.train_set), run.seed, config.data.shuffle)
         self.kl_ctrl = build_kl_controller(
             alg.kl_ctrl.type, alg.kl_ctrl.kl_coef, alg.kl_ctrl.target_kl, alg.kl_ctrl.horizon
@@ -93,7 +93,7 @@ class ReasoningRunner:
                 self.kl_ctrl.load_state_dict(state["kl_ctrl"])
                 self.version = state["version"]
                 self.generated_tokens = state.get("generated_tokens", 0)
-                log(f"resumed from {resume_from} at iteration {self.progress.iteration}")
+                say(f"resumed from {resume_from} at iteration {self.progress.iteration}")
         except BaseException:
             self.components.close()
             raise
@@ -399,7 +399,7 @@ class ReasoningRunner:
         # accuracy when the scorer gives verdicts; a bare-number custom reward has only means
         name = "accuracy" if "val/accuracy" in p.first_eval else "reward_mean"
         before, after = p.first_eval[f"val/{name}"], p.last_eval[f"val/{name}"]
-        log(
+        say(
             f"validation {name.replace('_', ' ')}: {before:.3f} before PPO, {after:.3f} after "
             f"({len(self.val_set)} prompts, greedy)"
         )

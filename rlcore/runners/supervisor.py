@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config.errors import ConfigError
-from rlcore.config.load import say_on_stderr as say
+from rlcore.log import warn
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.runners.checkpoint import newest_complete
 from rlcore.runners.loop import train
@@ -174,11 +174,11 @@ class Supervisor:
             stop = f"lost a worker {lost} times, more than runner.max_restarts={limit}"
         if stop is not None:
             raise RunLost(self._story(stop, loss, done)) from error
-        checkpoint = newest_complete(run_dir, say)
+        checkpoint = newest_complete(run_dir, warn)
         resumed = 0 if checkpoint is None else int(checkpoint.name.removeprefix("iter_"))
         self.restarts.append(Restart(loss, done, resumed))
         where = "the start" if checkpoint is None else f"checkpoint {checkpoint.name}"
-        say(
+        warn(
             f"restart {len(self.restarts)} of {limit}: {loss.describe()}; it died after "
             f"iteration {done}; resuming from {where}"
         )

@@ -293,6 +293,7 @@ def test_rlinf_reasoning_block_loads_and_megatron_is_refused_on_cpu_slots(tmp_pa
     ]
 
 
+@pytest.mark.usefixtures("local_ray")
 def test_rlinf_reasoning_block_runs_with_the_torch_backend(tiny_lm, tmp_path, capsys):
     _, dirs = tiny_lm
     path = tmp_path / "rlinf_reasoning.yaml"

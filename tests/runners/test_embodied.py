@@ -360,6 +360,7 @@ def test_the_rollout_refuses_to_act_with_weights_it_was_not_synced(tmp_path):
         runner.close()
 
 
+@pytest.mark.usefixtures("local_ray")
 def test_fsdp2_actor_on_two_ranks_trains_and_the_rollout_acts_with_whole_weights(tmp_path):
     config = load_config(
         "embodied/cartpole_ppo",

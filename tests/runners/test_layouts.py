@@ -1,20 +1,27 @@
 """Every embodied layout trains CartPole to the solved threshold through the entry point, and
-what the dry run accepts the run accepts (and what it refuses, the run refuses)."""
+what the dry run accepts the run accepts (and what it refuses, the run refuses).
 
+The entry point runs in this process, its layouts on this pytest worker's Ray (one start for
+the module's runs); a driver process of its own starting its own local Ray, and leaving nothing
+behind, is tested in tests/scheduler/test_ray_lifecycle.py."""
+
+import contextlib
+import io
 import json
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcore.cli import run_entry_point
 from rlcore.config import load_config
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("local_ray")
+
 TWO_SLOTS = "cluster.devices_per_node=2"
 LAYOUTS = {
     "one-process": "{env:0,rollout:0,actor:0}",  # the default: everything in the driver
@@ -25,15 +32,23 @@ LAYOUTS = {
 PROCESSES = {"one-process": 1, "env-apart": 2, "rollout-apart": 2, "data-parallel": 2}
 
 
-def main(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "examples/embodied/main.py", "runner.progress=false", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def main(*args: str) -> Done:
+    """``examples/embodied/main.py ARGS`` (its ``run_entry_point``) in this process, on this
+    worker's Ray: what it returns or exits with, and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run_entry_point("embodied/cartpole_ppo", ["runner.progress=false", *args])
+        except SystemExit as exit:
+            code = exit.code
+    return Done(code, out.getvalue(), err.getvalue())
 
 
 def run_through_entry_point(tmp_path, layout, *extra):

@@ -17,7 +17,7 @@ from rlcore.scheduler import WorkerError
 from tests.lm_fixtures import TINY, tiny_config
 
 # every Ray run of this module joins one local Ray (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_local_ray")
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def length_reward(tmp_path):

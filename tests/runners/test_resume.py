@@ -14,7 +14,7 @@ from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.preflight import preflight
 
 # every Ray run of this module joins one local Ray (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_local_ray")
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 SMALL = [
     "env.num_envs=4",

@@ -27,7 +27,7 @@ from tests.runners.test_reasoning import length_reward
 from tests.runners.test_resume import LAYOUTS, SMALL
 
 # every Ray run of this module joins one local Ray (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_local_ray")
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 # -- kill -9 on Ray -------------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@ import pytest
 import ray
 import ray.cloudpickle
 
-from tests.conftest import start_local_ray
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -10,10 +9,12 @@ ray.cloudpickle.register_pickle_by_value(components)
 
 
 @pytest.fixture(scope="module")
-def fake_gpu_cluster():
-    """Two simulated nodes with 4 GPUs each (fake GPU resources on a CPU machine)."""
+def fake_gpu_cluster(ray_session):
+    """Two simulated nodes with 4 GPUs each (fake GPU resources on a CPU machine), in place of
+    this worker's local Ray while the module runs."""
     from ray.cluster_utils import Cluster
 
+    ray_session.stop()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "num_gpus": 4},
@@ -28,12 +29,3 @@ def fake_gpu_cluster():
     yield [head, other]
     ray.shutdown()
     cluster.shutdown()
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray with 2 CPU slots, shared by a module's tests (each Scheduler reuses it),
-    listening on loopback only as a run's own does."""
-    start_local_ray(num_cpus=2)
-    yield
-    ray.shutdown()
