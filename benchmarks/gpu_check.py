@@ -131,7 +131,7 @@ def check_cartpole(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
-    from rlcore.runners.reasoning import ReasoningRunner
+    from rlcore.runners.supervisor import build_runner
 
     overrides = _common(out, args.device)
     if args.small:
@@ -141,7 +141,7 @@ def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "actor.ppo_mini_batch_size=8",
         ]
     config = load_config("reasoning/tiny_arith_ppo", overrides)
-    summary = ReasoningRunner(config, plan_for_config(config)).run()
+    summary = build_runner(config, plan_for_config(config)).run()
     keys = (
         "val_accuracy_before",
         "val_accuracy_after",
@@ -182,7 +182,7 @@ def _tiny_model_dir(out: Path) -> Path:
     tokenizer is trained on the task's text before any warm-up, so the tiny model is built
     without one: the same tokenizer in a second instead of the warm-up's half a minute."""
     from rlcore.config import load_config
-    from rlcore.models.warmup import prepare_models
+    from rlcore.prepare import prepare_models
 
     config = load_config(
         "reasoning/tiny_arith_ppo",
@@ -216,7 +216,7 @@ def counted_params(model_dir: Path) -> tuple[int, int]:
 def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, Any]:
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
-    from rlcore.runners.reasoning import ReasoningRunner
+    from rlcore.runners.supervisor import build_runner
 
     if backend == "megatron" and args.device != "cuda":
         return {"ok": None, "skipped": "Megatron-core's model needs CUDA"}
@@ -258,7 +258,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
         ]
     config = load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", overrides)
     n_actor, n_critic = counted_params(model_dir)
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     try:
         seconds = []
         for iteration in range(1, args.iterations + 1):

@@ -32,6 +32,7 @@ import time
 
 from rlcore.config import load_config
 from rlcore.placement import plan_for_config
+from rlcore.prepare import prepare_models
 from rlcore.runners.reasoning import ReasoningRunner
 
 KEYS = (
@@ -111,7 +112,7 @@ def main() -> None:
                     "logger.tensorboard=false",
                 ],
             )
-            runner = CurveRunner(config, plan_for_config(config))
+            runner = CurveRunner(config, plan_for_config(config), prepare_models(config))
             summary = runner.run()
             row = {
                 "config": args.config,

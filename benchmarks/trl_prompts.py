@@ -25,7 +25,7 @@ from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import load_prompt_rows
 from rlcore.data.sampler import load_prompt_set
 from rlcore.models.lm import load_tokenizer
-from rlcore.models.warmup import prepare_models
+from rlcore.prepare import prepare_models
 
 
 def prompt_texts(config, tokenizer) -> list[str]:

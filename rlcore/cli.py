@@ -14,7 +14,6 @@ placement prints one line per problem and exits with status 2, before anything s
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rlcore.config import ConfigError, RLCoreConfig, load_config
+from rlcore.config.fields import as_plain
 from rlcore.config.reference import key_reference, write_reference
 from rlcore.placement import PlacementPlan, plan_for_config
 
@@ -52,7 +52,7 @@ def load_and_plan(
 
 
 def config_as_yaml(config: RLCoreConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(config)))
+    return OmegaConf.to_yaml(OmegaConf.create(as_plain(config)))
 
 
 def _config_arguments(parser: argparse.ArgumentParser, config_default: str | None) -> None:
@@ -93,14 +93,18 @@ def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> i
 
 
 def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
-    """Train under the supervisor (restarts after a lost worker). Bad data, model paths, envs
-    and rewards are reported like bad configs, wherever they are met: one line, status 2."""
+    """Prepare the models, then train under the supervisor (restarts after a lost worker). Bad
+    data, model paths, envs and rewards are reported like bad configs, wherever they are met: one
+    line, status 2."""
     from rlcore.data import DataError
+    from rlcore.prepare import prepare
     from rlcore.runners.supervisor import run
     from rlcore.scheduler.errors import WorkerError
 
     try:
-        summary = run(config, plan)
+        # the models (the tiny one built and warmed up, if so configured) before any driver:
+        # every attempt of the supervisor reuses them
+        summary = run(config, plan, prepare(config))
     except (ConfigError, DataError) as error:
         raise _exit_with(ConfigError(str(error))) from None
     except WorkerError as error:  # a bad input met in a worker process: one line, as above
@@ -147,9 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     config, plan = load_and_plan(args.config, args.overrides, args.cluster)
     if args.command == "config":
-        print(
-            json.dumps(dataclasses.asdict(config)) if args.json else config_as_yaml(config), end=""
-        )
+        print(json.dumps(as_plain(config)) if args.json else config_as_yaml(config), end="")
         if args.json:
             print()
     else:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
 from rlcore.config.load import validate_config
 from rlcore.log import say
@@ -49,7 +50,8 @@ def pick_checkpoint(run: str | Path, step: int | None) -> Path:
 def export(run: str | Path, out: str | Path, step: int | None = None) -> Path:
     """Write the policy of ``run``'s checkpoint to ``out`` (see the module docstring)."""
     checkpoint = pick_checkpoint(run, step)
-    config = validate_config(json.loads((checkpoint / DRIVER_FILE).read_text())["config"])
+    saved = json.loads((checkpoint / DRIVER_FILE).read_text())["config"]
+    config = validate_config(current_keys(saved))  # (written by this version or an earlier one)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if config.mode == "reasoning":
@@ -67,7 +69,7 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     from transformers import GenerationConfig
 
     from rlcore.models.lm import load_causal_lm, load_tokenizer, load_value_model, with_lora
-    from rlcore.models.warmup import prepare_models
+    from rlcore.prepare import prepare_models
 
     # The architecture and tokenizer of the run's models (the tiny one from its cache, rebuilt
     # the same if the cache is gone); the trained weights replace theirs.

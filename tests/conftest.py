@@ -37,7 +37,7 @@ def no_process_group_left_behind():
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     """``(config, model_dirs)``: the tiny reasoning model, built once for the session."""
-    from rlcore.models.warmup import prepare_models
+    from rlcore.prepare import prepare_models
     from tests.lm_fixtures import tiny_config
 
     root = tmp_path_factory.mktemp("tiny_lm")

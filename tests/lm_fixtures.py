@@ -1,6 +1,8 @@
 """A tiny reasoning config and model shared by the reasoning tests (built once per session)."""
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 from rlcore.config import load_config
 from rlcore.config.schema import ReasoningConfig
@@ -36,3 +38,19 @@ def tiny_config(cache: Path, output: Path, *overrides: str) -> ReasoningConfig:
         "reasoning/tiny_arith_ppo",
         [*TINY, f"warmup.cache_dir={cache}", f"runner.output_dir={output}", *overrides],
     )
+
+
+def unchecked(config: Any, changes: dict[str, Any]) -> Any:
+    """``config`` with ``changes`` (dotted paths) in place, not validated again: for a test that
+    runs a component with what the config checks refuse on this machine (rollout.backend sglang
+    with no GPU and no sglang: the adapter runs against a fake engine). Otherwise use
+    ``rlcore.config.replace_keys``, which validates."""
+    for path, value in changes.items():
+        config = _replaced(config, path.split("."), value)
+    return config
+
+
+def _replaced(section: Any, path: list[str], value: Any) -> Any:
+    head, *rest = path
+    inner = _replaced(getattr(section, head), rest, value) if rest else value
+    return dataclasses.replace(section, **{head: inner})

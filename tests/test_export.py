@@ -17,7 +17,7 @@ from rlcore.data.sequences import response_mask
 from rlcore.models.lm import load_value_model, with_lora
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
-from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.runners.supervisor import build_runner
 from rlcore.workers.weights_file import read_trained_weights
 from tests.lm_fixtures import tiny_config
 from tests.runners.test_reasoning import length_reward
@@ -39,17 +39,15 @@ def test_a_reasoning_export_loads_with_transformers_and_answers_as_the_trained_p
         else [f"{c}.training_backend={backend}" for c in ("actor", "critic")]
     )
     common = (*length_reward(tmp_path), "runner.checkpoint_every=2", "runner.run_name=r", *trained)
-    ReasoningRunner(*_planned(tiny_config(cache, tmp_path, *common))).run()
+    build_runner(*_planned(tiny_config(cache, tmp_path, *common))).run()
     run_dir = tmp_path / "r"
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
 
     # The trained policy's greedy answers to the validation prompts, from the run resumed.
-    resumed = ReasoningRunner(
-        *_planned(tiny_config(cache, tmp_path, *common, "runner.resume=auto"))
-    )
+    resumed = build_runner(*_planned(tiny_config(cache, tmp_path, *common, "runner.resume=auto")))
     rows = list(range(len(resumed.val_set)))
     prompts = prompt_batch(rows, resumed.val_set, 1, resumed.tokenizer.pad_token_id)
-    resumed._sync()
+    resumed.sync()
     trained = resumed.rollout.generate(prompts, resumed.version, greedy=True)
     resumed.close()
 

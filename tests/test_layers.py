@@ -13,8 +13,10 @@ LAYERS = [  # lowest first
     {"placement"},
     {"scheduler"},
     {"envs"},
-    {"models", "data", "rewards"},
-    {"workers"},
+    {"data"},
+    {"rewards"},
+    {"models"},
+    {"workers", "prepare"},
     {"runners", "export"},
     {"cli"},
 ]

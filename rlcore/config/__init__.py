@@ -21,6 +21,7 @@ _EXPORTS = {
     "compose_raw": "rlcore.config.load",
     "config_names": "rlcore.config.load",
     "load_config": "rlcore.config.load",
+    "replace_keys": "rlcore.config.load",
     "schema_paths": "rlcore.config.validate",
     "validate_config": "rlcore.config.load",
 }

@@ -1,9 +1,12 @@
 """How a config key is declared: a dataclass field with its default, a one-line doc and, for a
-number, the range of values it accepts."""
+number, the range of values it accepts. Sections are frozen dataclasses: a validated config is
+never changed (its lists are tuples, its mappings ``FrozenDict``s)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 import re
 from collections.abc import Callable
@@ -63,8 +66,8 @@ def key(
     number (or a list of numbers: each item), its accepted ``range`` (see ``Range``).
 
     ``modes``: the modes that read it, when not all; elsewhere a value other than the default is
-    refused (a key the config accepts is honoured). A mutable default (a list) is given as
-    ``factory``, which makes a fresh one per config.
+    refused (a key the config accepts is honoured). A list default is given as ``factory``; the
+    config holds it, as every list, as a tuple.
     """
     metadata: dict[str, Any] = {"doc": doc}
     if range is not None:
@@ -72,20 +75,84 @@ def key(
     if modes is not None:
         metadata["modes"] = modes
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
+        return dataclasses.field(default_factory=lambda: frozen(factory()), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def section(cls: type, *, doc: str, modes: tuple[str, ...] | None = None) -> Any:
+def section(
+    cls: type,
+    *,
+    doc: str,
+    modes: tuple[str, ...] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> Any:
     """A nested section; it has a default when every key in it has one. ``modes`` as for
-    ``key``: the whole section must keep its defaults in the other modes."""
+    ``key``: the whole section must keep its defaults in the other modes. ``defaults``: this
+    use's own defaults for some of the section's keys, in place of those ``cls`` declares (one
+    runner section with each mode's defaults; one optimiser section with the actor's and the
+    critic's); the key reference shows them."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    defaults = dict(defaults or {})
+    unknown = sorted(set(defaults) - set(fields))
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no key {', '.join(unknown)} to give a default")
     has_all_defaults = all(
-        f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        for f in dataclasses.fields(cls)
+        name in defaults
+        or f.default is not dataclasses.MISSING
+        or f.default_factory is not dataclasses.MISSING
+        for name, f in fields.items()
     )
     metadata: dict[str, Any] = {"doc": doc}
     if modes is not None:
         metadata["modes"] = modes
+    if defaults:
+        metadata["defaults"] = defaults
     if has_all_defaults:
-        return dataclasses.field(default_factory=cls, metadata=metadata)
+        return dataclasses.field(
+            default_factory=functools.partial(cls, **defaults), metadata=metadata
+        )
     return dataclasses.field(metadata=metadata)
+
+
+def default_of(field: dataclasses.Field, defaults: dict[str, Any] | None = None) -> Any:
+    """``field``'s default where it is declared in a section given ``defaults`` (the section's
+    own, ``section(..., defaults=)``); ``REQUIRED`` when it has none."""
+    if defaults and field.name in defaults:
+        return defaults[field.name]
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return REQUIRED
+
+
+class FrozenDict(dict):
+    """A mapping of a validated config: read like a dict, never changed (a frozen config holds
+    no mutable value), pickled as a dict would be."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "a validated config is not changed in place: build another one "
+            "(dataclasses.replace, or load_config with overrides)"
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple:
+        return (FrozenDict, (dict(self),))
+
+
+def frozen(value: Any) -> Any:
+    """``value`` as a frozen config holds it: lists as tuples, mappings as ``FrozenDict``s."""
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(item) for item in value)
+    if isinstance(value, dict) and not isinstance(value, FrozenDict):
+        return FrozenDict({name: frozen(item) for name, item in value.items()})
+    return value
+
+
+def as_plain(config: Any) -> dict[str, Any]:
+    """A config (any section) as plain data: ``dataclasses.asdict`` with lists for tuples and
+    dicts for ``FrozenDict``s, as JSON, YAML and the loggers take it."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))

@@ -8,6 +8,7 @@ its schema default can be overridden without ``+``, and an unknown key gets the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlcore.config.aliases import ALIASES
+from rlcore.config.aliases import ALIASES, DERIVED_KEYS, current_keys
 from rlcore.config.checks import check_config
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import RLCoreConfig
@@ -158,6 +159,7 @@ def compose_raw(
     for override in parsed:
         if not is_group(override):
             _apply(cfg, override, said)
+    _drop_derived_keys(cfg, said)
     for line in dict.fromkeys(said):
         note(line)
     try:
@@ -274,6 +276,21 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
         said.append(alias.describe(path))
 
 
+def _drop_derived_keys(cfg: DictConfig, said: list[str]) -> None:
+    """rlcore's earlier keys for values that now follow from the mode (``DERIVED_KEYS``), from
+    the YAML or the command line: checked against the mode and removed (the validator would
+    call them unknown)."""
+    mode = cfg.get("mode")
+    for path, derived in DERIVED_KEYS.items():
+        value = OmegaConf.select(cfg, path, default=_ABSENT)
+        if value is _ABSENT:
+            continue
+        said.append(derived.check(path, value, mode))
+        parent_key, _, leaf = path.rpartition(".")
+        OmegaConf.select(cfg, parent_key).pop(leaf)
+        _drop_empty_parents(cfg, parent_key)
+
+
 def _own_value(own: DictConfig, path: str) -> Any:
     """What the file itself writes at ``path`` (``_ABSENT`` if nothing); an interpolation that
     points outside the file is not resolved here."""
@@ -317,10 +334,9 @@ def _apply(cfg: DictConfig, override: Override, said: list[str]) -> None:
 
 
 def validate_config(raw: dict[str, Any]) -> RLCoreConfig:
-    """Per-key validation, then the cross-field checks; ``ConfigError`` on any problem."""
-    config = build_config(raw)
-    check_config(config)
-    return config
+    """Per-key validation, the derived values, then the cross-field checks: the frozen config;
+    ``ConfigError`` on any problem."""
+    return check_config(build_config(raw))
 
 
 def load_config(
@@ -336,3 +352,22 @@ def load_config(
     0.98
     """
     return validate_config(compose_raw(config, overrides, config_dir, cluster_file))
+
+
+def replace_keys(config: RLCoreConfig, changes: dict[str, Any]) -> RLCoreConfig:
+    """``config`` (validated, so frozen) with the keys of ``changes`` (dotted paths) set to
+    their values, validated again: the derived values follow, and a combination the checks
+    refuse raises ``ConfigError`` as loading it would.
+
+    >>> cfg = load_config("embodied/cartpole_ppo")
+    >>> replace_keys(cfg, {"runner.seed": 2, "actor.optim.lr": 0.001}).runner.seed
+    2
+    """
+    raw = current_keys(dataclasses.asdict(config))
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        section = raw
+        for part in parents:
+            section = section.setdefault(part, {})
+        section[leaf] = value
+    return validate_config(raw)

@@ -1,20 +1,21 @@
 """The config schema: every key rlcore reads, declared once, with its type, default and doc.
 
 The top level is one of ``EmbodiedConfig`` / ``ReasoningConfig``, picked by ``mode``. Both share
-the sections of ``sections.py`` (``AlgorithmConfig``, whose names follow RLinf (``adv_type``,
-``loss_type``, ``clip_ratio_*``) with verl's KL options); docs/config.md maps every verl and RLinf
-seed option onto these keys. This module gathers every schema class in one namespace.
+the sections of ``sections.py``: ``AlgorithmConfig`` (RLinf's names, ``adv_type``,
+``clip_ratio_*``, with verl's KL options), one ``runner`` and one ``optim`` section with each
+use's defaults, the cluster, sync and loggers. Each top level ends with ``derived``, the values
+that follow from the keys (``derived.py``). docs/config.md maps every verl and RLinf seed option
+onto these keys. This module gathers every schema class in one namespace.
 """
 
 from __future__ import annotations
 
+from rlcore.config.derived import Derived
 from rlcore.config.schema_embodied import (
     ActorModelConfig,
     EmbodiedActorConfig,
     EmbodiedConfig,
-    EmbodiedRunnerConfig,
     EnvConfig,
-    OptimConfig,
 )
 from rlcore.config.schema_reasoning import ReasoningConfig
 from rlcore.config.sections import (
@@ -22,6 +23,7 @@ from rlcore.config.sections import (
     ClusterConfig,
     KLCtrlConfig,
     LoggerConfig,
+    OptimConfig,
     RunnerConfig,
     UpdateConfig,
 )
@@ -34,9 +36,9 @@ __all__ = [
     "ActorModelConfig",
     "AlgorithmConfig",
     "ClusterConfig",
+    "Derived",
     "EmbodiedActorConfig",
     "EmbodiedConfig",
-    "EmbodiedRunnerConfig",
     "EnvConfig",
     "KLCtrlConfig",
     "LoggerConfig",

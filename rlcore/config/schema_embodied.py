@@ -5,26 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlcore.config.derived import Derived, derived_section
 from rlcore.config.fields import REQUIRED, key, section
 from rlcore.config.sections import (
+    EMBODIED_OPTIM,
     ActorKeys,
     AlgorithmConfig,
     ClusterConfig,
     GroupKeys,
     LoggerConfig,
+    OptimConfig,
     RunnerConfig,
     SyncConfig,
     UpdateConfig,
 )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ActorModelConfig:
-    add_value_head: bool | None = key(
-        None,
-        doc="a value head on the policy's backbone; null = derived from algorithm.loss_type "
-        "(actor_critic: true)",
-    )
     hidden_sizes: list[int] = key(
         factory=lambda: [64, 64], doc="widths of the MLP trunk", range=">= 1"
     )
@@ -38,25 +36,15 @@ class ActorModelConfig:
     )
 
 
-@dataclass(kw_only=True)
-class OptimConfig:
-    lr: float = key(3e-4, doc="Adam learning rate", range="> 0")
-    lr_schedule: Literal["constant", "linear"] = key(
-        "constant", doc="constant, or linear decay to 0 over the run"
-    )
-    adam_eps: float = key(1e-5, doc="Adam epsilon", range="> 0")
-    max_grad_norm: float | None = key(
-        0.5, doc="clip the gradient norm to this; null = no clip", range="> 0"
-    )
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class EmbodiedActorConfig(UpdateConfig, ActorKeys):
     model: ActorModelConfig = section(ActorModelConfig, doc="the policy network")
-    optim: OptimConfig = section(OptimConfig, doc="the optimiser")
+    optim: OptimConfig = section(
+        OptimConfig, doc="the optimiser and its schedule", defaults=EMBODIED_OPTIM
+    )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class EmbodiedRolloutConfig(GroupKeys):
     micro_batch_size: int | None = key(
         None,
@@ -66,7 +54,7 @@ class EmbodiedRolloutConfig(GroupKeys):
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class EnvConfig(GroupKeys):
     id: str = key(
         REQUIRED,
@@ -104,47 +92,15 @@ class EnvConfig(GroupKeys):
     )
 
 
-@dataclass(kw_only=True)
-class EmbodiedRunnerConfig(RunnerConfig):
-    rollout_steps: int = key(128, doc="steps taken in each env per iteration", range=">= 1")
-    total_env_steps: int = key(
-        100_000, doc="env steps to train for, summed over envs", range=">= 1"
-    )
-    seed: int = key(1, doc="seeds torch, the envs and the action sampling", range=">= 0")
-    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
-    run_name: str | None = key(None, doc="the run's folder name; null = ENV-SEED-TIMESTAMP")
-    eval_every: int = key(
-        10, doc="iterations between deterministic evaluations (0 = at the end)", range=">= 0"
-    )
-    eval_episodes: int = key(10, doc="episodes per evaluation", range=">= 1")
-    stop_at_threshold: bool = key(
-        False,
-        doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
-        "(never, when no threshold is set); the learning-rate schedule still spans "
-        "total_env_steps",
-    )
-    torch_threads: int = key(
-        1, doc="torch CPU threads (1 is fastest for small MLPs here)", range=">= 1"
-    )
-    progress: bool = key(True, doc="show a progress bar on stderr")
-    checkpoint_every: int = key(
-        50,
-        doc="iterations between checkpoints (and one at the end); 0 = no checkpoints",
-        range=">= 0",
-    )
-    resume_dir: str | None = key(
-        None, doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run's latest one"
-    )
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class EmbodiedConfig:
     mode: Literal["embodied"] = key(REQUIRED, doc="embodied: policies acting in simulators")
     algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
     actor: EmbodiedActorConfig = section(EmbodiedActorConfig, doc="policy training")
     rollout: EmbodiedRolloutConfig = section(EmbodiedRolloutConfig, doc="acting in the envs")
     env: EnvConfig = section(EnvConfig, doc="the environment")
-    runner: EmbodiedRunnerConfig = section(EmbodiedRunnerConfig, doc="the training loop")
+    runner: RunnerConfig = section(RunnerConfig, doc="the training loop")
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
     sync: SyncConfig = section(SyncConfig, doc="weight sync from the actor to the rollout")
+    derived: Derived | None = derived_section()

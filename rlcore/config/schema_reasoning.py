@@ -9,13 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlcore.config.derived import Derived, derived_section
 from rlcore.config.fields import REQUIRED, key, section
 from rlcore.config.sections import (
+    REASONING_ACTOR_OPTIM,
+    REASONING_CRITIC_OPTIM,
+    REASONING_RUNNER_DEFAULTS,
     ActorKeys,
     AlgorithmConfig,
     ClusterConfig,
     GroupKeys,
     LoggerConfig,
+    OptimConfig,
     RunnerConfig,
     SyncConfig,
     TrainedKeys,
@@ -25,7 +30,7 @@ from rlcore.config.sections import (
 GSM8K_SUFFIX = ' Let\'s think step by step and output the final answer after "####".'
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class SyntheticConfig:
     num_train: int = key(20_000, doc="training problems generated", range=">= 1")
     num_val: int = key(
@@ -38,7 +43,7 @@ class SyntheticConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class DataConfig:
     train_files: list[str] = key(
         factory=list, doc="parquet or jsonl files of training prompts; empty = the synthetic task"
@@ -71,7 +76,7 @@ class DataConfig:
     synthetic: SyntheticConfig = section(SyntheticConfig, doc="the shipped arithmetic task")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class TinyLMConfig:
     hidden_size: int = key(128, doc="width of the tiny Qwen2-architecture model", range=">= 1")
     num_layers: int = key(2, doc="decoder layers", range=">= 1")
@@ -82,7 +87,7 @@ class TinyLMConfig:
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class LoraConfig:
     rank: int = key(
         0,
@@ -100,7 +105,7 @@ class LoraConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class LMConfig:
     path: str | None = key(
         None, doc="a local Hugging Face model directory; null = the tiny model built (and cached)"
@@ -133,22 +138,12 @@ class LMConfig:
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
 
-@dataclass(kw_only=True)
-class LMOptimConfig:
-    lr: float = key(1e-6, doc="AdamW learning rate (verl's actor default)", range="> 0")
-    weight_decay: float = key(0.0, doc="AdamW weight decay", range=">= 0")
-    lr_warmup_steps: int = key(
-        0, doc="optimiser steps of linear learning-rate warm-up", range=">= 0"
-    )
-    max_grad_norm: float | None = key(
-        1.0, doc="clip the gradient norm to this; null = no clip", range="> 0"
-    )
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ReasoningActorConfig(UpdateConfig, ActorKeys):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
-    optim: LMOptimConfig = section(LMOptimConfig, doc="the actor's optimiser")
+    optim: OptimConfig = section(
+        OptimConfig, doc="the actor's optimiser and its schedule", defaults=REASONING_ACTOR_OPTIM
+    )
     max_tokens_per_micro_batch: int | None = key(
         None,
         doc="form the micro-batches of the update and of the forward passes (old and reference "
@@ -166,14 +161,7 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
     )
 
 
-@dataclass(kw_only=True)
-class CriticOptimConfig(LMOptimConfig):
-    lr: float = key(
-        1e-5, doc="AdamW learning rate of the critic (verl's critic default)", range="> 0"
-    )
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class CriticConfig(TrainedKeys):
     use_critic_model: bool | None = key(
         None,
@@ -203,7 +191,11 @@ class CriticConfig(TrainedKeys):
         "set here",
         range=">= 1",
     )
-    optim: CriticOptimConfig = section(CriticOptimConfig, doc="the critic's optimiser")
+    optim: OptimConfig = section(
+        OptimConfig,
+        doc="the critic's optimiser and its schedule",
+        defaults=REASONING_CRITIC_OPTIM,
+    )
     critic_warmup: int = key(
         0,
         doc="iterations that train only the critic before the actor starts updating",
@@ -218,7 +210,7 @@ SGLANG_VERSION = "0.5.21"
 MEGATRON_VERSION = "0.16.1"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class RolloutConfig(GroupKeys):
     backend: Literal["hf", "sglang"] = key(
         "hf",
@@ -271,7 +263,7 @@ class RolloutConfig(GroupKeys):
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class OverlongBufferConfig:
     enable: bool = key(
         False,
@@ -289,7 +281,7 @@ class OverlongBufferConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class RewardConfig(GroupKeys):
     kind: Literal["gsm8k", "math", "custom"] = key(
         "gsm8k", doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom"
@@ -323,7 +315,7 @@ class RewardConfig(GroupKeys):
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class WarmupConfig:
     steps: int = key(
         0,
@@ -347,42 +339,7 @@ class WarmupConfig:
     )
 
 
-@dataclass(kw_only=True)
-class ReasoningRunnerConfig(RunnerConfig):
-    total_iterations: int = key(20, doc="PPO iterations (one batch of prompts each)", range=">= 1")
-    seed: int = key(1, doc="seeds torch, the data order and the sampling", range=">= 0")
-    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
-    run_name: str | None = key(None, doc="the run's folder name; null = CONFIG-SEED-TIMESTAMP")
-    val_every: int = key(
-        0, doc="iterations between greedy validations (0 = before and after)", range=">= 0"
-    )
-    val_n: int = key(
-        0,
-        doc="besides the greedy answer, responses sampled per validation prompt (at "
-        "rollout.val_temperature, val_top_p, val_top_k), for val/mean@n and val/pass@k "
-        "(k = 1 and n, unbiased); 0 = greedy accuracy only (verl's val_kwargs.n)",
-        range=">= 0",
-    )
-    log_val_generations: int = key(
-        16,
-        doc="validation prompts whose generations (prompt, response, score, verdict) are "
-        "written to RUN/validation/iter_NNNNNN.jsonl at each validation; 0 = none",
-        range=">= 0",
-    )
-    torch_threads: int = key(2, doc="torch CPU threads per process", range=">= 1")
-    progress: bool = key(True, doc="show a progress bar on stderr")
-    checkpoint_every: int = key(
-        10,
-        doc="iterations between checkpoints (and one at the end, so a finished run keeps its "
-        "trained weights); 0 = none",
-        range=">= 0",
-    )
-    resume_dir: str | None = key(
-        None, doc="resume from this run folder's latest checkpoint (or a checkpoint folder)"
-    )
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ReasoningConfig:
     mode: Literal["reasoning"] = key(REQUIRED, doc="reasoning: an LLM trained on rule rewards")
     algorithm: AlgorithmConfig = section(AlgorithmConfig, doc="RL algorithm (both modes)")
@@ -392,33 +349,10 @@ class ReasoningConfig:
     reward: RewardConfig = section(RewardConfig, doc="rule-based scoring")
     data: DataConfig = section(DataConfig, doc="prompts")
     warmup: WarmupConfig = section(WarmupConfig, doc="supervised warm-up of the tiny model")
-    runner: ReasoningRunnerConfig = section(ReasoningRunnerConfig, doc="the training loop")
+    runner: RunnerConfig = section(
+        RunnerConfig, doc="the training loop", defaults=REASONING_RUNNER_DEFAULTS
+    )
     logger: LoggerConfig = section(LoggerConfig, doc="where metrics go")
     cluster: ClusterConfig = section(ClusterConfig, doc="machines and component placement")
     sync: SyncConfig = section(SyncConfig, doc="weight sync from the actor to the rollout")
-
-    def critic_token_budget(self) -> int | None:
-        """The critic's micro-batch token budget: its own, or the actor's unless the critic
-        sets its own micro-batch size."""
-        critic = self.critic
-        if critic.max_tokens_per_micro_batch is not None or critic.ppo_micro_batch_size:
-            return critic.max_tokens_per_micro_batch
-        return self.actor.max_tokens_per_micro_batch
-
-    def critic_update(self) -> UpdateConfig:
-        """The critic's update sizes, each unset one taken from the actor's (and the actor's
-        shuffle)."""
-
-        def pick(own: int | None, actor: int | None) -> int | None:
-            return actor if own is None else own
-
-        return UpdateConfig(
-            ppo_epochs=pick(self.critic.ppo_epochs, self.actor.ppo_epochs),
-            ppo_mini_batch_size=pick(
-                self.critic.ppo_mini_batch_size, self.actor.ppo_mini_batch_size
-            ),
-            ppo_micro_batch_size=pick(
-                self.critic.ppo_micro_batch_size, self.actor.ppo_micro_batch_size
-            ),
-            shuffle=self.actor.shuffle,
-        )
+    derived: Derived | None = derived_section()

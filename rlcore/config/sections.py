@@ -11,7 +11,7 @@ from rlcore.algorithms.kl import KLKind
 from rlcore.config.fields import REQUIRED, key, section
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class KLCtrlConfig:
     type: Literal["fixed", "adaptive"] = key(
         "fixed", doc="in-reward KL coefficient controller: fixed, or adaptive (Ziegler et al.)"
@@ -27,7 +27,7 @@ class KLCtrlConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class PolicyLossOptions:
     """The options of the policy losses that read them, under verl's names (its
     ``actor.policy_loss.*``, and ``actor.tau_pos`` / ``tau_neg``). A loss reads those named by
@@ -63,7 +63,7 @@ class PolicyLossOptions:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class FilterGroupsConfig:
     enable: bool = key(
         False,
@@ -81,7 +81,7 @@ class FilterGroupsConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class AlgorithmConfig:
     adv_type: str = key(
         "gae",
@@ -89,11 +89,6 @@ class AlgorithmConfig:
         "reinforce_plus_plus_baseline, and verl's grpo_passk, opo, gpg, remax, grpo_vectorized, "
         "rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline, gdpo (reasoning; see "
         "docs/algorithms.md), or one added with register_advantage",
-    )
-    loss_type: Literal["actor", "actor_critic"] | None = key(
-        None,
-        doc="actor: policy loss only (reasoning, separate critic); actor_critic: policy + value "
-        "loss in one backward pass through a shared backbone (embodied); null = the mode's own",
     )
     policy_loss: str = key(
         "ppo",
@@ -160,7 +155,7 @@ class AlgorithmConfig:
     )
     value_coef: float = key(
         0.5,
-        doc="weight of the value loss when loss_type is actor_critic",
+        doc="weight of the value loss in the actor-critic's one backward pass (embodied)",
         range=">= 0",
         modes=("embodied",),
     )
@@ -207,7 +202,7 @@ class AlgorithmConfig:
         return self.use_kl_in_reward and self.kl_ctrl.kl_coef > 0
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ClusterConfig:
     num_nodes: int = key(1, doc="machines in the Ray cluster", range=">= 1")
     devices_per_node: int | None = key(
@@ -247,7 +242,7 @@ class ClusterConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class SyncConfig:
     bucket_mb: float = key(
         512.0,
@@ -263,10 +258,24 @@ class SyncConfig:
         return max(1, int(self.bucket_mb * (1 << 20)))
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class RunnerConfig:
+    """The training loop, one section for both modes: a mode's own keys say so (``modes``), and
+    each mode's top level gives its own defaults where they differ (``section(defaults=)``)."""
+
     dry_run: bool = key(
         False, doc="validate the config, print the placement plan and exit without starting"
+    )
+    seed: int = key(
+        1,
+        doc="seeds torch, the envs or the data order, and the sampling",
+        range=">= 0",
+    )
+    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
+    run_name: str | None = key(
+        None,
+        doc="the run's folder name; null = NAME-SEED-TIMESTAMP, NAME the env id (embodied) or the "
+        "first training file's (reasoning; 'arith' for the synthetic task)",
     )
     resume: Literal["never", "auto"] = key(
         "never",
@@ -274,12 +283,29 @@ class RunnerConfig:
         "has one, else start there (so a job scheduler can re-launch the same command); needs "
         "runner.run_name",
     )
+    resume_dir: str | None = key(
+        None,
+        doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run folder's newest one",
+    )
+    checkpoint_every: int = key(
+        50,
+        doc="iterations between checkpoints (and one at the end, so a finished run keeps its "
+        "trained weights); 0 = none",
+        range=">= 0",
+    )
     keep_checkpoints: int | None = key(
         3,
         doc="checkpoints kept in the run folder: the oldest is removed once a newer one is "
         "complete; null = keep all",
         range=">= 1",
     )
+    torch_threads: int = key(
+        1,
+        doc="torch CPU threads per process, set once per process (embodied: 1 is fastest for "
+        "small MLPs here; reasoning: 2 on 2 cores for one process, 1 for several)",
+        range=">= 1",
+    )
+    progress: bool = key(True, doc="show a progress bar on stderr")
     max_skipped_steps: int = key(
         5,
         doc="optimiser steps in a row that may have a NaN or infinite gradient (each is skipped, "
@@ -294,6 +320,99 @@ class RunnerConfig:
         "ends with the error. Components in the driver's own process are not restarted",
         range=">= 0",
     )
+    # embodied
+    rollout_steps: int = key(
+        128, doc="steps taken in each env per iteration", range=">= 1", modes=("embodied",)
+    )
+    total_env_steps: int = key(
+        100_000,
+        doc="env steps to train for, summed over envs",
+        range=">= 1",
+        modes=("embodied",),
+    )
+    eval_every: int = key(
+        10,
+        doc="iterations between deterministic evaluations (0 = at the end)",
+        range=">= 0",
+        modes=("embodied",),
+    )
+    eval_episodes: int = key(10, doc="episodes per evaluation", range=">= 1", modes=("embodied",))
+    stop_at_threshold: bool = key(
+        False,
+        doc="end the run at the first evaluation whose mean reaches env.solved_threshold "
+        "(never, when no threshold is set); the learning-rate schedule still spans "
+        "total_env_steps",
+        modes=("embodied",),
+    )
+    # reasoning
+    total_iterations: int = key(
+        20,
+        doc="PPO iterations (one batch of prompts each)",
+        range=">= 1",
+        modes=("reasoning",),
+    )
+    val_every: int = key(
+        0,
+        doc="iterations between greedy validations (0 = before and after)",
+        range=">= 0",
+        modes=("reasoning",),
+    )
+    val_n: int = key(
+        0,
+        doc="besides the greedy answer, responses sampled per validation prompt (at "
+        "rollout.val_temperature, val_top_p, val_top_k), for val/mean@n and val/pass@k "
+        "(k = 1 and n, unbiased); 0 = greedy accuracy only (verl's val_kwargs.n)",
+        range=">= 0",
+        modes=("reasoning",),
+    )
+    log_val_generations: int = key(
+        16,
+        doc="validation prompts whose generations (prompt, response, score, verdict) are "
+        "written to RUN/validation/iter_NNNNNN.jsonl at each validation; 0 = none",
+        range=">= 0",
+        modes=("reasoning",),
+    )
+
+
+# The reasoning mode's runner defaults, where they differ from the embodied ones above.
+REASONING_RUNNER_DEFAULTS = {"torch_threads": 2, "checkpoint_every": 10}
+
+
+@dataclass(kw_only=True, frozen=True)
+class OptimConfig:
+    """The optimiser and its learning-rate schedule, one section for every trained component
+    (``actor.optim``, ``critic.optim``); each use gives its own defaults
+    (``EMBODIED_OPTIM`` and the reasoning ones below). The schedule: a linear warm-up over
+    ``warmup_steps`` optimiser steps, times the ``decay`` over the run's updates (one per
+    iteration, as SB3, CleanRL and verl anneal): ``torch.optim.lr_scheduler.LambdaLR``."""
+
+    name: Literal["adam", "adamw"] = key(
+        "adamw",
+        doc="adam: torch.optim.Adam (its weight_decay is an L2 term in the gradient); adamw: "
+        "AdamW (decoupled weight decay)",
+    )
+    lr: float = key(1e-6, doc="learning rate (the peak, after warm-up)", range="> 0")
+    eps: float = key(1e-8, doc="the optimiser's epsilon", range="> 0")
+    weight_decay: float = key(0.0, doc="weight decay", range=">= 0")
+    warmup_steps: int = key(
+        0,
+        doc="optimiser steps over which the learning rate rises linearly to lr (the k-th step "
+        "at lr x k / warmup_steps); 0 = none",
+        range=">= 0",
+    )
+    decay: Literal["constant", "linear", "cosine"] = key(
+        "constant",
+        doc="the learning rate over the run, after warm-up: constant; linear: to 0 at the end; "
+        "cosine: half a cosine to 0 at the end. It moves once per update (iteration)",
+    )
+    max_grad_norm: float | None = key(
+        1.0, doc="clip the gradient norm to this; null = no clip", range="> 0"
+    )
+
+
+EMBODIED_OPTIM = {"name": "adam", "lr": 3e-4, "eps": 1e-5, "max_grad_norm": 0.5}
+REASONING_ACTOR_OPTIM = {"lr": 1e-6}  # verl's actor default
+REASONING_CRITIC_OPTIM = {"lr": 1e-5}  # verl's critic default
 
 
 GROUP_NAME_DOC = (
@@ -302,14 +421,14 @@ GROUP_NAME_DOC = (
 )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class GroupKeys:
     """The keys of every component's section."""
 
     group_name: str | None = key(None, doc=GROUP_NAME_DOC)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class FsdpConfig:
     """FSDP2's options (verl's ``fsdp_config``): read with ``training_backend: fsdp2`` only."""
 
@@ -329,7 +448,7 @@ class FsdpConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class MegatronConfig:
     """Megatron-core's options (verl's ``megatron`` section): read with ``training_backend:
     megatron`` only."""
@@ -351,7 +470,7 @@ class MegatronConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class TrainedKeys(GroupKeys):
     """The keys of a trained component's section (actor, critic)."""
 
@@ -370,7 +489,7 @@ class TrainedKeys(GroupKeys):
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ActorKeys(TrainedKeys):
     """The keys of the actor's section in both modes, beside its update sizes."""
 
@@ -385,7 +504,7 @@ class ActorKeys(TrainedKeys):
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class UpdateConfig:
     ppo_epochs: int = key(1, doc="passes over each batch of experience", range=">= 1")
     ppo_mini_batch_size: int = key(
@@ -409,7 +528,7 @@ class UpdateConfig:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class LoggerConfig:
     console: bool = key(
         False, doc="print each iteration's metrics as one line on stderr (verl's 'console')"

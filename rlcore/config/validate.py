@@ -14,7 +14,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from rlcore.config.aliases import ALIASES, foreign_section
+from rlcore.config.derived import is_derived
 from rlcore.config.errors import ConfigError
+from rlcore.config.fields import REQUIRED, default_of, frozen
 from rlcore.config.foreign_keys import FOREIGN_KEYS
 from rlcore.config.schema import SCHEMAS
 from rlcore.did_you_mean import closest
@@ -25,9 +27,12 @@ class _Invalid(Exception):
 
 
 def schema_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
-    """Every key of ``cls`` as ``(dotted path, field, type)``, sections included, depth first."""
+    """Every key of ``cls`` as ``(dotted path, field, type)``, sections included, depth first
+    (the ``derived`` section is not keys: nothing sets it)."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
+        if is_derived(field):
+            continue
         path = f"{prefix}{field.name}"
         tp = hints[field.name]
         yield path, field, tp
@@ -35,8 +40,31 @@ def schema_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses
             yield from schema_paths(tp, prefix=f"{path}.")
 
 
+def schema_defaults(cls: type) -> dict[str, Any]:
+    """Every key's default in ``cls`` by dotted path, as a config holds it, each section's own
+    defaults applied (``section(defaults=)``); required keys are left out."""
+    found: dict[str, Any] = {}
+
+    def visit(section: type, prefix: str, defaults: dict[str, Any]) -> None:
+        hints = typing.get_type_hints(section)
+        for field in dataclasses.fields(section):
+            if is_derived(field):
+                continue
+            path, tp = f"{prefix}{field.name}", hints[field.name]
+            if dataclasses.is_dataclass(tp):
+                visit(tp, f"{path}.", field.metadata.get("defaults", {}))
+                continue
+            value = default_of(field, defaults)
+            if value is not REQUIRED:
+                found[path] = frozen(value)
+
+    visit(cls, "", {})
+    return found
+
+
 def build_config(raw: Mapping[str, Any]) -> Any:
-    """Validate ``raw`` against the schema its ``mode`` names; the typed config, all defaults in.
+    """Validate ``raw`` against the schema its ``mode`` names; the typed, frozen config, all
+    defaults in (its ``derived`` section not yet: ``derive_keys``).
 
     Raises ``ConfigError`` listing every unknown, missing or mistyped key.
     """
@@ -88,67 +116,80 @@ class _Context:
         return [f"{path}: unknown key{hint}"]
 
 
-def _build(cls: type, data: Any, prefix: str, ctx: _Context) -> Any:
+def _build(
+    cls: type, data: Any, prefix: str, ctx: _Context, defaults: Mapping[str, Any] | None = None
+) -> Any:
+    """The frozen section ``cls`` from ``data``, every key converted and range-checked, each
+    missing one at its default here (``defaults``: the section's own, ``section(defaults=)``)."""
     where = prefix[:-1] or "the config"
     if not isinstance(data, Mapping):
         ctx.problems.append(f"{where}: expected a section of keys, got {data!r}")
         return None
     problems_before = len(ctx.problems)
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not is_derived(f)}
+    derived = {f.name for f in dataclasses.fields(cls) if is_derived(f)}
     for name in data:
-        if name not in fields:
+        if name in derived:
+            if data[name] is not None:  # (a config's dict, its derived values left out: None)
+                ctx.problems.append(
+                    f"{prefix}{name}: values that follow from the keys, computed when a config is "
+                    "validated (rlcore config prints them); remove the section"
+                )
+        elif name not in fields:
             ctx.problems += ctx.unknown_key(f"{prefix}{name}", data[name])
     values: dict[str, Any] = {}
     for name, field in fields.items():
         path, tp = f"{prefix}{name}", hints[name]
-        if name in data:
-            value = data[name]
-        elif dataclasses.is_dataclass(tp):
-            value = {}
-        elif (
-            field.default is not dataclasses.MISSING
-            or field.default_factory is not dataclasses.MISSING
-        ):
-            continue
-        else:
-            doc = field.metadata.get("doc", "")
-            ctx.problems.append(f"{path}: missing required key ({doc})")
-            continue
         if dataclasses.is_dataclass(tp):
-            values[name] = _build(tp, value, f"{path}.", ctx)
+            own = field.metadata.get("defaults")
+            values[name] = _build(tp, data.get(name, {}), f"{path}.", ctx, own)
+            continue
+        default = default_of(field, defaults)
+        if name not in data:
+            if default is REQUIRED:
+                doc = field.metadata.get("doc", "")
+                ctx.problems.append(f"{path}: missing required key ({doc})")
+            else:
+                values[name] = frozen(default)
             continue
         try:
-            values[name] = _convert(tp, value)
+            values[name] = frozen(_convert(tp, data[name]))
             _check_range(field, values[name], tp)
         except _Invalid as problem:
             ctx.problems.append(f"{path}: {problem}")
+            continue
+        _check_read_in_mode(field, values[name], frozen(default), path, ctx)
     if len(ctx.problems) > problems_before:
         return None  # the caller raises with every problem recorded
     built = cls(**values)
-    for name, field in fields.items():
-        _check_read_in_mode(field, getattr(built, name), f"{prefix}{name}", ctx)
+    for name, field in fields.items():  # sections set in a mode that does not read them
+        if dataclasses.is_dataclass(hints[name]) and "modes" in field.metadata:
+            default = default_of(field, defaults)
+            _check_read_in_mode(field, values[name], default, f"{prefix}{name}", ctx)
     return built
 
 
-def _check_read_in_mode(field: dataclasses.Field, value: Any, path: str, ctx: _Context) -> None:
+def _check_read_in_mode(
+    field: dataclasses.Field, value: Any, default: Any, path: str, ctx: _Context
+) -> None:
     """A key that this mode does not read must keep its default: set, it would promise what
     nothing does."""
     modes = field.metadata.get("modes")
-    if modes is None or ctx.mode in modes:
+    if modes is None or ctx.mode in modes or value == default:
         return
-    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-    if value != default:
-        shown = "its defaults" if dataclasses.is_dataclass(default) else _as_yaml(default)
-        ctx.problems.append(
-            f"{path}: not read in {ctx.mode} mode (only in {', '.join(modes)} mode); remove it "
-            f"or leave it at {shown}"
-        )
+    shown = "its defaults" if dataclasses.is_dataclass(default) else _as_yaml(default)
+    ctx.problems.append(
+        f"{path}: not read in {ctx.mode} mode (only in {', '.join(modes)} mode); remove it "
+        f"or leave it at {shown}"
+    )
 
 
 def _as_yaml(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_as_yaml(item) for item in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -158,9 +199,9 @@ def _check_range(field: dataclasses.Field, value: Any, tp: Any) -> None:
     if accepted is None or value is None:
         return
     nullable = type(None) in typing.get_args(tp)
-    for item in value if isinstance(value, list) else [value]:
+    for item in value if isinstance(value, (list, tuple)) else [value]:
         if item not in accepted:
-            what = "every item" if isinstance(value, list) else "it"
+            what = "every item" if isinstance(value, (list, tuple)) else "it"
             null = ", or null" if nullable else ""
             raise _Invalid(f"{item!r} is out of range: {what} must be {accepted.text()}{null}")
 

@@ -16,8 +16,6 @@ B x L^2; rows of the longest length keep attention no dearer than the padded pas
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,76 +161,3 @@ def _place(lengths: list[int], one_row: bool) -> list[tuple[int, int]]:
         starts[i] = (row, filled[row])
         filled[row] += lengths[i]
     return starts
-
-
-def one_row_kernel(model: Any) -> bool:
-    """Whether ``model`` attends with a flash-attention kernel, which reads packed sequences
-    from one row only (its variable-length path)."""
-    config = getattr(inner_model(model), "config", None)
-    return "flash" in str(getattr(config, "_attn_implementation", "") or "")
-
-
-def inner_model(model: Any) -> Any:
-    """The transformers model under a data-parallel or peft wrapper (both pass keyword
-    arguments through to it)."""
-    model = getattr(model, "module", model)  # DistributedDataParallel
-    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-
-
-def cache_inputs(model: Any, cache: Any) -> dict[str, Any]:
-    """``cache`` as the keyword argument of ``model``'s forward and ``generate``: ``cache`` from
-    transformers 5.24 on, ``past_key_values`` before (5.24 still takes it, with a warning)."""
-    return {_cache_keyword(type(inner_model(model))): cache}
-
-
-def output_cache(output: Any) -> Any:
-    """The key-value cache a forward pass returned (``cache``, or ``past_key_values`` before
-    transformers 5.24)."""
-    return output["cache"] if "cache" in output else output["past_key_values"]
-
-
-@functools.cache
-def _cache_keyword(model_type: type) -> str:
-    takes = inspect.signature(model_type.forward).parameters
-    return "cache" if "cache" in takes else "past_key_values"
-
-
-@torch.no_grad()
-def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -> None:
-    """Refuse a ``model`` that does not keep packed sequences apart: two sequences packed in one
-    row must give the outputs each gives alone (a model whose attention ignores the positions'
-    restarts, or one with no positions, would mix them silently). Every rank of a sharded
-    model runs it, with the same inputs."""
-    from rlcore.config.errors import ConfigError
-
-    config = inner_model(model).config
-    parameter = next(model.parameters())
-    generator = torch.Generator().manual_seed(0)
-    lengths = (5, 3)
-    sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
-    positions = torch.cat([torch.arange(n) for n in lengths])
-    packed = (
-        model(
-            input_ids=torch.cat(sequences)[None].to(parameter.device),
-            position_ids=positions[None].to(parameter.device),
-            attention_mask=None,
-            use_cache=False,
-        )
-        .logits[0]
-        .float()
-    )
-    alone = torch.cat(
-        [
-            model(input_ids=s[None].to(parameter.device), use_cache=False).logits[0]
-            for s in sequences
-        ]
-    ).float()
-    tolerance = 1e-4 if parameter.dtype == torch.float32 else 3e-2
-    error = float((packed - alone).abs().max() / alone.abs().max().clamp(min=1.0))
-    if not error <= tolerance:
-        raise ConfigError(
-            f"{setting}: {type(inner_model(model)).__name__} (attention "
-            f"{getattr(config, '_attn_implementation', None)}) does not keep packed sequences "
-            f"apart: packed outputs differ from each sequence's own by {error:.2e} (relative, "
-            f"over {tolerance:g}); set it false for this model"
-        )

@@ -1,5 +1,6 @@
-"""Token sequences of the reasoning batch: padding, positions, the response mask, and the
-log-probs of response tokens. A batch is a ``TensorDict`` with one row per response:
+"""Token sequences of the reasoning batch: padding, positions, the response mask, cutting a batch's
+all-padding columns and forming micro-batches by a token budget (the model's forward passes over
+it are ``rlcore.models.forward``'s). A batch is a ``TensorDict`` with one row per response:
 
 - ``input_ids`` / ``attention_mask`` / ``position_ids``: ``[B, P + R]``, the prompt left-padded to
   ``P`` tokens, then the response right-padded to ``R`` tokens;
@@ -13,33 +14,21 @@ log-probs of response tokens. A batch is a ``TensorDict`` with one row per respo
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-
-from rlcore.data.packing import (
-    cache_inputs,
-    inner_model,
-    one_row_kernel,
-    output_cache,
-    pack,
-    prompt_copies,
-)
+from torch.nn.utils.rnn import pad_sequence
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)`` ``[B, P]`` with each prompt right-aligned."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt) :] = torch.as_tensor(prompt)
-            mask[row, width - len(prompt) :] = 1
-    return ids, mask
+    """``(input_ids, attention_mask)`` ``[B, P]`` with each prompt right-aligned (torch's
+    ``pad_sequence`` on the left)."""
+    ids = [torch.as_tensor(p, dtype=torch.long) for p in prompts]
+    ones = [torch.ones(len(p), dtype=torch.long) for p in ids]
+    padded = pad_sequence(ids, batch_first=True, padding_value=pad_id, padding_side="left")
+    mask = pad_sequence(ones, batch_first=True, padding_value=0, padding_side="left")
+    return padded, mask
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -115,91 +104,3 @@ def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
             parts.append([i])
             longest_p, longest_r = prompts[i], responses[i]
     return [torch.tensor(part) for part in parts]
-
-
-def response_logits(
-    model: Any, batch: Any, response_length: int, packed: bool = False, share_prompts: bool = False
-) -> torch.Tensor:
-    """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
-    model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
-    those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
-    no padding computed; ``share_prompts``: each distinct prompt computed once
-    (``shared_prompt_logits``); the same logits."""
-    if share_prompts:
-        return shared_prompt_logits(model, batch)
-    keeps = _keeps_logits(type(inner_model(model)))
-    if packed:
-        rows = pack(batch, one_row_kernel(model))
-        columns = rows.kept_columns() if keeps else None
-        keep = {"logits_to_keep": columns} if keeps else {}
-        return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
-    keep = {"logits_to_keep": response_length + 1} if keeps else {}
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-        **keep,
-    )
-    return out.logits[:, -response_length - 1 : -1]
-
-
-def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
-    """``response_logits`` of a batch in which rows share prompts (``prompt_copies``; as the
-    full rows, when none do), each distinct prompt computed once.
-
-    The distinct prompts pass through the model alone, keeping their keys and values (with
-    their gradient: the responses' loss reaches the weights through them as through the full
-    sequences); those are gathered for each row, and the responses pass on top of them,
-    attending to their prompt as in the full sequence. The prompt pass's last position predicts
-    each response's first token. The same logits as the full rows' (to float rounding: the sums
-    run in another order), for each distinct prompt's positions once instead of once per
-    response."""
-    width = batch["responses"].shape[1]
-    copies = prompt_copies(batch)
-    if copies is None:
-        return response_logits(model, batch, width)
-    firsts, copy_of = copies
-    cut = batch["input_ids"].shape[1] - width
-    prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
-    out = model(**prompts, use_cache=True, logits_to_keep=1)
-    first = out.logits[copy_of, -1:]
-    if width == 1:
-        return first
-    cache = output_cache(out)
-    cache.batch_select_indices(copy_of)
-    rest = model(
-        input_ids=batch["input_ids"][:, cut:-1],
-        attention_mask=batch["attention_mask"][:, :-1],
-        position_ids=batch["position_ids"][:, cut:-1],
-        **cache_inputs(model, cache),
-        use_cache=True,
-    ).logits
-    return torch.cat([first, rest], dim=1)
-
-
-def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:
-    """A value model's (one output per token) ``[B, R]`` float32 values of the response tokens:
-    V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
-    in ``response_logits``."""
-    if packed:
-        rows = pack(batch, one_row_kernel(model))
-        return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-    )
-    return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
-
-
-@functools.cache
-def _keeps_logits(model_type: type) -> bool:
-    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
-
-
-def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log softmax(logits)[token]`` per position, in float32 whatever the model's dtype."""
-    logits = logits.float()
-    return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)

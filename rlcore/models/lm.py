@@ -2,7 +2,7 @@
 Qwen2-architecture model with a tokenizer trained here (model hubs are unreachable on CPU CI).
 
 The driver resolves every model to a local directory before any worker starts (``prepare``
-in ``rlcore.models.warmup``), so a bad path fails first, naming its key.
+in ``rlcore.prepare``), so a bad path fails first, naming its key.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
     )
     problems += actor_problems
     if "critic" in plan.components:
-        update = config.critic_update()
+        update = config.derived.critic_update
         critic_problems = _update_split(
             "critic", update, update.ppo_mini_batch_size * group, plan.world_size("critic")
         )

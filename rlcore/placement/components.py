@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlcore.algorithms import ADVANTAGES
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig
 
 COMPONENTS = {
@@ -33,13 +32,10 @@ def component_roles(config: RLCoreConfig) -> ComponentRoles:
     alg = config.algorithm
     required = ["actor", "rollout", "reward"]
     unused = {}
-    if config.critic.use_critic_model:
+    if config.derived.critic_model:
         required.insert(1, "critic")
     else:
-        needs = ADVANTAGES.entry(alg.adv_type).traits.get("needs_values", False)
-        unused["critic"] = "critic.use_critic_model is false" + (
-            "" if needs else f" (adv_type {alg.adv_type} needs no values)"
-        )
+        unused["critic"] = f"adv_type {alg.adv_type} needs no values"
     if (alg.kl_reward_on or alg.kl_loss_on) and config.actor.model.lora.rank:
         unused["ref"] = "the reference is the actor's base model with its LoRA adapters off"
     elif alg.kl_reward_on or alg.kl_loss_on:

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rlcore.config.checks import component_sections
-from rlcore.config.schema import ClusterConfig, EmbodiedConfig, RLCoreConfig
+from rlcore.config.schema import ClusterConfig, RLCoreConfig
 from rlcore.placement.checks import check_plan
 from rlcore.placement.components import component_roles
 from rlcore.placement.grammar import PlacementError
-from rlcore.placement.plan import PlacementPlan, build_plan, runs_in_driver
+from rlcore.placement.plan import PlacementPlan, build_plan
 
 
 @dataclass(frozen=True)
@@ -66,23 +66,9 @@ def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus
         fuse=config.cluster.fuse_collocated,
     )
     check_plan(config, plan)
-    _derive_env_deadline(config, plan)
     named = {
         c: s.group_name
         for c, s in component_sections(config).items()
         if s.group_name is not None and c in plan.components
     }
     return replace(plan, group_names=named)
-
-
-APART_STEP_TIMEOUT_S = 300.0
-
-
-def _derive_env_deadline(config: RLCoreConfig, plan: PlacementPlan) -> None:
-    """``env.step_timeout_s`` left null: no limit while the envs step in the driver's own process
-    (Ctrl-C reaches a stuck env there), 300 s once they step anywhere else (a Ray worker, or
-    ``vector_mode=async`` subprocesses), where an env that blocks would hang the run for good."""
-    if not isinstance(config, EmbodiedConfig) or config.env.step_timeout_s is not None:
-        return
-    if config.env.vector_mode == "async" or not runs_in_driver(plan, config.cluster.address):
-        config.env.step_timeout_s = APART_STEP_TIMEOUT_S

@@ -1,6 +1,7 @@
 """Rule-based rewards for reasoning runs: GSM8K numbers, math answers via math-verify, or a
 user's function. Model output is only parsed, never executed, and scoring has a deadline that
-holds (scoring.py).
+holds (scoring.py). The ``reward`` component that runs them on a run's responses is
+``rlcore.workers.reward.RewardWorker``.
 
 Names are imported on first use: a scoring process imports ``rlcore.rewards.judge`` without
 torch or transformers, so it starts (and is replaced after a timeout) in a fraction of a second.
@@ -11,7 +12,6 @@ from __future__ import annotations
 from rlcore.lazy import lazy_exports
 
 _WHERE = {
-    "RewardWorker": "rlcore.rewards.worker",
     "RewardError": "rlcore.rewards.scoring",
     "ScoringPool": "rlcore.rewards.scoring",
     "Rules": "rlcore.rewards.judge",

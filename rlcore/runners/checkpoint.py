@@ -34,7 +34,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
+from rlcore.config.schema import SCHEMAS
+from rlcore.config.validate import schema_defaults
 from rlcore.log import say, warn
 from rlcore.runners.progress import Progress
 
@@ -286,7 +289,7 @@ def check_resumable(
     """``checkpoint`` (its ``driver.json`` read as ``driver``) continues ``config`` on a placement
     with ``world_sizes`` ranks per component; ``ConfigError`` naming what differs if not."""
     check_same_run(driver["config"], dataclasses.asdict(config), checkpoint)
-    done, target = driver["progress"]["iteration"], _target_iterations(config)
+    done, target = driver["progress"]["iteration"], config.derived.iterations
     # A re-launch (runner.resume=auto) of a run that has finished finds nothing left to do.
     if done > target or (done == target and config.runner.resume != "auto"):
         key = "total_env_steps" if config.mode == "embodied" else "total_iterations"
@@ -299,14 +302,6 @@ def check_resumable(
             f"runner.resume_dir: {checkpoint} was written by {driver['world_sizes']} ranks per "
             f"component, this placement has {world_sizes}; resume with as many ranks of each"
         )
-
-
-def _target_iterations(config: Any) -> int:
-    if config.mode == "embodied":
-        from rlcore.workers.embodied_actor import iterations
-
-        return iterations(config)
-    return config.runner.total_iterations
 
 
 def find_checkpoint(path: str, log: Callable[[str], None] = say) -> Path:
@@ -338,8 +333,13 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 
 def check_same_run(saved: dict, current: dict, checkpoint: Path) -> None:
-    """Refuse to resume with a config that computes something else, naming the keys."""
-    before, now = _flatten(saved), _flatten(current)
+    """Refuse to resume with a config that computes something else, naming the keys. ``saved``
+    may be an earlier version's (``current_keys`` reads it in this version's keys); a key that
+    version did not have stood for its default."""
+    as_json = lambda tree: json.loads(json.dumps(tree))  # noqa: E731  (tuples as lists)
+    before, now = _flatten(as_json(current_keys(saved))), _flatten(as_json(current_keys(current)))
+    defaults = as_json(schema_defaults(SCHEMAS[current["mode"]]))
+    before |= {k: defaults[k] for k in now.keys() - before.keys() if k in defaults}
     changed = sorted(
         k
         for k in before.keys() | now.keys()

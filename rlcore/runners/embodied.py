@@ -21,125 +21,82 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from tensordict import TensorDict
 
-from rlcore.algorithms import bootstrap_truncations, compute_advantages, explained_variance
+from rlcore.algorithms import explained_variance
 from rlcore.config.schema import EmbodiedConfig
+from rlcore.log import say
 from rlcore.placement import PlacementPlan
-from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint, say
-from rlcore.runners.loop import Schedule, train
-from rlcore.runners.progress import Progress, Stopwatch
-from rlcore.scheduler.deployment import ComponentSpec, start_components
+from rlcore.runners.advantages import embodied_advantages
+from rlcore.runners.driver import Driver
+from rlcore.runners.progress import Stopwatch
+from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
-from rlcore.workers.embodied_actor import EmbodiedActor, iterations
+from rlcore.workers.embodied_actor import EmbodiedActor
 from rlcore.workers.embodied_rollout import EmbodiedRollout
 from rlcore.workers.env_worker import EnvWorker
 
 
-class EmbodiedRunner:
+class EmbodiedRunner(Driver):
     """See the module docstring. ``plan`` comes from ``plan_for_config(config)``."""
 
     def __init__(self, config: EmbodiedConfig, plan: PlacementPlan) -> None:
-        self.config, self.plan = config, plan
-        run = config.runner
-        torch.set_num_threads(run.torch_threads)
-        self.run_dir, resume_from = open_run_folder(config, config.env.id.replace(":", "."))
-        self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
-        self.components = start_components(plan, config.cluster, config.sync)
-        try:
-            self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker, (config,)))
-            spec = self.env.space_spec()  # the policies' shapes: the env first, then the rest
-            self.actor: EmbodiedActor
-            self.rollout: EmbodiedRollout
-            self.actor, self.rollout = self.components.launch_all(
-                [
-                    ComponentSpec("actor", EmbodiedActor, (config, spec)),
-                    ComponentSpec(
-                        "rollout",
-                        EmbodiedRollout,
-                        (config, spec),
-                        {"env": Peer("env"), "actor": Peer("actor", local_only=True)},
-                    ),
-                ]
+        super().__init__(config, plan, config.env.id.replace(":", "."))
+        if self.resumed_from is not None and config.env.checkpoint_state == "reseed":
+            say(
+                "the envs start fresh episodes (env.checkpoint_state=reseed): this run is not "
+                "bit-exact with one never stopped"
             )
-            self.progress = Progress()
-            self.resumed_from = resume_from
-            if resume_from is not None:
-                self.progress, _ = load_checkpoint(
-                    resume_from, config, self._saved(), self._world_sizes()
-                )
-                say(f"resumed from {resume_from} at iteration {self.progress.iteration}")
-                if config.env.checkpoint_state == "reseed":
-                    say(
-                        "the envs start fresh episodes (env.checkpoint_state=reseed): this run "
-                        "is not bit-exact with one never stopped"
-                    )
-        except BaseException:
-            self.components.close()
-            raise
         self.version = self.progress.iteration  # of the actor's weights: one per update
-        self.schedule = Schedule(
-            iterations=iterations(config),
+        run = config.runner
+        self.schedule = self.schedule_of(
+            iterations=config.derived.iterations,
             samples_per_iteration=run.rollout_steps * config.env.num_envs,
             eval_every=run.eval_every,
             eval_first=False,
             eval_metric="eval/return_mean",
-            checkpoint_every=run.checkpoint_every,
             threshold=config.env.solved_threshold,
             stop_at_threshold=run.stop_at_threshold,
-            show_progress=run.progress,
             log_by_samples=True,
             postfix={"env/episode_return": "ret", "eval/return_mean": "eval"},
         )
 
-    def _saved(self) -> dict[str, Any]:
-        return {"actor": self.actor, "rollout": self.rollout, "env": self.env}
+    def launch(self) -> None:
+        config = self.config
+        self.env: EnvWorker = self.components.launch(ComponentSpec("env", EnvWorker, (config,)))
+        spec = self.env.space_spec()  # the policies' shapes: the env first, then the rest
+        self.actor: EmbodiedActor
+        self.rollout: EmbodiedRollout
+        fused = {"env": Peer("env"), "actor": Peer("actor", local_only=True)}
+        self.actor, self.rollout = self.components.launch_all(
+            [
+                ComponentSpec("actor", EmbodiedActor, (config, spec)),
+                ComponentSpec("rollout", EmbodiedRollout, (config, spec), fused),
+            ]
+        )
 
-    def _world_sizes(self) -> dict[str, int]:
-        return {name: self.components.world_size(name) for name in self._saved()}
+    def saved(self) -> dict[str, Any]:
+        return {"actor": self.actor, "rollout": self.rollout, "env": self.env}
 
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
         watch = Stopwatch()
         with watch("sync"):
-            self._sync()
+            self.sync()
         with watch("collect"):
             batch = self.rollout.collect(self.version)  # env <-> rollout
         if self.config.actor.log_prob_micro_batch_size is not None:
             with watch("recompute"):  # the actor's own numbers, not the rollout's
                 batch.update(self.actor.recompute(batch.select("obs", "actions", "last_obs")))
         with watch("advantages"):
-            self._advantages(batch)
+            embodied_advantages(self.config.algorithm, batch)
         with watch("update"):
             metrics = self.actor.update(batch)
         self.version += 1
         metrics.update(self._batch_metrics(batch))
         metrics.update(watch.metrics())
         return metrics
-
-    def _sync(self) -> None:
-        self.components.sync_weights("actor", "rollout", self.version)
-
-    def _advantages(self, batch: TensorDict) -> None:
-        alg = self.config.algorithm
-        values = torch.cat([batch["values"], batch["last_value"][:, None]], dim=1)  # [N, T + 1]
-        terminated, truncated = batch["terminated"], batch["truncated"]
-        rewards = bootstrap_truncations(
-            batch["rewards"], values[:, 1:], terminated, truncated, alg.gamma
-        )
-        batch["advantages"], batch["returns"] = compute_advantages(
-            alg.adv_type,
-            rewards,
-            batch["valid"],
-            normalize=alg.normalize_advantages,
-            values=values,
-            gamma=alg.gamma,
-            lam=alg.gae_lambda,
-            norm_adv_by_std=alg.norm_adv_by_std,
-            dones=terminated | truncated,
-        )
 
     def _batch_metrics(self, batch: TensorDict) -> dict[str, float]:
         metrics = {
@@ -157,14 +114,9 @@ class EmbodiedRunner:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """One deterministic episode in each of ``runner.eval_episodes`` envs."""
-        self._sync()
+        self.sync()
         returns = self.rollout.evaluate(self.config.runner.seed + 10_000 + iteration, self.version)
         return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std())}
-
-    def checkpoint(self):
-        return save_checkpoint(
-            self.run_dir, self.config, self.progress, self._saved(), self._world_sizes(), {}
-        )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p, last = self.progress, self.progress.last_eval
@@ -188,16 +140,3 @@ class EmbodiedRunner:
             if self.resumed_from is None
             else self.config.env.checkpoint_state == "pickle",
         }
-
-    # the run -----------------------------------------------------------------------------------
-
-    def run(self) -> dict[str, Any]:
-        """Train to ``runner.total_env_steps`` (or the solved threshold); the run's summary.
-        (``supervisor.run`` is the same with restarts after a lost worker.)"""
-        try:
-            return train(self)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        self.components.close()

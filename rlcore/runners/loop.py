@@ -20,7 +20,6 @@ signal stops at once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import signal
 import statistics
@@ -34,6 +33,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from rlcore.config.fields import as_plain
 from rlcore.log import say
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.progress import Progress
@@ -128,7 +128,7 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
         tensorboard=config.logger.tensorboard,
         wandb=config.logger.wandb,
         console=config.logger.console,
-        config=dataclasses.asdict(config),
+        config=as_plain(config),
     )
     unit = s.samples_per_iteration if s.log_by_samples else 1
     bar = tqdm(

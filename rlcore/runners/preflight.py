@@ -54,7 +54,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
 def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if config.actor.model.path is not None:
         attempt(check_model_dir, config.actor.model.path, "actor.model.path", True)
-    if config.critic.use_critic_model and config.critic.model_path is not None:
+    if config.derived.critic_model and config.critic.model_path is not None:
         attempt(check_model_dir, config.critic.model_path, "critic.model_path")
     data = config.data
     for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
@@ -78,7 +78,7 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
     )
 
     trained = [("actor", config.actor, config.actor.model.path)]
-    if config.critic.use_critic_model:
+    if config.derived.critic_model:
         trained.append(
             ("critic", config.critic, config.critic.model_path or config.actor.model.path)
         )

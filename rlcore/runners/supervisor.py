@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from rlcore.config.errors import ConfigError
 from rlcore.log import warn
 from rlcore.placement import PlacementPlan, runs_in_driver
+from rlcore.prepare import ModelDirs, prepare
 from rlcore.runners.checkpoint import newest_complete
 from rlcore.runners.loop import train
 from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
@@ -67,24 +69,26 @@ class RunLost(RuntimeError):
     """The run lost its workers again and again: the story of each loss."""
 
 
-def runner_class(config: Any) -> type:
+def build_runner(config: Any, plan: PlacementPlan, models: ModelDirs | None = None) -> Any:
+    """The driver of ``config``'s mode on ``plan``; a reasoning run's ``models`` are prepared
+    here when not given (``rlcore.prepare``; the entry points prepare them first)."""
     if config.mode == "embodied":
         from rlcore.runners.embodied import EmbodiedRunner
 
-        return EmbodiedRunner
+        return EmbodiedRunner(config, plan)
     from rlcore.runners.reasoning import ReasoningRunner
 
-    return ReasoningRunner
+    return ReasoningRunner(config, plan, models or prepare(config))
 
 
-def run(config: Any, plan: PlacementPlan) -> dict[str, Any]:
-    """Train ``config`` on ``plan``, restarting lost workers (see the module docstring); the
-    run's summary."""
-    cls = runner_class(config)
+def run(config: Any, plan: PlacementPlan, models: ModelDirs | None = None) -> dict[str, Any]:
+    """Train ``config`` on ``plan`` (with the prepared ``models`` of a reasoning run), restarting
+    lost workers (see the module docstring); the run's summary."""
+    models = prepare(config) if models is None else models
     if config.runner.max_restarts == 0 or runs_in_driver(plan, config.cluster.address):
-        return cls(config, plan).run()
+        return build_runner(config, plan, models).run()
     with _ray_session(plan, config.cluster.address):
-        return Supervisor(cls, config, plan).run()
+        return Supervisor(functools.partial(build_runner, models=models), config, plan).run()
 
 
 @contextlib.contextmanager
@@ -103,11 +107,14 @@ def _ray_session(plan: PlacementPlan, address: str | None) -> Iterator[None]:
 
 
 class Supervisor:
-    """Attempts of one run: each builds the runner (resuming from the run folder's newest
-    complete checkpoint after the first) and trains it to the end or to a loss."""
+    """Attempts of one run: each builds the runner with ``build(config, plan)`` (resuming from
+    the run folder's newest complete checkpoint after the first) and trains it to the end or to
+    a loss."""
 
-    def __init__(self, cls: type, config: Any, plan: PlacementPlan) -> None:
-        self.cls, self.config, self.plan = cls, config, plan
+    def __init__(
+        self, build: Callable[[Any, PlacementPlan], Any], config: Any, plan: PlacementPlan
+    ):
+        self.build, self.config, self.plan = build, config, plan
         self.restarts: list[Restart] = []
         self.run_dir: Path | None = None  # known once the first attempt has built its runner
 
@@ -116,7 +123,7 @@ class Supervisor:
         while True:
             runner = None
             try:
-                runner = self.cls(config, self.plan)
+                runner = self.build(config, self.plan)
                 self.run_dir = runner.run_dir
                 runner.restarts = [r.as_dict() for r in self.restarts]
                 summary = train(runner)

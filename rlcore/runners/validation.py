@@ -1,5 +1,6 @@
-"""Reasoning validation beyond the greedy answer: n samples per prompt (mean@n, pass@k) and the
-generations written to the run folder for a reader.
+"""Reasoning validation: the greedy answers' accuracy on the validation prompts and, beyond the
+greedy answer, n samples per prompt (mean@n, pass@k), with the generations of the first prompts
+written to the run folder for a reader (``validate``).
 
 Metrics (``runner.val_n = n > 0``, verdicts from the scorer):
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,50 @@ def write_generations(
             if samples is not None:
                 line["samples"] = [_generation(tokenizer, samples[i * n + j]) for j in range(n)]
             out.write(json.dumps(line) + "\n")
+
+
+def validate(
+    config: Any,
+    val_set: Any,
+    tokenizer: Any,
+    run_dir: Path,
+    iteration: int,
+    *,
+    whole_shards: Callable[[list[int]], list[int]],
+    greedy: Callable[[TensorDict], TensorDict],
+    sample: Callable[[TensorDict, int], TensorDict],
+    score: Callable[[TensorDict], TensorDict],
+) -> dict[str, float]:
+    """Greedy accuracy (``val/accuracy``, and ``val/reward_mean``) on ``val_set``; with
+    ``runner.val_n`` = n, also n samples per prompt; the generations of the first
+    ``runner.log_val_generations`` prompts to ``RUN/validation/iter_NNNNNN.jsonl``.
+
+    ``whole_shards``: the rows padded to whole shards of the rollout and reward ranks;
+    ``greedy`` / ``sample(prompts, seed)``: the rollout's responses; ``score``: the reward's.
+    """
+    from rlcore.data.sampler import prompt_batch
+    from rlcore.runners.reasoning_metrics import accuracy
+
+    run, pad = config.runner, tokenizer.pad_token_id
+    rows = list(range(len(val_set)))
+    padded = whole_shards(rows)
+    prompts = prompt_batch(padded, val_set, 1, pad)
+    answered = prompts.update(greedy(prompts))
+    answered = answered.update(score(answered))[: len(rows)]
+    metrics = {
+        "val/reward_mean": float(answered["scores"].mean()),
+        **accuracy("val/accuracy", answered),
+    }
+    n, samples = run.val_n, None
+    if n:
+        many = prompt_batch(padded, val_set, n, pad)
+        many.update(sample(many, run.seed + iteration))
+        samples = many.update(score(many))[: len(rows) * n]
+        metrics.update(sample_metrics(samples, n))
+    shown = rows[: run.log_val_generations]
+    if shown:
+        where = run_dir / "validation" / f"iter_{iteration:06d}.jsonl"
+        texts = [val_set.prompts[i] for i in shown]
+        answers = [val_set.answers[i] for i in shown]
+        write_generations(where, tokenizer, texts, answers, answered, samples, n)
+    return metrics

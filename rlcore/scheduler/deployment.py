@@ -31,7 +31,7 @@ from typing import Any
 from rlcore.config.sections import ClusterConfig, SyncConfig
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
-from rlcore.scheduler.worker import WorkerContext
+from rlcore.scheduler.worker import WorkerContext, set_torch_threads
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,20 @@ class SyncRecord:
 
 
 def start_components(
-    plan: PlacementPlan, cluster: ClusterConfig | None = None, sync: SyncConfig | None = None
+    plan: PlacementPlan,
+    cluster: ClusterConfig | None = None,
+    sync: SyncConfig | None = None,
+    torch_threads: int | None = None,
 ) -> InDriver | OnRay:
     """Where ``plan``'s components will run (see the module docstring); nothing built yet.
     ``cluster``: the Ray address, collective timeout and network interface; ``sync``: the weight
-    sync's bucket size (the defaults when None)."""
+    sync's bucket size (the defaults when None); ``torch_threads``: torch's CPU threads in each
+    process (``runner.torch_threads``; None: torch's own), set once per process."""
     cluster, sync = cluster or ClusterConfig(), sync or SyncConfig()
+    set_torch_threads(torch_threads)  # the driver's own process, which hosts or calls them
     if runs_in_driver(plan, cluster.address):
-        return InDriver(plan, sync.bucket_bytes)
-    return OnRay(plan, cluster, sync.bucket_bytes)
+        return InDriver(plan, sync.bucket_bytes, torch_threads)
+    return OnRay(plan, cluster, sync.bucket_bytes, torch_threads)
 
 
 class _Deployment(abc.ABC):
@@ -102,10 +107,13 @@ class _Deployment(abc.ABC):
 class InDriver(_Deployment):
     """Every component in this process, called directly."""
 
-    def __init__(self, plan: PlacementPlan, bucket_bytes: int = 512 << 20) -> None:
+    def __init__(
+        self, plan: PlacementPlan, bucket_bytes: int = 512 << 20, torch_threads: int | None = None
+    ) -> None:
         super().__init__()
         self.plan = plan
         self.bucket_bytes = bucket_bytes
+        self.torch_threads = torch_threads
         self.objects: dict[str, Any] = {}
 
     def launch(self, spec: ComponentSpec) -> Any:
@@ -118,6 +126,8 @@ class InDriver(_Deployment):
             node=0,
             devices=(0,),
             device=self.plan.device,
+            torch_threads=self.torch_threads,
+            in_driver=True,
         )
         args, kwargs = _local_peers(spec, self.objects)
         self.objects[spec.name] = spec.cls(ctx, *args, **kwargs)
@@ -152,7 +162,11 @@ class OnRay(_Deployment):
     """Components in Ray worker processes placed by a ``Scheduler``, reached by handles."""
 
     def __init__(
-        self, plan: PlacementPlan, cluster: ClusterConfig, bucket_bytes: int = 512 << 20
+        self,
+        plan: PlacementPlan,
+        cluster: ClusterConfig,
+        bucket_bytes: int = 512 << 20,
+        torch_threads: int | None = None,
     ) -> None:
         from rlcore.scheduler.scheduler import Scheduler
 
@@ -164,6 +178,7 @@ class OnRay(_Deployment):
             collective_timeout_s=cluster.collective_timeout_s,
             network_interface=cluster.network_interface,
             sync_bucket_bytes=bucket_bytes,
+            torch_threads=torch_threads,
         )
         self.scheduler.start()
         self.groups: dict[str, Any] = {}

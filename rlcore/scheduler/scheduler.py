@@ -50,6 +50,7 @@ class Scheduler:
         timeout_s: how long to wait for resources and for group rendezvous before failing.
         collective_timeout_s: how long a rank waits in a collective for its peers (a dead or
             hung peer makes the others fail after this long instead of hanging).
+        torch_threads: torch's CPU threads in each worker process (None: torch's own).
     """
 
     def __init__(
@@ -63,8 +64,10 @@ class Scheduler:
         collective_timeout_s: float = 600.0,
         network_interface: str | None = None,
         sync_bucket_bytes: int = 512 << 20,
+        torch_threads: int | None = None,
     ) -> None:
         self.plan = plan
+        self.torch_threads = torch_threads
         self.sync_bucket_bytes = sync_bucket_bytes
         self.address = address
         self.network_interface = network_interface
@@ -165,6 +168,7 @@ class Scheduler:
             process.devices,
             plan.device,
             env,
+            self.torch_threads,
         )
 
     def _check_where(self, process: Process, info: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from rlcore.scheduler.network import INTERFACE_ENV, bind_listener
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["WorkerContext", "WorkerError", "WorkerProcess"]
+__all__ = ["WorkerContext", "WorkerError", "WorkerProcess", "rank_seed", "set_up_process"]
 
 # torch is imported where it is used: a worker hosting only torch-free components starts faster.
 
@@ -38,6 +38,8 @@ class WorkerContext:
     devices: tuple[int, ...]  # node-local device ids from the plan
     device: str  # cuda | cpu
     group: Any = None  # the component's torch.distributed ProcessGroup (None if not initialised)
+    torch_threads: int | None = None  # torch's CPU threads in this process (None: torch's own)
+    in_driver: bool = False  # built in the driver's own process (a plan of one process)
 
     @property
     def torch_device(self) -> torch.device:
@@ -45,6 +47,36 @@ class WorkerContext:
 
         # CUDA_VISIBLE_DEVICES holds exactly this process's GPUs, so its first is cuda:0.
         return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
+
+
+# Each random stream's stride between ranks: rank r of a stream draws from seed + stride x (r + 1),
+# so ranks (and the driver's own stream, at seed) never share one. A prime, far from the small
+# offsets added to seeds elsewhere (seed + iteration for validation samples).
+STREAM_STRIDES = {"sampling": 7919}
+
+
+def rank_seed(seed: int, rank: int, stream: str) -> int:
+    """The seed of ``rank``'s random ``stream`` (``STREAM_STRIDES``) in a run seeded with
+    ``seed``: the rollout's sampling, in every engine and layout.
+
+    >>> rank_seed(1, 0, "sampling"), rank_seed(1, 1, "sampling")
+    (7920, 15839)
+    """
+    return seed + STREAM_STRIDES[stream] * (rank + 1)
+
+
+def set_up_process(ctx: WorkerContext) -> None:
+    """What a process sets once for all its components, from the context of the first one
+    built in it (the driver's own process: ``start_components``)."""
+    set_torch_threads(ctx.torch_threads)
+
+
+def set_torch_threads(threads: int | None) -> None:
+    """torch's CPU threads in this process (None: torch's own); nothing to set where torch is
+    not imported (a process whose components do not use it)."""
+    torch = sys.modules.get("torch")
+    if threads is not None and torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 class WorkerProcess:
@@ -60,8 +92,10 @@ class WorkerProcess:
         devices: tuple[int, ...],
         device: str,
         env: dict[str, str],
+        torch_threads: int | None = None,
     ) -> None:
         os.environ.update(env)
+        self.torch_threads = torch_threads
         self.names = components
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.node, self.devices, self.device = node, devices, device
@@ -135,10 +169,12 @@ class WorkerProcess:
             devices=self.devices,
             device=self.device,
             group=self.groups.get(component),
+            torch_threads=self.torch_threads,
         )
         from rlcore.scheduler.handles import resolve_peers
 
         args, kwargs = resolve_peers(args, kwargs, self.instances, self.rank)
+        set_up_process(context)  # the class's module is imported: torch, if it uses it
         self.instances[component] = self._guard(component, lambda: cls(context, *args, **kwargs))
 
     def call(self, component: str, method: str, args: tuple, kwargs: dict) -> Any:

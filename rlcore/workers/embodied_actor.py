@@ -27,39 +27,25 @@ from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 TRAINED_ON = ("obs", "actions", "log_probs", "values", "advantages", "returns", "valid")
 
 
-def iterations(config: EmbodiedConfig) -> int:
-    """Iterations to reach ``runner.total_env_steps``, all ranks' envs together."""
-    run = config.runner
-    return max(1, run.total_env_steps // (run.rollout_steps * config.env.num_envs))
-
-
 class EmbodiedActor(TrainedComponent):
     """See the module docstring."""
 
     def __init__(self, ctx: Any, config: EmbodiedConfig, spec: SpaceSpec) -> None:
-        torch.set_num_threads(config.runner.torch_threads)
         self.config = config
         self.model = make_policy(config, spec)
-        optim, actor = config.actor.optim, config.actor
-        total = iterations(config)
+        actor = config.actor
         self.trainer = Trainer(
             ctx,
             self.model,
-            # fused: one kernel for all parameters, 10% off a CartPole update (measured)
-            optimizer=lambda params: torch.optim.Adam(
-                params, lr=optim.lr, eps=optim.adam_eps, fused=True
-            ),
+            optim=actor.optim,
+            updates=config.derived.iterations,
             sizes=UpdateSizes(
                 actor.ppo_epochs,
                 actor.ppo_mini_batch_size,
                 actor.ppo_micro_batch_size,
                 actor.shuffle,
             ),
-            max_grad_norm=optim.max_grad_norm,
             seed=config.runner.seed,
-            # linear: decays to 0 over the run, once per iteration (as SB3 and CleanRL anneal)
-            lr_lambda=(lambda done: 1.0 - done / total) if optim.lr_schedule == "linear" else None,
-            schedule_every="update",
             additive=LOSS_SHARES,
             backend=actor.training_backend,
             fsdp=FsdpOptions.of(actor.fsdp),

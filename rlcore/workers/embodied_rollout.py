@@ -21,6 +21,7 @@ from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.weight_version import check_weight_version
 
 MAX_EVAL_STEPS = 1_000_000
@@ -45,7 +46,6 @@ class EmbodiedRollout:
         self, ctx: Any, config: EmbodiedConfig, spec: SpaceSpec, env: Any, actor: Any = None
     ) -> None:
         run = config.runner
-        torch.set_num_threads(run.torch_threads)
         self.rank = ctx.rank
         self.env = env
         self.steps = run.rollout_steps
@@ -57,7 +57,8 @@ class EmbodiedRollout:
         self.model = actor.model if shared else make_policy(config, spec).to(self.device)
         self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
         # Each rank samples its own actions; the stream is saved in checkpoints.
-        self.generator = torch.Generator(self.device).manual_seed(run.seed + 7919 * (ctx.rank + 1))
+        seed = rank_seed(run.seed, ctx.rank, "sampling")
+        self.generator = torch.Generator(self.device).manual_seed(seed)
         self.version = -1  # no weights synced yet
 
     # weights -----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rlcore.config.errors import ConfigError
-from rlcore.config.schema import EmbodiedConfig
+from rlcore.config.schema import EmbodiedConfig, EnvConfig
 from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, tensor_device
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
 from rlcore.envs.vector import reset_within, step_within
@@ -78,6 +78,20 @@ def check_pickled_envs(env_dir: Path, ranks: list[int]) -> None:
         )
 
 
+# env.step_timeout_s left null, once the envs step outside the driver's own process
+APART_STEP_TIMEOUT_S = 300.0
+
+
+def step_deadline(env: EnvConfig, in_driver: bool) -> float | None:
+    """Seconds one vector step may take: ``env.step_timeout_s``, or when it is null, no limit
+    while the envs step in the driver's own process (Ctrl-C reaches a stuck env there) and
+    ``APART_STEP_TIMEOUT_S`` once they step anywhere else (a Ray worker, or
+    ``vector_mode=async`` subprocesses), where an env that blocks would hang the run for good."""
+    if env.step_timeout_s is not None:
+        return env.step_timeout_s
+    return None if in_driver and env.vector_mode != "async" else APART_STEP_TIMEOUT_S
+
+
 class EnvWorker:
     """See the module docstring."""
 
@@ -85,7 +99,7 @@ class EnvWorker:
         env, run = config.env, config.runner
         self.rank = ctx.rank
         self.env_id = env.id
-        self.step_timeout_s = env.step_timeout_s
+        self.step_timeout_s = step_deadline(env, ctx.in_driver)
         self.num_envs = env.num_envs // ctx.world_size
         self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode)
         self.eval_envs = None

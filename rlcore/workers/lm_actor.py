@@ -26,14 +26,15 @@ from rlcore.algorithms import (
     value_loss,
 )
 from rlcore.config.schema import ReasoningConfig
-from rlcore.config.schema_reasoning import LMOptimConfig
-from rlcore.data.packing import check_packing, one_row_kernel, padding_share
-from rlcore.data.sequences import (
+from rlcore.config.sections import UpdateConfig
+from rlcore.data.packing import padding_share
+from rlcore.data.sequences import token_budget_split, trim_padding
+from rlcore.models.forward import (
+    check_packing,
+    one_row_kernel,
     response_logits,
     response_values,
-    token_budget_split,
     token_log_probs,
-    trim_padding,
 )
 from rlcore.models.lm import (
     enable_gradient_checkpointing,
@@ -72,26 +73,23 @@ def _trainer(
     ctx: Any,
     config: ReasoningConfig,
     model: Any,
-    optim: LMOptimConfig,
-    update: Any,
-    seed: int,
     section: Any,
+    update: UpdateConfig,
+    updates: int,
+    seed: int,
     budget: int | None,
 ) -> Trainer:
-    """``section``: the component's config section (its training backend and fsdp options);
-    ``budget``: its micro-batches' token budget (None: ``update``'s micro-batch size)."""
+    """``section``: the component's config section (its optimiser, training backend and fsdp
+    options); ``updates``: the run's updates of the component; ``budget``: its
+    micro-batches' token budget (None: ``update``'s micro-batch size)."""
     group = config.algorithm.group_size
-    warmup = optim.lr_warmup_steps
     if config.actor.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return Trainer(
         ctx,
         model,
-        # fused: one kernel over all parameters (on CPU the default is a loop per tensor;
-        # measured: the tiny model's two PPO updates 0.110 -> 0.101 s an iteration)
-        optimizer=lambda params: torch.optim.AdamW(
-            params, lr=optim.lr, weight_decay=optim.weight_decay, fused=True
-        ),
+        optim=section.optim,
+        updates=updates,
         # a mini-batch is ppo_mini_batch_size prompts, each with its group_size responses
         sizes=UpdateSizes(
             update.ppo_epochs,
@@ -99,10 +97,7 @@ def _trainer(
             update.ppo_micro_batch_size,
             update.shuffle,
         ),
-        max_grad_norm=optim.max_grad_norm,
         seed=seed,
-        lr_lambda=(lambda step: min(1.0, (step + 1) / warmup)) if warmup else None,
-        schedule_every="step",
         additive=LOSS_SHARES,
         backend=section.training_backend,
         fsdp=FsdpOptions.of(section.fsdp),
@@ -229,21 +224,22 @@ class LMActor(TrainedComponent):
     """The policy: recomputes ``old_log_probs`` and runs PPO's update."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
-        torch.set_num_threads(config.runner.torch_threads)
         self.config = config
         self.lora = config.actor.model.lora.rank > 0
         model = with_lora(
             load_causal_lm(model_dir, config.actor.model.dtype), config.actor.model.lora
         )
         self.share_prompts = config.actor.model.share_group_prompts
+        # the actor starts updating after critic.critic_warmup iterations
+        updates = config.derived.iterations - config.critic.critic_warmup
         self.trainer = _trainer(
             ctx,
             config,
             model,
-            config.actor.optim,
             config.actor,
+            config.actor,
+            updates,
             config.runner.seed,
-            config.actor,
             config.actor.max_tokens_per_micro_batch,
         )
         self.model, self.device = self.trainer.model, self.trainer.device
@@ -324,23 +320,22 @@ class LMCritic(TrainedComponent):
     """The separate value model: ``compute_values`` and a clipped value-loss update."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
-        torch.set_num_threads(config.runner.torch_threads)
         self.config = config
         model = with_lora(
             load_value_model(model_dir, config.actor.model.dtype),
             config.actor.model.lora,
             value_head=True,
         )
-        self.update_sizes = config.critic_update()
-        self.budget = config.critic_token_budget()
+        self.update_sizes = config.derived.critic_update
+        self.budget = config.derived.critic_token_budget
         self.trainer = _trainer(
             ctx,
             config,
             model,
-            config.critic.optim,
-            self.update_sizes,
-            config.runner.seed + 1,
             config.critic,
+            self.update_sizes,
+            config.derived.iterations,
+            config.runner.seed + 1,
             self.budget,
         )
         self.model, self.device = self.trainer.model, self.trainer.device
@@ -391,7 +386,6 @@ class LMReference:
     """The frozen initial policy: log-probs for the KL to it, nothing else."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
-        torch.set_num_threads(config.runner.torch_threads)
         self.config = config
         self.device = ctx.torch_device
         self.model = load_causal_lm(model_dir, config.actor.model.dtype).to(self.device).eval()

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
-from rlcore.workers.weights_file import MEGATRON_OPTIMIZER
+from rlcore.workers.weights_file import MEGATRON_OPTIMIZER, SHARDS, WholeWeightsCheckpoint
 
 
 def _unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -177,13 +177,31 @@ def _to(tree: Any, device: torch.device | str) -> Any:
     return tree
 
 
-class MegatronParallel:
+class MegatronParallel(WholeWeightsCheckpoint):
     """See the module doc. ``rank`` and ``world_size`` are the data-parallel ones (the
     ``Trainer`` splits mini-batches over them); ``group`` is the default group, which must be
     initialised (``make_strategy`` starts one of this process alone when there is none)."""
 
     name = "megatron"
+    shards = True
     loss_scale = 1.0  # the gradients are summed over the data-parallel group, not averaged
+
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
+        saved: dict | None,
+    ) -> None:
+        """The whole weights, converted to this rank's shard, and the optimiser's moments from
+        Megatron's own format (``load_optimizer``); FSDP2's shards are refused by name (their
+        optimiser state is keyed by the transformers parameters)."""
+        if (directory / SHARDS).is_dir():
+            raise ValueError(
+                f"{directory}: written by the fsdp2 training backend (its shards); resume it "
+                "with training_backend fsdp2, or start Megatron from its weights"
+            )
+        super().load(model, optimizer, directory, saved)
 
     def __init__(self, device: torch.device, options: MegatronOptions) -> None:
         from megatron.core import parallel_state, tensor_parallel

@@ -24,10 +24,11 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.packing import cache_inputs, inner_model
 from rlcore.data.sequences import position_ids, response_mask
+from rlcore.models.forward import cache_inputs, inner_model
 from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.sampling import sampling
 from rlcore.workers.weight_version import check_weight_version
 
@@ -285,10 +286,9 @@ class RolloutWorker:
         actor: Any = None,
         collocated: bool = False,
     ) -> None:
-        torch.set_num_threads(config.runner.torch_threads)
         self.config, self.rank = config, ctx.rank
         # transformers samples from torch's global RNG: this process's, seeded per rank
-        torch.manual_seed(config.runner.seed + 7919 * (ctx.rank + 1))
+        torch.manual_seed(rank_seed(config.runner.seed, ctx.rank, "sampling"))
         self.engine: RolloutBackend
         if config.rollout.backend == "sglang":
             from rlcore.workers.sglang_engine import SGLangEngine
@@ -372,7 +372,7 @@ class RolloutWorker:
         check_weight_version(self.rank, self.version, version)
         devices = [self.engine.device] if self.engine.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed + 7919 * (self.rank + 1))
+            torch.manual_seed(rank_seed(seed, self.rank, "sampling"))
             return self._in_parts(prompts, greedy=False, validation=True)
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:

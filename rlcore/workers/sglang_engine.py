@@ -36,6 +36,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_tokenizer
+from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
@@ -79,7 +80,7 @@ class SGLangEngine:
             tp_size=tp_size,
             dtype=config.actor.model.dtype,  # as the actor's weights, so a sync needs no cast
             skip_tokenizer_init=True,
-            random_seed=config.runner.seed + 7919 * (rank + 1),
+            random_seed=rank_seed(config.runner.seed, rank, "sampling"),
             enable_memory_saver=collocated,
             base_gpu_id=0,  # the first GPU this process sees (CUDA_VISIBLE_DEVICES holds its own)
             log_level="error",

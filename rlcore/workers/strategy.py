@@ -23,11 +23,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlcore.workers.weights_file import SHARDS, WholeWeightsCheckpoint
+
 
 class Strategy(Protocol):
     name: str
     rank: int
     world_size: int
+    # The parameters are not one whole transformers-style model on this rank (FSDP2's shards or
+    # casts, Megatron's converted model): the module cannot generate alone, so a rollout keeps
+    # a whole copy of its own.
+    shards: bool
     # Pipeline stages the model is split into (Megatron's): above 1, passes over micro-batches
     # run through the strategy's ``pipeline`` method, not by calling the model.
     pipeline_size: int
@@ -77,6 +83,25 @@ class Strategy(Protocol):
         plain tensor, the same on every rank."""
         ...
 
+    def save(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path, rank: int
+    ) -> dict | None:
+        """Checkpoint the weights and the optimiser into ``directory`` (``rank``: this process's
+        rank, naming its files); what this rank's trainer file keeps for ``load`` (plain
+        tensors), or None where the strategy wrote all of it as files. Every rank calls it."""
+        ...
+
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
+        saved: dict | None,
+    ) -> None:
+        """Restore what ``save`` wrote (and returned as ``saved``), or refuse a form this
+        strategy cannot read, naming the backend that wrote it."""
+        ...
+
     def save_optimizer(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path
     ) -> dict | None:
@@ -96,7 +121,7 @@ class Strategy(Protocol):
         ...
 
 
-class SingleProcess:
+class SingleProcess(WholeWeightsCheckpoint):
     """One rank: the model as it is."""
 
     name = "single"
@@ -104,6 +129,7 @@ class SingleProcess:
     world_size = 1
     loss_scale = 1.0
     pipeline_size = 1
+    shards = False
 
     def convert(self, model: nn.Module) -> nn.Module:
         return model
@@ -222,6 +248,7 @@ class FullyShardedDataParallel(DistributedDataParallel):
     """
 
     name = "fsdp2"
+    shards = True
 
     def __init__(
         self,
@@ -291,6 +318,23 @@ class FullyShardedDataParallel(DistributedDataParallel):
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # DTensor -> plain
+
+    def save(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path, rank: int
+    ) -> dict | None:
+        """Every rank its shards of the weights and optimiser state (``SHARDS``, written by
+        ``torch.distributed.checkpoint``; no rank gathers the whole model): they load onto any
+        number of ranks, under any strategy but Megatron's."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        weights, moments = get_state_dict(model, optimizer)
+        dcp.save(
+            {"model": weights, "optimizer": moments},
+            checkpoint_id=str(directory / SHARDS),
+            process_group=self.group,
+        )
+        return None
 
 
 def _repeated_blocks(model: nn.Module) -> list[nn.Module]:

@@ -6,17 +6,20 @@ the value's), so each storage is written once and the other names are listed in 
 metadata as aliases of the first.
 
 A component trained with FSDP2 checkpoints as ``torch.distributed.checkpoint`` shards, every rank
-its own (``SHARDS``), which load onto any number of ranks; any other as ``model.safetensors``.
+its own (``SHARDS``), which load onto any number of ranks; any other as ``model.safetensors``
+(``WholeWeightsCheckpoint``: the checkpoint methods of the strategies that write that form).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import nn
 
 WEIGHTS = "model.safetensors"  # a component's whole weights, written by its rank 0
 SHARDS = "shards"  # a sharded component's torch.distributed.checkpoint folder (weights, optimiser)
@@ -65,3 +68,47 @@ def read_trained_weights(folder: Path, model: torch.nn.Module) -> dict[str, torc
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load({"model": state}, checkpoint_id=str(folder / SHARDS), no_dist=True)
     return state
+
+
+class WholeWeightsCheckpoint:
+    """The checkpoint form of every strategy but FSDP2's: rank 0 writes the whole weights
+    (``WEIGHTS``), every rank its optimiser state as ``save_optimizer`` keeps it. ``load`` also
+    reads FSDP2's shards (``SHARDS``), onto any number of ranks."""
+
+    def save(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path, rank: int
+    ) -> dict | None:
+        weights = self.full_state_dict(model)  # a collective where the weights are sharded
+        if rank == 0:
+            save_weights(weights, directory / WEIGHTS)
+        return self.save_optimizer(model, optimizer, directory)
+
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        directory: Path,
+        saved: dict | None,
+    ) -> None:
+        if (directory / SHARDS).is_dir():
+            load_shards(model, optimizer, directory, getattr(self, "group", None))
+            return
+        self.load_full_state_dict(model, load_weights(directory / WEIGHTS))
+        self.load_optimizer(model, optimizer, directory, saved)
+
+
+def load_shards(
+    model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path, group: Any
+) -> None:
+    """The weights and optimiser state of a FSDP2 checkpoint (every rank's shards, written by
+    ``torch.distributed.checkpoint``), onto ``model`` as it is held here: whole, or sharded over
+    any number of ranks."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    weights, moments = get_state_dict(model, optimizer)
+    both = {"model": weights, "optimizer": moments}
+    dcp.load(both, checkpoint_id=str(directory / SHARDS), process_group=group)
+    set_state_dict(
+        model, optimizer, model_state_dict=both["model"], optim_state_dict=both["optimizer"]
+    )

@@ -16,6 +16,8 @@ from rlcore.config import (
     config_names,
     load_config,
 )
+from rlcore.config.aliases import current_keys
+from rlcore.config.load import validate_config
 
 
 @pytest.mark.parametrize("name", config_names())
@@ -72,7 +74,7 @@ def test_critic_update_sizes_fall_back_to_the_actor():
     config = load_config(
         "reasoning/tiny_arith_ppo", ["critic.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size=4"]
     )
-    update = config.critic_update()
+    update = config.derived.critic_update
     assert update.ppo_mini_batch_size == 8
     assert update.ppo_micro_batch_size == config.actor.ppo_micro_batch_size == 4
     assert update.ppo_epochs == config.actor.ppo_epochs
@@ -82,6 +84,10 @@ def test_build_config_from_a_plain_dict_round_trips():
     raw = {"mode": "embodied", "env": {"id": "Pendulum-v1"}, "actor": {"ppo_mini_batch_size": 64}}
     config = build_config(raw)
     assert build_config(dataclasses.asdict(config)) == config
+    # a validated config's dict (its derived values in) reads back as the same config
+    validated = validate_config(raw)
+    assert validated.derived is not None
+    assert validate_config(current_keys(dataclasses.asdict(validated))) == validated
 
 
 def test_a_copied_config_file_anywhere_composes_with_the_package_groups(tmp_path):

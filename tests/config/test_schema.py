@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.config.aliases import DERIVED_KEYS
 from rlcore.config.foreign_keys import FOREIGN_KEYS
 from rlcore.config.reference import BEGIN, END, key_reference
 from rlcore.config.schema import SCHEMAS
@@ -48,7 +49,23 @@ def test_the_required_rlinf_and_verl_names_exist():
         "kl_loss_coef",
         "kl_loss_type",
     }
-    assert {f"algorithm.{n}" for n in names} <= ALL_PATHS
+    # algorithm.loss_type follows from the mode: RLinf's spelling is accepted when it says so
+    assert {f"algorithm.{n}" for n in names} <= ALL_PATHS | set(DERIVED_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("config", "loss_type"),
+    [("embodied/cartpole_ppo", "actor_critic"), ("reasoning/tiny_arith_ppo", "actor")],
+)
+def test_rlinfs_loss_type_is_accepted_when_it_says_what_the_mode_does(config, loss_type, capsys):
+    from rlcore.config import load_config
+
+    loaded = load_config(config, [f"algorithm.loss_type={loss_type}"])
+    assert loaded.derived.loss_type == loss_type
+    assert (
+        f"rlcore: algorithm.loss_type (rlcore's earlier key) is derived.loss_type here, which "
+        f"follows from the mode ({loaded.mode}: {loss_type}); leave it out"
+    ) in capsys.readouterr().err
 
 
 def test_docs_embed_the_current_key_reference():

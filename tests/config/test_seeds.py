@@ -240,7 +240,7 @@ def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
     )
     runner = EmbodiedRunner(config, plan_for_config(config))
     try:
-        runner._sync()
+        runner.sync()
         batch = runner.rollout.collect(runner.version)
         again = runner.actor.recompute(batch.select("obs", "actions", "last_obs"))
         for name in ("log_probs", "values", "last_value"):
@@ -340,7 +340,7 @@ def test_verl_sections_in_a_yaml_file_become_rlcore_keys(tmp_path, capsys):
     assert config.algorithm.group_size == 4 and config.algorithm.adv_type == "grpo"
     assert config.actor.ppo_mini_batch_size == 32 and config.runner.total_iterations == 7
     assert config.algorithm.clip_ratio_low == config.algorithm.clip_ratio_high == 0.28
-    assert config.critic.use_critic_model is False  # grpo reads no values
+    assert config.derived.critic_model is False  # grpo reads no values
     said = capsys.readouterr().err
     assert (
         "rlcore: actor_rollout_ref.actor.clip_ratio (verl) is algorithm.clip_ratio_low and "

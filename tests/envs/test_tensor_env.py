@@ -73,7 +73,7 @@ def test_a_tensor_env_trains_as_the_same_env_stepped_in_numpy(tmp_path, monkeypa
 
 def test_the_policy_reads_the_simulators_own_observation_tensors(tmp_path):
     config = drift_config(tmp_path, "rlcore_test/Drift-v0", "env.normalize_obs=false")
-    worker = EnvWorker(SimpleNamespace(rank=0, world_size=1), config)
+    worker = EnvWorker(SimpleNamespace(rank=0, world_size=1, in_driver=True), config)
     try:
         sim = worker.envs.env  # the Drift scene inside NextStepVectorEnv
         assert worker.device == torch.device("cpu") and worker.envs.numpy is False

@@ -188,8 +188,10 @@ def test_shipped_cluster_layouts_plan(cluster, configs):
 )
 def test_envs_out_of_the_drivers_reach_step_under_a_deadline(overrides, deadline):
     from rlcore.config import load_config
-    from rlcore.placement import plan_for_config
+    from rlcore.placement import plan_for_config, runs_in_driver
+    from rlcore.workers.env_worker import step_deadline
 
     config = load_config("embodied/cartpole_ppo", ["cluster.device=cpu", *overrides])
-    plan_for_config(config, gpus=lambda: 0)
-    assert config.env.step_timeout_s == deadline
+    plan = plan_for_config(config, gpus=lambda: 0)
+    assert step_deadline(config.env, runs_in_driver(plan, config.cluster.address)) == deadline
+    assert config.env.step_timeout_s == (7.0 if deadline == 7.0 else None)  # the key, as given

@@ -10,13 +10,13 @@ from tensordict import NonTensorStack, TensorDict
 from rlcore.config.errors import ConfigError
 from rlcore.rewards import (
     RewardError,
-    RewardWorker,
     Rules,
     ScoringPool,
     gsm8k_correct,
     load_custom_fn,
     math_correct,
 )
+from rlcore.workers.reward import RewardWorker
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_p
     runner = runner_for(
         corridor_config(tmp_path, "runner.rollout_steps=7", "actor.ppo_mini_batch_size=7")
     )
-    runner._sync()
+    runner.sync()
     batch = runner.rollout.collect(runner.version)
     runner.close()
     # limit 3: steps 0-2 are an episode, 3 only resets, 4-6 the next episode
@@ -352,7 +352,7 @@ def test_the_rollout_refuses_to_act_with_weights_it_was_not_synced(tmp_path):
     try:
         with pytest.raises(StaleWeightsError, match="holds policy weights of version -1"):
             runner.rollout.collect(0)  # nothing synced yet
-        runner._sync()
+        runner.sync()
         with pytest.raises(StaleWeightsError, match="version 0, but the driver expects version 1"):
             runner.rollout.evaluate(seed=0, version=1)
         assert runner.rollout.collect(0).batch_size[0] == 1
@@ -379,7 +379,7 @@ def test_fsdp2_actor_on_two_ranks_trains_and_the_rollout_acts_with_whole_weights
     try:
         group = runner.components.group
         runner.iterate(1)
-        runner._sync()
+        runner.sync()
         trained = group("actor").call_all("weights")  # a collective: every rank gathers
         for rank in (0, 1):
             synced = group("rollout").call_rank(rank, "weights")

@@ -12,8 +12,7 @@ from rlcore.config import load_config
 from rlcore.config.errors import ConfigError
 from rlcore.data.prompts import DataError
 from rlcore.placement import plan_for_config
-from rlcore.runners.embodied import EmbodiedRunner
-from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.runners.supervisor import build_runner
 from tests.lm_fixtures import TINY
 
 ARITH, CARTPOLE = "reasoning/tiny_arith_ppo", "embodied/cartpole_ppo"
@@ -155,11 +154,11 @@ def bad_inputs(tmp_path, model):
 
 
 def runner_refusal(config_name, args):
-    """What the runner itself raises, built without the entry point's preflight."""
+    """What the run itself raises (its model preparation, then its driver), started without the
+    entry point's preflight."""
     config = load_config(config_name, args)
-    runner_cls = EmbodiedRunner if config.mode == "embodied" else ReasoningRunner
     with pytest.raises((ConfigError, DataError)) as refused:
-        runner_cls(config, plan_for_config(config)).close()
+        build_runner(config, plan_for_config(config)).close()
     return str(refused.value)
 
 

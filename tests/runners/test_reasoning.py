@@ -12,7 +12,8 @@ from rlcore.cli import run_entry_point
 from rlcore.config.errors import ConfigError
 from rlcore.data.sampler import prompt_batch
 from rlcore.placement import plan_for_config
-from rlcore.runners.reasoning import ReasoningRunner
+from rlcore.runners.baselines import greedy_baselines
+from rlcore.runners.supervisor import build_runner
 from rlcore.scheduler import WorkerError
 from tests.lm_fixtures import TINY, tiny_config
 
@@ -33,7 +34,7 @@ def length_reward(tmp_path):
 
 
 def run(config):
-    return ReasoningRunner(config, plan_for_config(config)).run()
+    return build_runner(config, plan_for_config(config)).run()
 
 
 def test_a_short_run_writes_and_prints_its_summary(tiny_lm, tmp_path, capsys):
@@ -80,8 +81,8 @@ def test_grpo_runs_without_a_critic_or_reference(tiny_lm, tmp_path):
         "algorithm.group_size=4",
         "actor.ppo_micro_batch_size=4",
     )
-    runner = ReasoningRunner(config, plan_for_config(config))
-    assert runner.placed == {"actor", "rollout", "reward"}
+    runner = build_runner(config, plan_for_config(config))
+    assert set(runner.plan.components) == {"actor", "rollout", "reward"}
     # A prompt drawn twice in one batch (across an epoch boundary) forms two groups.
     batch = prompt_batch([3, 3], runner.train_set, 4, runner.tokenizer.pad_token_id)
     assert batch["index"].tolist() == [0] * 4 + [1] * 4
@@ -99,13 +100,13 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
         "reward.kind=custom",
         f"reward.custom_fn={tmp_path}/chars.py:score",
     )
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     try:
-        runner._sync()
+        runner.sync()
         pad, rows = runner.tokenizer.pad_token_id, [0, 5, 2]
         batch = prompt_batch(rows, runner.train_set, 3, pad)
         batch.update(runner.rollout.generate(batch, runner.version))
-        got = runner._greedy_baselines(batch)
+        got = greedy_baselines(batch, 3, runner.whole_shards, runner._greedy, runner._score)
         alone = []  # each prompt answered greedily on its own, and scored
         for row in rows:
             prompt = prompt_batch([row], runner.train_set, 1, pad)
@@ -253,7 +254,7 @@ def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
     )
     plan = plan_for_config(config)
     assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
-    runner = ReasoningRunner(config, plan)
+    runner = build_runner(config, plan)
     group = runner.components.group
     runner.iterate(1)
     before = group("rollout").call_rank(0, "weights")
@@ -267,7 +268,7 @@ def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
         " of version 0, but the driver expects version 1",
     ):
         runner.rollout.generate(prompts, 1)
-    runner._sync()  # what the next iteration starts with
+    runner.sync()  # what the next iteration starts with
     synced = group("rollout").call_rank(0, "weights")
     assert all(torch.equal(trained[k], synced[k]) for k in trained)
     assert runner.rollout.generate(prompts, 1).batch_size[0] == 4
@@ -289,7 +290,7 @@ def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
     )
     plan = plan_for_config(config)
     assert plan.world_size("actor") == plan.world_size("rollout") == 2
-    runner = ReasoningRunner(config, plan)
+    runner = build_runner(config, plan)
     runner.iterate(1)
     weights = [runner.components.group("actor").call_rank(r, "weights") for r in (0, 1)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # DDP in step
@@ -315,11 +316,11 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
         "sync.bucket_mb=0.05",  # 52 KiB: the weights go in several buckets
         *length_reward(tmp_path),
     )
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     group = runner.components.group
     start = group("rollout").call_rank(0, "weights")
     runner.iterate(1)
-    runner._sync()
+    runner.sync()
     trained = group("actor").call_all("weights")  # a collective: every rank gathers
     assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
     assert any(not torch.equal(trained[0][k], start[k]) for k in start)
@@ -354,12 +355,12 @@ def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(t
         "sync.bucket_mb=0.05",
         *length_reward(tmp_path),
     )
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     try:
         start = {k: v.clone() for k, v in runner.rollout.weights().items()}
         assert runner.rollout.engine.model is not runner.actor.model
         runner.iterate(1)
-        runner._sync()
+        runner.sync()
         trained, synced = runner.actor.weights(), runner.rollout.weights()
         assert {t.dtype for t in trained.values()} == {torch.float32}
         assert any(not torch.equal(trained[k], start[k]) for k in start)
@@ -382,10 +383,10 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
             *length_reward(tmp_path),
             f"actor.recompute_log_probs={str(recompute).lower()}",
         )
-        runner = ReasoningRunner(config, plan_for_config(config))
+        runner = build_runner(config, plan_for_config(config))
         try:
             assert runner.reuse_log_probs is not recompute
-            runner._sync()
+            runner.sync()
             metrics = runner.iterate(1)
             assert ("time/logprob_s" in metrics) is recompute
             ends[recompute] = {k: v.clone() for k, v in runner.actor.weights().items()}
@@ -408,8 +409,11 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
 def test_a_reference_kl_of_coefficient_0_runs_no_reference_pass(tiny_lm, tmp_path, kl):
     _, dirs = tiny_lm
     config = tiny_config(dirs.actor.parent, tmp_path, *kl)
-    runner = ReasoningRunner(config, plan_for_config(config))
-    assert runner.placed == {"actor", "critic", "rollout", "reward"} and runner.ref is None
+    runner = build_runner(config, plan_for_config(config))
+    assert (
+        set(runner.plan.components) == {"actor", "critic", "rollout", "reward"}
+        and runner.ref is None
+    )
     assert runner.run()["iterations"] == 2
 
 
@@ -422,7 +426,7 @@ def test_a_bad_model_path_is_named_before_anything_starts(tmp_path, capsys):
     assert f"actor.model.path: {tmp_path}/nope is not a directory" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"has no config.json"):
-        from rlcore.models.warmup import prepare_models
+        from rlcore.prepare import prepare_models
 
         prepare_models(
             tiny_config(tmp_path, tmp_path, f"actor.model.path={tmp_path}/empty", "warmup.steps=0")
@@ -450,7 +454,7 @@ def test_critic_warmup_trains_only_the_critic_at_first(tiny_lm, tmp_path):
     config = tiny_config(
         dirs.actor.parent, tmp_path, "critic.critic_warmup=1", *length_reward(tmp_path)
     )
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     actor, critic = runner.actor, runner.critic
     snapshot = lambda m: {k: v.clone() for k, v in m.state_dict().items()}  # noqa: E731
     actor_start, critic_start = snapshot(actor.model), snapshot(critic.model)
@@ -475,7 +479,7 @@ def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
         f"data.val_files=[{tmp_path}/test.jsonl]",
     )
     config = tiny_config(dirs.actor.parent, tmp_path, *files, "runner.run_name=g")
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     assert len(runner.train_set) == 32 and len(runner.val_set) == 8
     assert "1,017" in runner.val_set.answers  # as written; the reward compares it as a number
     assert runner.run()["iterations"] == 2

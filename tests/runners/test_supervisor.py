@@ -18,7 +18,7 @@ from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.loop import Schedule
 from rlcore.runners.progress import Progress
 from rlcore.runners.reasoning import ReasoningRunner
-from rlcore.runners.supervisor import RunLost, Supervisor
+from rlcore.runners.supervisor import RunLost, Supervisor, build_runner
 from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
 from rlcore.scheduler.handles import RemoteHandle
 from rlcore.scheduler.worker_group import death_cause
@@ -152,7 +152,7 @@ def test_reasoning_survives_a_killed_rollout_process(tiny_lm, tmp_path, monkeypa
     )
     cache = dirs.actor.parent
     full = tiny_config(cache, tmp_path, *common, "runner.run_name=full")
-    ReasoningRunner(full, plan_for_config(full)).run()
+    build_runner(full, plan_for_config(full)).run()
     kill_once(monkeypatch, ReasoningRunner, "iterate", 2, "rollout")
     config = tiny_config(cache, tmp_path, *common, "runner.run_name=killed")
     summary = supervisor.run(config, plan_for_config(config))
@@ -330,7 +330,7 @@ def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(
         is None
     )
 
-    def run(config, plan):
+    def run(config, plan, models=None):
         raise raised.value
 
     monkeypatch.setattr(supervisor, "run", run)

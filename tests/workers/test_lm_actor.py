@@ -2,7 +2,6 @@
 data-parallel ranks do not change a mini-batch's gradient."""
 
 import contextlib
-import copy
 import json
 import os
 import shutil
@@ -16,16 +15,10 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
+from rlcore.config import replace_keys
 from rlcore.config.errors import ConfigError
-from rlcore.data.packing import inner_model
-from rlcore.data.sequences import (
-    left_pad,
-    position_ids,
-    response_logits,
-    token_budget_split,
-    token_log_probs,
-    trim_padding,
-)
+from rlcore.data.sequences import left_pad, position_ids, token_budget_split, trim_padding
+from rlcore.models.forward import inner_model, response_logits, token_log_probs
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine, RolloutWorker
@@ -147,9 +140,9 @@ def test_micro_batch_size_does_not_change_the_gradient(tiny_lm, mode):
         "algorithm.use_kl_loss=true",
         "algorithm.entropy_bonus=0.01",
     )
-    budgeted = copy.deepcopy(config)
-    budgeted.actor.ppo_micro_batch_size = None
-    budgeted.actor.max_tokens_per_micro_batch = 30
+    budgeted = replace_keys(
+        config, {"actor.ppo_micro_batch_size": None, "actor.max_tokens_per_micro_batch": 30}
+    )
     batch = make_batch(config, dirs)
     actor = LMActor(SOLO, config, dirs.actor)
     batch["old_log_probs"] = actor.compute_log_probs(batch) + 0.05  # ratios != 1: clipping acts
@@ -251,11 +244,11 @@ def backend_config(dirs, backend):
         "actor.ppo_epochs=2",
         "actor.ppo_micro_batch_size=2",
     )
+    changes = {"actor.training_backend": backend, "critic.training_backend": backend}
     if backend == "fsdp2-tokens":
-        backend = "fsdp2"
-        config.actor.ppo_micro_batch_size, config.actor.max_tokens_per_micro_batch = None, 30
-    config.actor.training_backend = config.critic.training_backend = backend
-    return config
+        changes = {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
+        changes |= {"actor.ppo_micro_batch_size": None, "actor.max_tokens_per_micro_batch": 30}
+    return replace_keys(config, changes)
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +347,7 @@ def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_
         "actor.ppo_micro_batch_size=2",
         "actor.optim.lr=0.01",
     )
-    config.actor.training_backend = "fsdp2"
+    config = replace_keys(config, {"actor.training_backend": "fsdp2"})
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
     port = free_port()
@@ -367,8 +360,7 @@ def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_
     assert "model.safetensors" not in written and "__1_0.distcp" in written, written
     # The same checkpoint on one rank, FSDP2 or not: the shards are read back whole.
     for backend in ("fsdp2", "torch"):
-        config.actor.training_backend = backend
-        one = LMActor(SOLO, config, dirs.actor)
+        one = LMActor(SOLO, replace_keys(config, {"actor.training_backend": backend}), dirs.actor)
         one.load_checkpoint(str(tmp_path / "checkpoint"))
         one.update(batch)
         for name, value in one.weights().items():
@@ -390,8 +382,9 @@ def test_fsdp2_on_one_rank_computes_like_torch_and_casts_with_mixed_precision(ti
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
 
     def gradient(backend, param_dtype=None):
-        cfg = copy.deepcopy(config)
-        cfg.actor.training_backend, cfg.actor.fsdp.param_dtype = backend, param_dtype
+        cfg = replace_keys(
+            config, {"actor.training_backend": backend, "actor.fsdp.param_dtype": param_dtype}
+        )
         actor = LMActor(SOLO, cfg, dirs.actor)
         actor.update(batch.clone())  # one optimiser step: .grad is the batch's gradient
         params = dict(actor.trainer.model.named_parameters())
@@ -453,7 +446,7 @@ def test_packed_passes_give_the_padded_log_probs_values_and_gradients(tiny_lm, m
     """use_remove_padding packs each micro-batch's sequences end to end: the log-probs, the
     values and both updates' gradients equal the padded passes' (by rows, in micro-batches of a
     token budget; and in one row, the layout flash attention reads)."""
-    import rlcore.data.sequences as sequences
+    import rlcore.models.forward as forward
 
     config, dirs = tiny_lm
     config = tiny_config(
@@ -462,9 +455,14 @@ def test_packed_passes_give_the_padded_log_probs_values_and_gradients(tiny_lm, m
         "algorithm.use_kl_loss=true",
         "algorithm.entropy_bonus=0.01",
     )
-    packed = copy.deepcopy(config)
-    packed.actor.model.use_remove_padding = True
-    packed.actor.ppo_micro_batch_size, packed.actor.max_tokens_per_micro_batch = None, 40
+    packed = replace_keys(
+        config,
+        {
+            "actor.model.use_remove_padding": True,
+            "actor.ppo_micro_batch_size": None,
+            "actor.max_tokens_per_micro_batch": 40,
+        },
+    )
     batch = make_batch(config, dirs)
     valid = batch["response_mask"].bool()
     actor = LMActor(SOLO, config, dirs.actor)
@@ -475,10 +473,10 @@ def test_packed_passes_give_the_padded_log_probs_values_and_gradients(tiny_lm, m
     assert torch.allclose(got[valid], batch["old_log_probs"][valid], atol=1e-5)
     values = LMCritic(SOLO, packed, dirs.critic).compute_values(batch) + 0.3
     assert torch.allclose(values[valid], batch["values"][valid], atol=1e-5)
-    monkeypatch.setattr(sequences, "one_row_kernel", lambda model: True)
+    monkeypatch.setattr(forward, "one_row_kernel", lambda model: True)
     width = batch["responses"].shape[1]
-    one_row = sequences.response_logits(actor.model, batch, width, packed=True)
-    padded = sequences.response_logits(actor.model, batch, width)
+    one_row = forward.response_logits(actor.model, batch, width, packed=True)
+    padded = forward.response_logits(actor.model, batch, width)
     assert torch.allclose(one_row[valid], padded[valid], atol=1e-5)
     monkeypatch.undo()
     for trainer_cls in (LMActor, LMCritic):
@@ -495,8 +493,7 @@ def test_a_model_that_mixes_packed_sequences_is_refused(tiny_lm, monkeypatch):
     import transformers.masking_utils as masking
 
     config, dirs = tiny_lm
-    packed = copy.deepcopy(config)
-    packed.actor.model.use_remove_padding = True
+    packed = replace_keys(config, {"actor.model.use_remove_padding": True})
     LMActor(SOLO, packed, dirs.actor)  # keeps them apart
     monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
     with pytest.raises(ConfigError, match=r"use_remove_padding: Qwen2ForCausalLM .* does not keep"):
@@ -540,10 +537,10 @@ def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm
         "algorithm.use_kl_loss=true",
         "algorithm.entropy_bonus=0.01",
     )
-    shared = copy.deepcopy(config)
-    shared.actor.model.share_group_prompts = True
-    budgeted = copy.deepcopy(shared)
-    budgeted.actor.ppo_micro_batch_size, budgeted.actor.max_tokens_per_micro_batch = None, 60
+    shared = replace_keys(config, {"actor.model.share_group_prompts": True})
+    budgeted = replace_keys(
+        shared, {"actor.ppo_micro_batch_size": None, "actor.max_tokens_per_micro_batch": 60}
+    )
     batch = grouped_batch(config, dirs)
     assert len(set(batch["attention_mask"][:, :-8].sum(-1).tolist())) > 1  # prompts differ
     valid = batch["response_mask"].bool()
@@ -579,8 +576,7 @@ def test_shared_group_prompts_train_as_the_full_rows(tiny_lm, shuffle):
         "actor.ppo_epochs=2",
         f"actor.shuffle={str(shuffle).lower()}",
     )
-    shared = copy.deepcopy(config)
-    shared.actor.model.share_group_prompts = True
+    shared = replace_keys(config, {"actor.model.share_group_prompts": True})
     batch = grouped_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
     weights = {}
@@ -673,8 +669,7 @@ def test_the_rollout_prefills_each_groups_prompt_once_and_samples_the_same(tiny_
     config = tiny_config(
         dirs.actor.parent, dirs.actor.parent, "algorithm.adv_type=grpo", "algorithm.group_size=3"
     )
-    shared = copy.deepcopy(config)
-    shared.actor.model.share_group_prompts = True
+    shared = replace_keys(config, {"actor.model.share_group_prompts": True})
     full_engine, shared_engine = (
         HFEngine(config, dirs.actor, CPU),
         HFEngine(shared, dirs.actor, CPU),
@@ -744,8 +739,7 @@ def test_unshuffled_mini_batches_are_the_batch_in_order(tiny_lm):
         halves.update(half)
     want, got = halves.weights(), whole.weights()
     assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in want.items())
-    shuffled = copy.deepcopy(config)
-    shuffled.actor.shuffle = True
+    shuffled = replace_keys(config, {"actor.shuffle": True})
     other = LMActor(SOLO, shuffled, dirs.actor)
     other.update(batch)
     assert any(not torch.allclose(other.weights()[k], v, atol=1e-6) for k, v in want.items())

@@ -4,7 +4,6 @@ slots): the same log-probs, values and updates as the torch backend, on one rank
 tensor-parallel ranks, on 2 data-parallel ranks and on 2 pipeline stages (the tiny model with 2
 layers, tied embeddings)."""
 
-import copy
 import os
 import warnings
 from types import SimpleNamespace
@@ -14,9 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from rlcore.config import replace_keys
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
-from tests.lm_fixtures import SOLO, tiny_config
+from tests.lm_fixtures import SOLO, tiny_config, unchecked
 from tests.megatron_shim import megatron_on_cpu
 from tests.workers.test_lm_actor import free_port, gloo_rank, make_batch
 
@@ -24,12 +24,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::Deprecat
 
 
 def on_megatron(config, tp=1, pp=1):
-    config = copy.deepcopy(config)
-    for section in (config.actor, config.critic):
-        section.training_backend = "megatron"
-        section.megatron.tensor_parallel_size = tp
-        section.megatron.pipeline_parallel_size = pp
-    return config
+    changes = {}
+    for section in ("actor", "critic"):
+        changes[f"{section}.training_backend"] = "megatron"
+        changes[f"{section}.megatron.tensor_parallel_size"] = tp
+        changes[f"{section}.megatron.pipeline_parallel_size"] = pp
+    return replace_keys(config, changes)
 
 
 # The layouts of 2 ranks: (tensor parallel, pipeline parallel) sizes; the rest is data parallel.
@@ -41,7 +41,7 @@ MOVES = [("pipeline-parallel-2", "tensor-parallel-2"), ("tensor-parallel-2", "da
 @pytest.fixture(scope="module")
 def two_layer_lm(tmp_path_factory):
     """``(config, model_dirs)``: the tiny model with 2 layers (2 pipeline stages of one)."""
-    from rlcore.models.warmup import prepare_models
+    from rlcore.prepare import prepare_models
 
     root = tmp_path_factory.mktemp("two_layer_lm")
     config = tiny_config(root / "cache", root / "outputs", "actor.model.tiny.num_layers=2")
@@ -343,8 +343,9 @@ def test_the_placement_refuses_megatron_where_it_cannot_run():
                 f"actor.megatron.pipeline_parallel_size={pp}",
             ],
         )
-        config.cluster.component_placement = {"actor,critic,rollout,reward": "0-7"}
-        return config
+        return replace_keys(
+            config, {"cluster.component_placement": {"actor,critic,rollout,reward": "0-7"}}
+        )
 
     with pytest.raises(
         PlacementError,
@@ -390,7 +391,8 @@ def test_the_preflight_refuses_a_model_megatron_cannot_split_or_convert(tiny_lm,
     gpt2 = tmp_path / "gpt2"
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    mega.actor.model.path = str(gpt2)
+    # (a folder the preflight's model check would refuse first: only its config is read here)
+    mega = unchecked(mega, {"actor.model.path": str(gpt2), "warmup.steps": 0})
     with pytest.raises(
         ConfigError,
         match=r"^actor.training_backend: megatron trains qwen2 and "

@@ -16,7 +16,7 @@ from rlcore.workers import sglang_engine
 from rlcore.workers.lm_actor import LMActor
 from rlcore.workers.rollout import HFEngine
 from rlcore.workers.sglang_engine import SGLANG_VERSION, SGLangEngine
-from tests.lm_fixtures import SOLO, tiny_config
+from tests.lm_fixtures import SOLO, tiny_config, unchecked
 from tests.workers import fake_sglang
 from tests.workers.sglang_api import load
 
@@ -51,8 +51,7 @@ def sglang_config(dirs, tmp_path, *overrides):
     """The tiny config, switched to rollout.backend=sglang after the checks that refuse it on a
     machine with no GPU and no sglang (tested below)."""
     config = tiny_config(dirs.actor.parent, tmp_path, *overrides)
-    config.rollout.backend = "sglang"
-    return config
+    return unchecked(config, {"rollout.backend": "sglang"})
 
 
 @pytest.fixture
@@ -112,7 +111,7 @@ def test_a_run_pushes_weights_flushes_and_resyncs_after_releasing_memory(
     takes it back and syncs the weights in buckets, even when their version did not change,
     then flushes the cache."""
     from rlcore.placement import checks, plan_for_config
-    from rlcore.runners.reasoning import ReasoningRunner
+    from rlcore.runners.supervisor import build_runner
 
     _, dirs = tiny_lm
     # critic_warmup: iteration 1 leaves the actor's weights as they were, so only the release
@@ -122,7 +121,7 @@ def test_a_run_pushes_weights_flushes_and_resyncs_after_releasing_memory(
     )
     # The placement check refuses sglang on CPU slots (tested below); the adapter's loop runs.
     monkeypatch.setattr(checks, "_spans", lambda plan, config: [])
-    runner = ReasoningRunner(config, plan_for_config(config))
+    runner = build_runner(config, plan_for_config(config))
     try:
         (fake,) = fake_engines
         summary = runner.run()

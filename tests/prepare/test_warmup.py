@@ -8,7 +8,7 @@ import torch
 
 from rlcore.data.prompts import PromptSet
 from rlcore.models.lm import load_causal_lm, load_tokenizer
-from rlcore.models.warmup import greedy_accuracy, sft_examples, supervised_warmup
+from rlcore.prepare.warmup import greedy_accuracy, sft_examples, supervised_warmup
 from tests.lm_fixtures import tiny_config
 
 

@@ -1,4 +1,5 @@
-"""``RewardWorker``: decodes responses and scores them against the reference answers."""
+"""``RewardWorker``, the ``reward`` component: decodes responses and scores them against the
+reference answers with the rules of ``rlcore.rewards``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""Checks of the reasoning features: the reward and its shaping, DAPO's dynamic sampling,
+micro-batches by rows or by tokens, prompt sharing, LoRA, the tiny model and its warm-up, and
+the update sizes of the actor and critic."""
+
+from __future__ import annotations
+
+from rlcore.config.checks.algorithm import check_gdpo
+from rlcore.config.checks.run import check_update_sizes
+from rlcore.config.schema import ReasoningConfig
+
+
+def check_reasoning(config: ReasoningConfig) -> list[str]:
+    return [
+        *_reward(config),
+        *check_gdpo(config),
+        *_micro_batches(config),
+        *_share_group_prompts(config),
+        *_model(config),
+        *_update_sizes(config),
+    ]
+
+
+def _reward(config: ReasoningConfig) -> list[str]:
+    reward, problems = config.reward, []
+    if reward.kind == "custom" and reward.custom_fn is None:
+        problems.append(
+            "reward.custom_fn: reward.kind is custom, so name the function: "
+            "reward.custom_fn=path/to/file.py:function"
+        )
+    if reward.kind != "custom" and reward.custom_fn is not None:
+        problems.append(
+            f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
+        )
+    if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
+        problems.append(
+            "algorithm.filter_groups.enable: dynamic sampling keeps groups whose responses "
+            "differ, and a group of algorithm.group_size 1 never does; set group_size >= 2"
+        )
+    buffer, longest = reward.overlong_buffer, config.data.max_response_length
+    if buffer.enable and not 0 < buffer.len <= longest:
+        problems.append(
+            f"reward.overlong_buffer.len: {buffer.len}, but the buffer must hold 1 to "
+            f"data.max_response_length ({longest}) tokens when overlong shaping is enabled; "
+            "DAPO's recipe holds 4096 of 20480"
+        )
+    if not buffer.enable and (buffer.len, buffer.penalty_factor) != (0, 1.0):
+        problems.append(
+            "reward.overlong_buffer: len or penalty_factor set, but enable is false, so nothing "
+            "would use them; set reward.overlong_buffer.enable=true, or leave them out"
+        )
+    return problems
+
+
+def _micro_batches(config: ReasoningConfig) -> list[str]:
+    """Micro-batches are formed by rows or by a token budget, not both."""
+    problems = []
+    for name, sect, counts in (
+        ("actor", config.actor, ("ppo_micro_batch_size", "log_prob_micro_batch_size")),
+        ("critic", config.critic, ("ppo_micro_batch_size",)),
+    ):
+        given = [c for c in counts if getattr(sect, c) is not None]
+        if sect.max_tokens_per_micro_batch is not None and given:
+            problems.append(
+                f"{name}.max_tokens_per_micro_batch: set together with {name}.{given[0]}; "
+                f"micro-batches are formed by tokens or by rows, not both: set {name}.{given[0]}"
+                "=null, or remove the budget"
+            )
+    return problems
+
+
+def _share_group_prompts(config: ReasoningConfig) -> list[str]:
+    """``actor.model.share_group_prompts`` needs groups, keys and values kept across two passes
+    (transformers keeps none under gradient checkpointing) and unpacked rows."""
+    model, group = config.actor.model, config.algorithm.group_size
+    if not model.share_group_prompts:
+        return []
+    key = "actor.model.share_group_prompts"
+    problems = []
+    if group == 1:
+        problems.append(
+            f"{key}: set, but algorithm.group_size is 1: each prompt has one "
+            "response, so there is nothing to share; turn it off, or sample "
+            "groups"
+        )
+    if model.use_remove_padding:
+        problems.append(
+            f"{key}: set together with actor.model.use_remove_padding; packing lays "
+            "whole sequences end to end, sharing passes responses on top of their "
+            "prompt: pick one"
+        )
+    if model.gradient_checkpointing:
+        problems.append(
+            f"{key}: set together with actor.model.gradient_checkpointing, under "
+            "which transformers keeps no keys and values to pass the responses on "
+            "top of; turn one off"
+        )
+    return problems
+
+
+def _model(config: ReasoningConfig) -> list[str]:
+    """LoRA's adapters, the tiny model's shape, and its warm-up."""
+    model, problems = config.actor.model, []
+    if model.lora.rank and not model.lora.target_modules:
+        problems.append(
+            "actor.model.lora.target_modules: empty, so LoRA would train nothing; name the "
+            "linear layers, e.g. [q_proj, v_proj], or set actor.model.lora.rank=0"
+        )
+    tiny = model.tiny
+    if model.path is None and tiny.hidden_size % tiny.num_heads:
+        problems.append(
+            f"actor.model.tiny.num_heads: {tiny.num_heads} does not divide hidden_size "
+            f"{tiny.hidden_size}; pick a divisor of {tiny.hidden_size}"
+        )
+    if config.warmup.steps and model.path is not None:
+        problems.append(
+            "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 when "
+            "actor.model.path is set"
+        )
+    return problems
+
+
+def _update_sizes(config: ReasoningConfig) -> list[str]:
+    batch, desc = config.data.train_batch_size, "data.train_batch_size prompts"
+    problems = check_update_sizes("actor", config.actor, batch, desc)
+    if config.derived.critic_model:
+        critic = check_update_sizes("critic", config.derived.critic_update, batch, desc)
+        # A size the critic inherits from the actor was already reported under actor.
+        problems += [p for p in critic if p.replace("critic.", "actor.", 1) not in problems]
+    return problems

@@ -1,0 +1,95 @@
+"""Checks of the run as a whole: the runner's folder and resume keys, the cluster's network
+keys, the embodied loop's sizes, and the mini-batch against the batch in both modes."""
+
+from __future__ import annotations
+
+from rlcore.algorithms import ADVANTAGES
+from rlcore.config.schema import EmbodiedConfig, RLCoreConfig, UpdateConfig
+
+
+def check_runner(config: RLCoreConfig) -> list[str]:
+    run = config.runner
+    problems = []
+    name = run.run_name
+    if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name):
+        problems.append(
+            f"runner.run_name: {name!r} must be one folder name (no '/', not '.' or '..'): the "
+            "run is written to OUTPUT_DIR/RUN_NAME and nowhere else"
+        )
+    if run.resume == "auto" and run.run_name is None:
+        problems.append(
+            "runner.resume: auto continues the run folder OUTPUT_DIR/RUN_NAME, so it needs a "
+            "fixed runner.run_name (the default name has a timestamp)"
+        )
+    if run.resume == "auto" and run.resume_dir is not None:
+        problems.append(
+            "runner.resume_dir: set together with runner.resume=auto; keep one (resume_dir names "
+            "the checkpoint, auto finds the run folder's newest)"
+        )
+    return problems
+
+
+def check_cluster(config: RLCoreConfig) -> list[str]:
+    cluster = config.cluster
+    if cluster.network_interface is None or cluster.address is not None:
+        return []
+    return [
+        f"cluster.network_interface: {cluster.network_interface!r} applies to a cluster run "
+        "(cluster.address set); a local run binds Ray, the torch.distributed stores, gloo and "
+        "NCCL to 127.0.0.1 only; remove the key, or set cluster.address"
+    ]
+
+
+def check_update_sizes(
+    section: str, update: UpdateConfig, batch: int, batch_desc: str
+) -> list[str]:
+    """The mini-batch divides the batch. How a mini-batch splits over ranks and micro-batches is
+    the placement's check (``rlcore/placement/checks.py``): it depends on the ranks."""
+    mini = update.ppo_mini_batch_size
+    if batch % mini:
+        return [
+            f"{section}.ppo_mini_batch_size: {mini} does not divide the batch of {batch} "
+            f"({batch_desc}); pick a divisor of {batch}"
+        ]
+    return []
+
+
+def check_embodied(config: EmbodiedConfig) -> list[str]:
+    alg, actor = config.algorithm, config.actor
+    problems: list[str] = []
+    if alg.adv_type in ADVANTAGES and not ADVANTAGES.entry(alg.adv_type).traits.get("episodic"):
+        episodic = [n for n in ADVANTAGES.names() if ADVANTAGES.entry(n).traits.get("episodic")]
+        problems.append(
+            f"algorithm.adv_type: {alg.adv_type} cannot run in embodied mode: it does not take "
+            f"episodes that end inside a rollout; use one that does ({', '.join(episodic)})"
+        )
+    if alg.loss_agg_func != "token-mean":
+        problems.append(
+            f"algorithm.loss_agg_func: {alg.loss_agg_func} is the same loss as token-mean for "
+            "embodied transitions (each is a one-step sequence); leave it at token-mean"
+        )
+    pickled = config.env.checkpoint_state == "pickle"
+    if (
+        pickled
+        and config.env.vector_mode == "async"
+        and (config.runner.checkpoint_every or config.runner.resume_dir)
+    ):
+        problems.append(
+            "env.checkpoint_state: pickle saves the envs, which subprocess envs "
+            "(env.vector_mode=async) cannot be; use env.checkpoint_state=reseed, vector_mode "
+            "sync or native, or runner.checkpoint_every=0"
+        )
+    if not actor.model.hidden_sizes:
+        problems.append("actor.model.hidden_sizes: give at least one layer width, e.g. [64, 64]")
+    batch = config.runner.rollout_steps * config.env.num_envs
+    if config.runner.total_env_steps < batch:
+        problems.append(
+            f"runner.total_env_steps: {config.runner.total_env_steps} is less than one iteration "
+            f"(runner.rollout_steps x env.num_envs = {batch} steps); raise it to at least {batch}"
+        )
+    if problems:
+        return problems
+    desc = (
+        f"runner.rollout_steps {config.runner.rollout_steps} x env.num_envs {config.env.num_envs}"
+    )
+    return problems + check_update_sizes("actor", actor, batch, desc)

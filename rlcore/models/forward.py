@@ -1,0 +1,178 @@
+"""Forward passes of transformers models over the reasoning batch: the logits that predict each
+response token (padded rows, packed rows, or prompts computed once per group), a value model's
+values, the sampled tokens' log-probs, and what those passes ask of the model (its attention
+kernel, its key-value cache's keyword, whether it keeps packed sequences apart).
+
+The batch's layout is ``rlcore.data.sequences``'; packing's is ``rlcore.data.packing``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+from rlcore.data.packing import pack, prompt_copies
+
+
+def one_row_kernel(model: Any) -> bool:
+    """Whether ``model`` attends with a flash-attention kernel, which reads packed sequences
+    from one row only (its variable-length path)."""
+    config = getattr(inner_model(model), "config", None)
+    return "flash" in str(getattr(config, "_attn_implementation", "") or "")
+
+
+def inner_model(model: Any) -> Any:
+    """The transformers model under a data-parallel or peft wrapper (both pass keyword
+    arguments through to it)."""
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+
+
+def cache_inputs(model: Any, cache: Any) -> dict[str, Any]:
+    """``cache`` as the keyword argument of ``model``'s forward and ``generate``: ``cache`` from
+    transformers 5.24 on, ``past_key_values`` before (5.24 still takes it, with a warning)."""
+    return {_cache_keyword(type(inner_model(model))): cache}
+
+
+def output_cache(output: Any) -> Any:
+    """The key-value cache a forward pass returned (``cache``, or ``past_key_values`` before
+    transformers 5.24)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
+@functools.cache
+def _cache_keyword(model_type: type) -> str:
+    takes = inspect.signature(model_type.forward).parameters
+    return "cache" if "cache" in takes else "past_key_values"
+
+
+@torch.no_grad()
+def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -> None:
+    """Refuse a ``model`` that does not keep packed sequences apart: two sequences packed in one
+    row must give the outputs each gives alone (a model whose attention ignores the positions'
+    restarts, or one with no positions, would mix them silently). Every rank of a sharded
+    model runs it, with the same inputs."""
+    from rlcore.config.errors import ConfigError
+
+    config = inner_model(model).config
+    parameter = next(model.parameters())
+    generator = torch.Generator().manual_seed(0)
+    lengths = (5, 3)
+    sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
+    positions = torch.cat([torch.arange(n) for n in lengths])
+    packed = (
+        model(
+            input_ids=torch.cat(sequences)[None].to(parameter.device),
+            position_ids=positions[None].to(parameter.device),
+            attention_mask=None,
+            use_cache=False,
+        )
+        .logits[0]
+        .float()
+    )
+    alone = torch.cat(
+        [
+            model(input_ids=s[None].to(parameter.device), use_cache=False).logits[0]
+            for s in sequences
+        ]
+    ).float()
+    tolerance = 1e-4 if parameter.dtype == torch.float32 else 3e-2
+    error = float((packed - alone).abs().max() / alone.abs().max().clamp(min=1.0))
+    if not error <= tolerance:
+        raise ConfigError(
+            f"{setting}: {type(inner_model(model)).__name__} (attention "
+            f"{getattr(config, '_attn_implementation', None)}) does not keep packed sequences "
+            f"apart: packed outputs differ from each sequence's own by {error:.2e} (relative, "
+            f"over {tolerance:g}); set it false for this model"
+        )
+
+
+def response_logits(
+    model: Any, batch: Any, response_length: int, packed: bool = False, share_prompts: bool = False
+) -> torch.Tensor:
+    """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
+    model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
+    those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
+    no padding computed; ``share_prompts``: each distinct prompt computed once
+    (``shared_prompt_logits``); the same logits."""
+    if share_prompts:
+        return shared_prompt_logits(model, batch)
+    keeps = _keeps_logits(type(inner_model(model)))
+    if packed:
+        rows = pack(batch, one_row_kernel(model))
+        columns = rows.kept_columns() if keeps else None
+        keep = {"logits_to_keep": columns} if keeps else {}
+        return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
+    keep = {"logits_to_keep": response_length + 1} if keeps else {}
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+        **keep,
+    )
+    return out.logits[:, -response_length - 1 : -1]
+
+
+def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
+    """``response_logits`` of a batch in which rows share prompts (``prompt_copies``; as the
+    full rows, when none do), each distinct prompt computed once.
+
+    The distinct prompts pass through the model alone, keeping their keys and values (with
+    their gradient: the responses' loss reaches the weights through them as through the full
+    sequences); those are gathered for each row, and the responses pass on top of them,
+    attending to their prompt as in the full sequence. The prompt pass's last position predicts
+    each response's first token. The same logits as the full rows' (to float rounding: the sums
+    run in another order), for each distinct prompt's positions once instead of once per
+    response."""
+    width = batch["responses"].shape[1]
+    copies = prompt_copies(batch)
+    if copies is None:
+        return response_logits(model, batch, width)
+    firsts, copy_of = copies
+    cut = batch["input_ids"].shape[1] - width
+    prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
+    out = model(**prompts, use_cache=True, logits_to_keep=1)
+    first = out.logits[copy_of, -1:]
+    if width == 1:
+        return first
+    cache = output_cache(out)
+    cache.batch_select_indices(copy_of)
+    rest = model(
+        input_ids=batch["input_ids"][:, cut:-1],
+        attention_mask=batch["attention_mask"][:, :-1],
+        position_ids=batch["position_ids"][:, cut:-1],
+        **cache_inputs(model, cache),
+        use_cache=True,
+    ).logits
+    return torch.cat([first, rest], dim=1)
+
+
+def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:
+    """A value model's (one output per token) ``[B, R]`` float32 values of the response tokens:
+    V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
+    in ``response_logits``."""
+    if packed:
+        rows = pack(batch, one_row_kernel(model))
+        return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
+    return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
+
+
+@functools.cache
+def _keeps_logits(model_type: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
+
+
+def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[token]`` per position, in float32 whatever the model's dtype."""
+    logits = logits.float()
+    return logits.gather(-1, tokens[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)

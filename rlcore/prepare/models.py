@@ -1,0 +1,112 @@
+"""A reasoning run's models as local folders, prepared by the entry point before any driver is
+built (the driver is handed the folders): the given ones checked, or the tiny model built and
+warmed up (``warmup.py``) when ``actor.model.path`` is null.
+
+The tiny model is a Qwen2-architecture LM with a BPE tokenizer trained on the synthetic task's
+text, then ``warmup.steps`` supervised steps on that task, so that PPO starts from a policy that
+answers in the ``#### N`` format and is sometimes right. The result is cached under
+``warmup.cache_dir`` by a hash of everything that shapes it: the second run starts at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.schema import ReasoningConfig
+from rlcore.data.arith import arithmetic_problems
+from rlcore.data.sampler import load_prompt_set
+from rlcore.log import say
+from rlcore.models.lm import build_tiny_lm, check_model_dir, train_tiny_tokenizer
+from rlcore.prepare.warmup import accuracy_reached, sft_examples, supervised_warmup
+
+
+@dataclass(frozen=True)
+class ModelDirs:
+    """Where each model of the run is read from: the actor (and the reference), the critic."""
+
+    actor: Path
+    critic: Path
+
+
+def prepare(config: Any) -> ModelDirs | None:
+    """What ``config``'s run needs prepared before its driver is built: a reasoning run's model
+    folders (``prepare_models``); nothing for an embodied run."""
+    return prepare_models(config) if config.mode == "reasoning" else None
+
+
+def prepare_models(config: ReasoningConfig, log: Any = say) -> ModelDirs:
+    """The run's model directories; builds (or finds cached) the tiny model when no path is set."""
+    model = config.actor.model
+    if model.path is not None:
+        if config.warmup.steps:
+            raise ConfigError(
+                "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 "
+                "when actor.model.path is set"
+            )
+        actor = check_model_dir(model.path, "actor.model.path", tokenizer=True)
+    else:
+        actor = _tiny_model_dir(config, log)
+    critic = actor
+    if config.critic.model_path is not None:
+        critic = check_model_dir(config.critic.model_path, "critic.model_path")
+    return ModelDirs(actor=actor, critic=critic)
+
+
+def _fingerprint(config: ReasoningConfig) -> str:
+    shape = {
+        "tiny": dataclasses.asdict(config.actor.model.tiny),
+        "synthetic": dataclasses.asdict(config.data.synthetic),
+        "suffix": config.data.prompt_suffix,
+        "chat": config.data.chat_template,
+        "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
+        "version": 3,  # bump when the recipe below changes
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
+    directory = Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
+    if (directory / "config.json").is_file():
+        log(f"tiny model: cached at {directory}")
+        return directory
+    syn = config.data.synthetic
+    rows = arithmetic_problems(
+        syn.num_train, digits=syn.digits, operations=syn.operations, seed=syn.seed
+    )
+    suffix = config.data.prompt_suffix
+    corpus = [row["question"] + suffix + " " + row["answer"] for row in rows]
+    tokenizer = train_tiny_tokenizer(corpus)
+    tiny = config.actor.model.tiny
+    model = build_tiny_lm(
+        tokenizer,
+        hidden_size=tiny.hidden_size,
+        num_layers=tiny.num_layers,
+        num_heads=tiny.num_heads,
+        intermediate_size=tiny.intermediate_size,
+        seed=syn.seed,
+    )
+    if config.warmup.steps:
+        examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template)
+        warm = config.warmup
+        log(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
+        stop = None
+        if warm.stop_at_accuracy is not None:
+            val = load_prompt_set(config, tokenizer, train=False, log=log)
+            stop = accuracy_reached(model, tokenizer, val, config, log)
+        losses = supervised_warmup(model, tokenizer.pad_token_id, examples, config, syn.seed, stop)
+        log(f"tiny model: warmed up for {len(losses)} steps")
+    staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)  # atomic: a crash mid-save leaves no half-written cache entry
+    log(f"tiny model: saved to {directory}")
+    return directory

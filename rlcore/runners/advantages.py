@@ -1,0 +1,87 @@
+"""Each driver's advantages step, from its batch and the ``algorithm`` section to the
+estimators of ``rlcore.algorithms``: a batch gains ``advantages`` and ``returns`` in place.
+
+- embodied: truncated episodes bootstrap from ``V(s_final)``, then the estimator (GAE) runs
+  over the valid steps of each env's row, episode ends inside it;
+- reasoning: each response's score on its last token, minus ``kl_coef * KL(actor || ref)`` on
+  every token with ``use_kl_in_reward``, then the estimator over the groups (with the inputs
+  it reads: values, ReMax's greedy baselines, GDPO's reward components ...).
+
+Both whiten the advantages when ``normalize_advantages`` (``compute_advantages``).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from rlcore.algorithms import (
+    INPUTS,
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_penalty,
+    bootstrap_truncations,
+    compute_advantages,
+    kl_penalty,
+    masked_mean,
+    scores_to_token_rewards,
+)
+from rlcore.config.sections import AlgorithmConfig
+
+KLController = FixedKLController | AdaptiveKLController
+
+
+def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
+    """``batch``: ``[N]`` rows of ``[N, T]`` steps, with the rollout's ``values`` and each row's
+    ``last_value`` (of the observation after its last step)."""
+    values = torch.cat([batch["values"], batch["last_value"][:, None]], dim=1)  # [N, T + 1]
+    terminated, truncated = batch["terminated"], batch["truncated"]
+    rewards = bootstrap_truncations(
+        batch["rewards"], values[:, 1:], terminated, truncated, alg.gamma
+    )
+    batch["advantages"], batch["returns"] = compute_advantages(
+        alg.adv_type,
+        rewards,
+        batch["valid"],
+        normalize=alg.normalize_advantages,
+        values=values,
+        gamma=alg.gamma,
+        lam=alg.gae_lambda,
+        norm_adv_by_std=alg.norm_adv_by_std,
+        dones=terminated | truncated,
+    )
+
+
+def reasoning_advantages(
+    alg: AlgorithmConfig, kl_ctrl: KLController, batch: TensorDict, scored: TensorDict
+) -> dict[str, float]:
+    """``batch``: ``[B]`` responses with their ``old_log_probs`` (and ``ref_log_probs``,
+    ``values`` ... as the estimator reads them); ``scored``: the reward's rows. The KL metrics
+    (``kl/to_ref``, ``kl/coef``); ``kl_ctrl`` (fixed or adaptive) steps with the KL it saw."""
+    metrics: dict[str, float] = {}
+    mask = batch["response_mask"]
+    rewards = scores_to_token_rewards(scored["scores"], mask)
+    if "ref_log_probs" in batch:
+        old, ref = batch["old_log_probs"], batch["ref_log_probs"]
+        metrics["kl/to_ref"] = float(masked_mean(kl_penalty(old, ref, alg.kl_penalty), mask))
+        if alg.use_kl_in_reward:
+            metrics["kl/coef"] = kl_ctrl.value
+            rewards, _ = apply_kl_penalty(rewards, old, ref, mask, kl_ctrl, alg.kl_penalty)
+    inputs = {name: batch[name] for name in INPUTS if name in batch}
+    if "reward_components" in scored:  # GDPO's
+        weights = alg.gdpo_reward_weights or [1.0] * len(alg.gdpo_reward_keys)
+        inputs["reward_components"] = scored["reward_components"]
+        inputs["reward_component_weights"] = torch.tensor(weights)
+    batch["advantages"], batch["returns"] = compute_advantages(
+        alg.adv_type,
+        rewards,
+        mask,
+        normalize=alg.normalize_advantages,
+        values=batch.get("values"),
+        index=batch["index"],
+        gamma=alg.gamma,
+        lam=alg.gae_lambda,
+        norm_adv_by_std=alg.norm_adv_by_std,
+        inputs=inputs,
+    )
+    return metrics

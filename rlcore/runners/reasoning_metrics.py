@@ -1,0 +1,108 @@
+"""What the reasoning driver reports: a training batch's metrics (under verl's names where verl
+has the metric), the accuracy of scored responses, and the run's summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDict
+
+from rlcore.algorithms import explained_variance, masked_mean
+from rlcore.config.schema import ReasoningConfig
+from rlcore.log import say
+from rlcore.runners.progress import Progress
+
+
+def accuracy(name: str, scored: TensorDict) -> dict[str, float]:
+    """``{name: share of correct responses}`` over those the scorer gave a verdict on; empty
+    when it gave none (a custom reward that returns bare numbers)."""
+    judged = scored["judged"]
+    if not judged.any():
+        return {}
+    return {name: float(scored["correct"][judged].float().mean())}
+
+
+def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict) -> dict:
+    """The rewards, responses, padding and values of one training batch."""
+    mask = batch["response_mask"].bool()
+    lengths = mask.sum(-1).float()
+    metrics = {
+        "reward/mean": float(scored["scores"].mean()),
+        **accuracy("reward/accuracy", scored),
+        "reward/unparsed": float(scored["unparsed"].float().mean()),
+        "reward/timeouts": int(scored["timed_out"].sum()),
+        "response/length_mean": float(lengths.mean()),
+        "response/clip_ratio": float((lengths == config.data.max_response_length).float().mean()),
+        # the share of the passes' token positions that are padding (left of the prompts,
+        # right of the responses up to the batch's longest)
+        "perf/padding_share": 1.0 - float(batch["attention_mask"].float().mean()),
+    }
+    if "overlong_penalty" in scored:
+        penalty = scored["overlong_penalty"]
+        metrics["reward/overlong_penalty_mean"] = float(penalty.mean())
+        metrics["reward/overlong"] = float((penalty < 0).float().mean())
+    if "reward_components" in scored:
+        means = scored["reward_components"].mean(0).tolist()
+        for key, mean in zip(config.algorithm.gdpo_reward_keys, means, strict=True):
+            metrics[f"reward/component/{key}_mean"] = mean
+    if "values" in batch:
+        values = batch["values"]
+        metrics["critic/value_mean"] = float(masked_mean(values, mask))
+        metrics["critic/vf_explained_var"] = float(
+            explained_variance(values, batch["returns"], mask)
+        )
+    return metrics
+
+
+def throughput(metrics: dict, seconds: dict[str, float], batch: TensorDict) -> int:
+    """Tokens per second of the iteration (``perf/tokens_per_s``: its prompt and response
+    tokens over its stages' ``seconds``) and of generation (``perf/generated_tokens_per_s``,
+    from ``sampling/generated_tokens``, which leaves ``metrics``); the tokens generated."""
+    total = sum(seconds.values())
+    metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
+    generated = metrics.pop("sampling/generated_tokens")
+    metrics["perf/generated_tokens_per_s"] = generated / max(seconds["generate"], 1e-9)
+    return int(generated)
+
+
+def summary(
+    progress: Progress,
+    wall_s: float,
+    means: dict[str, float],
+    *,
+    train_set: Any,
+    val_set: Any,
+    generated_tokens: int,
+    model: str,
+    placement: str,
+) -> dict[str, Any]:
+    """The run's summary (``summary.json``; ``loop.train`` adds the stage times and restarts):
+    validation before and after, throughput, padding, the data and the model."""
+    # accuracy when the scorer gives verdicts; a bare-number custom reward has only means
+    name = "accuracy" if "val/accuracy" in progress.first_eval else "reward_mean"
+    before, after = progress.first_eval[f"val/{name}"], progress.last_eval[f"val/{name}"]
+    say(
+        f"validation {name.replace('_', ' ')}: {before:.3f} before PPO, {after:.3f} after "
+        f"({len(val_set)} prompts, greedy)"
+    )
+    return {
+        f"val_{name}_before": round(before, 4),
+        f"val_{name}_after": round(after, 4),
+        "val_prompts": len(val_set),
+        "iterations": progress.iteration,
+        "wall_s": round(wall_s, 3),
+        # all: prompt and response tokens over the iteration; generated: over generation.
+        "tokens_per_s": {
+            name: round(means[f"perf/{metric}"], 1)
+            for name, metric in (("all", "tokens_per_s"), ("generated", "generated_tokens_per_s"))
+            if f"perf/{metric}" in means
+        },
+        "generated_tokens": generated_tokens,
+        "padding_share": round(means.get("perf/padding_share", 0.0), 4),
+        # of the actor update's passes: micro-batches cut to their longest, or packed
+        "update_padding_share": round(means.get("perf/update_padding_share", 0.0), 4),
+        "train_prompts": len(train_set),
+        "dropped_prompts": train_set.dropped + val_set.dropped,
+        "model": model,
+        "placement": placement,
+    }

@@ -1,0 +1,128 @@
+"""One config vocabulary: every shipped config loads to the effective values it had before the
+runner and optimiser sections were made one (resolved_before.json: each config's resolved keys,
+and its cluster section under each cluster file, as rlcore 0.1 wrote them), rlcore's earlier
+spellings are accepted with a line, and a validated config cannot be changed."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rlcore.config import load_config, replace_keys
+from rlcore.config.fields import as_plain
+
+BEFORE = json.loads((Path(__file__).parent / "resolved_before.json").read_text())
+
+# rlcore 0.1's key -> this version's
+RENAMED = {
+    "actor.optim.lr_schedule": "actor.optim.decay",
+    "actor.optim.adam_eps": "actor.optim.eps",
+    "actor.optim.lr_warmup_steps": "actor.optim.warmup_steps",
+    "critic.optim.lr_warmup_steps": "critic.optim.warmup_steps",
+}
+# rlcore 0.1's keys whose values follow from the mode or the estimator, and where they are now
+# (critic.use_critic_model is still a key, left as given: null in every shipped config)
+DERIVED = {
+    "algorithm.loss_type": "derived.loss_type",
+    "actor.model.add_value_head": "derived.value_head",
+    "critic.use_critic_model": "derived.critic_model",
+}
+# keys new to a mode, at the value that does what rlcore 0.1 did without them (embodied: Adam
+# with no weight decay and no warm-up; reasoning: AdamW at torch's eps, no decay)
+IMPLICIT = {
+    "embodied": {
+        "derived.critic_model": False,
+        "actor.optim.name": "adam",
+        "actor.optim.weight_decay": 0.0,
+        "actor.optim.warmup_steps": 0,
+    },
+    "reasoning": {
+        "critic.use_critic_model": None,
+        "derived.value_head": False,
+        "actor.optim.name": "adamw",
+        "critic.optim.name": "adamw",
+        "actor.optim.eps": 1e-8,
+        "critic.optim.eps": 1e-8,
+        "actor.optim.decay": "constant",
+        "critic.optim.decay": "constant",
+    },
+}
+# the one runner section's keys of the other mode (not read, at their defaults)
+OTHER_MODE = {
+    "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations"},
+    "reasoning": {"rollout_steps", "total_env_steps", "eval_every", "eval_episodes"}
+    | {"stop_at_threshold"},
+}
+
+
+def flat(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and key != "component_placement":
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def effective_before(config: str, now: dict) -> dict:
+    """``now``'s keys with the values rlcore 0.1 resolved ``config`` to (renamed, derived and
+    implicit ones mapped)."""
+    before = flat(BEFORE[config]["resolved"])
+    mode = before["mode"]
+    out = {RENAMED.get(k, DERIVED.get(k, k)): v for k, v in before.items()}
+    out |= IMPLICIT[mode]
+    for key in now:
+        if key.startswith("runner.") and key.split(".")[1] in OTHER_MODE[mode]:
+            out[key] = now[key]  # not read in this mode (the validator refuses it set)
+    return out
+
+
+@pytest.mark.parametrize("config", sorted(BEFORE))
+def test_every_shipped_config_loads_to_its_earlier_effective_values(config, capsys):
+    loaded = load_config(config)
+    assert capsys.readouterr().err == ""  # written in this version's keys: no line to say
+    now = flat(as_plain(loaded))
+    # new derived values, of keys compared themselves
+    new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
+    now = {k: v for k, v in now.items() if not k.startswith(new)}
+    assert now == effective_before(config, now)
+    for cluster, section in BEFORE[config]["cluster"].items():
+        assert as_plain(load_config(config, [f"cluster={cluster}"]).cluster) == section
+
+
+@pytest.mark.parametrize(
+    ("config", "earlier", "now", "value"),
+    [
+        ("embodied/cartpole_ppo", "actor.optim.lr_schedule=constant", "decay", "constant"),
+        ("embodied/cartpole_ppo", "actor.optim.adam_eps=0.001", "eps", 0.001),
+        ("reasoning/tiny_arith_ppo", "actor.optim.lr_warmup_steps=7", "warmup_steps", 7),
+    ],
+)
+def test_an_earlier_spelling_is_read_with_a_line(config, earlier, now, value, capsys):
+    loaded = load_config(config, [earlier])
+    assert getattr(loaded.actor.optim, now) == value
+    key = earlier.split("=")[0]
+    assert f"rlcore: {key} (rlcore's earlier key) is actor.optim.{now} here" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_validated_config_cannot_be_changed():
+    config = load_config("reasoning/tiny_arith_ppo")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.runner.seed = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.derived = None
+    with pytest.raises(AttributeError):  # lists are tuples
+        config.data.synthetic.operations.append("-")
+    placed = load_config("embodied/cartpole_ppo").cluster.component_placement
+    with pytest.raises(TypeError, match="a validated config is not changed in place"):
+        placed["env"] = 1
+    # another config is built instead, validated again, its derived values following
+    changed = replace_keys(
+        config, {"runner.seed": 2, "algorithm.adv_type": "grpo", "algorithm.group_size": 2}
+    )
+    assert (changed.runner.seed, config.runner.seed) == (2, 1)
+    assert (changed.derived.critic_model, config.derived.critic_model) == (False, True)
