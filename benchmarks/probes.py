@@ -52,6 +52,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from rlcore.scheduler.processes import command_line, identity, listening
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACEBACK = "Traceback (most recent call last)"
 CONFIG_ERROR = "rlcore: config error:"
@@ -230,52 +234,38 @@ def gil_spin(response, answer):
 
 
 # ---------------------------------------------------------------------------------------------
-# /proc: processes, their descendants, listening sockets
+# processes, their descendants, listening sockets (psutil, through rlcore.scheduler.processes)
 
 
-def _stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, ppid, session, starttime) of ``pid``, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = text[text.rindex(")") + 2 :].split()
-    return rest[0], int(rest[1]), int(rest[3]), int(rest[19])
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:300]
-
-
-def _table() -> dict[int, tuple[str, int, int, int]]:
+def _table() -> dict[int, tuple[int, int, float]]:
+    """pid -> (ppid, session, start time) of every live process."""
     table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None:
-                table[int(entry)] = stat
+    for process in psutil.process_iter(["pid", "ppid", "status", "create_time"]):
+        info = process.info
+        if info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(OSError):
+            table[info["pid"]] = (info["ppid"], os.getsid(info["pid"]), info["create_time"])
     return table
 
 
-def _alive(pid: int, start: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[3] == start and stat[0] not in ("Z", "X")
+def _cmdline(pid: int) -> str:
+    return command_line(pid)[:300]
+
+
+def _alive(pid: int, start: float) -> bool:
+    return identity(pid) == f"{pid}:{start}"
 
 
 class Tracker:
     """Records every process that descends from ``root`` (parent links) or sits in its session,
-    polling /proc while the probe runs; ``on_poll`` runs after each poll."""
+    polling the process table while the probe runs; ``on_poll`` runs after each poll."""
 
     def __init__(
         self, root: int, interval: float = 0.25, on_poll: Callable[[Tracker], None] | None = None
     ) -> None:
         self.root = root
-        self.root_start = (_stat(root) or ("", 0, 0, 0))[3]
-        self.seen: dict[int, tuple[int, str]] = {}  # pid -> (starttime, cmdline)
+        self.seen: dict[int, tuple[float, str]] = {}  # pid -> (start time, cmdline)
         self.on_poll = on_poll
         self.interval = interval
         self._stop = threading.Event()
@@ -303,7 +293,7 @@ class Tracker:
     def snapshot(self) -> None:
         table = _table()
         children: dict[int, list[int]] = defaultdict(list)
-        for pid, (_, ppid, _, _) in table.items():
+        for pid, (ppid, _, _) in table.items():
             children[ppid].append(pid)
         found, stack = set(), [self.root]
         while stack:
@@ -311,12 +301,12 @@ class Tracker:
                 if child not in found:
                     found.add(child)
                     stack.append(child)
-        found |= {pid for pid, stat in table.items() if stat[2] == self.root}
+        found |= {pid for pid, row in table.items() if row[1] == self.root}
         found.discard(self.root)
         with self._lock:
             for pid in found:
-                if pid not in self.seen and table[pid][0] not in ("Z", "X"):
-                    self.seen[pid] = (table[pid][3], _cmdline(pid))
+                if pid not in self.seen:
+                    self.seen[pid] = (table[pid][2], _cmdline(pid))
 
     def live(self) -> dict[int, str]:
         with self._lock:
@@ -339,58 +329,6 @@ class Tracker:
                 except OSError:
                     pass
         return killed
-
-
-def _listening() -> dict[int, tuple[str, int]]:
-    """inode -> (address, port) of every TCP socket in LISTEN state (0A)."""
-    sockets = {}
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) < 10 or parts[3] != "0A":
-                continue
-            address, port = parts[1].split(":")
-            sockets[int(parts[9])] = (_address(address), int(port, 16))
-    return sockets
-
-
-def _address(hexed: str) -> str:
-    raw = bytes.fromhex(hexed)
-    if len(raw) == 4:
-        return ".".join(str(b) for b in raw[::-1])
-    words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
-    import ipaddress
-
-    return str(ipaddress.IPv6Address(b"".join(words)))
-
-
-def _is_loopback(address: str) -> bool:
-    import ipaddress
-
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1487,25 +1425,17 @@ def _check_interrupted_run(run_dir: Path, details: dict) -> list[str]:
 
 def _poll_listen(tracker: Tracker, found: dict[tuple, dict]) -> None:
     pids = {tracker.root: "driver", **tracker.live()}
-    inodes = {}
-    for pid, cmd in pids.items():
-        for inode in _socket_inodes(pid):
-            inodes[inode] = (pid, cmd)
-    if not inodes:
-        return
-    for inode, (address, port) in _listening().items():
-        if inode in inodes:
-            pid, cmd = inodes[inode]
-            found.setdefault(
-                (address, port, pid),
-                {
-                    "address": address,
-                    "port": port,
-                    "pid": pid,
-                    "cmd": cmd[:120],
-                    "loopback": _is_loopback(address),
-                },
-            )
+    for socket in listening(set(pids)):
+        found.setdefault(
+            (socket.address, socket.port, socket.pid),
+            {
+                "address": socket.address,
+                "port": socket.port,
+                "pid": socket.pid,
+                "cmd": pids[socket.pid][:120],
+                "loopback": socket.loopback,
+            },
+        )
 
 
 def _kill_group(pgid: int) -> None:

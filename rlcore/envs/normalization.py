@@ -5,47 +5,35 @@ variance of every observation the policy has seen. Rewards: divided by the runni
 discounted return ``G = gamma * G + r`` (reset at episode ends), as in SB3's VecNormalize; the
 mean is not subtracted, so the sign of a reward is kept. Both are saved in checkpoints.
 
-The statistics are float64 numpy arrays: they are updated once per env step, on a handful of
-numbers, where a torch op costs ~5 us of dispatch and a numpy one ~1 us (a quarter of a
-single-env MuJoCo step went to them in torch, measured). For a tensor env (a GPU simulator,
-``rlcore.envs.vector.tensor_device``) they are float64 tensors on the env's device instead
-(``device=``), so its observations and rewards are normalised where they are, with the same
-arithmetic.
+The statistics are gymnasium's ``RunningMeanStd``, float64 numpy arrays: they are updated once
+per env step, on a handful of numbers, where a torch op costs ~5 us of dispatch and a numpy one
+~1 us (a quarter of a single-env MuJoCo step went to them in torch, measured). For a tensor env
+(a GPU simulator, ``rlcore.envs.vector.tensor_device``) they are float64 tensors on the env's
+device instead (``TensorRunningMeanStd``), so its observations and rewards are normalised where
+they are, with the same arithmetic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from gymnasium.wrappers import utils as gymnasium_stats
 
 EPS = 1e-8
 
 
-class RunningMeanStd:
-    """Mean and (population) variance over every row seen, merged batch by batch (Chan et al.)."""
+class RunningMeanStd(gymnasium_stats.RunningMeanStd):
+    """Mean and (population) variance over every row seen, merged batch by batch (Chan et al.):
+    gymnasium's, in float64 numpy, kept in checkpoints as tensors. A tiny prior count keeps the
+    first merge finite."""
 
-    def __init__(self, shape: tuple[int, ...] = (), device: torch.device | None = None) -> None:
-        self.device = device
-        if device is None:
-            self.mean = np.zeros(shape, dtype=np.float64)
-            self.var = np.ones(shape, dtype=np.float64)
-        else:
-            self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
-            self.var = torch.ones(shape, dtype=torch.float64, device=device)
-        self.count = EPS  # a tiny prior count keeps the first merge finite
+    device: torch.device | None = None
 
-    def update(self, batch: np.ndarray | torch.Tensor) -> None:
-        if self.device is None:
-            batch = np.asarray(batch, dtype=np.float64)
-            b_var = batch.var(0)
-        else:
-            batch = batch.to(torch.float64)
-            b_var = batch.var(0, correction=0)  # the population variance, as numpy's
-        b_mean, b_count = batch.mean(0), batch.shape[0]
-        delta, total = b_mean - self.mean, self.count + b_count
-        self.mean = self.mean + delta * b_count / total
-        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
-        self.var, self.count = m2 / total, total
+    def __init__(self, shape: tuple[int, ...] = ()) -> None:
+        super().__init__(epsilon=EPS, shape=shape, dtype=np.float64)
+
+    def update(self, batch: np.ndarray) -> None:
+        super().update(np.asarray(batch, dtype=np.float64))  # float64 batch moments too
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {
@@ -59,14 +47,42 @@ class RunningMeanStd:
         self.count = float(state["count"])
 
     def _own(self, saved: torch.Tensor) -> np.ndarray | torch.Tensor:
-        if self.device is None:
-            return saved.numpy().copy()
+        return saved.numpy().copy()
+
+
+class TensorRunningMeanStd(RunningMeanStd):
+    """The same statistics as float64 tensors on a tensor env's device (gymnasium's merge is
+    numpy's: ``np.square`` would bring a GPU tensor to the host)."""
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device) -> None:
+        self.device = device
+        self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
+        self.var = torch.ones(shape, dtype=torch.float64, device=device)
+        self.count = EPS
+
+    def update(self, batch: torch.Tensor) -> None:
+        batch = batch.to(torch.float64)
+        # the population variance, as numpy's
+        self.update_from_moments(batch.mean(0), batch.var(0, correction=0), batch.shape[0])
+
+    def update_from_moments(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
+        delta, total = mean - self.mean, self.count + count
+        self.mean = self.mean + delta * count / total
+        m2 = self.var * self.count + var * count + delta**2 * self.count * count / total
+        self.var, self.count = m2 / total, total
+
+    def _own(self, saved: torch.Tensor) -> torch.Tensor:
         return saved.to(self.device, torch.float64, copy=True)
+
+
+def running_mean_std(shape: tuple[int, ...], device: torch.device | None) -> RunningMeanStd:
+    """The statistics of observations or returns: numpy's, or a tensor env's on its device."""
+    return RunningMeanStd(shape) if device is None else TensorRunningMeanStd(shape, device)
 
 
 class ObsNormalizer:
     def __init__(self, shape: tuple[int, ...], clip: float, device: torch.device | None = None):
-        self.stats, self.clip = RunningMeanStd(shape, device), clip
+        self.stats, self.clip = running_mean_std(shape, device), clip
 
     def __call__(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
         values = obs.numpy() if self.stats.device is None else obs.to(torch.float64)
@@ -88,7 +104,7 @@ class RewardScaler:
     def __init__(
         self, num_envs: int, gamma: float, clip: float, device: torch.device | None = None
     ) -> None:
-        self.stats, self.gamma, self.clip = RunningMeanStd((), device), gamma, clip
+        self.stats, self.gamma, self.clip = running_mean_std((), device), gamma, clip
         self.returns = self.stats._own(torch.zeros(num_envs, dtype=torch.float64))
 
     def __call__(self, reward: torch.Tensor, done: torch.Tensor, valid: torch.Tensor):

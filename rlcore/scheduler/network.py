@@ -97,7 +97,7 @@ def local_ray_node() -> Iterator[None]:
     Ray picks the address other machines could reach unless clustering is switched off, which it
     does for laptops (macOS, Windows) through ``ray_constants.ENABLE_RAY_CLUSTER``; the flag is
     read when the node starts, so it is set for the call and restored after. A Ray that ignores
-    it is caught by tests/scheduler/test_ray_lifecycle.py, which reads /proc/net/tcp.
+    it is caught by tests/scheduler/test_ray_lifecycle.py, which lists the sockets that listen.
     """
     from ray._private import ray_constants
 

@@ -5,8 +5,8 @@ killed with SIGKILL runs no code, though, and the raylet's agents (dashboard age
 agent) then outlive it by a minute: each notices its raylet is gone, then waits 60 s trying to
 tell the dead GCS. ``start`` launches this file as a small watcher that holds a pipe from the
 driver: when the pipe closes (the driver exited, however it ended) and the Ray processes of this
-run are still there after a grace period, it kills them. It is run as a script with the standard
-library only (no torch, no rlcore import), ignores Ctrl-C (the driver's own clean-up runs then),
+run are still there after a grace period, it kills them. It is run as a script that imports
+psutil and ``processes.py`` only (no torch), ignores Ctrl-C (the driver's own clean-up runs then),
 and knows a process by its pid and start time, so a reused pid is never touched.
 """
 
@@ -20,68 +20,26 @@ import subprocess
 import sys
 import time
 
+from rlcore.scheduler.processes import children, command_line, identity, with_environment
+
 GRACE_S = 3.0
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _identity(pid: int) -> str | None:
-    """``pid:start_time``: one process, never a later one that reuses its pid."""
-    stat = _stat(pid)
-    return None if stat is None or stat[0] == "Z" else f"{pid}:{stat[19]}"
-
-
-def _pids() -> list[int]:
-    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def _raylet_children(raylet_pid: int) -> list[int]:
-    """Processes the raylet started (agents, workers): they carry its pid in their environment,
-    and keep it when the raylet dies and they are handed to init."""
-    mark = f"RAY_RAYLET_PID={raylet_pid}".encode()
-    found = []
-    for pid in _pids():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if mark in f.read().split(b"\0"):
-                    found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
-def _children(parent: int) -> list[int]:
-    return [p for p in _pids() if (_stat(p) or ["", "0"])[1] == str(parent)]
 
 
 def ray_processes(driver_pid: int) -> tuple[int | None, list[int]]:
     """The raylet among the driver's children, and every Ray process the driver started."""
-    children = _children(driver_pid)
-    raylet = None
-    for pid in children:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"/raylet/raylet" in f.read().split(b"\0")[0]:
-                    raylet = pid
-        except OSError:
-            continue
-    return raylet, children
+    started = children(driver_pid)
+    raylets = [pid for pid in started if "/raylet/raylet" in command_line(pid).split(" ")[0]]
+    return (raylets[0] if raylets else None), started
 
 
 def start(driver_pid: int) -> subprocess.Popen | None:
     """The watcher of the Ray this driver just started; None when it has no raylet child."""
-    raylet, children = ray_processes(driver_pid)
+    raylet, started = ray_processes(driver_pid)
     if raylet is None:
         return None
-    known = [i for i in map(_identity, children) if i is not None]
+    known = [i for i in map(identity, started) if i is not None]
     return subprocess.Popen(
-        [sys.executable, __file__, str(_identity(raylet)), *known],
+        [sys.executable, __file__, str(identity(raylet)), *known],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # not in the driver's process group: a Ctrl-C does not reach it
@@ -106,18 +64,19 @@ def _watch(raylet: str, known: list[str]) -> None:
     # agents rename themselves, which can wipe the RAY_RAYLET_PID mark from their environment.
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-        if _identity(raylet_pid) == raylet:
-            for pid in _children(raylet_pid):
-                mark = _identity(pid)
+        if identity(raylet_pid) == raylet:
+            for pid in children(raylet_pid):
+                mark = identity(pid)
                 if mark is not None and mark not in known:
                     known.append(mark)
         if ready and not os.read(sys.stdin.fileno(), 4096):
             break
     deadline = time.monotonic() + GRACE_S
     while True:
-        alive = {int(i.split(":")[0]) for i in known if _identity(int(i.split(":")[0])) == i}
-        if _identity(raylet_pid) in (None, raylet):  # its pid not yet taken by another process
-            alive.update(p for p in _raylet_children(raylet_pid) if _identity(p) is not None)
+        alive = {int(i.split(":")[0]) for i in known if identity(int(i.split(":")[0])) == i}
+        if identity(raylet_pid) in (None, raylet):  # its pid not yet taken by another process
+            marked = with_environment("RAY_RAYLET_PID", str(raylet_pid))
+            alive.update(p for p in marked if identity(p) is not None)
         alive.discard(os.getpid())
         if not alive or time.monotonic() > deadline:
             break

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.scheduler.errors import WorkerError
 from rlcore.scheduler.network import INTERFACE_ENV, bind_listener
+from rlcore.scheduler.weight_sync import WeightEndpoint
 
 if TYPE_CHECKING:
     import torch
@@ -79,8 +80,9 @@ def set_torch_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-class WorkerProcess:
-    """One OS process: the components it hosts at one rank. Run as a Ray actor."""
+class WorkerProcess(WeightEndpoint):
+    """One OS process: the components it hosts at one rank. Run as a Ray actor; the weight
+    transfers between processes are its ``WeightEndpoint`` methods (weight_sync.py)."""
 
     def __init__(
         self,
@@ -195,151 +197,6 @@ class WorkerProcess:
             user = str(exc) if isinstance(exc, ConfigError) else getattr(exc, "user_error", None)
             raise WorkerError(component, self.rank, self.node, detail, user_error=user) from None
 
-    # Weight transfer (see weight_sync.py) ------------------------------------------------------
-
-    def weights_meta(self, component: str) -> list[tuple[str, tuple[int, ...], str, int]]:
-        """``(name, shape, dtype, bytes)`` of each tensor, in name order (nothing gathered)."""
-        from rlcore.scheduler.weight_buckets import layout_of
-
-        return layout_of(self.instances[component])
-
-    def gather_weights(self, component: str, bucket_bytes: int) -> None:
-        """Join the bucket-by-bucket gather of ``component``'s whole weights that another rank
-        sends (a collective when they are sharded)."""
-        from rlcore.scheduler.weight_buckets import buckets
-
-        for _ in buckets(self.instances[component], bucket_bytes):
-            pass
-
-    def export_weights(self, component: str, bucket_bytes: int) -> dict[str, Any]:
-        # Raw bytes as numpy arrays, not tensors: Ray stores them without pickling (6x faster for
-        # 100M parameters, measured), receivers on the node read them in place from shared
-        # memory, and bytes carry any dtype (numpy has no bfloat16).
-        import torch
-
-        from rlcore.scheduler.weight_buckets import buckets
-
-        return {
-            name: t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            for bucket in buckets(self.instances[component], bucket_bytes)
-            for name, t in bucket.items()
-        }
-
-    def import_weights(self, component: str, weights: dict[str, Any], bucket_bytes: int) -> None:
-        import warnings
-
-        import torch
-
-        from rlcore.scheduler.weight_buckets import deliver, layout_of, plan_buckets
-
-        instance = self.instances[component]
-        with torch.no_grad(), warnings.catch_warnings():
-            # The arrays are read-only views of the object store; they are only read here.
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            if not getattr(instance, "pushes_weights", False):
-                for name, tensor in instance.weights().items():
-                    raw = torch.from_numpy(weights[name])
-                    tensor.copy_(raw.view(tensor.dtype).reshape(tensor.shape))
-                return
-            for names in plan_buckets(layout_of(instance), bucket_bytes):
-                raw = [torch.from_numpy(weights[name]) for name in names]
-                deliver(instance, names, raw[0] if len(raw) == 1 else torch.cat(raw))
-
-    def copy_weights(self, src: str, dst: str, bucket_bytes: int) -> None:
-        """In-process sync between fused components: a bucket at a time, one memcpy per tensor
-        (none for a module both share)."""
-        from rlcore.scheduler.weight_buckets import copy_weights
-
-        copy_weights(self.instances[src], self.instances[dst], bucket_bytes)
-
-    def open_sync_group(
-        self,
-        name: str,
-        addr: str,
-        port: int,
-        rank: int,
-        size: int,
-        backend: str,
-        timeout_s: float,
-        collective_timeout_s: float,
-    ) -> None:
-        import torch.distributed as dist
-
-        store = self._store(addr, port, size, rank, timeout_s)
-        timeout = datetime.timedelta(seconds=collective_timeout_s)
-        if backend == "nccl":
-            options = dist.ProcessGroupNCCL.Options()
-            options._timeout = timeout
-            group = dist.ProcessGroupNCCL(store, rank, size, options)
-        else:
-            group = dist.ProcessGroupGloo(store, rank, size, timeout)
-        self.sync_groups[name] = (group, rank)
-
-    def broadcast_weights(self, name: str, component: str, bucket_bytes: int) -> None:
-        """Rank 0 of sync group ``name`` sends its ``component``'s weights, one message per
-        bucket; the others receive each into their tensors."""
-        import torch
-        import torch.distributed as dist
-
-        from rlcore.scheduler.weight_buckets import (
-            buckets,
-            deliver,
-            flatten,
-            layout_of,
-            plan_buckets,
-        )
-
-        group, rank = self.sync_groups[name]
-        options = dist.BroadcastOptions()
-        options.rootRank = 0
-        instance = self.instances[component]
-        if rank == 0:
-            for bucket in buckets(instance, bucket_bytes):
-                group.broadcast([flatten(bucket)], options).wait()
-            return
-        entries = {row[0]: row for row in layout_of(instance)}
-        device = _receiving_device(instance)
-        for names in plan_buckets(list(entries.values()), bucket_bytes):
-            size = sum(entries[n][3] for n in names)
-            flat = torch.empty(size, dtype=torch.uint8, device=device)
-            group.broadcast([flat], options).wait()
-            deliver(instance, names, flat)
-
-    def share_weights(
-        self, component: str, dst: str, bucket_bytes: int, receivers: list[Any], timeout_s: float
-    ) -> None:
-        """IPC sync: hand each bucket of ``component``'s whole weights to ``receivers`` (the
-        processes of ``dst`` on this one's GPU) as a handle to this process's memory, and wait
-        until every one has copied it before the next bucket. Every rank of ``component`` calls
-        this together (a sharded model is gathered bucket by bucket); ranks with no receivers
-        only help gather."""
-        import ray
-
-        from rlcore.scheduler.weight_buckets import buckets, share
-
-        for bucket in buckets(self.instances[component], bucket_bytes):
-            if receivers:
-                handles, kept = share(bucket, len(receivers))
-                copies = [
-                    r.receive_shared_weights.remote(dst, list(bucket), handle)
-                    for r, handle in zip(receivers, handles, strict=True)
-                ]
-                ray.get(copies, timeout=timeout_s)
-                del kept
-
-    def receive_shared_weights(self, component: str, names: list[str], handle: tuple) -> None:
-        """Copy the bucket behind ``handle`` (``share_weights``) into ``component``'s tensors
-        ``names``, and finish the copy before returning: the sender then frees the bucket."""
-        import torch
-
-        from rlcore.scheduler.weight_buckets import deliver, opened
-
-        flat = opened(handle)
-        deliver(self.instances[component], names, flat)
-        if flat.is_cuda:
-            torch.cuda.current_stream(flat.device).synchronize()
-        del flat
-
     def close(self) -> None:
         """Close the components (async envs own subprocesses), then the groups."""
         import contextlib
@@ -359,11 +216,3 @@ class WorkerProcess:
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _receiving_device(instance: Any) -> Any:
-    """Where a broadcast bucket lands: the device of the receiver's tensors, or of the engine
-    it pushes them into (a collective over NCCL needs the GPU)."""
-    if getattr(instance, "pushes_weights", False):
-        return instance.engine.device
-    return next(iter(instance.weights().values())).device

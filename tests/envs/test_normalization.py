@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcore.envs.normalization import RewardScaler, RunningMeanStd
+from rlcore.envs.normalization import RewardScaler, RunningMeanStd, TensorRunningMeanStd
 
 
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=6), st.integers(0, 2**16))
@@ -17,6 +17,19 @@ def test_running_moments_equal_the_moments_of_everything_seen(sizes, seed):
     everything = np.concatenate(batches)
     np.testing.assert_allclose(stats.mean, everything.mean(0), atol=1e-6)
     np.testing.assert_allclose(stats.var, everything.var(0), atol=1e-6)  # population variance
+
+
+@given(st.lists(st.integers(1, 20), min_size=1, max_size=6), st.integers(0, 2**16))
+def test_a_tensor_envs_statistics_merge_as_gymnasiums_do(sizes, seed):
+    rng = np.random.default_rng(seed)
+    numpy_stats, tensor_stats = RunningMeanStd((2,)), TensorRunningMeanStd((2,), "cpu")
+    for n in sizes:
+        batch = rng.standard_normal((n, 2)) * 3 - 1
+        numpy_stats.update(batch)
+        tensor_stats.update(torch.from_numpy(batch))
+    np.testing.assert_allclose(tensor_stats.mean.numpy(), numpy_stats.mean, rtol=1e-12)
+    np.testing.assert_allclose(tensor_stats.var.numpy(), numpy_stats.var, rtol=1e-12)
+    assert tensor_stats.count == numpy_stats.count
 
 
 def test_reward_scaler_divides_by_the_std_of_discounted_returns_hand_case():

@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from rlcore.config import load_config
 from rlcore.envs import EnvError, check_output, make_vector_env, space_spec
 from rlcore.placement import plan_for_config
+from rlcore.runners.advantages import embodied_advantages
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.workers.weight_version import StaleWeightsError
 
@@ -88,7 +89,7 @@ def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_no
         truncated=truncated,
         valid=[True, True, False, True],
     )
-    runner._advantages(batch)
+    embodied_advantages(runner.config.algorithm, batch)
     runner.close()
     advantages, returns = batch["advantages"], batch["returns"]
     tail = 1.0 + 0.5 * 8.0 if ended_by == "truncated" else 1.0  # r1 (+ gamma V(s_final))

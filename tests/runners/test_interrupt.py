@@ -12,33 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.scheduler.processes import alive, children
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def descendants(pid: int) -> list[int]:
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
@@ -69,7 +45,7 @@ def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_
         for line in run.stderr:  # wait for two iterations
             if line.startswith("step 256:"):
                 break
-        envs = descendants(run.pid)
+        envs = children(run.pid, recursive=True)
         assert len(envs) >= 4  # the async envs' subprocesses
         start = time.monotonic()
         if how == "ctrl-c":  # the terminal sends SIGINT to the whole group

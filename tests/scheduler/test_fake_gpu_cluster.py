@@ -1,6 +1,5 @@
 """On 2 simulated nodes x 4 GPUs, every worker runs exactly where the plan puts it."""
 
-import os
 import time
 
 import pytest
@@ -8,6 +7,7 @@ import ray
 
 from rlcore.placement import ComponentRoles, build_plan
 from rlcore.scheduler import Scheduler, SchedulerError, WorkerError
+from rlcore.scheduler.processes import alive
 from tests.scheduler.components import Probe
 
 ROLES = ComponentRoles("embodied", ("actor", "rollout"), optional=("env",))
@@ -106,17 +106,8 @@ def test_worker_error_names_component_rank_node_and_every_process_ends(fake_gpu_
     assert message.startswith("rollout rank 2 on node 1: ValueError: bad batch")
     assert "--- worker traceback ---" in message and "raise ValueError(message)" in message
     deadline = time.monotonic() + 20
-    alive = set(pids)
-    while alive and time.monotonic() < deadline:
-        alive = {pid for pid in alive if _running(pid)}
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        left = {pid for pid in left if alive(pid)}
         time.sleep(0.2)
-    assert not alive, f"worker processes still running: {alive}"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; only its entry remains
-        return stat.read().split(") ")[1][0] != "Z"
+    assert not left, f"worker processes still running: {left}"

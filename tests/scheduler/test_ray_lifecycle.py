@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.scheduler.processes import alive, children, command_lines, listening
+
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -41,31 +43,6 @@ DRIVER = textwrap.dedent(
 )
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid``, read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(") ", 1)[1].split()[1])
-            except OSError:
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def start_driver(tmp_path: Path, *args: str) -> subprocess.Popen:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
@@ -89,79 +66,29 @@ def wait_ready(driver: subprocess.Popen) -> str:
     raise AssertionError(f"the driver exited before starting its workers (rc {driver.wait()})")
 
 
-def listening(pids: set[int]) -> list[tuple[int, str, int]]:
-    """``(pid, address, port)`` of each TCP socket in the listening state that ``pids`` hold,
-    read from /proc/net/tcp and tcp6 (what `ss -ltnp` shows)."""
-    owner = {}
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith("socket:["):
-                        owner[target[8:-1]] = pid
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for row in f.read().splitlines()[1:]:
-                fields = row.split()
-                if fields[3] == "0A" and fields[9] in owner:  # 0A: TCP_LISTEN
-                    address, port = fields[1].split(":")
-                    raw = bytes.fromhex(address)
-                    # each 32-bit word is little-endian
-                    ip = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-                    text = socket.inet_ntop(socket.AF_INET if len(ip) == 4 else socket.AF_INET6, ip)
-                    found.append((owner[fields[9]], text, int(port, 16)))
-    return found
-
-
-def is_loopback(address: str) -> bool:
-    return (
-        address.startswith("127.")
-        or address in ("::1", "::ffff:127.0.0.1")
-        or (address.startswith("::ffff:127."))
-    )
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_driver_leaves_no_process_behind(tmp_path, sig):
     # two ranks of one fused group: a TCP store and gloo pairs besides Ray's servers
     driver = start_driver(tmp_path, "local", "wait", "{env:0-1,actor:0-1,rollout:0-1}")
     try:
         wait_ready(driver)
-        spawned = descendants(driver.pid)
+        spawned = set(children(driver.pid, recursive=True))
         assert len(spawned) >= 4  # Ray's gcs and raylet, two workers, helpers
         sockets = listening(spawned | {driver.pid})
         assert len(sockets) >= 6, sockets  # gcs, raylet, workers' gRPC, store, gloo
-        exposed = [s for s in sockets if not is_loopback(s[1])]
+        exposed = [s for s in sockets if not s.loopback]
         assert not exposed, f"listening beyond loopback: {exposed}"
         driver.send_signal(sig)
         driver.wait(timeout=60)
         # Ray's agents outlive a SIGKILLed driver by 60 s unless its watcher stops them.
         deadline = time.monotonic() + 20
-        while any(running(p) for p in spawned) and time.monotonic() < deadline:
+        while any(alive(p) for p in spawned) and time.monotonic() < deadline:
             time.sleep(0.25)
-        left = [p for p in spawned if running(p)]
+        left = [p for p in spawned if alive(p)]
         assert not left, f"still running after {sig.name}: {left}"
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-
-
-def command_lines_by_pid() -> dict[int, str]:
-    lines = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmd:
-                    lines[int(entry)] = cmd.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-    return lines
-
-
-def command_lines() -> list[str]:
-    return list(command_lines_by_pid().values())
 
 
 def free_port() -> int:
@@ -192,7 +119,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path):
         ready = next(line for line in out.splitlines() if line.startswith("READY"))
         assert ready.endswith(f":{port}") and "DONE" in out
         # the job left the cluster running: it did not start it, so it does not stop it
-        assert any(f"--gcs_server_port={port}" in cmd for cmd in command_lines())
+        assert any(f"--gcs_server_port={port}" in cmd for cmd in command_lines().values())
     finally:
         stop_cluster(port)
 
@@ -201,13 +128,13 @@ def stop_cluster(port: str) -> None:
     """Stop the Ray cluster this test started, by its own processes (those that name its GCS
     port), never `ray stop`, which would stop every Ray on the machine."""
     marks = (f"--gcs_server_port={port}", f"127.0.0.1:{port}", f":{port} ")
-    named = [pid for pid, cmd in command_lines_by_pid().items() if any(m in cmd for m in marks)]
+    named = [pid for pid, cmd in command_lines().items() if any(m in cmd for m in marks)]
     # with their children (the dashboard and runtime-env agents rename themselves, ray::...)
-    mine = set(named).union(*(descendants(pid) for pid in named))
+    mine = set(named).union(*(children(pid, recursive=True) for pid in named))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in mine:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + 10
-        while any(running(pid) for pid in mine) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in mine) and time.monotonic() < deadline:
             time.sleep(0.2)
