@@ -32,8 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import ray
-
 if TYPE_CHECKING:  # (worker processes import this module: nothing of the driver's side)
     from rlcore.placement import PlacementPlan
     from rlcore.scheduler.worker_group import WorkerGroup
@@ -185,6 +183,8 @@ class WeightSync:
         ]
 
     def _collective(self, src: str, dst: str) -> None:
+        import ray  # (here: a run in the driver's process alone never imports Ray)
+
         sender, receivers = self.group(src), self.group(dst)
         root = sender.handles[0]
         members = [root, *receivers.handles]
