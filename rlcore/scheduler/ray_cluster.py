@@ -88,8 +88,9 @@ def pick_nodes(plan: PlacementPlan) -> list[dict[str, Any]]:
     return sorted(fit, key=order)[: plan.num_nodes]
 
 
-def reserve(plan: PlacementPlan, timeout_s: float) -> list[NodeSlots]:
-    """One placement group per node, pinned to it, one bundle per device slot."""
+def reserve(plan: PlacementPlan, timeout_s: float, tag: str = "") -> list[NodeSlots]:
+    """One placement group per node, pinned to it, one bundle per device slot, named
+    ``rlcore-TAG-nodeI`` (``tag``: the scheduler's, so several can hold slots at once)."""
     bundle = {_resource(plan): 1.0}
     slots: list[NodeSlots] = []
     try:
@@ -97,7 +98,7 @@ def reserve(plan: PlacementPlan, timeout_s: float) -> list[NodeSlots]:
             group = placement_group(
                 [dict(bundle) for _ in range(plan.devices_per_node)],
                 strategy="STRICT_PACK",
-                name=f"rlcore-node{index}",
+                name=f"rlcore-{tag}-node{index}" if tag else f"rlcore-node{index}",
                 bundle_label_selector=[
                     {NODE_ID_LABEL: node["NodeID"]} for _ in range(plan.devices_per_node)
                 ],

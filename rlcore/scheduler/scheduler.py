@@ -14,6 +14,7 @@ Ctrl-C or SIGTERM, stops every process it started.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import signal
 import threading
 from typing import Any
@@ -68,6 +69,9 @@ class Scheduler:
     ) -> None:
         self.plan = plan
         self.torch_threads = torch_threads
+        # names this scheduler's placement groups and processes in Ray (rlcore-TAG-node0,
+        # rlcore-TAG:actor:0): several schedulers of one driver never share a name
+        self.tag = secrets.token_hex(3)
         self.sync_bucket_bytes = sync_bucket_bytes
         self.address = address
         self.network_interface = network_interface
@@ -107,7 +111,7 @@ class Scheduler:
         self._catch_sigterm()
         try:
             self._owns_ray = connect(self.plan, self.address)
-            self._slots = reserve(self.plan, self.timeout_s)
+            self._slots = reserve(self.plan, self.timeout_s, self.tag)
             processes = self.plan.processes()
             handles = [self._spawn(p) for p in processes]
             infos = ray.get([h.describe.remote() for h in handles], timeout=self.timeout_s)
@@ -158,7 +162,8 @@ class Scheduler:
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 slot.group, placement_group_bundle_index=process.devices[0]
             ),
-            name=f"rlcore:{'+'.join(map(plan.group_name, process.components))}:{process.rank}",
+            name=f"rlcore-{self.tag}:{'+'.join(map(plan.group_name, process.components))}:"
+            f"{process.rank}",
         ).remote(
             process.components,
             process.rank,
@@ -219,8 +224,12 @@ class Scheduler:
     ) -> tuple[WorkerGroup, list[Any]]:
         """Start creating ``component`` as ``launch`` does, without waiting: its group, and the
         calls to wait for with ``group.get``. A process runs its calls in the order they were
-        submitted, so a component created after another in the same process can use it."""
+        submitted, so a component created after another in the same process can use it. A
+        component launched again (a new instance in its processes) has its weight layouts
+        checked again at its next sync."""
         group = self.group(component)
+        if self._weights is not None:
+            self._weights.forget(component)
         return group, [h.create.remote(component, cls, args, kwargs) for h in group.handles]
 
     def sync_weights(self, src: str, dst: str, method: str = "auto") -> SyncReport:

@@ -124,6 +124,10 @@ class WeightSync:
         seconds = time.perf_counter() - start
         return SyncReport(chosen, seconds, len(layout), sum(entry[-1] for entry in layout))
 
+    def forget(self, component: str) -> None:
+        """``component`` was built anew: its layouts are checked again at the next sync."""
+        self._layouts = {pair: v for pair, v in self._layouts.items() if component not in pair}
+
     def _check_compatible(self, src: str, dst: str) -> list[tuple]:
         """Both sides hold the same names, shapes and dtypes; checked once per pair."""
         if (src, dst) not in self._layouts:

@@ -206,6 +206,9 @@ def test_the_dry_run_accepts_every_layout_the_suite_runs(tiny_lm, tmp_path, caps
 
 
 # rollout-apart resumes after a killed rollout process (tests/runners/test_supervisor.py).
+# The disaggregated and data-parallel cases also check what runs in those layouts (they were
+# tests of their own, each starting its own processes): components in their own processes, the
+# rollout refusing weights it was not synced and syncing the actor's; DDP's ranks in step.
 @pytest.mark.parametrize("layout", ["one-process", "disaggregated", "data-parallel"])
 def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tmp_path, layout):
     _, dirs = tiny_lm
@@ -218,20 +221,34 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
         *placed(layout),
     )
     cache = dirs.actor.parent
-    run(tiny_config(cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"))
+    config = tiny_config(
+        cache, tmp_path, *common, "runner.total_iterations=3", "runner.run_name=full"
+    )
+    plan = plan_for_config(config)
+    if layout == "disaggregated":
+        assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
+    if layout == "data-parallel":
+        assert plan.world_size("actor") == plan.world_size("rollout") == 2
+    summary = build_runner(config, plan).run()
+    assert summary["iterations"] == 3
+    # a custom reward of bare numbers gives no verdict: no accuracy, the mean of its scores
+    assert "val_accuracy_after" not in summary
+    assert 0.0 <= summary["val_reward_mean_after"] <= 2.0
     # Stopped after iteration 2: a run folder holding only the iteration-2 checkpoint.
     shutil.copytree(
         tmp_path / "full/checkpoints/iter_000002", tmp_path / "cut/checkpoints/iter_000002"
     )
-    run(
-        tiny_config(
-            cache,
-            tmp_path,
-            *common,
-            "runner.total_iterations=3",
-            f"runner.resume_dir={tmp_path / 'cut'}",
-        )
+    resumed = tiny_config(
+        cache,
+        tmp_path,
+        *common,
+        "runner.total_iterations=3",
+        f"runner.resume_dir={tmp_path / 'cut'}",
     )
+    runner = build_runner(resumed, plan_for_config(resumed))
+    if layout == "disaggregated":
+        the_rollout_holds_only_the_weights_it_was_synced(runner)
+    runner.run()
     for name in ("actor", "critic"):
         full = load_file(tmp_path / "full/checkpoints/iter_000003" / name / "model.safetensors")
         resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / name / "model.safetensors")
@@ -240,61 +257,35 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
         assert any(not torch.equal(full[k], start[k]) for k in full)
         for key in full:
             assert torch.equal(full[key], resumed[key]), f"{name}.{key} differs after resuming"
+    if layout == "data-parallel":  # DDP in step: both ranks' optimisers saw the same gradients
+        saved = tmp_path / "full/checkpoints/iter_000003/actor"
+        ranks = [torch.load(saved / f"trainer_rank{r}.pt")["optimizer"]["state"] for r in (0, 1)]
+        assert ranks[0].keys() == ranks[1].keys() and ranks[0]
+        for name, moments in ranks[0].items():
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(moments[key], ranks[1][name][key]), (name, key)
 
 
-def test_disaggregated_components_run_in_their_own_processes(tiny_lm, tmp_path):
-    _, dirs = tiny_lm
-    placement = "{actor:0,critic:1,rollout:2,reward:2}"
-    config = tiny_config(
-        dirs.actor.parent,
-        tmp_path,
-        f"cluster.component_placement={placement}",
-        "cluster.devices_per_node=3",
-        *length_reward(tmp_path),
-    )
-    plan = plan_for_config(config)
-    assert len(plan.processes()) == 3  # rollout and reward share one; weights sync to it
-    runner = build_runner(config, plan)
-    group = runner.components.group
-    runner.iterate(1)
-    before = group("rollout").call_rank(0, "weights")
+def the_rollout_holds_only_the_weights_it_was_synced(runner):
+    """A resumed disaggregated run before it trains on: the actor (in its own process) holds the
+    checkpoint's weights and the rollout (in another) the model folder's, which it refuses to
+    generate with as the actor's; a sync gives it the actor's. Nothing here draws from the
+    rollout's random stream, so the run goes on as it would have."""
+    group, version = runner.components.group, runner.version
+    held = group("rollout").call_rank(0, "weights")
     trained = group("actor").call_rank(0, "weights")
-    assert any(not torch.equal(trained[k], before[k]) for k in trained)
-    # The rollout still holds version 0 and refuses to generate as if it held version 1.
+    assert any(not torch.equal(trained[k], held[k]) for k in trained)
     prompts = prompt_batch([0, 1, 2, 3], runner.train_set, 1, runner.tokenizer.pad_token_id)
+    runner.sync()  # what the next iteration starts with (it then finds nothing to copy)
+    assert all(
+        torch.equal(trained[k], v) for k, v in group("rollout").call_rank(0, "weights").items()
+    )
     with pytest.raises(
         WorkerError,
-        match="StaleWeightsError: rollout rank 0 holds policy weights"
-        " of version 0, but the driver expects version 1",
+        match=f"StaleWeightsError: rollout rank 0 holds policy weights of version {version}, "
+        f"but the driver expects version {version + 1}",
     ):
-        runner.rollout.generate(prompts, 1)
-    runner.sync()  # what the next iteration starts with
-    synced = group("rollout").call_rank(0, "weights")
-    assert all(torch.equal(trained[k], synced[k]) for k in trained)
-    assert runner.rollout.generate(prompts, 1).batch_size[0] == 4
-    summary = runner.run()
-    assert summary["iterations"] == 2
-    # a custom reward of bare numbers gives no verdict: no accuracy, the mean of its scores
-    assert "val_accuracy_after" not in summary
-    assert 0.0 <= summary["val_reward_mean_after"] <= 2.0
-
-
-def test_all_components_on_two_slots_train_data_parallel(tiny_lm, tmp_path):
-    _, dirs = tiny_lm
-    config = tiny_config(
-        dirs.actor.parent,
-        tmp_path,
-        "cluster.devices_per_node=2",
-        "cluster.component_placement={actor:all,critic:all,rollout:all,reward:all}",
-        *length_reward(tmp_path),
-    )
-    plan = plan_for_config(config)
-    assert plan.world_size("actor") == plan.world_size("rollout") == 2
-    runner = build_runner(config, plan)
-    runner.iterate(1)
-    weights = [runner.components.group("actor").call_rank(r, "weights") for r in (0, 1)]
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # DDP in step
-    assert runner.run()["iterations"] == 2
+        runner.rollout.generate(prompts, version + 1)
 
 
 @pytest.mark.parametrize("layout", ["data-parallel", "rollout-apart"])

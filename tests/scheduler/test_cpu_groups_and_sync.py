@@ -1,4 +1,5 @@
-"""On CPU slots: a torch.distributed group per component, and bit-exact weight sync."""
+"""On CPU slots: a torch.distributed group per component, and bit-exact weight sync. The tests
+of one plan follow each other and share its processes (``schedulers``)."""
 
 import pytest
 import torch
@@ -18,16 +19,75 @@ def equal_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_each_component_gets_its_own_gloo_group(local_ray):
-    with Scheduler(cpu_plan({"actor": "0-1", "rollout": "0-1:0-3"})) as scheduler:
-        actor = scheduler.launch("actor", Model, 0)
-        rollout = scheduler.launch("rollout", Model, 0)
-        assert actor.call_all("rank_sum") == [0.0 + 1.0] * 2
-        assert rollout.call_all("rank_sum") == [0.0 + 1.0 + 2.0 + 3.0] * 4
-        env = actor.call_rank(1, "dist_env")
-        assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")
-        assert env["MASTER_ADDR"] and int(env["MASTER_PORT"]) > 0
-        assert rollout.call_rank(0, "dist_env")["MASTER_PORT"] != env["MASTER_PORT"]
+@pytest.fixture(scope="module")
+def schedulers(ray_session):
+    """``scheduler(placement, fuse, bucket)``: a started Scheduler of that plan, shared by the
+    module's consecutive tests of one plan (each launches its components anew in the plan's
+    processes) instead of each starting its own processes. The local Ray's 4 CPU slots hold two
+    plans of 2 slots: the least recently used one is stopped for a third; all after the module."""
+    ray_session.ensure()
+    started: dict[tuple, Scheduler] = {}
+
+    def scheduler(placement, fuse=True, bucket=512 << 20):
+        key = (tuple(sorted(placement.items())), fuse, bucket)
+        if key in started:
+            started[key] = started.pop(key)  # the most recently used, last
+        else:
+            if len(started) == 2:
+                started.pop(next(iter(started))).shutdown()
+            started[key] = Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=bucket)
+            started[key].start()
+        return started[key]
+
+    yield scheduler
+    for scheduler in started.values():
+        scheduler.shutdown()
+
+
+def test_each_component_gets_its_own_gloo_group(schedulers):
+    scheduler = schedulers({"actor": "0-1", "rollout": "0-1:0-3"})
+    actor = scheduler.launch("actor", Model, 0)
+    rollout = scheduler.launch("rollout", Model, 0)
+    assert actor.call_all("rank_sum") == [0.0 + 1.0] * 2
+    assert rollout.call_all("rank_sum") == [0.0 + 1.0 + 2.0 + 3.0] * 4
+    env = actor.call_rank(1, "dist_env")
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")
+    assert env["MASTER_ADDR"] and int(env["MASTER_PORT"]) > 0
+    assert rollout.call_rank(0, "dist_env")["MASTER_PORT"] != env["MASTER_PORT"]
+
+
+def test_scatter_futures_and_one_rank_calls(schedulers):
+    scheduler = schedulers({"actor": "0-1", "rollout": "0-1:0-3"})
+    rollout = scheduler.launch("rollout", Model, 0)
+    assert rollout.scatter("echo", ["a", "b", "c", "d"], tag="t") == [
+        (0, "a", "t"),
+        (1, "b", "t"),
+        (2, "c", "t"),
+        (3, "d", "t"),
+    ]
+    futures = rollout.call_all_async("echo", "x")  # returns at once; work overlaps
+    assert rollout.get(futures) == [(r, "x", "") for r in range(4)]
+    assert rollout.call_rank(2, "echo", "y") == (2, "y", "")
+    with pytest.raises(ValueError, match="one shard per rank \\(4\\), got 3"):
+        rollout.scatter("echo", ["a", "b", "c"])
+
+
+def test_mismatched_weights_are_refused_with_the_tensor_names(schedulers):
+    scheduler = schedulers({"actor": "0", "rollout": "1"})
+    scheduler.launch("actor", Model, 1)
+    scheduler.launch("rollout", Model, 1)
+    scheduler.sync_weights("actor", "rollout")  # the same tensors: their layout is kept
+    scheduler.launch("rollout", Model, 1, width=4)  # built anew, with other tensors
+    with pytest.raises(ValueError, match=r"weight sync actor -> rollout: .*0\.weight"):
+        scheduler.sync_weights("actor", "rollout")
+
+
+def test_in_process_sync_is_refused_between_separate_processes(schedulers):
+    scheduler = schedulers({"actor": "0", "rollout": "1"})
+    scheduler.launch("actor", Model, 1)
+    scheduler.launch("rollout", Model, 1)
+    with pytest.raises(ValueError, match="in_process is impossible"):
+        scheduler.sync_weights("actor", "rollout", method="in_process")
 
 
 # Buckets of 40 bytes cut Model's tensors (sorted: 32, 256, 8, 64, 6 and 8 bytes) into
@@ -39,8 +99,8 @@ SMALL = 40
 @pytest.mark.parametrize(
     ("placement", "method", "expected", "bucket", "fuse"),
     [
-        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL, True),  # collocated, fused
         ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20, True),  # disaggregated
+        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL, True),  # collocated, fused
         ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL, True),
         ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective", SMALL, True),  # 4 ranks
         # collocated, not fused: each actor rank hands its own rollout rank the buckets (the
@@ -49,74 +109,40 @@ SMALL = 40
     ],
 )
 def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
-    local_ray, placement, method, expected, bucket, fuse
+    schedulers, placement, method, expected, bucket, fuse
 ):
-    with Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=bucket) as scheduler:
-        actor = scheduler.launch("actor", Model, 1)
-        rollout = scheduler.launch("rollout", Model, 2)  # another seed: different weights
-        source = actor.call_rank(0, "snapshot")
-        assert not any(equal_weights(source, w) for w in rollout.call_all("snapshot"))
-        report = scheduler.sync_weights("actor", "rollout", method=method)
-        assert report.method == expected
-        floats = 8 * 8 + 8 + 8 * 2 + 2
-        assert report.num_tensors == 6 and report.num_bytes == 4 * floats + 2 * 3 + 8
-        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
-        # a second sync reuses the group and still matches after the actor changes
-        actor.call_all("reseed", 3)
-        scheduler.sync_weights("actor", "rollout", method=method)
-        updated = actor.call_rank(0, "snapshot")
-        assert not equal_weights(source, updated)
-        assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
+    scheduler = schedulers(placement, fuse, bucket)
+    actor = scheduler.launch("actor", Model, 1)
+    rollout = scheduler.launch("rollout", Model, 2)  # another seed: different weights
+    source = actor.call_rank(0, "snapshot")
+    assert not any(equal_weights(source, w) for w in rollout.call_all("snapshot"))
+    report = scheduler.sync_weights("actor", "rollout", method=method)
+    assert report.method == expected
+    floats = 8 * 8 + 8 + 8 * 2 + 2
+    assert report.num_tensors == 6 and report.num_bytes == 4 * floats + 2 * 3 + 8
+    assert all(equal_weights(source, w) for w in rollout.call_all("snapshot"))
+    # a second sync reuses the group and still matches after the actor changes
+    actor.call_all("reseed", 3)
+    scheduler.sync_weights("actor", "rollout", method=method)
+    updated = actor.call_rank(0, "snapshot")
+    assert not equal_weights(source, updated)
+    assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
 
 
-def test_a_receiver_that_takes_pushed_buckets_gets_every_one(local_ray):
+def test_a_receiver_that_takes_pushed_buckets_gets_every_one(schedulers):
     """A receiver whose weights live outside its process (an SGLang engine) is handed each
     40-byte bucket as named tensors, whatever way the bucket travelled (4 receivers; on CPU
     slots one node's processes can all share memory with the actor's rank, so IPC pairs them
     too). The in-process path: tests/workers/test_sglang_engine.py."""
-    with Scheduler(
-        cpu_plan({"actor": "0", "rollout": "0-1:0-3"}), sync_bucket_bytes=SMALL
-    ) as scheduler:
-        actor = scheduler.launch("actor", Model, 1)
-        rollout = scheduler.launch("rollout", PushedModel, 2)
-        for i, method in enumerate(("collective", "object_store", "ipc")):
-            actor.call_all("reseed", 10 + i)  # new weights for each sync
-            assert scheduler.sync_weights("actor", "rollout", method=method).method == method
-            source = actor.call_rank(0, "snapshot")
-            assert all(equal_weights(source, w) for w in rollout.call_all("snapshot")), method
-            assert rollout.call_all("buckets_loaded") == [5 * (i + 1)] * 4  # see SMALL
-
-
-def test_mismatched_weights_are_refused_with_the_tensor_names(local_ray):
-    with Scheduler(cpu_plan({"actor": "0", "rollout": "1"})) as scheduler:
-        scheduler.launch("actor", Model, 1)
-        scheduler.launch("rollout", Model, 1, width=4)
-        with pytest.raises(ValueError, match=r"weight sync actor -> rollout: .*0\.weight"):
-            scheduler.sync_weights("actor", "rollout")
-
-
-def test_in_process_sync_is_refused_between_separate_processes(local_ray):
-    with Scheduler(cpu_plan({"actor": "0", "rollout": "1"})) as scheduler:
-        scheduler.launch("actor", Model, 1)
-        scheduler.launch("rollout", Model, 1)
-        with pytest.raises(ValueError, match="in_process is impossible"):
-            scheduler.sync_weights("actor", "rollout", method="in_process")
-
-
-def test_scatter_futures_and_one_rank_calls(local_ray):
-    with Scheduler(cpu_plan({"actor": "0-1", "rollout": "0-1:0-3"})) as scheduler:
-        rollout = scheduler.launch("rollout", Model, 0)
-        assert rollout.scatter("echo", ["a", "b", "c", "d"], tag="t") == [
-            (0, "a", "t"),
-            (1, "b", "t"),
-            (2, "c", "t"),
-            (3, "d", "t"),
-        ]
-        futures = rollout.call_all_async("echo", "x")  # returns at once; work overlaps
-        assert rollout.get(futures) == [(r, "x", "") for r in range(4)]
-        assert rollout.call_rank(2, "echo", "y") == (2, "y", "")
-        with pytest.raises(ValueError, match="one shard per rank \\(4\\), got 3"):
-            rollout.scatter("echo", ["a", "b", "c"])
+    scheduler = schedulers({"actor": "0", "rollout": "0-1:0-3"}, bucket=SMALL)
+    actor = scheduler.launch("actor", Model, 1)
+    rollout = scheduler.launch("rollout", PushedModel, 2)
+    for i, method in enumerate(("collective", "object_store", "ipc")):
+        actor.call_all("reseed", 10 + i)  # new weights for each sync
+        assert scheduler.sync_weights("actor", "rollout", method=method).method == method
+        source = actor.call_rank(0, "snapshot")
+        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot")), method
+        assert rollout.call_all("buckets_loaded") == [5 * (i + 1)] * 4  # see SMALL
 
 
 @pytest.mark.parametrize(
