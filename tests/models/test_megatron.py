@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from rlcore.models import megatron as mg
 from tests.megatron_shim import megatron_on_cpu
-from tests.workers.test_lm_actor import free_port
+from tests.rank_pool import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # no Apex / Transformer Engine
 

@@ -4,18 +4,17 @@ divides by sqrt(v): where a gradient nearly cancels over the batch, such as the 
 bias, rounding differences of the summation order grow to ~1e-6)."""
 
 import os
-import socket
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.config import load_config
 from rlcore.envs.vector import SpaceSpec
 from rlcore.workers.embodied_actor import EmbodiedActor
 from rlcore.workers.embodied_rollout import make_policy
+from tests.rank_pool import rank_pool
 
 SPEC = SpaceSpec((4,), "discrete", (2,))
 OVERRIDES = [
@@ -70,27 +69,17 @@ def context(rank: int, world: int, group=None) -> SimpleNamespace:
     )
 
 
-def rank_main(rank: int, port: int, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        shard = make_batch()[rank * 32 : (rank + 1) * 32]
-        torch.save(
-            update(context(rank, 2, dist.group.WORLD), shard), os.path.join(out, f"rank{rank}.pt")
-        )
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rank_main(rank: int, out: str) -> None:
+    """Rank ``rank`` of the pool's 2 (tests/rank_pool.py) on its half of the batch."""
+    shard = make_batch()[rank * 32 : (rank + 1) * 32]
+    torch.save(
+        update(context(rank, 2, dist.group.WORLD), shard), os.path.join(out, f"rank{rank}.pt")
+    )
 
 
 def test_two_ranks_update_like_one_rank_on_the_global_batch(tmp_path):
     grads, single = update(context(0, 1), make_batch())
-    mp.spawn(rank_main, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    rank_pool(2).run(rank_main, str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     for name, grad in grads.items():
         assert torch.equal(ranks[0][0][name], ranks[1][0][name]), f"ranks disagree on {name}"

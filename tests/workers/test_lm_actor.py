@@ -1,17 +1,14 @@
 """The LM actor and critic: log-probs line up with what the sampler drew, micro-batching and
 data-parallel ranks do not change a mini-batch's gradient."""
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rlcore.algorithms import AGG_MODES
@@ -24,6 +21,7 @@ from rlcore.workers.lm_actor import LMActor, LMCritic
 from rlcore.workers.rollout import HFEngine, RolloutWorker
 from rlcore.workers.trainer import UpdateSizes
 from tests.lm_fixtures import SOLO, tiny_config
+from tests.rank_pool import rank_pool
 
 CPU = torch.device("cpu")
 
@@ -205,35 +203,24 @@ def update_params(component_cls, ctx, config, dirs, batch):
     return whole, held
 
 
-@contextlib.contextmanager
-def gloo_rank(rank, port, batch):
-    """Rank ``rank`` of a 2-process gloo group: its context and its half of ``batch``."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        half = len(batch) // 2
-        ctx = SimpleNamespace(
-            group=dist.group.WORLD, world_size=2, rank=rank, torch_device=torch.device("cpu")
-        )
-        yield ctx, batch[rank * half : (rank + 1) * half]
-    finally:
-        dist.destroy_process_group()
+def gloo_rank(rank, batch, size=2):
+    """Rank ``rank`` of a pool's gloo group (tests/rank_pool.py): its context and its part of
+    ``batch``."""
+    part = len(batch) // size
+    ctx = SimpleNamespace(
+        group=dist.group.WORLD, world_size=size, rank=rank, torch_device=torch.device("cpu")
+    )
+    return ctx, batch[rank * part : (rank + 1) * part]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_main(rank, port, out, config, dirs, batch):
-    """Both components' updates on this rank's half, in one process (one spawn per backend)."""
-    with gloo_rank(rank, port, batch) as (ctx, shard):
-        result = {}
-        for component_cls in (LMActor, LMCritic):
-            weights, held = update_params(component_cls, ctx, config, dirs, shard)
-            result[component_cls.__name__] = {"weights": weights, "held": held}
-        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
+def rank_main(rank, out, config, dirs, batch):
+    """Both components' updates on this rank's half (one task per backend)."""
+    ctx, shard = gloo_rank(rank, batch)
+    result = {}
+    for component_cls in (LMActor, LMCritic):
+        weights, held = update_params(component_cls, ctx, config, dirs, shard)
+        result[component_cls.__name__] = {"weights": weights, "held": held}
+    torch.save(result, os.path.join(out, f"rank{rank}.pt"))
 
 
 def backend_config(dirs, backend):
@@ -253,8 +240,8 @@ def backend_config(dirs, backend):
 
 @pytest.fixture(scope="module")
 def two_rank_updates(tiny_lm, tmp_path_factory):
-    """``backend -> (config, batch, [rank 0's, rank 1's] results)``: each backend's 2 ranks
-    spawned once, on first use, for both components."""
+    """``backend -> (config, batch, [rank 0's, rank 1's] results)``: each backend's update on
+    the pool's 2 ranks, once, on first use, for both components."""
     _, dirs = tiny_lm
     done = {}
 
@@ -265,9 +252,7 @@ def two_rank_updates(tiny_lm, tmp_path_factory):
             batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
             batch["values"] = LMCritic(SOLO, config, dirs.actor).compute_values(batch) + 0.3
             out = tmp_path_factory.mktemp(backend)
-            mp.spawn(
-                rank_main, args=(free_port(), str(out), config, dirs, batch), nprocs=2, join=True
-            )
+            rank_pool(2).run(rank_main, str(out), config, dirs, batch)
             done[backend] = (config, batch, [torch.load(out / f"rank{r}.pt") for r in (0, 1)])
         return done[backend]
 
@@ -324,18 +309,18 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(
         assert torch.allclose(ranks[0][name], value, atol=tolerance), f"{name} differs"
 
 
-def resume_main(rank, port, out, config, dirs, batch):
+def resume_main(rank, out, config, dirs, batch):
     """Update, checkpoint, and go on twice: unbroken and from the checkpoint."""
-    with gloo_rank(rank, port, batch) as (ctx, shard):
-        unbroken = LMActor(ctx, config, dirs.actor)
-        unbroken.update(shard)
-        unbroken.save_checkpoint(os.path.join(out, "checkpoint"))
-        resumed = LMActor(ctx, config, dirs.actor)
-        resumed.load_checkpoint(os.path.join(out, "checkpoint"))
-        unbroken.update(shard)
-        resumed.update(shard)
-        both = {"unbroken": unbroken.weights(), "resumed": resumed.weights()}
-        torch.save(both, os.path.join(out, f"rank{rank}.pt"))
+    ctx, shard = gloo_rank(rank, batch)
+    unbroken = LMActor(ctx, config, dirs.actor)
+    unbroken.update(shard)
+    unbroken.save_checkpoint(os.path.join(out, "checkpoint"))
+    resumed = LMActor(ctx, config, dirs.actor)
+    resumed.load_checkpoint(os.path.join(out, "checkpoint"))
+    unbroken.update(shard)
+    resumed.update(shard)
+    both = {"unbroken": unbroken.weights(), "resumed": resumed.weights()}
+    torch.save(both, os.path.join(out, f"rank{rank}.pt"))
 
 
 def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_path):
@@ -350,8 +335,7 @@ def test_fsdp2_checkpoints_resume_bit_exact_and_load_onto_one_rank(tiny_lm, tmp_
     config = replace_keys(config, {"actor.training_backend": "fsdp2"})
     batch = make_batch(config, dirs)
     batch["old_log_probs"] = LMActor(SOLO, config, dirs.actor).compute_log_probs(batch)
-    port = free_port()
-    mp.spawn(resume_main, args=(port, str(tmp_path), config, dirs, batch), nprocs=2, join=True)
+    rank_pool(2).run(resume_main, str(tmp_path), config, dirs, batch)
     two = torch.load(tmp_path / "rank0.pt")
     for name, value in two["unbroken"].items():
         assert torch.equal(two["resumed"][name], value), f"{name}: the resumed run differs"

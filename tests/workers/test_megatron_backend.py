@@ -6,19 +6,18 @@ layers, tied embeddings)."""
 
 import os
 import warnings
-from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from rlcore.config import replace_keys
 from rlcore.scheduler.weight_buckets import buckets
 from rlcore.workers.lm_actor import LMActor, LMCritic
 from tests.lm_fixtures import SOLO, tiny_config, unchecked
 from tests.megatron_shim import megatron_on_cpu
-from tests.workers.test_lm_actor import free_port, gloo_rank, make_batch
+from tests.rank_pool import rank_pool
+from tests.workers.test_lm_actor import gloo_rank, make_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -185,15 +184,16 @@ def check_computed(config, dirs, batch, ranks, label):
                 )
 
 
-def rank_main(rank, port, out, config, dirs, batch, ids):
-    """One spawn for every 2-rank check: the converted models at tensor-parallel size 2 (the
+def rank_main(rank, out, config, dirs, batch, ids):
+    """One task for every 2-rank check: the converted models at tensor-parallel size 2 (the
     conversion's own test), then the components in each of ``LAYOUTS``."""
     warnings.filterwarnings("ignore")
     from megatron.core import parallel_state
 
     from tests.models.test_megatron import conversion_step
 
-    with gloo_rank(rank, port, batch) as (ctx, shard), megatron_on_cpu():
+    ctx, shard = gloo_rank(rank, batch)
+    with megatron_on_cpu():
         results = {"conversion": {}}
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
         for kind in ("tied", "untied", "value"):
@@ -231,7 +231,7 @@ def two_ranks(two_layer_lm, tmp_path_factory):
     batch = scored_batch(config, dirs)
     ids = torch.randint(0, 67, (3, 9), generator=torch.Generator().manual_seed(1))
     out = tmp_path_factory.mktemp("megatron")
-    mp.spawn(rank_main, args=(free_port(), str(out), config, dirs, batch, ids), nprocs=2, join=True)
+    rank_pool(2).run(rank_main, str(out), config, dirs, batch, ids)
     return config, batch, ids, [torch.load(out / f"rank{r}.pt") for r in (0, 1)]
 
 
@@ -255,26 +255,17 @@ def test_two_ranks_update_like_the_torch_backend_on_one(two_layer_lm, two_ranks,
         assert torch.equal(ranks[0]["tied"], ranks[1]["tied"])
 
 
-def four_rank_main(rank, port, out, config, dirs, batch):
+def four_rank_main(rank, out, config, dirs, batch):
     """Tensor parallel 2 x pipeline parallel 2 on 4 gloo ranks, each given a quarter of the
     batch: log-probs, values, both updates, log-probs after a step."""
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
     from megatron.core import parallel_state
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4)
-    ctx = SimpleNamespace(
-        group=dist.group.WORLD, world_size=4, rank=rank, torch_device=torch.device("cpu")
-    )
-    quarter = len(batch) // 4
-    shard = batch[rank * quarter : (rank + 1) * quarter]
-    try:
-        with megatron_on_cpu():
-            result = computed(ctx, on_megatron(config, tp=2, pp=2), dirs, shard)
-            parallel_state.destroy_model_parallel()
-        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+    ctx, shard = gloo_rank(rank, batch, size=4)
+    with megatron_on_cpu():
+        result = computed(ctx, on_megatron(config, tp=2, pp=2), dirs, shard)
+        parallel_state.destroy_model_parallel()
+    torch.save(result, os.path.join(out, f"rank{rank}.pt"))
 
 
 def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_layer_lm, tmp_path):
@@ -284,9 +275,7 @@ def test_tensor_and_pipeline_parallel_2x2_update_like_the_torch_backend(two_laye
     _, dirs = two_layer_lm
     config = training_config(dirs)
     batch = scored_batch(config, dirs)
-    mp.spawn(
-        four_rank_main, args=(free_port(), str(tmp_path), config, dirs, batch), nprocs=4, join=True
-    )
+    rank_pool(4).run(four_rank_main, str(tmp_path), config, dirs, batch)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
     check_computed(config, dirs, batch, ranks, "2x2")
     # the embedding's tensor-parallel halves on stage 0 (ranks 0, 1) and their copies on stage 1
