@@ -133,13 +133,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("run", type=Path, help="the run folder (or one of its checkpoints)")
     export.add_argument("out", type=Path, help="the folder to write")
     export.add_argument("--step", type=int, help="the iteration of the checkpoint (newest)")
+    export.add_argument(
+        "--env",
+        metavar="MODULE:CLASS",
+        help="allow importing the run's env module (an env.id naming one): its code runs",
+    )
+    export.add_argument(
+        "--force", action="store_true", help="replace an earlier export in OUT (nothing else)"
+    )
     args = _parse(parser, argv)
 
     if args.command == "export":
         from rlcore.export import export as export_run
 
         try:
-            export_run(args.run, args.out, args.step)
+            export_run(args.run, args.out, args.step, env=args.env, force=args.force)
         except ConfigError as error:
             raise _exit_with(error) from None
         return 0

@@ -17,6 +17,7 @@ files disagree with its manifest is refused, naming the file. Nothing in it is u
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,26 @@ def pick_checkpoint(run: str | Path, step: int | None) -> Path:
     return checkpoint
 
 
-def export(run: str | Path, out: str | Path, step: int | None = None) -> Path:
-    """Write the policy of ``run``'s checkpoint to ``out`` (see the module docstring)."""
+def export(
+    run: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    env: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Write the policy of ``run``'s checkpoint to ``out`` (see the module docstring). ``env``:
+    the run's ``env.id`` when it names a module, which is then imported (without it, a run
+    folder never makes export import anything); ``force``: replace an earlier export in ``out``."""
     checkpoint = pick_checkpoint(run, step)
     saved = json.loads((checkpoint / DRIVER_FILE).read_text())["config"]
     config = validate_config(current_keys(saved))  # (written by this version or an earlier one)
-    out = Path(out)
+    if config.mode == "embodied" and ":" in config.env.id and env != config.env.id:
+        raise ConfigError(
+            f"env.id: {checkpoint} was trained on '{config.env.id}', a module export would "
+            "import, running its code; if you trust it, pass --env " + config.env.id
+        )
+    out = Path(out).expanduser()
+    _check_target(out, force)
     out.mkdir(parents=True, exist_ok=True)
     if config.mode == "reasoning":
         _export_language_models(config, checkpoint, out)
@@ -60,6 +75,33 @@ def export(run: str | Path, out: str | Path, step: int | None = None) -> Path:
         _export_policy(config, checkpoint, out)
     say(f"exported {checkpoint} to {out}")
     return out
+
+
+EXPORT_MARKS = ("policy.json", "generation_config.json")  # one of them in every export
+
+
+def _check_target(out: Path, force: bool) -> None:
+    """``out`` is a new or empty folder (or, with ``force``, an earlier export, emptied here)
+    outside every run folder."""
+    for folder in (out.resolve(), *out.resolve().parents):
+        if (folder / "checkpoints").is_dir() or (folder / DRIVER_FILE).is_file():
+            raise ConfigError(
+                f"export: {out} is inside the run folder {folder}, whose files it could "
+                "replace; export to a folder outside it"
+            )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"export: {out} is a file; give a new or empty folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    earlier = any((out / mark).is_file() for mark in EXPORT_MARKS)
+    if not force or not earlier:
+        what = "an earlier export (--force replaces it)" if earlier else "other files"
+        raise ConfigError(f"export: {out} holds {what}; give a new or empty folder")
+    for item in out.iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
 
 
 # reasoning ---------------------------------------------------------------------------------------

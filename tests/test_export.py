@@ -3,6 +3,7 @@ that answers the validation prompts as the trained policy does; an embodied run'
 `rlcore.load_policy`, which balances CartPole as the trained one did."""
 
 import json
+import shutil
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +17,7 @@ from rlcore.data.sampler import prompt_batch
 from rlcore.data.sequences import response_mask
 from rlcore.models.lm import load_value_model, with_lora
 from rlcore.placement import plan_for_config
+from rlcore.runners.checkpoint import write_manifest
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.supervisor import build_runner
 from rlcore.workers.weights_file import read_trained_weights
@@ -193,3 +195,65 @@ def test_export_errors_name_what_is_wrong(tmp_path, capsys):
     assert f"{weights} has 100 bytes, the manifest says" in err
     with pytest.raises(FileNotFoundError, match=r"policy.json is missing: give a folder written"):
         rlcore.load_policy(tmp_path)
+
+
+def test_export_imports_no_module_a_run_names_and_writes_only_into_its_own_folder(
+    tmp_path, capsys, monkeypatch
+):
+    def refused(*args):
+        with pytest.raises(SystemExit) as exit_:
+            main(["export", *map(str, args)])
+        assert exit_.value.code == 2
+        return capsys.readouterr().err
+
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "env.num_envs=4",
+            "runner.rollout_steps=16",
+            "runner.total_env_steps=128",
+            "actor.ppo_mini_batch_size=32",
+            "env.solved_threshold=null",
+            "runner.progress=false",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=c",
+            "logger.tensorboard=false",
+        ],
+    )
+    EmbodiedRunner(config, plan_for_config(config)).run()
+    run = tmp_path / "c"
+    # A driver.json naming a module as its env (as an edited or foreign run folder may): not
+    # imported unless the user names it too.
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_env.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "import gymnasium as gym\nPlanted = lambda **kw: gym.make('CartPole-v1')\n"
+    )
+    copy = tmp_path / "foreign" / "checkpoints" / "iter_000002"
+    shutil.copytree(run / "checkpoints" / "iter_000002", copy)
+    driver = json.loads((copy / "driver.json").read_text())
+    driver["config"]["env"]["id"] = "planted_env:Planted"
+    (copy / "driver.json").write_text(json.dumps(driver))
+    (copy / "manifest.json").unlink()
+    write_manifest(copy)
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable, were it imported
+    err = refused(copy, tmp_path / "out")
+    assert "env.id: " in err and "pass --env planted_env:Planted" in err
+    assert not marker.exists()
+    assert main(["export", str(copy), str(tmp_path / "named"), "--env", "planted_env:Planted"]) == 0
+    assert marker.read_text() == "ran"  # named by the user: imported
+    # Targets: never inside a run folder, never a folder holding other files; an earlier export
+    # only with --force.
+    assert "is inside the run folder" in refused(run, run / "exported")
+    assert "is inside the run folder" in refused(run, run / "checkpoints")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert "holds other files" in refused(run, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert main(["export", str(run), str(tmp_path / "out")]) == 0
+    assert "an earlier export (--force replaces it)" in refused(run, tmp_path / "out")
+    assert main(["export", str(run), str(tmp_path / "out"), "--force"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "policy.json",
+        "policy.safetensors",
+    ]

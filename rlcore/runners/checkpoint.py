@@ -39,6 +39,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
 from rlcore.log import say, warn
+from rlcore.runners.files import check_no_links, write_replacing
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
@@ -155,12 +156,13 @@ def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
             number += 1
             run_dir = stamp.with_name(f"{stamp.name}-{number}")
     check_run_folder(config, run_dir)
+    check_no_links(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
         where = f"cannot make the run folder {run_dir}: {error}"
         raise ConfigError(f"runner.output_dir: {where}") from None
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    write_replacing(run_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
     return run_dir, checkpoint
 
 
@@ -210,6 +212,12 @@ def check_manifest(checkpoint: Path) -> str | None:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError):
         return f"{manifest} is not a readable manifest"
+    on_disk = {p for p in checkpoint.rglob("*") if p.is_symlink() or not p.is_dir()}
+    for path in sorted(on_disk):
+        if path.is_symlink():
+            return f"{path} is a link, which no checkpoint holds: it is not followed"
+        if str(path.relative_to(checkpoint)) not in files and path.name != MANIFEST_FILE:
+            return f"{path} is not in the manifest (added after the checkpoint was written)"
     for rel, entry in files.items():
         path = checkpoint / rel
         if not path.is_file():

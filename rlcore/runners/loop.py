@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from rlcore.config.fields import as_plain
 from rlcore.log import say
+from rlcore.runners.files import write_replacing
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.progress import Progress
 
@@ -210,5 +211,5 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     summary["restart_log"] = driver.restarts
     summary["interrupted"] = stop.honoured
     summary["skipped_steps"] = skipped
-    (driver.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_replacing(driver.run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rlcore.runners.files import write_replacing
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of a prompt with ``c`` right answers among ``n`` samples."""
@@ -67,16 +69,17 @@ def write_generations(
 ) -> None:
     """One JSON line per prompt: its text, answer, greedy generation and its n samples."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as out:
-        for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
-            line = {
-                "prompt": tokenizer.decode(torch.tensor(prompt), skip_special_tokens=True),
-                "answer": answer,
-                "greedy": _generation(tokenizer, greedy[i]),
-            }
-            if samples is not None:
-                line["samples"] = [_generation(tokenizer, samples[i * n + j]) for j in range(n)]
-            out.write(json.dumps(line) + "\n")
+    lines = []
+    for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        line = {
+            "prompt": tokenizer.decode(torch.tensor(prompt), skip_special_tokens=True),
+            "answer": answer,
+            "greedy": _generation(tokenizer, greedy[i]),
+        }
+        if samples is not None:
+            line["samples"] = [_generation(tokenizer, samples[i * n + j]) for j in range(n)]
+        lines.append(json.dumps(line) + "\n")
+    write_replacing(path, "".join(lines))
 
 
 def validate(

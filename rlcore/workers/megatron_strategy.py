@@ -45,7 +45,8 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
-from rlcore.workers.weights_file import MEGATRON_OPTIMIZER, SHARDS, WholeWeightsCheckpoint
+from rlcore.workers.shard_reader import check_metadata
+from rlcore.workers.weights_file import MEGATRON_OPTIMIZER, WholeWeightsCheckpoint
 
 
 def _unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -192,11 +193,12 @@ class MegatronParallel(WholeWeightsCheckpoint):
         optimizer: torch.optim.Optimizer,
         directory: Path,
         saved: dict | None,
+        form: str = "whole",
     ) -> None:
         """The whole weights, converted to this rank's shard, and the optimiser's moments from
         Megatron's own format (``load_optimizer``); FSDP2's shards are refused by name (their
         optimiser state is keyed by the transformers parameters)."""
-        if (directory / SHARDS).is_dir():
+        if form == "shards":
             raise ValueError(
                 f"{directory}: written by the fsdp2 training backend (its shards); resume it "
                 "with training_backend fsdp2, or start Megatron from its weights"
@@ -502,6 +504,7 @@ class MegatronParallel(WholeWeightsCheckpoint):
                 "param_groups": current["param_groups"],
             },
         )
+        check_metadata(folder)  # Megatron unpickles it with pickle: nothing else may be in it
         loaded = dist_checkpointing.load(
             {"optimizer": template, "step": None, "hyperparameters": None}, str(folder)
         )

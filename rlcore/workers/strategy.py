@@ -37,6 +37,9 @@ class Strategy(Protocol):
     # Pipeline stages the model is split into (Megatron's): above 1, passes over micro-batches
     # run through the strategy's ``pipeline`` method, not by calling the model.
     pipeline_size: int
+    # What ``save`` writes: "whole" (the whole weights) or "shards" (torch.distributed.checkpoint
+    # shards); the trainer records it beside the checkpoint and hands it back to ``load``.
+    form: str
 
     def convert(self, model: nn.Module) -> nn.Module:
         """The model this strategy trains, from the one the component loaded (the same one, but
@@ -97,9 +100,10 @@ class Strategy(Protocol):
         optimizer: torch.optim.Optimizer,
         directory: Path,
         saved: dict | None,
+        form: str = "whole",
     ) -> None:
-        """Restore what ``save`` wrote (and returned as ``saved``), or refuse a form this
-        strategy cannot read, naming the backend that wrote it."""
+        """Restore what ``save`` wrote in ``form`` (and returned as ``saved``), or refuse a form
+        this strategy cannot read, naming the backend that wrote it."""
         ...
 
     def save_optimizer(
@@ -249,6 +253,7 @@ class FullyShardedDataParallel(DistributedDataParallel):
 
     name = "fsdp2"
     shards = True
+    form = "shards"
 
     def __init__(
         self,

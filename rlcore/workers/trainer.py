@@ -36,6 +36,7 @@ from torch import nn
 from rlcore.config.sections import OptimConfig
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
+from rlcore.workers.weights_file import recorded_form
 
 LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
 
@@ -303,6 +304,7 @@ class Trainer:
             "optimizer": self.strategy.save(
                 self.model, self.optimizer, directory, self.global_rank
             ),
+            "form": self.strategy.form,
         }
         torch.save(state, directory / f"trainer_rank{self.global_rank}.pt")
 
@@ -310,7 +312,8 @@ class Trainer:
         """What ``save`` wrote, under any strategy that can read it (``Strategy.load``); this
         rank's own ``trainer_rank`` file, so as many ranks as wrote it."""
         state = torch.load(directory / f"trainer_rank{self.global_rank}.pt", weights_only=True)
-        self.strategy.load(self.model, self.optimizer, directory, state.get("optimizer"))
+        form = recorded_form(directory, state)  # never the one the folders suggest
+        self.strategy.load(self.model, self.optimizer, directory, state.get("optimizer"), form)
         # (a checkpoint of rlcore 0.1 counted no updates, and had no scheduler at a constant
         # rate: its warm-up-free schedules restart from the same rate)
         self.updates = state.get("updates", 0)

@@ -54,26 +54,42 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def recorded_form(folder: Path, trainer_state: dict | None = None) -> str:
+    """The form a component's checkpoint ``folder`` was written in ("whole" or "shards"), as
+    its trainer recorded it (``trainer_state``: a rank's trainer file, else rank 0's is read),
+    not as the folders present suggest. An earlier version recorded none: its whole weights
+    are ``WEIGHTS``, else it wrote shards."""
+    if trainer_state is None:
+        rank0 = folder / "trainer_rank0.pt"
+        trainer_state = torch.load(rank0, weights_only=True, mmap=True) if rank0.is_file() else {}
+    form = trainer_state.get("form")
+    return form or ("whole" if (folder / WEIGHTS).is_file() else "shards")
+
+
 def read_trained_weights(folder: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole weights in a component's checkpoint ``folder`` (``WEIGHTS``, or the ``SHARDS``
     any number of ranks wrote, read here into tensors shaped as ``model``'s), by name."""
-    if (folder / WEIGHTS).is_file():
+    if recorded_form(folder) == "whole":
         return load_weights(folder / WEIGHTS)
     import warnings
 
-    import torch.distributed.checkpoint as dcp
+    from rlcore.workers.shard_reader import load_shards_into
 
     state = {k: torch.empty_like(v) for k, v in model.state_dict().items()}
     with warnings.catch_warnings():  # that one process reads them is the intent here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load({"model": state}, checkpoint_id=str(folder / SHARDS), no_dist=True)
+        load_shards_into({"model": state}, folder / SHARDS, no_dist=True)
     return state
 
 
 class WholeWeightsCheckpoint:
     """The checkpoint form of every strategy but FSDP2's: rank 0 writes the whole weights
     (``WEIGHTS``), every rank its optimiser state as ``save_optimizer`` keeps it. ``load`` also
-    reads FSDP2's shards (``SHARDS``), onto any number of ranks."""
+    reads FSDP2's shards (``SHARDS``), onto any number of ranks. ``form`` names what ``save``
+    writes; the trainer records it, and ``load`` reads the form recorded, never the one a
+    folder's contents suggest (a ``shards/`` folder planted beside whole weights is not read)."""
+
+    form = "whole"  # or "shards"
 
     def save(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path, rank: int
@@ -89,8 +105,9 @@ class WholeWeightsCheckpoint:
         optimizer: torch.optim.Optimizer,
         directory: Path,
         saved: dict | None,
+        form: str = "whole",
     ) -> None:
-        if (directory / SHARDS).is_dir():
+        if form == "shards":
             load_shards(model, optimizer, directory, getattr(self, "group", None))
             return
         self.load_full_state_dict(model, load_weights(directory / WEIGHTS))
@@ -103,12 +120,13 @@ def load_shards(
     """The weights and optimiser state of a FSDP2 checkpoint (every rank's shards, written by
     ``torch.distributed.checkpoint``), onto ``model`` as it is held here: whole, or sharded over
     any number of ranks."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from rlcore.workers.shard_reader import load_shards_into
 
     weights, moments = get_state_dict(model, optimizer)
     both = {"model": weights, "optimizer": moments}
-    dcp.load(both, checkpoint_id=str(directory / SHARDS), process_group=group)
+    load_shards_into(both, directory / SHARDS, group)
     set_state_dict(
         model, optimizer, model_state_dict=both["model"], optim_state_dict=both["optimizer"]
     )

@@ -1,0 +1,139 @@
+"""Nothing planted in a run folder runs: a pickle payload in a checkpoint's files is refused by
+name, never unpickled, whatever reads it (resume, export, ``rlcore.load_policy``)."""
+
+import json
+import os
+import pickle
+import shutil
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict
+
+from rlcore.config import ConfigError
+from rlcore.runners.checkpoint import check_manifest, write_manifest
+from rlcore.runners.files import write_replacing
+from rlcore.workers.shard_reader import UnsafeCheckpoint, check_metadata, load_shards_into
+from tests.runners.test_resume import config, run
+
+
+class Payload:
+    """Unpickled, it writes ``marker``: proof that a file ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def saved_shards(folder):
+    """A ``torch.distributed.checkpoint`` of a small model and its AdamW state, as FSDP2 writes."""
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    weights, moments = get_state_dict(model, optimizer)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": weights, "optimizer": moments}, checkpoint_id=folder, no_dist=True)
+    return model, optimizer
+
+
+def test_a_payload_as_shard_metadata_runs_under_torch_and_is_refused_here(tmp_path):
+    model, _ = saved_shards(tmp_path / "shards")
+    # the genuine metadata reads, into equal tensors
+    state = {"model": {k: torch.zeros_like(v) for k, v in model.state_dict().items()}}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        load_shards_into(state, tmp_path / "shards", no_dist=True)
+    for key, value in model.state_dict().items():
+        assert torch.equal(state["model"][key], value)
+    marker = tmp_path / "ran"
+    (tmp_path / "shards" / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    # torch's own reader runs it (the hole this closes)...
+    with pytest.raises(BaseException):  # noqa: B017 (torch's CheckpointException: no Metadata)
+        dcp.load(state, checkpoint_id=tmp_path / "shards", no_dist=True)
+    assert marker.read_text() == "ran"
+    marker.unlink()
+    # ...this one names the file and runs nothing
+    with pytest.raises(UnsafeCheckpoint, match=r"shards/.metadata asks to load builtins.exec"):
+        load_shards_into(state, tmp_path / "shards", no_dist=True)
+    with pytest.raises(UnsafeCheckpoint, match=r"builtins.exec"):
+        check_metadata(tmp_path / "shards")
+    assert not marker.exists()
+
+
+def test_a_payload_as_a_non_tensor_item_is_refused(tmp_path):
+    marker = tmp_path / "ran"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(
+            {"lr": 0.5, "trap": Payload(marker)}, checkpoint_id=tmp_path / "shards", no_dist=True
+        )
+        assert not marker.exists()
+        state = {"lr": 0.0, "trap": None}
+        with pytest.raises(UnsafeCheckpoint, match=r"the item trap of a checkpoint asks to run"):
+            load_shards_into(state, tmp_path / "shards", no_dist=True)
+        assert not marker.exists()
+        del state["trap"]
+        load_shards_into(state, tmp_path / "shards", no_dist=True)  # plain data still reads
+    assert state["lr"] == 0.5
+
+
+def test_files_the_manifest_does_not_list_and_links_are_refused(tmp_path):
+    run(config(tmp_path, "runner.run_name=full"))
+    checkpoint = tmp_path / "full" / "checkpoints" / "iter_000003"
+    assert check_manifest(checkpoint) is None
+    planted = checkpoint / "actor" / "shards" / ".metadata"
+    planted.parent.mkdir()
+    planted.write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
+    problem = check_manifest(checkpoint)
+    assert problem == f"{planted} is not in the manifest (added after the checkpoint was written)"
+    with pytest.raises(ConfigError, match=r"cannot be resumed: .*shards/.metadata is not in"):
+        run(config(tmp_path, f"runner.resume_dir={checkpoint}"))
+    shutil.rmtree(planted.parent)
+    link = checkpoint / "actor" / "extra.pt"
+    os.symlink(tmp_path / "elsewhere", link)
+    assert check_manifest(checkpoint) == (
+        f"{link} is a link, which no checkpoint holds: it is not followed"
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_whole_weights_checkpoint_never_reads_a_planted_shards_folder(tmp_path):
+    """Planted with a manifest made to list it: the torch backend recorded whole weights, so
+    the shards folder is never read and the run resumes as it would have."""
+    run(config(tmp_path, "runner.run_name=full"))
+    checkpoint = tmp_path / "full" / "checkpoints" / "iter_000003"
+    stopped = tmp_path / "stopped" / "checkpoints" / "iter_000003"
+    shutil.copytree(checkpoint, stopped)
+    planted = stopped / "actor" / "shards" / ".metadata"
+    planted.parent.mkdir()
+    planted.write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
+    (stopped / "manifest.json").unlink()
+    write_manifest(stopped)
+    resumed = run(config(tmp_path, f"runner.resume_dir={stopped}"))
+    assert resumed["iterations"] == 6
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_run_folder_holding_a_link_is_refused_and_no_write_follows_one(tmp_path):
+    run(config(tmp_path, "runner.run_name=full"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    config_file = tmp_path / "full" / "config.json"
+    config_file.unlink()
+    config_file.symlink_to(victim)
+    more = ("runner.run_name=full", "runner.resume=auto", "runner.total_env_steps=512")
+    with pytest.raises(ConfigError, match=r"config.json is a link \(to .*victim.txt\)"):
+        run(config(tmp_path, *more))
+    assert victim.read_text() == "mine"
+    # every run-folder file is written beside its place and renamed over it: a link is replaced
+    write_replacing(config_file, "{}")
+    assert not config_file.is_symlink() and config_file.read_text() == "{}"
+    assert victim.read_text() == "mine"
+    assert run(config(tmp_path, *more))["iterations"] == 8  # the folder is whole again
+    assert json.loads(config_file.read_text())["runner"]["total_env_steps"] == 512
