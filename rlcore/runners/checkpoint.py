@@ -39,7 +39,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
 from rlcore.log import say, warn
-from rlcore.runners.files import check_no_links, write_replacing
+from rlcore.runners.files import check_no_links, lock_run_folder, write_replacing
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
@@ -93,7 +93,14 @@ def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path 
         return find_checkpoint(run.resume_dir, log)
     if run.resume == "auto":
         folder = Path(run.output_dir) / run.run_name
-        return newest_complete(folder, log) if folder.is_dir() else None
+        found = newest_complete(folder, log) if folder.is_dir() else None
+        if found is None and _checkpoints(folder):  # (a crash mid-write leaves no such folder)
+            raise ConfigError(
+                f"runner.resume=auto: no checkpoint of {folder} is complete (each is named "
+                "above), and starting over would replace them; to start over, move or delete "
+                f"{folder / 'checkpoints'}, or give runner.resume_dir a checkpoint to continue"
+            )
+        return found
     return None
 
 
@@ -162,6 +169,7 @@ def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
     except (FileExistsError, NotADirectoryError) as error:
         where = f"cannot make the run folder {run_dir}: {error}"
         raise ConfigError(f"runner.output_dir: {where}") from None
+    lock_run_folder(run_dir)  # held until the driver closes
     write_replacing(run_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
     return run_dir, checkpoint
 

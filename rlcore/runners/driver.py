@@ -20,6 +20,7 @@ import torch
 from rlcore.log import say
 from rlcore.placement import PlacementPlan
 from rlcore.runners.checkpoint import load_checkpoint, open_run_folder, save_checkpoint
+from rlcore.runners.files import unlock_run_folder
 from rlcore.runners.loop import Schedule, train
 from rlcore.runners.progress import Progress
 from rlcore.scheduler.deployment import start_components
@@ -36,11 +37,15 @@ class Driver:
         self.restarts: list[dict[str, Any]] = []  # set by the supervisor after a lost worker
         self.version = 0  # of the actor's weights: one per actor update
         self.progress = Progress()
-        self.run_dir, self.resumed_from = open_run_folder(config, name)
+        self.run_dir, self.resumed_from = open_run_folder(config, name)  # (and its lock)
         torch.manual_seed(config.runner.seed)  # what the components built in this process draw
-        self.components = start_components(
-            plan, config.cluster, config.sync, config.runner.torch_threads
-        )
+        try:
+            self.components = start_components(
+                plan, config.cluster, config.sync, config.runner.torch_threads
+            )
+        except BaseException:
+            unlock_run_folder(self.run_dir)
+            raise
         try:
             self.launch()
             if self.resumed_from is not None:
@@ -50,7 +55,7 @@ class Driver:
                 self.load_state(state)
                 say(f"resumed from {self.resumed_from} at iteration {self.progress.iteration}")
         except BaseException:
-            self.components.close()
+            self.close()
             raise
 
     # what a driver says -------------------------------------------------------------------------
@@ -103,4 +108,7 @@ class Driver:
             self.close()
 
     def close(self, wait_s: float = 10.0) -> None:
-        self.components.close(wait_s)
+        try:
+            self.components.close(wait_s)
+        finally:
+            unlock_run_folder(self.run_dir)

@@ -1,11 +1,14 @@
 """Writing into a run folder without following links: each file is written to a new temporary
 file beside it and renamed over the old one (``write_replacing``), so a link planted where a file
 goes is replaced, its target untouched, and a crash mid-write leaves the old file whole; a run
-folder that holds links is refused before a run writes into it (``check_no_links``)."""
+folder that holds links is refused before a run writes into it (``check_no_links``). A run holds
+its folder's lock (``lock_run_folder``: ``fcntl.flock`` on ``RUN/.lock``) while it runs, so a
+second run started on the same folder is refused at once instead of training beside it."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -40,3 +43,35 @@ def check_no_links(run_dir: Path, key: str = "runner.resume_dir") -> None:
                 f"{key}: {path} is a link (to {os.readlink(path)}); a run never writes or reads "
                 "through links in its folder: replace it with the file or folder itself"
             )
+
+
+LOCK_FILE = ".lock"
+_held: dict[str, int] = {}  # run folder -> the descriptor of its lock, held by this process
+
+
+def lock_run_folder(run_dir: Path) -> None:
+    """Hold ``run_dir``'s lock until ``unlock_run_folder`` (or this process ends: the system
+    releases it, so a killed run leaves no stale lock); ``ConfigError`` naming the process that
+    holds it if another does."""
+    key = str(run_dir.resolve())
+    if key in _held:
+        return
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"runner.run_name: {run_dir} is in use by another run (process {holder}); wait for "
+            "it to end, or give this one another runner.run_name"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held[key] = fd
+
+
+def unlock_run_folder(run_dir: Path) -> None:
+    fd = _held.pop(str(run_dir.resolve()), None)
+    if fd is not None:
+        os.close(fd)  # (closing the descriptor releases the lock)

@@ -11,10 +11,10 @@ A driver (``EmbodiedRunner``, ``ReasoningRunner``) says what an iteration and an
         log metrics; advance the progress bar
     write summary.json (the driver's fields, the mean seconds per stage, the restarts)
 
-SIGINT (Ctrl-C) or SIGTERM during training lets the current iteration finish, then writes a
-checkpoint (unless ``checkpoint_every`` is 0) and ``summary.json`` marked ``"interrupted":
-true``, and ends with ``RunInterrupted`` (exit status 128 + the signal's number). A second
-signal stops at once.
+SIGINT (Ctrl-C), SIGTERM or SIGHUP (a closed terminal) during training lets the current
+iteration finish, then writes a checkpoint (unless ``checkpoint_every`` is 0) and
+``summary.json`` marked ``"interrupted": true``, and ends with ``RunInterrupted`` (exit status
+128 + the signal's number). A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -79,8 +79,12 @@ class RunInterrupted(SystemExit):
         self.signum = signum
 
 
+# Ctrl-C, a kill, and the terminal's hang-up (a closed ssh session): each asks the run to stop
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class StopRequests:
-    """While training, the first SIGINT or SIGTERM is a request to stop after the current
+    """While training, the first SIGINT, SIGTERM or SIGHUP is a request to stop after the current
     iteration (``signum`` is set); a second one stops at once. Outside the main thread (where
     Python cannot install handlers) signals behave as they would without it."""
 
@@ -91,7 +95,7 @@ class StopRequests:
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._request)
         return self
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rlcore.config.errors import ConfigError
@@ -27,6 +28,7 @@ from rlcore.runners.checkpoint import (
     check_run_folder,
     checkpoint_to_resume,
 )
+from rlcore.runners.files import check_no_links
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 
 
@@ -46,6 +48,7 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
         attempt(_probe_env, config)
     attempt(_check_resume, config, plan)
     attempt(check_run_folder, config)
+    attempt(_check_links, config)
     attempt(_check_ray, config, plan)
     if problems:
         raise ConfigError("\n".join(problems))
@@ -140,6 +143,18 @@ def _check_ray(config: RLCoreConfig, plan: PlacementPlan) -> None:
             "which needs Ray (pip install ray); place every component on one slot (e.g. "
             "actor,rollout,env: 0) to run in this process without it"
         ) from None
+
+
+def _check_links(config: RLCoreConfig) -> None:
+    """The run folder a run would continue holds no link (``check_no_links``)."""
+    run = config.runner
+    if run.resume_dir:
+        folder = Path(run.resume_dir)
+        if (folder / DRIVER_FILE).is_file():  # a checkpoint: RUN/checkpoints/iter_K
+            folder = folder.parent.parent
+        check_no_links(folder)
+    elif run.run_name is not None:
+        check_no_links(Path(run.output_dir) / run.run_name, "runner.run_name")
 
 
 def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:

@@ -283,13 +283,17 @@ class Scheduler:
         self._restore_sigterm()
 
     def _catch_sigterm(self) -> None:
-        # SIGTERM would end Python without running `finally`; make it unwind like Ctrl-C.
+        # SIGTERM and SIGHUP would end Python without running `finally`; make them unwind like
+        # Ctrl-C.
         if threading.current_thread() is threading.main_thread():
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+            self._previous_sigterm = {
+                sig: signal.signal(sig, _raise_exit) for sig in (signal.SIGTERM, signal.SIGHUP)
+            }
 
     def _restore_sigterm(self) -> None:
         if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            for sig, handler in self._previous_sigterm.items():
+                signal.signal(sig, handler)
             self._previous_sigterm = None
 
 

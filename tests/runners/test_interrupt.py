@@ -1,4 +1,4 @@
-"""Ctrl-C or SIGTERM stops a run after its current iteration with a checkpoint and a summary
+"""Ctrl-C, SIGTERM or SIGHUP stops a run after its current iteration with a checkpoint and a summary
 marked interrupted, exits non-zero within seconds, and leaves no process behind (subprocess
 envs included)."""
 
@@ -17,7 +17,10 @@ from rlcore.scheduler.processes import alive, children
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+SENT = {"sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}  # to the driver alone
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
 def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_path, how):
     run = subprocess.Popen(
         [
@@ -51,10 +54,10 @@ def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_
         if how == "ctrl-c":  # the terminal sends SIGINT to the whole group
             os.killpg(run.pid, signal.SIGINT)
         else:
-            run.send_signal(signal.SIGTERM)
+            run.send_signal(SENT[how])
         _, err = run.communicate(timeout=60)
         assert time.monotonic() - start < 30
-        expected = 128 + (signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+        expected = 128 + (signal.SIGINT if how == "ctrl-c" else SENT[how])
         assert run.returncode == expected, err[-2000:]
         assert "stopping after this iteration" in err and "Traceback" not in err
         summary = json.loads((tmp_path / "r" / "summary.json").read_text())

@@ -5,6 +5,8 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -13,8 +15,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from rlcore.config import ConfigError
+from rlcore.placement import plan_for_config
 from rlcore.runners.checkpoint import check_manifest, write_manifest
 from rlcore.runners.files import write_replacing
+from rlcore.runners.preflight import preflight
 from rlcore.workers.shard_reader import UnsafeCheckpoint, check_metadata, load_shards_into
 from tests.runners.test_resume import config, run
 
@@ -130,6 +134,8 @@ def test_a_run_folder_holding_a_link_is_refused_and_no_write_follows_one(tmp_pat
     more = ("runner.run_name=full", "runner.resume=auto", "runner.total_env_steps=512")
     with pytest.raises(ConfigError, match=r"config.json is a link \(to .*victim.txt\)"):
         run(config(tmp_path, *more))
+    with pytest.raises(ConfigError, match=r"config.json is a link"):  # the dry run says it too
+        preflight(config(tmp_path, *more), plan_for_config(config(tmp_path, *more)))
     assert victim.read_text() == "mine"
     # every run-folder file is written beside its place and renamed over it: a link is replaced
     write_replacing(config_file, "{}")
@@ -137,3 +143,44 @@ def test_a_run_folder_holding_a_link_is_refused_and_no_write_follows_one(tmp_pat
     assert victim.read_text() == "mine"
     assert run(config(tmp_path, *more))["iterations"] == 8  # the folder is whole again
     assert json.loads(config_file.read_text())["runner"]["total_env_steps"] == 512
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_at_once(tmp_path):
+    run(config(tmp_path, "runner.run_name=full"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(tmp_path / 'full' / '.lock')!r}, 'r+')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX); f.seek(0); f.truncate(); f.write('4242'); f.flush()\n"
+            "print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        more = ("runner.run_name=full", "runner.resume=auto", "runner.total_env_steps=512")
+        with pytest.raises(ConfigError, match=r"full is in use by another run \(process 4242\)"):
+            run(config(tmp_path, *more))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run(config(tmp_path, *more))["iterations"] == 8  # released with its process
+
+
+def test_resume_auto_with_no_complete_checkpoint_refuses_instead_of_starting_over(tmp_path, capsys):
+    same = ("runner.run_name=job", "runner.resume=auto")
+    run(config(tmp_path, *same))
+    checkpoints = tmp_path / "job" / "checkpoints"
+    for damaged in ("iter_000003", "iter_000006"):
+        weights = checkpoints / damaged / "actor" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-10])
+    before = {p: p.read_bytes() for p in checkpoints.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(ConfigError, match=r"resume=auto: no checkpoint of .*job is complete"):
+        run(config(tmp_path, *same))
+    err = capsys.readouterr().err
+    assert "skipped checkpoint iter_000006" in err and "skipped checkpoint iter_000003" in err
+    assert {p: p.read_bytes() for p in checkpoints.rglob("*") if p.is_file()} == before
