@@ -203,3 +203,29 @@ def test_entry_point_takes_a_cluster_file_in_a_dry_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("placement: disaggregated, 1 node(s) x 2 CPU slot(s)")
     assert "one process per rank for: actor, rollout" in done.stdout
+
+
+def test_a_key_given_twice_is_refused_and_a_home_path_is_expanded(capsys, monkeypatch, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        main(
+            ["config", "embodied/cartpole_ppo", "runner.seed=1", "env.num_envs=4", "runner.seed=2"]
+        )
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "rlcore: config error: runner.seed is given twice (runner.seed=1 and runner.seed=2); "
+        "give it once\n"
+    )
+    # "~" quoted past the shell (or written in YAML) is the home folder, not a folder named "~"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            "runner.output_dir='~/runs'",
+            "reward.kind=custom",
+            "data.train_files=['~/a.jsonl',b.jsonl]",
+            "reward.custom_fn='~/r.py:score'",
+        ],
+    )
+    assert config.runner.output_dir == f"{tmp_path}/runs"
+    assert config.data.train_files == (f"{tmp_path}/a.jsonl", "b.jsonl")
+    assert config.reward.custom_fn == f"{tmp_path}/r.py:score"

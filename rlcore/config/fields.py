@@ -61,9 +61,13 @@ def key(
     factory: Callable[[], Any] | None = None,
     range: str | None = None,
     modes: tuple[str, ...] | None = None,
+    path: bool = False,
 ) -> Any:
     """A config key with ``default`` (or none: ``REQUIRED``), its one-line ``doc`` and, for a
     number (or a list of numbers: each item), its accepted ``range`` (see ``Range``).
+
+    ``path``: the value names a file or folder (each item of a list does): a leading ``~`` is
+    the user's home, as in a shell, also where the shell did not expand it (quoted, in YAML).
 
     ``modes``: the modes that read it, when not all; elsewhere a value other than the default is
     refused (a key the config accepts is honoured). A list default is given as ``factory``; the
@@ -74,6 +78,8 @@ def key(
         metadata["range"] = Range.parse(range)
     if modes is not None:
         metadata["modes"] = modes
+    if path:
+        metadata["path"] = True
     if factory is not None:
         return dataclasses.field(default_factory=lambda: frozen(factory()), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -75,6 +75,19 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
     return parsed
 
 
+def refuse_repeated(overrides: Sequence[str]) -> None:
+    """``ConfigError`` naming a key given twice on a command line (Hydra would take the last
+    without a word, and a typed-again key is more often a mistake than a wish)."""
+    seen: dict[str, str] = {}
+    for override in parse_overrides(overrides):
+        key = override.key_or_group
+        if key in seen:
+            raise ConfigError(
+                f"{key} is given twice ({seen[key]} and {override.input_line}); give it once"
+            )
+        seen[key] = override.input_line
+
+
 def load_cluster_file(path: Path) -> DictConfig:
     """A cluster file: the cluster keys at the top level, or wrapped in ``cluster:``."""
     if not path.is_file():

@@ -46,10 +46,14 @@ class SyntheticConfig:
 @dataclass(kw_only=True, frozen=True)
 class DataConfig:
     train_files: list[str] = key(
-        factory=list, doc="parquet or jsonl files of training prompts; empty = the synthetic task"
+        factory=list,
+        doc="parquet or jsonl files of training prompts; empty = the synthetic task",
+        path=True,
     )
     val_files: list[str] = key(
-        factory=list, doc="parquet or jsonl files of validation prompts; empty = the synthetic task"
+        factory=list,
+        doc="parquet or jsonl files of validation prompts; empty = the synthetic task",
+        path=True,
     )
     prompt_key: str = key("question", doc="the field that holds the prompt text")
     answer_key: str = key("answer", doc="the field that holds the reference answer")
@@ -108,7 +112,9 @@ class LoraConfig:
 @dataclass(kw_only=True, frozen=True)
 class LMConfig:
     path: str | None = key(
-        None, doc="a local Hugging Face model directory; null = the tiny model built (and cached)"
+        None,
+        doc="a local Hugging Face model directory; null = the tiny model built (and cached)",
+        path=True,
     )
     dtype: Literal["float32", "bfloat16"] = key("float32", doc="parameter dtype")
     gradient_checkpointing: bool = key(
@@ -169,7 +175,9 @@ class CriticConfig(TrainedKeys):
         "estimator that reads values, such as gae)",
     )
     model_path: str | None = key(
-        None, doc="the critic's own model directory; null = start from the actor's weights"
+        None,
+        doc="the critic's own model directory; null = start from the actor's weights",
+        path=True,
     )
     ppo_epochs: int | None = key(
         None, doc="critic passes per batch; null = actor.ppo_epochs", range=">= 1"
@@ -296,6 +304,7 @@ class RewardConfig(GroupKeys):
         doc="kind custom: 'path/to/file.py:function' taking (response, answer) and returning "
         "{'score': number, 'correct': bool} (the verdict the accuracy counts; verl's 'acc' "
         "too), or a bare finite number (a reward with no verdict: no accuracy is reported)",
+        path=True,
     )
     timeout_s: float = key(
         2.0,
@@ -335,7 +344,9 @@ class WarmupConfig:
     lr: float = key(1e-3, doc="AdamW learning rate of the warm-up", range="> 0")
     batch_size: int = key(64, doc="examples per warm-up step", range=">= 1")
     cache_dir: str = key(
-        ".cache/rlcore", doc="the tiny model, tokenizer and warmed-up weights are cached here"
+        ".cache/rlcore",
+        doc="the tiny model, tokenizer and warmed-up weights are cached here",
+        path=True,
     )
 
 

@@ -271,7 +271,7 @@ class RunnerConfig:
         doc="seeds torch, the envs or the data order, and the sampling",
         range=">= 0",
     )
-    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/")
+    output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/", path=True)
     run_name: str | None = key(
         None,
         doc="the run's folder name; null = NAME-SEED-TIMESTAMP, NAME the env id (embodied) or the "
@@ -286,6 +286,7 @@ class RunnerConfig:
     resume_dir: str | None = key(
         None,
         doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run folder's newest one",
+        path=True,
     )
     checkpoint_every: int = key(
         50,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -154,7 +155,7 @@ def _build(
                 values[name] = frozen(default)
             continue
         try:
-            values[name] = frozen(_convert(tp, data[name]))
+            values[name] = frozen(_expand_user(field, _convert(tp, data[name])))
             _check_range(field, values[name], tp)
         except _Invalid as problem:
             ctx.problems.append(f"{path}: {problem}")
@@ -223,6 +224,15 @@ def describe_type(tp: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
+
+
+def _expand_user(field: dataclasses.Field, value: Any) -> Any:
+    """A path key's value (or list of them) with a leading ``~`` expanded (``key(path=True)``)."""
+    if not field.metadata.get("path"):
+        return value
+    if isinstance(value, list | tuple):
+        return [os.path.expanduser(v) if isinstance(v, str) else v for v in value]
+    return os.path.expanduser(value) if isinstance(value, str) else value
 
 
 def _convert(tp: Any, value: Any) -> Any:
