@@ -188,6 +188,7 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
             "action_low": None if spec.action_low is None else spec.action_low.tolist(),
             "action_high": None if spec.action_high is None else spec.action_high.tolist(),
             "obs_scale": spec.obs_scale,
+            "action_start": None if spec.action_start is None else list(spec.action_start),
         },
         "model": {
             "hidden_sizes": list(m.hidden_sizes),
@@ -261,6 +262,7 @@ def load_policy(path: str | Path) -> Policy:
         None if s["action_low"] is None else np.asarray(s["action_low"], dtype=np.float32),
         None if s["action_high"] is None else np.asarray(s["action_high"], dtype=np.float32),
         s["obs_scale"],
+        None if s.get("action_start") is None else tuple(s["action_start"]),  # (0.1: none)
     )
     m = described["model"]
     model = ActorCritic(

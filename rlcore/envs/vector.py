@@ -40,6 +40,9 @@ class SpaceSpec:
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
     obs_scale: float = 1.0  # 1/255 for uint8 images, so the network sees [0, 1]
+    # discrete kinds: the env's first action (gymnasium's ``start``; per dimension for
+    # MultiDiscrete), added to the policy's index 0..n-1; None where every start is 0
+    action_start: tuple[int, ...] | None = None
 
 
 def make_vector_env(
@@ -104,10 +107,13 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
         )
     scale = 1.0 / 255.0 if obs.dtype == np.uint8 else 1.0
     if isinstance(act, gym.spaces.Discrete):
-        return SpaceSpec(obs.shape, "discrete", (int(act.n),), obs_scale=scale)
+        start = (int(act.start),) if int(act.start) else None
+        return SpaceSpec(obs.shape, "discrete", (int(act.n),), obs_scale=scale, action_start=start)
     if isinstance(act, gym.spaces.MultiDiscrete):
         dims = tuple(int(n) for n in act.nvec.ravel())
-        return SpaceSpec(obs.shape, "multi_discrete", dims, obs_scale=scale)
+        starts = tuple(int(s) for s in np.asarray(act.start).ravel())
+        start = starts if any(starts) else None
+        return SpaceSpec(obs.shape, "multi_discrete", dims, obs_scale=scale, action_start=start)
     if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
         return SpaceSpec(obs.shape, "box", act.shape, act.low.copy(), act.high.copy(), scale)
     raise EnvError(

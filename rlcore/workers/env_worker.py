@@ -46,12 +46,15 @@ class Transition:
 
 def env_action(spec: SpaceSpec, action: torch.Tensor, numpy: bool = True) -> Any:
     """What the envs receive: Gaussian samples clipped to the space (the policy's log-probs stay
-    those of the unclipped sample), indices as they are; a numpy array, or with ``numpy``
-    False (a tensor env) a tensor on the action's device."""
+    those of the unclipped sample), indices shifted by the space's ``start``; a numpy array, or
+    with ``numpy`` False (a tensor env) a tensor on the action's device."""
     if spec.action_kind == "box":
         low = torch.as_tensor(spec.action_low, device=action.device)
         high = torch.as_tensor(spec.action_high, device=action.device)
         action = torch.clamp(action, low, high)
+    elif spec.action_start is not None:  # index i is the env's action start + i
+        start = torch.tensor(spec.action_start, device=action.device, dtype=action.dtype)
+        action = action + (start[0] if spec.action_kind == "discrete" else start)
     return action.numpy() if numpy else action
 
 
