@@ -54,3 +54,10 @@ def _replaced(section: Any, path: list[str], value: Any) -> Any:
     head, *rest = path
     inner = _replaced(getattr(section, head), rest, value) if rest else value
     return dataclasses.replace(section, **{head: inner})
+
+
+def once(*overrides: str) -> list[str]:
+    """``overrides`` with each key given once, the last value kept (a command line refuses a
+    key given twice; a test layers its own values over ``TINY``)."""
+    last = {o.split("=", 1)[0]: o for o in overrides}
+    return list(last.values())

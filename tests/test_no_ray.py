@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.lm_fixtures import TINY
+from tests.lm_fixtures import TINY, once
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def test_the_default_jobs_run_without_ray(tiny_lm, tmp_path):
     common = ["runner.progress=false", f"runner.output_dir={tmp_path}", "logger.tensorboard=false"]
     jobs = {
         "embodied/cartpole_ppo": ["runner.total_env_steps=2048", *common],
-        "reasoning/tiny_arith_ppo": [*TINY, f"warmup.cache_dir={dirs.actor.parent}", *common],
+        "reasoning/tiny_arith_ppo": once(*TINY, f"warmup.cache_dir={dirs.actor.parent}", *common),
     }
     for config, args in jobs.items():
         done = run_without_ray(config, args)

@@ -13,7 +13,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.data.prompts import DataError
 from rlcore.placement import plan_for_config
 from rlcore.runners.supervisor import build_runner
-from tests.lm_fixtures import TINY
+from tests.lm_fixtures import TINY, once
 
 ARITH, CARTPOLE = "reasoning/tiny_arith_ppo", "embodied/cartpole_ppo"
 
@@ -168,7 +168,7 @@ def test_every_input_the_runner_refuses_the_dry_run_refuses_first(tiny_lm, tmp_p
     cases = bad_inputs(tmp_path, dirs.actor)
     assert len(cases) >= 15
     for config, overrides, line in cases:
-        args = [*ours[config], f"runner.output_dir={tmp_path / 'out'}", *overrides]
+        args = once(*ours[config], f"runner.output_dir={tmp_path / 'out'}", *overrides)
         assert line in runner_refusal(config, args), overrides
         with pytest.raises(SystemExit) as stopped:
             run_entry_point(config, [*args, "runner.dry_run=true"])

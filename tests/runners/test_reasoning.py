@@ -15,7 +15,7 @@ from rlcore.placement import plan_for_config
 from rlcore.runners.baselines import greedy_baselines
 from rlcore.runners.supervisor import build_runner
 from rlcore.scheduler import WorkerError
-from tests.lm_fixtures import TINY, tiny_config
+from tests.lm_fixtures import TINY, once, tiny_config
 
 # every Ray run of this module joins one local Ray (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("local_ray")
@@ -161,7 +161,7 @@ def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_pat
     if "LENGTH_REWARD" in overrides:
         overrides.remove("LENGTH_REWARD")
         overrides += length_reward(tmp_path)
-    args = [
+    args = once(
         *TINY,
         f"warmup.cache_dir={dirs.actor.parent}",
         f"runner.output_dir={tmp_path}",
@@ -169,7 +169,7 @@ def test_each_added_estimator_and_policy_loss_trains_end_to_end(tiny_lm, tmp_pat
         "algorithm.adv_type=grpo",
         "algorithm.group_size=4",
         *overrides,
-    ]
+    )
     assert run_entry_point(name, args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["iterations"] == 2 and summary["skipped_steps"] == {"actor": 0}
