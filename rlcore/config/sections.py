@@ -288,6 +288,12 @@ class RunnerConfig:
         doc="continue from a checkpoint (RUN/checkpoints/iter_K) or a run folder's newest one",
         path=True,
     )
+    resume_changed_data: bool = key(
+        False,
+        doc="resume although a data file changed since the checkpoint (refused by default, "
+        "naming the file; the summary lists them)",
+        modes=("reasoning",),
+    )
     checkpoint_every: int = key(
         50,
         doc="iterations between checkpoints (and one at the end, so a finished run keeps its "

@@ -64,6 +64,12 @@ def load_prompt_rows(
                         f"{'null' if value is None else 'empty'}; give every row a "
                         f"{'prompt' if field == prompt_key else 'answer'} or drop it"
                     )
+                if isinstance(value, bool):  # (an int to Python: str() would give "True")
+                    raise DataError(
+                        f"{path}: row {number}: the '{field}' field is the boolean "
+                        f'{str(value).lower()}, not text; write it as a string ("yes", '
+                        '"true", ...) as the reward compares it'
+                    )
                 if not isinstance(value, str | int | float):
                     hint = (
                         (

@@ -4,6 +4,7 @@ arithmetic task), and the seeded order in which training prompts are drawn, batc
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,11 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
+
+
+def data_name(data: Any) -> str:
+    """A run's data in a run folder's name: the first training file's stem, or "arith"."""
+    return Path(data.train_files[0]).stem.split(".")[0] if data.train_files else "arith"
 
 
 def load_prompt_set(

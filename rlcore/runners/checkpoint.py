@@ -38,6 +38,7 @@ from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
+from rlcore.data.identity import changed_files
 from rlcore.log import say, warn
 from rlcore.runners.files import check_no_links, lock_run_folder, write_replacing
 from rlcore.runners.progress import Progress
@@ -61,6 +62,7 @@ RESUME_FREE_KEYS = {
     "logger.tensorboard",
     "logger.wandb",
     "runner.resume",
+    "runner.resume_changed_data",
     "runner.keep_checkpoints",
     "env.checkpoint_state",
     "logger.console",
@@ -305,6 +307,15 @@ def check_resumable(
     """``checkpoint`` (its ``driver.json`` read as ``driver``) continues ``config`` on a placement
     with ``world_sizes`` ranks per component; ``ConfigError`` naming what differs if not."""
     check_same_run(driver["config"], dataclasses.asdict(config), checkpoint)
+    saved_data = driver["state"].get("data")  # (a reasoning run's; none before rlcore 0.2)
+    if saved_data is not None and not config.runner.resume_changed_data:
+        changed = changed_files(saved_data, data_files(config))
+        if changed:
+            raise ConfigError(
+                f"{changed[0]}: {checkpoint} cannot be resumed on other data; resume on the same "
+                "files, or set runner.resume_changed_data=true to go on with these (the summary "
+                "says so)"
+            )
     done, target = driver["progress"]["iteration"], config.derived.iterations
     # A re-launch (runner.resume=auto) of a run that has finished finds nothing left to do.
     if done > target or (done == target and config.runner.resume != "auto"):
@@ -318,6 +329,11 @@ def check_resumable(
             f"runner.resume_dir: {checkpoint} was written by {driver['world_sizes']} ranks per "
             f"component, this placement has {world_sizes}; resume with as many ranks of each"
         )
+
+
+def data_files(config: Any) -> dict[str, tuple[str, ...]]:
+    """The data files a reasoning run reads, by key (none for the synthetic task)."""
+    return {"data.train_files": config.data.train_files, "data.val_files": config.data.val_files}
 
 
 def find_checkpoint(path: str, log: Callable[[str], None] = say) -> Path:

@@ -36,7 +36,8 @@ from rlcore.algorithms import (
     build_kl_controller,
 )
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.sampler import PromptSampler, load_prompt_set, prompt_batch
+from rlcore.data.identity import data_state, resumed_data
+from rlcore.data.sampler import PromptSampler, data_name, load_prompt_set, prompt_batch
 from rlcore.data.sequences import trim_padding
 from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
@@ -45,6 +46,7 @@ from rlcore.prepare import ModelDirs
 from rlcore.runners import reasoning_metrics
 from rlcore.runners.advantages import reasoning_advantages
 from rlcore.runners.baselines import greedy_baselines
+from rlcore.runners.checkpoint import data_files
 from rlcore.runners.driver import Driver
 from rlcore.runners.dynamic_sampling import generate_groups
 from rlcore.runners.progress import Stopwatch
@@ -57,8 +59,7 @@ from rlcore.workers.rollout import RolloutWorker
 
 
 class ReasoningRunner(Driver):
-    """See the module docstring. ``plan`` comes from ``plan_for_config(config)``, ``models``
-    from ``prepare_models(config)``."""
+    """See the module docstring (``plan``: ``plan_for_config``, ``models``: ``prepare_models``)."""
 
     def __init__(self, config: ReasoningConfig, plan: PlacementPlan, models: ModelDirs) -> None:
         run, alg = config.runner, config.algorithm
@@ -70,8 +71,8 @@ class ReasoningRunner(Driver):
         ctrl = alg.kl_ctrl
         self.kl_ctrl = build_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
         self.generated_tokens = 0  # response tokens generated for training, dropped included
-        data = config.data.train_files[0] if config.data.train_files else "arith"
-        super().__init__(config, plan, data.rsplit("/", 1)[-1].split(".")[0])
+        self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
+        super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
             iterations=run.total_iterations,
             samples_per_iteration=config.data.train_batch_size * alg.group_size,
@@ -106,8 +107,7 @@ class ReasoningRunner(Driver):
         self.reward: RewardWorker = built["reward"]
         self.critic: LMCritic | None = built.get("critic")
         self.ref: LMReference | None = built.get("ref")
-        # The rollout's recorded log-probs are the old log-probs when it samples with the
-        # actor's own module (and the estimator needs no other output of that pass).
+        # the rollout's log-probs are the old ones when it samples with the actor's own module
         self.inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
         self.reuse_log_probs = (
             not config.actor.recompute_log_probs
@@ -125,9 +125,11 @@ class ReasoningRunner(Driver):
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "version": self.version,
             "generated_tokens": self.generated_tokens,
+            **data_state(data_files(self.config), len(self.train_set)),  # what it trained on
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        self.changed_data = resumed_data(state, data_files(self.config), len(self.train_set))
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.version = state["version"]
@@ -253,4 +255,5 @@ class ReasoningRunner(Driver):
             generated_tokens=self.generated_tokens,
             model=str(self.models.actor),
             placement=self.plan.layout,
+            changed_data=self.changed_data,
         )

@@ -75,6 +75,7 @@ def summary(
     generated_tokens: int,
     model: str,
     placement: str,
+    changed_data: list[str],
 ) -> dict[str, Any]:
     """The run's summary (``summary.json``; ``loop.train`` adds the stage times and restarts):
     validation before and after, throughput, padding, the data and the model."""
@@ -105,4 +106,6 @@ def summary(
         "dropped_prompts": train_set.dropped + val_set.dropped,
         "model": model,
         "placement": placement,
+        # resumed with runner.resume_changed_data on files that differ from the checkpoint's
+        **({"resumed_on_changed_data": changed_data} if changed_data else {}),
     }

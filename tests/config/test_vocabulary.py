@@ -48,6 +48,9 @@ IMPLICIT = {
         "critic.optim.decay": "constant",
     },
 }
+# keys added after the vocabulary change, at their defaults: they refuse what 0.1 allowed, and
+# change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked)
+ADDED_SINCE = {"runner.resume_changed_data": False}
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {
     "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations"},
@@ -72,7 +75,7 @@ def effective_before(config: str, now: dict) -> dict:
     before = flat(BEFORE[config]["resolved"])
     mode = before["mode"]
     out = {RENAMED.get(k, DERIVED.get(k, k)): v for k, v in before.items()}
-    out |= IMPLICIT[mode]
+    out |= IMPLICIT[mode] | ADDED_SINCE
     for key in now:
         if key.startswith("runner.") and key.split(".")[1] in OTHER_MODE[mode]:
             out[key] = now[key]  # not read in this mode (the validator refuses it set)

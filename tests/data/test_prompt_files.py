@@ -49,13 +49,16 @@ def test_a_missing_field_names_the_file_the_key_and_the_fields_there(tmp_path):
             {"question": [{"role": "user", "content": "1+1?"}], "answer": "#### 2"},
             "the 'question' field is a list, not text (chat messages, as in verl's files?",
         ),
+        # JSON true/false: Python's str() would make the reference answer "True"
+        ({"question": "Is 2 even?", "answer": True}, "the 'answer' field is the boolean true"),
+        ({"question": False, "answer": "no"}, "the 'question' field is the boolean false"),
     ],
 )
 def test_a_null_empty_or_non_text_field_is_refused_not_trained_on(tmp_path, row, message):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(DataError, match=re.escape(message)):
-        load_prompt_rows([str(path)], "data.train_files", "question", "answer", "gsm8k")
+        load_prompt_rows([str(path)], "data.train_files", "question", "answer", "plain")
 
 
 def test_an_empty_file_and_a_missing_file_are_named(tmp_path):

@@ -2,6 +2,7 @@
 Ray processes; bad model paths and data fail before anything starts."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -10,9 +11,11 @@ from safetensors.torch import load_file
 
 from rlcore.cli import run_entry_point
 from rlcore.config.errors import ConfigError
+from rlcore.data import DataError
 from rlcore.data.sampler import prompt_batch
 from rlcore.placement import plan_for_config
 from rlcore.runners.baselines import greedy_baselines
+from rlcore.runners.preflight import preflight
 from rlcore.runners.supervisor import build_runner
 from rlcore.scheduler import WorkerError
 from tests.lm_fixtures import TINY, once, tiny_config
@@ -474,3 +477,24 @@ def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
     assert len(runner.train_set) == 32 and len(runner.val_set) == 8
     assert "1,017" in runner.val_set.answers  # as written; the reward compares it as a number
     assert runner.run()["iterations"] == 2
+    # The files are recorded in the checkpoint: a resume on a rewritten one is refused, by the
+    # dry run too, unless asked for (and then the summary says so); fewer prompts never resume.
+    train = tmp_path / "train.jsonl"
+    text = train.read_text()
+    train.write_text(text.replace("#### 17", "#### 18", 1))  # one answer, the same size
+    more = (*files, "runner.run_name=g", "runner.resume=auto", "runner.total_iterations=3")
+    changed = r"data.train_files: .*train.jsonl changed since the checkpoint \(the same size"
+    config = tiny_config(dirs.actor.parent, tmp_path, *more)
+    with pytest.raises(ConfigError, match=changed + r".* runner.resume_changed_data=true"):
+        build_runner(config, plan_for_config(config))
+    with pytest.raises(ConfigError, match=changed):
+        preflight(config, plan_for_config(config))
+    allowed = tiny_config(dirs.actor.parent, tmp_path, *more, "runner.resume_changed_data=true")
+    train.write_text("".join(text.splitlines(keepends=True)[:30]))
+    with pytest.raises(DataError, match=r"order covers 32 training prompts, these files give 30"):
+        build_runner(allowed, plan_for_config(allowed))
+    train.write_text(text.replace("#### 17", "#### 18", 1))
+    summary = build_runner(allowed, plan_for_config(allowed)).run()
+    assert summary["iterations"] == 3
+    assert len(summary["resumed_on_changed_data"]) == 1
+    assert re.match(changed, summary["resumed_on_changed_data"][0])
