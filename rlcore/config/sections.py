@@ -344,6 +344,13 @@ class RunnerConfig:
         modes=("embodied",),
     )
     eval_episodes: int = key(10, doc="episodes per evaluation", range=">= 1", modes=("embodied",))
+    eval_max_steps: int = key(
+        27_000,
+        doc="steps after which an evaluation stops the episodes still running, counting their "
+        "returns so far, with a line (27000: Atari's usual cap)",
+        range=">= 1",
+        modes=("embodied",),
+    )
     stop_at_threshold: bool = key(
         False,
         doc="end the run at the first evaluation whose mean reaches env.solved_threshold "

@@ -25,7 +25,7 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import explained_variance
 from rlcore.config.schema import EmbodiedConfig
-from rlcore.log import say
+from rlcore.log import say, warn
 from rlcore.placement import PlacementPlan
 from rlcore.runners.advantages import embodied_advantages
 from rlcore.runners.driver import Driver
@@ -115,8 +115,15 @@ class EmbodiedRunner(Driver):
     def evaluate(self, iteration: int) -> dict[str, float]:
         """One deterministic episode in each of ``runner.eval_episodes`` envs."""
         self.sync()
-        returns = self.rollout.evaluate(self.config.runner.seed + 10_000 + iteration, self.version)
-        return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std())}
+        run = self.config.runner
+        returns, cut = self.rollout.evaluate(run.seed + 10_000 + iteration, self.version)
+        if cut:
+            warn(
+                f"evaluation: {cut} of {len(returns)} episodes had not ended after "
+                f"{run.eval_max_steps} steps (runner.eval_max_steps); their returns so far count"
+            )
+        mean, std = float(returns.mean()), float(returns.std())
+        return {"eval/return_mean": mean, "eval/return_std": std, "eval/cut_episodes": cut}
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         p, last = self.progress, self.progress.last_eval

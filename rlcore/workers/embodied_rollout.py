@@ -24,7 +24,6 @@ from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.weight_version import check_weight_version
 
-MAX_EVAL_STEPS = 1_000_000
 STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
 
 
@@ -49,6 +48,7 @@ class EmbodiedRollout:
         self.rank = ctx.rank
         self.env = env
         self.steps = run.rollout_steps
+        self.eval_max_steps = run.eval_max_steps
         shared = actor is not None and not actor.trainer.shards  # a sharded module cannot act
         # The component's device (a GPU when the plan gives it one). Steps stay on the env's
         # device (the CPU, or a GPU simulator's): observations go to the policy and its outputs
@@ -125,16 +125,17 @@ class EmbodiedRollout:
 
     @dispatch(Dispatch.RANK0)
     @torch.no_grad()
-    def evaluate(self, seed: int, version: int) -> np.ndarray:
-        """Returns of one deterministic episode in each eval env (env rank 0's)."""
+    def evaluate(self, seed: int, version: int) -> tuple[np.ndarray, int]:
+        """Returns of one deterministic episode in each eval env (env rank 0's), and how many
+        had not ended after ``runner.eval_max_steps`` steps (their returns so far count)."""
         check_weight_version(self.rank, self.version, version)
         obs = self.env.eval_reset(seed)
-        for _ in range(MAX_EVAL_STEPS):
+        for _ in range(self.eval_max_steps):
             action, _, _ = self._act(obs, deterministic=True)
             obs, returns = self.env.eval_step(action)
             if returns is not None:
-                return returns
-        raise RuntimeError(f"evaluation ran {MAX_EVAL_STEPS} steps without every episode ending")
+                return returns, 0
+        return self.env.eval_cut()
 
     # checkpoints: each rank's sampling stream --------------------------------------------------
 

@@ -248,8 +248,15 @@ class EnvWorker:
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
         if not self.eval_done.all():
             return seen, None
+        return seen, self._eval_returns()
+
+    def eval_cut(self) -> tuple[np.ndarray, int]:
+        """The returns so far of an evaluation stopped early, and how many episodes it cut."""
+        return self._eval_returns(), int((~self.eval_done).sum())
+
+    def _eval_returns(self) -> np.ndarray:
         returns = self.eval_returns
-        return seen, returns.copy() if self.device is None else returns.cpu().numpy()
+        return returns.copy() if self.device is None else returns.cpu().numpy()
 
     # checkpoints: each rank's carry-over, and its envs when env.checkpoint_state is pickle ------
 

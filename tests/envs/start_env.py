@@ -30,3 +30,20 @@ def StartDiscrete(**_):
 
 def StartMultiDiscrete(**_):
     return _Checked(gym.spaces.MultiDiscrete([2, 3], start=[-2, 5]))
+
+
+class Endless(gym.Env):
+    """An episode that never ends (no termination, no time limit)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, **_):
+        pass
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}

@@ -1,5 +1,5 @@
 """A Discrete or MultiDiscrete space's ``start`` is honoured: the env receives start + index, in
-training, evaluation and an exported policy."""
+training, evaluation and an exported policy; an evaluation whose episodes never end stops."""
 
 import numpy as np
 import pytest
@@ -53,3 +53,28 @@ def test_a_run_and_its_export_act_inside_a_space_with_a_start(tmp_path, env):
     actions = np.asarray(policy(np.zeros((5, 2), np.float32), deterministic=False))
     space = make_vector_env(config.env.id, 1, "sync").single_action_space
     assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in actions)
+
+
+def test_an_evaluation_that_never_ends_stops_at_its_cap_with_a_line(tmp_path, capsys):
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "env.id=tests.envs.start_env:Endless",
+            "env.vector_mode=sync",
+            "env.num_envs=2",
+            "runner.rollout_steps=16",
+            "runner.total_env_steps=32",
+            "actor.ppo_mini_batch_size=16",
+            "runner.eval_episodes=3",
+            "runner.eval_max_steps=7",
+            "env.solved_threshold=null",
+            "runner.progress=false",
+            "logger.tensorboard=false",
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=r",
+        ],
+    )
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
+    assert summary["eval_return_mean"] == 7.0  # 7 steps of reward 1, each episode cut
+    err = capsys.readouterr().err
+    assert "evaluation: 3 of 3 episodes had not ended after 7 steps (runner.eval_max_steps)" in err
