@@ -53,6 +53,13 @@ class Verdict:
     components: dict[str, float] | None = None
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar or a 0-d array or tensor as the Python number (or bool) it holds."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
 def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0) -> Verdict:
     """The verdict on one response (``custom``: the loaded custom function or None). A custom
     function returns ``{"score": number, "correct": bool}`` (verl's ``"acc"`` is read as
@@ -62,12 +69,18 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
         where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
         try:
             returned = custom(response, answer)
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # sys.exit() in a reward is a bad reward too
             raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
         verdict = None
         if isinstance(returned, dict):
+            returned = {name: _plain(value) for name, value in returned.items()}
             verdict = returned.get("correct", returned.get("acc"))
-        score = returned.get("score") if isinstance(returned, dict) else returned
+            if verdict is not None and not isinstance(verdict, bool):
+                raise BadReward(
+                    f"{where} returned correct={verdict!r}; the verdict is True or False (a "
+                    "number is a score: return it as another key)"
+                )
+        score = returned.get("score") if isinstance(returned, dict) else _plain(returned)
         if isinstance(score, bool) or not isinstance(score, int | float):
             raise BadReward(
                 f"{where} returned {returned!r}; return a number, or "
@@ -87,7 +100,7 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
                     components[name] = float(value)
         if verdict is None:
             return Verdict(float(score), None, judged=False, components=components)
-        return Verdict(float(score), bool(verdict), components=components)
+        return Verdict(float(score), verdict, components=components)
     if rules.kind == "math":
         # math-verify's own limits too (signal alarms: whole seconds, main thread only)
         correct = math_correct(response, answer, timeout_s=max(1, math.ceil(rules.timeout_s)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import signal
 import time
 from collections import deque
 from typing import Any
@@ -87,11 +88,11 @@ class ScoringPool:
                 worker = conns[conn]
                 try:
                     index, result = conn.recv()
-                except EOFError:  # the process died (out of memory, killed): like a timeout
-                    index, result = busy[worker][0] if worker in busy else "ready", None
-                    self._replace(worker)
-                    if worker not in busy:
-                        continue
+                except EOFError:  # the process died: on a response, the run stops naming it
+                    if worker in busy:
+                        raise RewardError(self._death(worker, busy[worker][0])) from None
+                    self._replace(worker)  # (one still starting: another is started)
+                    continue
                 if index == "failed":
                     raise RewardError(f"reward.custom_fn: {self.rules.custom_fn}: {result}")
                 if index == "ready":
@@ -111,6 +112,20 @@ class ScoringPool:
                     results[index] = Verdict(0.0, False, timed_out=True)
                     del busy[worker]
         return [r for r in results if r is not None]
+
+    def _death(self, worker: int, index: int) -> str:
+        """One line on a scoring process that died scoring response ``index``: its exit code
+        or signal, told apart from a timeout (which scores 0 and goes on)."""
+        process = self._workers[worker][0]
+        process.join(timeout=5)
+        code = process.exitcode
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            how += " (out of memory?)" if -code == signal.SIGKILL else ""
+        else:
+            how = f"exit code {code} (os._exit, or a crash in native code)"
+        scorer = f"reward.custom_fn {self.rules.custom_fn}" if self.rules.custom_fn else "reward"
+        return f"{scorer}: the scoring process died on response {index}, {how}; not a timeout"
 
     def _replace(self, worker: int) -> None:
         """Kill ``worker``'s process and start another (ready when it says so)."""

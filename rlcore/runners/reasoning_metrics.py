@@ -79,8 +79,10 @@ def summary(
 ) -> dict[str, Any]:
     """The run's summary (``summary.json``; ``loop.train`` adds the stage times and restarts):
     validation before and after, throughput, padding, the data and the model."""
-    # accuracy when the scorer gives verdicts; a bare-number custom reward has only means
-    name = "accuracy" if "val/accuracy" in progress.first_eval else "reward_mean"
+    # accuracy when the scorer gave verdicts at both validations (a custom reward may give them
+    # for some responses and not others); else the mean reward, which both have
+    both = progress.first_eval.keys() & progress.last_eval.keys()
+    name = "accuracy" if "val/accuracy" in both else "reward_mean"
     before, after = progress.first_eval[f"val/{name}"], progress.last_eval[f"val/{name}"]
     say(
         f"validation {name.replace('_', ' ')}: {before:.3f} before PPO, {after:.3f} after "

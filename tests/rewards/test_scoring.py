@@ -29,6 +29,19 @@ def raises(response, answer):
 
 def verdict(response, answer):
     return {"score": 0.5, "correct": response == answer}
+
+def exits(response, answer):
+    import sys
+    sys.exit(3)
+
+def one_for_correct(response, answer):
+    return {"score": 1.0, "correct": 1}
+
+def dies(response, answer):
+    import os
+    if response == "crash":
+        os._exit(7)
+    return 0.0
 """
 
 
@@ -96,6 +109,11 @@ def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path)
         ),
         ("text", r"reward.custom_fn: .*:text on response 0 returned '1.0'; return a number, or"),
         ("raises", r"reward.custom_fn: .*:raises on response 0 raised KeyError: 'answer'"),
+        ("exits", r"reward.custom_fn: .*:exits on response 0 raised SystemExit: 3"),
+        (
+            "one_for_correct",
+            r":one_for_correct on response 0 returned correct=1; the verdict is True or False",
+        ),
     ],
 )
 def test_a_reward_that_is_not_a_finite_number_names_the_function(tmp_path, function, message):
@@ -121,3 +139,28 @@ def test_a_custom_verdict_is_the_accuracy_not_a_threshold_on_the_score(tmp_path)
     # a bare number is a reward without a verdict, however high: no accuracy counts it
     bare = judge(rules, lambda r, a: 5.0, "7", "7")
     assert (bare.score, bare.correct, bare.judged) == (5.0, None, False)
+
+
+def test_a_scorer_that_dies_is_named_with_its_exit_code_not_counted_as_a_timeout(tmp_path):
+    scoring = pool(tmp_path, "dies", "reward.num_processes=1", "reward.timeout_s=30")
+    try:
+        assert [v.timed_out for v in scoring.score([("ok", "1")])] == [False]
+        start = time.monotonic()
+        with pytest.raises(RewardError, match=r"died on response 1, exit code 7 .*not a timeout"):
+            scoring.score([("ok", "1"), ("crash", "1")])
+        assert time.monotonic() - start < 10  # at once, not after reward.timeout_s
+        assert [v.score for v in scoring.score([("ok", "1")])] == [0.0]  # replaced: goes on
+    finally:
+        scoring.close()
+
+
+def test_numpy_and_torch_scalars_are_numbers_and_numpy_bools_verdicts(tmp_path):
+    import numpy as np
+    import torch
+
+    rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
+    numpy = judge(rules, lambda r, a: {"score": np.float32(0.5), "correct": np.bool_(True)}, "", "")
+    assert (numpy.score, numpy.correct) == (0.5, True) and type(numpy.correct) is bool
+    tensor = judge(rules, lambda r, a: torch.tensor(2.0), "", "")
+    assert (tensor.score, tensor.judged) == (2.0, False)
+    assert judge(rules, lambda r, a: np.array(1.5), "", "").score == 1.5

@@ -1,0 +1,20 @@
+"""The reasoning summary compares what both validations measured."""
+
+from rlcore.runners.progress import Progress
+from rlcore.runners.reasoning_metrics import summary
+
+
+def test_the_summary_compares_only_a_metric_both_validations_have():
+    data = type("Prompts", (), {"dropped": 0, "__len__": lambda self: 4})()
+    progress = Progress(
+        iteration=3,
+        first_eval={"val/reward_mean": 0.25, "val/accuracy": 0.5},  # verdicts then...
+        last_eval={"val/reward_mean": 0.75},  # ...none later (a custom reward's choice)
+    )
+    common = dict(train_set=data, val_set=data, generated_tokens=0, model="m", placement="p")
+    out = summary(progress, 1.0, {}, **common, changed_data=[])
+    assert (out["val_reward_mean_before"], out["val_reward_mean_after"]) == (0.25, 0.75)
+    assert "val_accuracy_before" not in out
+    progress.last_eval["val/accuracy"] = 1.0
+    out = summary(progress, 1.0, {}, **common, changed_data=[])
+    assert (out["val_accuracy_before"], out["val_accuracy_after"]) == (0.5, 1.0)
