@@ -45,6 +45,33 @@ TOKENIZER_FILES = (
 )
 
 
+TINY_POSITIONS = 512  # the tiny model's max_position_embeddings
+
+
+def check_positions(directory: Path | None, data: Any, setting: str) -> None:
+    """``ConfigError`` when a prompt and its response (``data.max_prompt_length`` +
+    ``data.max_response_length``) can be longer than the model's positions (its config's
+    ``max_position_embeddings``; ``directory`` None: the tiny model's), which transformers
+    would run past in silence."""
+    positions = TINY_POSITIONS
+    if directory is not None:
+        try:
+            described = json.loads((Path(directory) / "config.json").read_text())
+            positions = described.get("max_position_embeddings") or described.get("n_positions")
+        except (OSError, ValueError, AttributeError):
+            return  # not a model folder: check_model_dir says so
+        if not isinstance(positions, int):
+            return  # the model names no limit
+    longest = data.max_prompt_length + data.max_response_length
+    if longest > positions:
+        where = "the tiny model" if directory is None else f"{setting} {directory}"
+        raise ConfigError(
+            f"data.max_prompt_length + data.max_response_length: {data.max_prompt_length} + "
+            f"{data.max_response_length} = {longest} tokens, more than the {positions} "
+            f"positions of {where} (max_position_embeddings); lower them to fit"
+        )
+
+
 def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
     """``path`` as a directory holding a Hugging Face model (its config, readable weight files
     and, with ``tokenizer``, a tokenizer), or a ConfigError naming ``setting``. Weight files are
@@ -277,7 +304,7 @@ def build_tiny_lm(
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=tiny_kv_heads(num_heads),
-        max_position_embeddings=512,
+        max_position_embeddings=TINY_POSITIONS,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -19,7 +19,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError, load_prompt_rows
 from rlcore.envs import make_vector_env, space_spec
-from rlcore.models.lm import check_model_dir
+from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
 from rlcore.runners.checkpoint import (
@@ -55,10 +55,15 @@ def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
 
 
 def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
-    if config.actor.model.path is not None:
-        attempt(check_model_dir, config.actor.model.path, "actor.model.path", True)
-    if config.derived.critic_model and config.critic.model_path is not None:
-        attempt(check_model_dir, config.critic.model_path, "critic.model_path")
+    for setting, path in (
+        ("actor.model.path", config.actor.model.path),
+        ("critic.model_path", config.critic.model_path if config.derived.critic_model else None),
+    ):
+        if path is not None:
+            attempt(check_model_dir, path, setting, setting == "actor.model.path")
+            attempt(check_positions, Path(path).expanduser(), config.data, setting)
+    if config.actor.model.path is None:
+        attempt(check_positions, None, config.data, "actor.model.path")
     data = config.data
     for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
         if files:

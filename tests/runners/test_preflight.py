@@ -58,6 +58,10 @@ def bad_inputs(tmp_path, model):
         d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
         for d in ("no weights", "garbage weights", "no tokenizer")
     }
+    short = tmp_path / "short_model"  # a model of 40 positions
+    shutil.copytree(model, short)
+    described = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**described, "max_position_embeddings": 40}))
     return [
         (
             ARITH,
@@ -149,6 +153,16 @@ def bad_inputs(tmp_path, model):
             "already holds a run; pick another run_name, or continue that run with runner.resume",
         ),
         (ARITH, ["runner.run_name=taken"], "already holds a run"),
+        (
+            ARITH,
+            ["data.max_prompt_length=500", "data.max_response_length=100"],
+            "500 + 100 = 600 tokens, more than the 512 positions of the tiny model",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={short}", "warmup.steps=0"],
+            f"48 + 8 = 56 tokens, more than the 40 positions of actor.model.path {short}",
+        ),
         (CARTPOLE, ["runner.run_name=a_file"], "a_file is a file, not a folder for the run"),
     ]
 
