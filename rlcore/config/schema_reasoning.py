@@ -319,6 +319,13 @@ class RewardConfig(GroupKeys):
         "regex runs in the reward worker itself)",
         range=">= 1",
     )
+    max_timeout_share: float = key(
+        0.5,
+        doc="the run ends, naming the reward and the data, when more than this share of a "
+        "batch's responses (and at least 2) time out: a reward that times out on everything "
+        "would take minutes per batch with no end in sight; 1 = never",
+        range="[0, 1]",
+    )
     overlong_buffer: OverlongBufferConfig = section(
         OverlongBufferConfig, doc="DAPO's soft penalty on responses near the length limit"
     )

@@ -5,9 +5,11 @@ A thread cannot be stopped, and a scorer stuck in C code (sympy on ``9^{9^{9^{9}
 integer power) holds the GIL: a timeout on a thread neither frees the run nor lets Ctrl-C
 through. A process can be killed. Each response gets ``reward.timeout_s`` in one of
 ``reward.num_processes`` processes (the clock starts when a ready process takes it); past it,
-the process is killed and replaced, and the response scores 0 and counts as timed out. So a
-batch of B responses takes at most ``ceil(B / num_processes) * timeout_s`` plus the restarts,
-whatever the scorer does. The verdicts themselves: ``judge.py``.
+the process is killed and replaced (by a warm spare, already started, when it is ready), and
+the response scores 0 and counts as timed out. So a batch of B responses takes at most
+``ceil(B / num_processes) * timeout_s`` plus the restarts, whatever the scorer does; a batch
+where most time out ends the run (``reward.max_timeout_share``, in the reward worker). The
+verdicts themselves: ``judge.py``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class ScoringPool:
         for _ in range(config.num_processes):
             self._workers.append(self._start())
             self._ready.append(False)
+        # a warm spare: a process killed past its deadline is replaced by one already started
+        # (its custom function loaded, math-verify warmed up), not by one that starts then
+        self._spare: tuple[Any, Any] = self._start()
+        self._spare_ready = False
 
     def _start(self) -> tuple[Any, Any]:
         parent, child = self._context.Pipe()
@@ -92,6 +98,8 @@ class ScoringPool:
                     if worker in busy:
                         raise RewardError(self._death(worker, busy[worker][0])) from None
                     self._replace(worker)  # (one still starting: another is started)
+                    if self._ready[worker]:
+                        idle.append(worker)
                     continue
                 if index == "failed":
                     raise RewardError(f"reward.custom_fn: {self.rules.custom_fn}: {result}")
@@ -111,6 +119,8 @@ class ScoringPool:
                     self._replace(worker)
                     results[index] = Verdict(0.0, False, timed_out=True)
                     del busy[worker]
+                    if self._ready[worker]:  # the warm spare
+                        idle.append(worker)
         return [r for r in results if r is not None]
 
     def _death(self, worker: int, index: int) -> str:
@@ -128,16 +138,36 @@ class ScoringPool:
         return f"{scorer}: the scoring process died on response {index}, {how}; not a timeout"
 
     def _replace(self, worker: int) -> None:
-        """Kill ``worker``'s process and start another (ready when it says so)."""
+        """Kill ``worker``'s process; the warm spare takes its place when it is ready (and a
+        new spare starts), else a new process (ready when it says so)."""
         process, conn = self._workers[worker]
         process.kill()
         process.join(timeout=5)
         conn.close()
-        self._workers[worker] = self._start()
-        self._ready[worker] = False
+        if self._spare_is_ready():
+            self._workers[worker], self._ready[worker] = self._spare, True
+            self._spare, self._spare_ready = self._start(), False
+        else:
+            self._workers[worker], self._ready[worker] = self._start(), False
+
+    def _spare_is_ready(self) -> bool:
+        process, conn = self._spare
+        if not self._spare_ready and conn.poll(0):
+            try:
+                tag, _ = conn.recv()
+            except EOFError:
+                tag = "died"
+            if tag != "ready":  # (a failing start fails the workers too, and is said there)
+                process.kill()
+                self._spare = self._start()
+                return False
+            self._spare_ready = True
+        return self._spare_ready
 
     def close(self) -> None:
         """Stop the processes: a ready one when asked, one still starting at once."""
+        self._workers.append(self._spare)
+        self._ready.append(self._spare_ready)
         for (process, conn), ready in zip(self._workers, self._ready, strict=True):
             if not ready:
                 process.kill()

@@ -28,6 +28,8 @@ class RewardWorker:
         self.max_response_length = config.data.max_response_length
         self.tokenizer = load_tokenizer(model_dir)
         self.rules = Rules.of(self.config)
+        files = config.data.train_files
+        self.data = ", ".join(files) if files else "the synthetic task"
         if self.config.kind == "custom":
             load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
         self.pool = ScoringPool(self.config) if self.config.kind != "gsm8k" else None
@@ -45,6 +47,18 @@ class RewardWorker:
         else:
             verdicts = [judge(self.rules, None, t, a, i) for i, (t, a) in enumerate(pairs)]
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
+        if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
+            scorer = (
+                f"reward.custom_fn {self.config.custom_fn}"
+                if self.config.kind == "custom"
+                else f"reward.kind {self.config.kind} (math-verify)"
+            )
+            raise RewardError(
+                f"reward.max_timeout_share: {len(late)} of {len(texts)} responses of a batch "
+                f"took over reward.timeout_s={self.config.timeout_s:g} s with {scorer} on the "
+                f"answers of {self.data}; check the reward and the answers, or raise "
+                "reward.timeout_s"
+            )
         if late:
             sample = texts[late[0]][-200:].replace("\n", " ")
             warn(

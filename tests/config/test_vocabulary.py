@@ -50,8 +50,13 @@ IMPLICIT = {
 }
 # keys added after the vocabulary change, at their defaults: they refuse what 0.1 allowed, and
 # change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked;
-# runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000)
-ADDED_SINCE = {"runner.resume_changed_data": False, "runner.eval_max_steps": 27_000}
+# runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000;
+# reward.max_timeout_share: 0.1 went on however many timed out)
+RUNNER_ADDED = {"runner.resume_changed_data": False, "runner.eval_max_steps": 27_000}
+ADDED_SINCE = {
+    "embodied": RUNNER_ADDED,
+    "reasoning": {**RUNNER_ADDED, "reward.max_timeout_share": 0.5},
+}
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {
     "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations"},
@@ -76,7 +81,7 @@ def effective_before(config: str, now: dict) -> dict:
     before = flat(BEFORE[config]["resolved"])
     mode = before["mode"]
     out = {RENAMED.get(k, DERIVED.get(k, k)): v for k, v in before.items()}
-    out |= IMPLICIT[mode] | ADDED_SINCE
+    out |= IMPLICIT[mode] | ADDED_SINCE[mode]
     for key in now:
         if key.startswith("runner.") and key.split(".")[1] in OTHER_MODE[mode]:
             out[key] = now[key]  # not read in this mode (the validator refuses it set)

@@ -164,3 +164,23 @@ def test_numpy_and_torch_scalars_are_numbers_and_numpy_bools_verdicts(tmp_path):
     tensor = judge(rules, lambda r, a: torch.tensor(2.0), "", "")
     assert (tensor.score, tensor.judged) == (2.0, False)
     assert judge(rules, lambda r, a: np.array(1.5), "", "").score == 1.5
+
+
+def test_a_process_killed_at_its_deadline_is_replaced_by_a_warm_spare(tmp_path):
+    scoring = pool(tmp_path, "spins", "reward.num_processes=1")
+    try:
+        scoring.score([("warm", "up")])
+        deadline = time.monotonic() + 30
+        while not scoring._spare_is_ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spare = scoring._spare[0].pid
+        (slow,) = scoring.score([("slow", "7")])
+        assert slow.timed_out
+        # the spare took the killed one's place, ready: no process start before the next one
+        assert scoring._workers[0][0].pid == spare and scoring._ready == [True]
+        assert scoring._spare[0].pid != spare
+        (right,) = scoring.score([("7", "7")])
+        assert right.correct
+    finally:
+        scoring.close()
+    assert not scoring._spare[0].is_alive()

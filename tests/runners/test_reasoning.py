@@ -4,6 +4,7 @@ Ray processes; bad model paths and data fail before anything starts."""
 import json
 import re
 import shutil
+import time
 
 import pytest
 import torch
@@ -498,3 +499,22 @@ def test_gsm8k_style_files_train_end_to_end(tiny_lm, tmp_path):
     assert summary["iterations"] == 3
     assert len(summary["resumed_on_changed_data"]) == 1
     assert re.match(changed, summary["resumed_on_changed_data"][0])
+
+
+def test_a_reward_that_times_out_on_most_of_a_batch_ends_the_run_naming_it(tiny_lm, tmp_path):
+    _, dirs = tiny_lm
+    (tmp_path / "slow.py").write_text(
+        "import time\ndef score(response, answer):\n    time.sleep(5)\n    return 1.0\n"
+    )
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        "reward.kind=custom",
+        f"reward.custom_fn={tmp_path}/slow.py:score",
+        "reward.timeout_s=0.2",
+        "data.val_max_samples=4",
+    )
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"reward.max_timeout_share: 4 of 4 responses .*slow.py"):
+        run(config)
+    assert time.monotonic() - start < 30  # the first batch, not minutes per batch
