@@ -152,7 +152,8 @@ class Supervisor:
             dead = runner.components.dead_processes()
             if dead:
                 components, rank, node, cause = dead[0]
-                return Loss(components, rank, node, f"the process died: {cause}")
+                said = cause if cause.startswith("the process") else f"the process died: {cause}"
+                return Loss(components, rank, node, said)
         if isinstance(error, WorkerLost):
             return Loss((error.component,), error.rank, error.node, error.detail)
         if isinstance(error, WorkerError) and is_collective_failure(error):

@@ -176,6 +176,7 @@ class OnRay(_Deployment):
             plan,
             address=cluster.address,
             collective_timeout_s=cluster.collective_timeout_s,
+            worker_timeout_s=cluster.worker_timeout_s,
             network_interface=cluster.network_interface,
             sync_bucket_bytes=bucket_bytes,
             torch_threads=torch_threads,

@@ -32,6 +32,14 @@ def alive(pid: int) -> bool:
     return identity(pid) is not None
 
 
+def stopped(pid: int) -> bool:
+    """The process exists and is stopped (SIGSTOP, SIGTSTP, a debugger): it runs nothing."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except GONE:
+        return False
+
+
 def children(pid: int, recursive: bool = False) -> list[int]:
     """The live processes ``pid`` started (with ``recursive``, and theirs)."""
     try:

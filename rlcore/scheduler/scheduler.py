@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
+from rlcore.scheduler.deadlines import Deadlines
 from rlcore.scheduler.network import transport_env
 from rlcore.scheduler.ray_cluster import (
     NodeSlots,
@@ -51,6 +52,7 @@ class Scheduler:
         timeout_s: how long to wait for resources and for group rendezvous before failing.
         collective_timeout_s: how long a rank waits in a collective for its peers (a dead or
             hung peer makes the others fail after this long instead of hanging).
+        worker_timeout_s: the least the driver waits for a worker's answer (``deadlines.py``).
         torch_threads: torch's CPU threads in each worker process (None: torch's own).
     """
 
@@ -63,6 +65,7 @@ class Scheduler:
         init_distributed: bool = True,
         timeout_s: float = 120.0,
         collective_timeout_s: float = 600.0,
+        worker_timeout_s: float = float("inf"),
         network_interface: str | None = None,
         sync_bucket_bytes: int = 512 << 20,
         torch_threads: int | None = None,
@@ -79,6 +82,8 @@ class Scheduler:
         self.init_distributed = init_distributed
         self.timeout_s = timeout_s
         self.collective_timeout_s = collective_timeout_s
+        self.deadlines: dict[str, Deadlines] = {}  # per component, kept across its groups
+        self.worker_timeout_s = worker_timeout_s
         self.info: dict[tuple[str, int], dict[str, Any]] = {}  # (component, rank) -> describe()
         self._handles: dict[tuple[str, int], Any] = {}  # (component, rank) -> process
         self._slots: list[NodeSlots] = []
@@ -94,6 +99,7 @@ class Scheduler:
             plan_for_config(config),
             address=cluster.address,
             collective_timeout_s=cluster.collective_timeout_s,
+            worker_timeout_s=cluster.worker_timeout_s,
             network_interface=cluster.network_interface,
             **options,
         )
@@ -211,7 +217,8 @@ class Scheduler:
             raise KeyError(f"component '{component}' is not in the plan (placed: {placed})")
         ranks = self.plan.components[component]
         handles = [self._handles[(component, r.rank)] for r in ranks]
-        return WorkerGroup(component, handles, ranks, self.plan.group_name(component))
+        deadlines = self.deadlines.setdefault(component, Deadlines(self.worker_timeout_s))
+        return WorkerGroup(component, handles, ranks, self.plan.group_name(component), deadlines)
 
     def launch(self, component: str, cls: type, *args: Any, **kwargs: Any) -> WorkerGroup:
         """Create ``cls(context, *args, **kwargs)`` on every rank of ``component``."""
@@ -239,25 +246,35 @@ class Scheduler:
         return self._weights.sync(src, dst, method)
 
     def dead_processes(self, wait_s: float = 5.0) -> list[tuple[tuple[str, ...], int, int, str]]:
-        """``(components, rank, node, cause)`` of each process that is gone. A process busy in a
-        long call (or stuck in a collective) does not answer within ``wait_s`` and counts as
-        alive: only a death is reported."""
+        """``(components, rank, node, cause)`` of each process that is gone, or stopped (on
+        this machine: its state says so). A process busy in a long call (or stuck in a
+        collective) does not answer within ``wait_s`` and counts as alive."""
+        from rlcore.scheduler.processes import stopped
         from rlcore.scheduler.worker_group import death_cause
 
         where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
         handles = list({id(h): h for h in self._handles.values()}.values())
         pings = {h.describe.remote(): h for h in handles}
-        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=wait_s)
+        answered, silent = ray.wait(list(pings), num_returns=len(pings), timeout=wait_s)
+        here = ray.get_runtime_context().get_node_id()
         dead = []
-        for ref in answered:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError as error:
-                name, rank = where[id(pings[ref])]
-                process = next(
-                    p for p in self.plan.processes() if p.rank == rank and name in p.components
-                )
-                dead.append((process.components, rank, process.node, death_cause(error)))
+        for ref in [*answered, *silent]:
+            name, rank = where[id(pings[ref])]
+            if ref in answered:
+                try:
+                    ray.get(ref)
+                    continue
+                except ray.exceptions.RayActorError as error:
+                    cause = death_cause(error)
+            else:
+                info = self.info[(name, rank)]
+                if info["node_id"] != here or not stopped(info["pid"]):
+                    continue
+                cause = f"the process is stopped (pid {info['pid']}: SIGSTOP, a debugger)"
+            process = next(
+                p for p in self.plan.processes() if p.rank == rank and name in p.components
+            )
+            dead.append((process.components, rank, process.node, cause))
         return dead
 
     # shutdown ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from rlcore.placement import RankPlacement
+from rlcore.scheduler.deadlines import Deadlines
 from rlcore.scheduler.errors import WorkerError, WorkerLost
 
 
@@ -27,11 +29,13 @@ class WorkerGroup:
         handles: Sequence[Any],
         placements: Sequence[RankPlacement],
         group_name: str | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         self.component = component
         self.group_name = group_name or component
         self.handles = list(handles)
         self.placements = list(placements)
+        self.deadlines = deadlines or Deadlines(float("inf"))
 
     @property
     def world_size(self) -> int:
@@ -57,31 +61,44 @@ class WorkerGroup:
         ]
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.get(self.call_all_async(method, *args, **kwargs))
+        return self.get(self.call_all_async(method, *args, **kwargs), method=method)
 
     def call_rank(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.get([self.call_rank_async(rank, method, *args, **kwargs)], ranks=[rank])[0]
+        ref = self.call_rank_async(rank, method, *args, **kwargs)
+        return self.get([ref], ranks=[rank], method=method)[0]
 
     def scatter(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
-        return self.get(self.scatter_async(method, shards, *args, **kwargs))
+        return self.get(self.scatter_async(method, shards, *args, **kwargs), method=method)
 
-    def get(self, refs: Sequence[ray.ObjectRef], ranks: Sequence[int] | None = None) -> list[Any]:
-        """Wait for ``refs`` (one per rank unless ``ranks`` says which); errors name the rank.
+    def get(
+        self,
+        refs: Sequence[ray.ObjectRef],
+        ranks: Sequence[int] | None = None,
+        method: str | None = None,
+    ) -> list[Any]:
+        """Wait for ``refs`` (one per rank unless ``ranks`` says which), the answers to
+        ``method``; errors name the rank.
 
         At the first failure the others get ``GRACE_S`` to finish, then a process that died
         (``WorkerLost``) is reported before any exception: a peer's death makes the survivors
         of a collective fail too, and they are not the cause. Nobody waits for a rank stuck in
-        a collective with a dead peer."""
+        a collective with a dead peer, nor past the call's deadline (``deadlines.py``) for a
+        rank that answers nothing: that one is ``WorkerLost`` (stopped or hung)."""
         ranks = list(range(len(refs))) if ranks is None else list(ranks)
         values: dict[ray.ObjectRef, Any] = {}
         pending = list(refs)
+        start, limit = time.monotonic(), self.deadlines.limit(method)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            left = limit - (time.monotonic() - start)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, left))
+            if not ready:
+                raise self._silent(refs, ranks, pending, method, limit)
             try:
                 values[ready[0]] = ray.get(ready[0])
             except (RayTaskError, RayActorError):
                 break
         else:
+            self.deadlines.record(method, time.monotonic() - start)
             return [values[ref] for ref in refs]
         if pending:
             ray.wait(pending, num_returns=len(pending), timeout=self.GRACE_S)
@@ -95,6 +112,25 @@ class WorkerGroup:
         raise (lost or errors)[0] from None
 
     GRACE_S = 5.0  # how long the other ranks get to fail or finish after the first failure
+
+    def _silent(
+        self,
+        refs: Sequence[ray.ObjectRef],
+        ranks: list[int],
+        pending: list[ray.ObjectRef],
+        method: str | None,
+        limit: float,
+    ) -> WorkerLost:
+        rank = ranks[list(refs).index(pending[0])]
+        what = f"{method}()" if method else "a call"
+        return WorkerLost(
+            self.component,
+            rank,
+            self.placements[rank].node,
+            f"the worker process answered nothing to {what} in {limit:.0f} s: stopped or hung "
+            "(cluster.worker_timeout_s; 10x the slowest such call before)",
+            self.group_name,
+        )
 
     def _failure(self, rank: int, ref: ray.ObjectRef) -> WorkerError | None:
         """The error of a finished ``ref``, naming the rank, or None if it succeeded."""

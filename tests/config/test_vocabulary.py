@@ -51,11 +51,16 @@ IMPLICIT = {
 # keys added after the vocabulary change, at their defaults: they refuse what 0.1 allowed, and
 # change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked;
 # runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000;
-# reward.max_timeout_share: 0.1 went on however many timed out)
-RUNNER_ADDED = {"runner.resume_changed_data": False, "runner.eval_max_steps": 27_000}
+# reward.max_timeout_share: 0.1 went on however many timed out;
+# cluster.worker_timeout_s: 0.1 waited for a silent worker forever)
+ADDED_IN_BOTH_MODES = {
+    "runner.resume_changed_data": False,
+    "runner.eval_max_steps": 27_000,
+    "cluster.worker_timeout_s": 1800.0,
+}
 ADDED_SINCE = {
-    "embodied": RUNNER_ADDED,
-    "reasoning": {**RUNNER_ADDED, "reward.max_timeout_share": 0.5},
+    "embodied": ADDED_IN_BOTH_MODES,
+    "reasoning": {**ADDED_IN_BOTH_MODES, "reward.max_timeout_share": 0.5},
 }
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {
@@ -97,8 +102,11 @@ def test_every_shipped_config_loads_to_its_earlier_effective_values(config, caps
     new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
     now = {k: v for k, v in now.items() if not k.startswith(new)}
     assert now == effective_before(config, now)
+    added = {
+        k.removeprefix("cluster."): v for k, v in ADDED_IN_BOTH_MODES.items() if "cluster." in k
+    }
     for cluster, section in BEFORE[config]["cluster"].items():
-        assert as_plain(load_config(config, [f"cluster={cluster}"]).cluster) == section
+        assert as_plain(load_config(config, [f"cluster={cluster}"]).cluster) == section | added
 
 
 @pytest.mark.parametrize(

@@ -32,12 +32,13 @@ pytestmark = pytest.mark.usefixtures("local_ray")
 # -- kill -9 on Ray -------------------------------------------------------------------------------
 
 
-def kill(runner, component, rank=0):
-    """SIGKILL the process hosting ``component``'s ``rank`` (a process this test started)."""
-    os.kill(runner.components.scheduler.info[(component, rank)]["pid"], signal.SIGKILL)
+def kill(runner, component, rank=0, sig=signal.SIGKILL):
+    """SIGKILL (or ``sig``) the process hosting ``component``'s ``rank`` (a process this test
+    started)."""
+    os.kill(runner.components.scheduler.info[(component, rank)]["pid"], sig)
 
 
-def kill_once(monkeypatch, cls, method, iteration, component, kills=None):
+def kill_once(monkeypatch, cls, method, iteration, component, kills=None, sig=signal.SIGKILL):
     """Kill ``component``'s process (rank 0) the first time the driver calls ``cls.method``
     with ``iteration`` iterations done, before the call runs; ``kills`` lists those made."""
     original, kills = getattr(cls, method), [] if kills is None else kills
@@ -45,7 +46,7 @@ def kill_once(monkeypatch, cls, method, iteration, component, kills=None):
     def wrapped(self, *args, **kwargs):
         if self.progress.iteration == iteration and (method, iteration) not in kills:
             kills.append((method, iteration))
-            kill(self, component)
+            kill(self, component, sig=sig)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(cls, method, wrapped)
@@ -79,15 +80,17 @@ def unbroken(tmp_path_factory):
     return final_actor(out / "full")
 
 
-def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(
+def test_env_apart_survives_a_stopped_then_a_killed_env_worker_even_mid_checkpoint(
     tmp_path, monkeypatch, unbroken
 ):
-    """Killed in iteration 5 (checkpoint 3 is the newest), then again while checkpoint 6 is
-    being written (the actor's and rollout's files are in, the env's not): both times the run
-    resumes from checkpoint 3, and ends bit for bit where the unbroken run ends."""
-    kills = kill_once(monkeypatch, EmbodiedRunner, "iterate", 4, "env")
+    """Stopped (SIGSTOP: it answers nothing, the rollout waiting on it) in iteration 5, when
+    checkpoint 3 is the newest, then killed while checkpoint 6 is being written (the actor's
+    and rollout's files are in, the env's not): the driver's deadline (cluster.worker_timeout_s)
+    notices the first, Ray the second; both times the run resumes from checkpoint 3, and ends
+    bit for bit where the unbroken run ends."""
+    kills = kill_once(monkeypatch, EmbodiedRunner, "iterate", 4, "env", sig=signal.SIGSTOP)
     kill_once(monkeypatch, EmbodiedRunner, "checkpoint", 6, "env", kills)
-    config = embodied(tmp_path, "killed", *LAYOUTS["env-apart"])
+    config = embodied(tmp_path, "killed", *LAYOUTS["env-apart"], "cluster.worker_timeout_s=4")
     summary = supervisor.run(config, plan_for_config(config))
     assert kills == [("iterate", 4), ("checkpoint", 6)]
     assert summary["iterations"] == 6 and summary["restarts"] == 2
@@ -96,7 +99,8 @@ def test_env_apart_survives_a_killed_env_worker_even_mid_checkpoint(
         (["env"], 4, 3),
         (["env"], 6, 3),
     ]
-    assert "the process died" in log[0]["cause"]
+    assert "the process is stopped" in log[0]["cause"]
+    assert "the process died" in log[1]["cause"]
     assert_same(final_actor(tmp_path / "killed"), unbroken)
     checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
     assert checkpoints == ["iter_000003", "iter_000006"]  # the half-written one is gone
