@@ -463,7 +463,8 @@ def model_folder(damage: str) -> Callable[[Ctx, Path], None]:
 
 
 def prompt_file(kind: str, bad: str) -> Callable[[Ctx, Path], None]:
-    """16 GSM8K-style rows; row 5's prompt is ``bad`` (null, empty) or every answer a tower."""
+    """16 GSM8K-style rows; row 5's prompt is ``bad`` (null, empty), its answer a JSON boolean
+    (bool), or every answer a tower."""
 
     def setup(ctx: Ctx, pdir: Path) -> None:
         rows = [{"question": f"What is {i} + 3?", "answer": f"#### {i + 3}"} for i in range(16)]
@@ -471,6 +472,8 @@ def prompt_file(kind: str, bad: str) -> Callable[[Ctx, Path], None]:
             rows[5]["question"] = None
         elif bad == "empty":
             rows[5]["question"] = ""
+        elif bad == "bool":
+            rows[5]["answer"] = True  # JSON true: it read as the text "True"
         elif bad == "tower":
             rows = [{"question": f"What is {i} + 9?", "answer": "9^{9^{9^{9}}}"} for i in range(16)]
         if kind == "jsonl":
@@ -767,6 +770,27 @@ def probes() -> list[Probe]:
             ["data.val_files=[@DIR@/data.jsonl]"],
             ("data.val_files", "data.jsonl"),
             setup=prompt_file("jsonl", "null"),
+        )
+    )
+
+    # 9b. second round (issue 30): a JSON boolean answer, a key typed twice, prompts and
+    # responses longer than the model's positions
+    add(
+        _bad(
+            "data_boolean_answer",
+            "reasoning",
+            ["data.train_files=[@DIR@/data.jsonl]"],
+            ("data.jsonl", "boolean"),
+            setup=prompt_file("jsonl", "bool"),
+        )
+    )
+    add(_bad("override_given_twice", "embodied", ["runner.seed=1", "runner.seed=2"], ("seed",)))
+    add(
+        _bad(
+            "longer_than_the_model_positions",
+            "reasoning",
+            ["data.max_prompt_length=500", "data.max_response_length=100"],
+            ("data.max_prompt_length", "max_position_embeddings"),
         )
     )
 

@@ -90,7 +90,8 @@ class WorkerGroup:
         start, limit = time.monotonic(), self.deadlines.limit(method)
         while pending:
             left = limit - (time.monotonic() - start)
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, left))
+            wait_s = None if left == float("inf") else max(0.0, left)  # (Ray takes no inf)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
             if not ready:
                 raise self._silent(refs, ranks, pending, method, limit)
             try:
