@@ -390,13 +390,14 @@ class Ctx:
         )
 
     def command(self, probe: Probe, pdir: Path) -> list[str]:
-        merged: dict[str, str] = {}
-        for item in [*BASE[probe.entry], *probe.overrides]:
-            key = item.split("=", 1)[0]
-            merged.pop(key, None)  # a probe's value replaces the base's (no duplicate keys)
-            merged[key] = self.subst(item, pdir)
+        # a probe's value replaces the base's (the base adds no duplicate key); a probe's own
+        # items stay as given (a key it gives twice is its input)
+        own = {item.split("=", 1)[0] for item in probe.overrides}
+        last = {item.split("=", 1)[0]: item for item in BASE[probe.entry]}  # (TINY's, then ours)
+        base = [item for key, item in last.items() if key not in own]
+        items = [self.subst(item, pdir) for item in [*base, *probe.overrides]]
         script = f"examples/{probe.entry}/main.py"
-        return [self.python, script, *[self.subst(a, pdir) for a in probe.args], *merged.values()]
+        return [self.python, script, *[self.subst(a, pdir) for a in probe.args], *items]
 
     def run_quiet(self, probe: Probe, pdir: Path, what: str) -> dict:
         """A setup run (a finished run to reuse or resume): must exit 0."""
