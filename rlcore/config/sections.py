@@ -243,8 +243,9 @@ class ClusterConfig:
     worker_timeout_s: float = key(
         1800.0,
         doc="the driver waits at least this long for a worker's answer (10x the slowest such "
-        "call before, if longer); past it the worker is stopped or hung and is restarted from "
-        "the newest checkpoint as a dead one is (runner.max_restarts)",
+        "call before, if longer; a method's first call at least 600 s); past it the worker is "
+        "stopped or hung and is restarted from the newest checkpoint as a dead one is "
+        "(runner.max_restarts)",
         range="> 0",
     )
 
