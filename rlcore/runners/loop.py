@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from rlcore.config.fields import as_plain
-from rlcore.log import say
+from rlcore.log import say, warn
 from rlcore.runners.files import write_replacing
 from rlcore.runners.metrics import MetricsLogger
 from rlcore.runners.progress import Progress
@@ -204,7 +204,12 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
         logger.close()
     # Means over this process's iterations (a resumed run: since it resumed).
     means = {name: statistics.fmean(values) for name, values in timings.items()}
-    summary = driver.summary(time.perf_counter() - start, means)
+    try:
+        summary = driver.summary(time.perf_counter() - start, means)
+    except Exception as error:  # trained: the summary is written, whatever fails in it
+        failed = f"{type(error).__name__}: {error}"
+        warn(f"the run's summary could not be completed ({failed}); summary.json holds the rest")
+        summary = {"iterations": driver.progress.iteration, "summary_error": failed}
     summary["seconds_per_stage"] = {
         name.removeprefix("time/").removesuffix("_s"): round(value, 5)
         for name, value in means.items()

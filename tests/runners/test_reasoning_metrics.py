@@ -1,7 +1,13 @@
-"""The reasoning summary compares what both validations measured."""
+"""The reasoning summary compares what both validations measured; a run that trained writes its
+summary even when building it fails."""
 
+import json
+
+from rlcore.placement import plan_for_config
+from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.progress import Progress
 from rlcore.runners.reasoning_metrics import summary
+from tests.runners.test_resume import config
 
 
 def test_the_summary_compares_only_a_metric_both_validations_have():
@@ -18,3 +24,18 @@ def test_the_summary_compares_only_a_metric_both_validations_have():
     progress.last_eval["val/accuracy"] = 1.0
     out = summary(progress, 1.0, {}, **common, changed_data=[])
     assert (out["val_accuracy_before"], out["val_accuracy_after"]) == (0.5, 1.0)
+
+
+def test_a_run_that_trained_writes_its_summary_even_when_building_it_fails(
+    tmp_path, monkeypatch, capsys
+):
+    def broken(self, wall_s, means):
+        raise KeyError("val/accuracy")
+
+    monkeypatch.setattr(EmbodiedRunner, "summary", broken)
+    cfg = config(tmp_path, "runner.run_name=r")
+    summary = EmbodiedRunner(cfg, plan_for_config(cfg)).run()
+    written = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert written == summary
+    assert written["iterations"] == 6 and written["summary_error"] == "KeyError: 'val/accuracy'"
+    assert "the run's summary could not be completed (KeyError" in capsys.readouterr().err
