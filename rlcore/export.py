@@ -84,7 +84,8 @@ def _check_target(out: Path, force: bool) -> None:
     """``out`` is a new or empty folder (or, with ``force``, an earlier export, emptied here)
     outside every run folder."""
     for folder in (out.resolve(), *out.resolve().parents):
-        if (folder / "checkpoints").is_dir() or (folder / DRIVER_FILE).is_file():
+        run_folder = (folder / "checkpoints").is_dir() and (folder / "config.json").is_file()
+        if run_folder or (folder / DRIVER_FILE).is_file():  # a run's folder, or a checkpoint
             raise ConfigError(
                 f"export: {out} is inside the run folder {folder}, whose files it could "
                 "replace; export to a folder outside it"

@@ -246,6 +246,8 @@ def test_export_imports_no_module_a_run_names_and_writes_only_into_its_own_folde
     # only with --force.
     assert "is inside the run folder" in refused(run, run / "exported")
     assert "is inside the run folder" in refused(run, run / "checkpoints")
+    (tmp_path / "elsewhere" / "checkpoints").mkdir(parents=True)  # a folder of that name alone
+    assert main(["export", str(run), str(tmp_path / "elsewhere" / "policy")]) == 0
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
     assert "holds other files" in refused(run, tmp_path / "mine")
