@@ -165,14 +165,16 @@ def test_an_exported_policy_normalises_observations_with_the_runs_statistics(tmp
     assert np.array_equal(policy(obs[0]), expected(slice(0, 1))[0])  # one observation
 
 
-def test_export_errors_name_what_is_wrong(tmp_path, capsys):
-    def refused(*args):
-        with pytest.raises(SystemExit) as exit_:
-            main(["export", *map(str, args)])
-        assert exit_.value.code == 2
-        return capsys.readouterr().err
+def refused(capsys, *args):
+    """stderr of an export refused with exit status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", *map(str, args)])
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
 
-    assert "no complete checkpoint at" in refused(tmp_path / "nothing", tmp_path / "out")
+
+def small_run(tmp_path):
+    """Two iterations of CartPole in ``tmp_path/c`` (a checkpoint at 2)."""
     config = load_config(
         "embodied/cartpole_ppo",
         [
@@ -188,10 +190,15 @@ def test_export_errors_name_what_is_wrong(tmp_path, capsys):
         ],
     )
     EmbodiedRunner(config, plan_for_config(config)).run()
-    assert "--step 7: " in refused(tmp_path / "c", "--step", "7", tmp_path / "out")
+
+
+def test_export_errors_name_what_is_wrong(tmp_path, capsys):
+    assert "no complete checkpoint at" in refused(capsys, tmp_path / "nothing", tmp_path / "out")
+    small_run(tmp_path)
+    assert "--step 7: " in refused(capsys, tmp_path / "c", "--step", "7", tmp_path / "out")
     weights = tmp_path / "c/checkpoints/iter_000002/actor/model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
-    err = refused(tmp_path / "c", "--step", "2", tmp_path / "out")
+    err = refused(capsys, tmp_path / "c", "--step", "2", tmp_path / "out")
     assert f"{weights} has 100 bytes, the manifest says" in err
     with pytest.raises(FileNotFoundError, match=r"policy.json is missing: give a folder written"):
         rlcore.load_policy(tmp_path)
@@ -200,27 +207,7 @@ def test_export_errors_name_what_is_wrong(tmp_path, capsys):
 def test_export_imports_no_module_a_run_names_and_writes_only_into_its_own_folder(
     tmp_path, capsys, monkeypatch
 ):
-    def refused(*args):
-        with pytest.raises(SystemExit) as exit_:
-            main(["export", *map(str, args)])
-        assert exit_.value.code == 2
-        return capsys.readouterr().err
-
-    config = load_config(
-        "embodied/cartpole_ppo",
-        [
-            "env.num_envs=4",
-            "runner.rollout_steps=16",
-            "runner.total_env_steps=128",
-            "actor.ppo_mini_batch_size=32",
-            "env.solved_threshold=null",
-            "runner.progress=false",
-            f"runner.output_dir={tmp_path}",
-            "runner.run_name=c",
-            "logger.tensorboard=false",
-        ],
-    )
-    EmbodiedRunner(config, plan_for_config(config)).run()
+    small_run(tmp_path)
     run = tmp_path / "c"
     # A driver.json naming a module as its env (as an edited or foreign run folder may): not
     # imported unless the user names it too.
@@ -237,23 +224,23 @@ def test_export_imports_no_module_a_run_names_and_writes_only_into_its_own_folde
     (copy / "manifest.json").unlink()
     write_manifest(copy)
     monkeypatch.syspath_prepend(str(tmp_path))  # importable, were it imported
-    err = refused(copy, tmp_path / "out")
+    err = refused(capsys, copy, tmp_path / "out")
     assert "env.id: " in err and "pass --env planted_env:Planted" in err
     assert not marker.exists()
     assert main(["export", str(copy), str(tmp_path / "named"), "--env", "planted_env:Planted"]) == 0
     assert marker.read_text() == "ran"  # named by the user: imported
     # Targets: never inside a run folder, never a folder holding other files; an earlier export
     # only with --force.
-    assert "is inside the run folder" in refused(run, run / "exported")
-    assert "is inside the run folder" in refused(run, run / "checkpoints")
+    assert "is inside the run folder" in refused(capsys, run, run / "exported")
+    assert "is inside the run folder" in refused(capsys, run, run / "checkpoints")
     (tmp_path / "elsewhere" / "checkpoints").mkdir(parents=True)  # a folder of that name alone
     assert main(["export", str(run), str(tmp_path / "elsewhere" / "policy")]) == 0
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    assert "holds other files" in refused(run, tmp_path / "mine")
+    assert "holds other files" in refused(capsys, run, tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     assert main(["export", str(run), str(tmp_path / "out")]) == 0
-    assert "an earlier export (--force replaces it)" in refused(run, tmp_path / "out")
+    assert "an earlier export (--force replaces it)" in refused(capsys, run, tmp_path / "out")
     assert main(["export", str(run), str(tmp_path / "out"), "--force"]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "policy.json",

@@ -24,13 +24,18 @@ def data_identity(files: tuple[str, ...] | list[str]) -> dict[str, dict[str, Any
     return identity
 
 
-@functools.lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:  # (cached while the file is unchanged)
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read a MiB at a time (also the checkpoint manifest's)."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:  # (cached while the file is unchanged)
+    return file_sha256(path)
 
 
 def changed_files(saved: dict[str, Any], files: dict[str, tuple[str, ...]]) -> list[str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -38,9 +37,9 @@ from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
-from rlcore.data.identity import changed_files
+from rlcore.data.identity import changed_files, file_sha256
 from rlcore.log import say, warn
-from rlcore.runners.files import check_no_links, lock_run_folder, write_replacing
+from rlcore.runners.files import check_no_links, first_link, lock_run_folder, write_replacing
 from rlcore.runners.progress import Progress
 
 DRIVER_FILE = "driver.json"
@@ -191,14 +190,6 @@ def written_atomically(directory: Path) -> Iterator[Path]:
     tmp.rename(directory)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(folder: Path) -> None:
     """``manifest.json``: every file of ``folder`` with its size and sha256, each file flushed
     to disk first."""
@@ -207,7 +198,7 @@ def write_manifest(folder: Path) -> None:
         with path.open("rb") as f:
             os.fsync(f.fileno())
         rel = str(path.relative_to(folder))
-        files[rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        files[rel] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     with (folder / MANIFEST_FILE).open("w") as f:
         json.dump({"files": files}, f, indent=1)
         f.flush()
@@ -223,10 +214,10 @@ def check_manifest(checkpoint: Path) -> str | None:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError):
         return f"{manifest} is not a readable manifest"
-    on_disk = {p for p in checkpoint.rglob("*") if p.is_symlink() or not p.is_dir()}
-    for path in sorted(on_disk):
-        if path.is_symlink():
-            return f"{path} is a link, which no checkpoint holds: it is not followed"
+    link = first_link(checkpoint)
+    if link is not None:
+        return f"{link} is a link, which no checkpoint holds: it is not followed"
+    for path in sorted(p for p in checkpoint.rglob("*") if not p.is_dir()):
         if str(path.relative_to(checkpoint)) not in files and path.name != MANIFEST_FILE:
             return f"{path} is not in the manifest (added after the checkpoint was written)"
     for rel, entry in files.items():
@@ -235,7 +226,7 @@ def check_manifest(checkpoint: Path) -> str | None:
             return f"{path} is missing"
         if path.stat().st_size != entry["bytes"]:
             return f"{path} has {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
-        if _sha256(path) != entry["sha256"]:
+        if file_sha256(path) != entry["sha256"]:
             return f"{path} differs from the file that was written (sha256)"
     return None
 

@@ -32,17 +32,23 @@ def write_replacing(path: Path, data: str | bytes) -> None:
         raise
 
 
+def first_link(folder: Path) -> Path | None:
+    """The first link inside ``folder`` (in sorted order), or None (the folder itself may be
+    one: where a user keeps runs is theirs to choose)."""
+    if not folder.is_dir():
+        return None
+    # (rglob lists a link, never walks into it)
+    return next((p for p in sorted(folder.rglob("*")) if p.is_symlink()), None)
+
+
 def check_no_links(run_dir: Path, key: str = "runner.resume_dir") -> None:
-    """``ConfigError`` naming the first link inside ``run_dir`` (the folder itself may be one:
-    where a user keeps runs is theirs to choose)."""
-    if not run_dir.is_dir():
-        return
-    for path in sorted(run_dir.rglob("*")):  # (rglob lists a link, never walks into it)
-        if path.is_symlink():
-            raise ConfigError(
-                f"{key}: {path} is a link (to {os.readlink(path)}); a run never writes or reads "
-                "through links in its folder: replace it with the file or folder itself"
-            )
+    """``ConfigError`` naming the first link inside ``run_dir`` (``first_link``)."""
+    link = first_link(run_dir)
+    if link is not None:
+        raise ConfigError(
+            f"{key}: {link} is a link (to {os.readlink(link)}); a run never writes or reads "
+            "through links in its folder: replace it with the file or folder itself"
+        )
 
 
 LOCK_FILE = ".lock"

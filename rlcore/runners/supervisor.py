@@ -151,9 +151,7 @@ class Supervisor:
         if runner is not None:
             dead = runner.components.dead_processes()
             if dead:
-                components, rank, node, cause = dead[0]
-                said = cause if cause.startswith("the process") else f"the process died: {cause}"
-                return Loss(components, rank, node, said)
+                return Loss(*dead[0])
         if isinstance(error, WorkerLost):
             return Loss((error.component,), error.rank, error.node, error.detail)
         if isinstance(error, WorkerError) and is_collective_failure(error):

@@ -247,8 +247,9 @@ class Scheduler:
 
     def dead_processes(self, wait_s: float = 5.0) -> list[tuple[tuple[str, ...], int, int, str]]:
         """``(components, rank, node, cause)`` of each process that is gone, or stopped (on
-        this machine: its state says so). A process busy in a long call (or stuck in a
-        collective) does not answer within ``wait_s`` and counts as alive."""
+        this machine: its state says so); ``cause`` says which, and why it died. A process busy
+        in a long call (or stuck in a collective) does not answer within ``wait_s`` and counts
+        as alive."""
         from rlcore.scheduler.processes import stopped
         from rlcore.scheduler.worker_group import death_cause
 
@@ -265,7 +266,7 @@ class Scheduler:
                     ray.get(ref)
                     continue
                 except ray.exceptions.RayActorError as error:
-                    cause = death_cause(error)
+                    cause = f"the process died: {death_cause(error)}"
             else:
                 info = self.info[(name, rank)]
                 if info["node_id"] != here or not stopped(info["pid"]):
