@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlcore import compile_marks
+
+compile_marks.install()
+
 
 def load_policy(path: str | Path) -> Any:
     """The embodied policy ``rlcore export`` wrote to ``path``: ``policy(obs)`` -> actions
