@@ -80,7 +80,10 @@ class EnvConfig(GroupKeys):
         doc="seconds one vector step may take; past it the run ends with an error naming the "
         "env and the step, instead of hanging on an env that blocks; null = no limit for envs "
         "in the driver's process, 300 for envs in their own processes (placed apart, or "
-        "vector_mode async)",
+        "vector_mode async). A step stuck in C code that holds the GIL (which the timer "
+        "cannot interrupt) ends its process by a watchdog once the limit plus max(5 s, the "
+        "limit) has passed: the driver names it in one line, or, in the driver's own process, "
+        "the stacks are written to stderr",
         range="> 0",
     )
     checkpoint_state: Literal["reseed", "pickle"] = key(

@@ -9,16 +9,13 @@ reads V(final observation) from the policy's forward pass on it (see runners/emb
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import sysconfig
 import threading
 import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import gymnasium as gym
@@ -26,6 +23,8 @@ import numpy as np
 import torch
 
 from rlcore.envs.registry import EnvError, make_env, resolve_env
+from rlcore.scheduler import last_words
+from rlcore.scheduler.last_words import NOT_USER_CODE
 
 VectorMode = Literal["auto", "native", "sync", "async"]
 
@@ -191,19 +190,8 @@ def _where(error: BaseException, reports: list[str]) -> str:
     frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(error.__traceback__)]
     for report in reports:
         frames += [(f, int(n), name) for f, n, name in _FRAME.findall(report)]
-    users = [f for f in frames if not f[0].startswith(_NOT_THE_ENV)]
+    users = [f for f in frames if not f[0].startswith(NOT_USER_CODE)]
     return f" (at {users[-1][0]}:{users[-1][1]} in {users[-1][2]})" if users else ""
-
-
-# Frames that are not the env's own code: rlcore's, and the standard library's and installed
-# packages' (gymnasium, numpy). An env installed as a package is named without a place.
-_NOT_THE_ENV = tuple(
-    os.path.join(path, "")
-    for path in sorted(
-        {str(Path(__file__).parents[1])}
-        | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
-    )
-)
 
 
 def _timed(
@@ -217,9 +205,10 @@ def _timed(
     """``envs.<op>(*args, **kwargs)`` (``op``: step or reset), or ``EnvError`` naming ``what``
     when it takes over ``timeout_s`` (None: no limit). Subprocess envs are waited for with a
     timeout (then closed with ``terminate=True``); in-process envs are interrupted by a timer
-    signal, which Python delivers between bytecodes and to blocking calls (a C routine holding
-    the GIL delays it), and only in the main thread: elsewhere the limit is refused, naming
-    the fix."""
+    signal, which Python delivers between bytecodes and to blocking calls, and only in the main
+    thread: elsewhere the limit is refused, naming the fix. A C routine holding the GIL delays
+    the signal until it returns: past ``last_words.watchdog_s(timeout_s)`` a watchdog ends the
+    process (scheduler/last_words.py), which the driver then names in one line."""
     if timeout_s is None:
         return getattr(envs, op)(*args, **kwargs)
     message = (
@@ -244,7 +233,8 @@ def _timed(
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        return getattr(envs, op)(*args, **kwargs)
+        with last_words.watch(last_words.watchdog_s(timeout_s)):
+            return getattr(envs, op)(*args, **kwargs)
     except _StepTimeout:
         raise EnvError(message) from None
     finally:

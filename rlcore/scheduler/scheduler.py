@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 from typing import Any
 
@@ -25,6 +27,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
 from rlcore.scheduler.deadlines import Deadlines
+from rlcore.scheduler.last_words import LAST_WORDS_ENV, account
 from rlcore.scheduler.network import transport_env
 from rlcore.scheduler.ray_cluster import (
     NodeSlots,
@@ -90,6 +93,7 @@ class Scheduler:
         self._weights: WeightSync | None = None
         self._owns_ray = False
         self._previous_sigterm: Any = None
+        self._last_words: str | None = None
 
     @classmethod
     def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
@@ -116,6 +120,8 @@ class Scheduler:
     def start(self) -> None:
         self._catch_sigterm()
         try:
+            # Where a worker's watchdog writes its last words (last_words.py), on this node.
+            self._last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
             self._owns_ray = connect(self.plan, self.address)
             self._slots = reserve(self.plan, self.timeout_s, self.tag)
             processes = self.plan.processes()
@@ -157,6 +163,7 @@ class Scheduler:
             "NODE_RANK": str(process.node),
             # gloo's and NCCL's sockets: loopback in a local run (network.py)
             **transport_env(self.network_interface, local=self.address is None),
+            LAST_WORDS_ENV: self._last_words or "",
         }
         if plan.device == "cuda" and len(process.devices) > 1:
             # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
@@ -261,14 +268,15 @@ class Scheduler:
         dead = []
         for ref in [*answered, *silent]:
             name, rank = where[id(pings[ref])]
+            info = self.info[(name, rank)]
             if ref in answered:
                 try:
                     ray.get(ref)
                     continue
                 except ray.exceptions.RayActorError as error:
-                    cause = f"the process died: {death_cause(error)}"
+                    words = account(self._last_words, info["pid"], info["node_id"] == here)
+                    cause = f"the process died: {words or death_cause(error)}"
             else:
-                info = self.info[(name, rank)]
                 if info["node_id"] != here or not stopped(info["pid"]):
                     continue
                 cause = f"the process is stopped (pid {info['pid']}: SIGSTOP, a debugger)"
@@ -299,6 +307,9 @@ class Scheduler:
             disconnect()
         self._owns_ray = False
         self._restore_sigterm()
+        if self._last_words is not None:
+            shutil.rmtree(self._last_words, ignore_errors=True)
+            self._last_words = None
 
     def _catch_sigterm(self) -> None:
         # SIGTERM and SIGHUP would end Python without running `finally`; make them unwind like

@@ -1,7 +1,10 @@
 """Components the scheduler tests start inside workers (sent to Ray by value)."""
 
+import itertools
 import os
 
+import gymnasium as gym
+import numpy as np
 import ray
 import torch
 import torch.distributed as dist
@@ -97,3 +100,39 @@ class PushedModel(Model):
 
     def buckets_loaded(self):
         return self.buckets
+
+
+class StuckInC(gym.Env):
+    """A one-number env whose 3rd step spins in C code that holds the GIL (a builtin ``sum``
+    over 10^13 ones, about an hour): no timer signal reaches Python until it returns."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.calls = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls == 3:
+            sum(itertools.repeat(1, 10**13))
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+class EnvStepper:
+    """Steps a ``StuckInC`` vector env in the worker's own process, as an env worker does."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def step_stuck_env(self, timeout_s, grace_s):
+        from rlcore.envs.vector import reset_within, step_within
+        from rlcore.scheduler import last_words
+
+        last_words.WATCHDOG_GRACE_S = grace_s
+        envs = gym.vector.SyncVectorEnv([StuckInC])
+        reset_within(envs, 0, timeout_s, "reset")
+        for step in range(5):
+            step_within(envs, np.zeros(1, np.int64), timeout_s, f"step {step}")

@@ -1,12 +1,14 @@
 """On CPU slots: a torch.distributed group per component, and bit-exact weight sync. The tests
 of one plan follow each other and share its processes (``schedulers``)."""
 
+import inspect
+
 import pytest
 import torch
 
 from rlcore.placement import ComponentRoles, build_plan
 from rlcore.scheduler import Scheduler
-from tests.scheduler.components import Model, PushedModel
+from tests.scheduler.components import EnvStepper, Model, PushedModel, StuckInC
 
 ROLES = ComponentRoles("embodied", ("actor", "rollout"))
 
@@ -167,3 +169,23 @@ def test_the_sync_method_follows_the_placement(placement, fuse, device, expected
         plan, group=None, info={}, backend="nccl", timeout_s=1, collective_timeout_s=1
     )
     assert sync.choose("actor", "rollout") == expected
+
+
+def test_a_worker_stuck_in_c_code_is_ended_by_its_watchdog_and_named(schedulers):
+    """An in-process env step that holds the GIL ignores env.step_timeout_s's timer signal:
+    the watchdog ends the process after the grace, and the driver's account of the lost process
+    names the watchdog, its limit and the env's line, in one line. (A plan of its own: its
+    process dies.)"""
+    scheduler = schedulers({"actor,rollout": "0"})
+    stepper = scheduler.launch("actor", EnvStepper)
+    with pytest.raises(Exception):  # noqa: B017 (how Ray reports a death is Ray's)
+        stepper.call_rank(0, "step_stuck_env", 0.2, 0.3)
+    [(components, rank, node, cause)] = scheduler.dead_processes()
+    line = inspect.getsourcelines(StuckInC.step)[1] + 3  # the sum(...) line
+    assert cause == (
+        "the process died: its watchdog ended it: a call was still running after 0.5 s at "
+        f"{inspect.getsourcefile(StuckInC)}:{line} in step, in code that a timeout cannot "
+        "interrupt (C code holding the GIL); fix that code, or raise the limit "
+        "(env.step_timeout_s)"
+    )
+    assert (set(components), rank, node) == ({"actor", "rollout"}, 0, 0)
