@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 # A number as people write it: optional sign and currency, digits with thousands commas, an
 # optional decimal part, and a trailing period (end of sentence). No nested quantifiers: linear.
@@ -44,3 +45,19 @@ def last_number(text: str) -> str | None:
     """The last number written anywhere in ``text`` (GSM8K's flexible extraction)."""
     matches = _NUMBER_RE.findall(text)
     return matches[-1].strip() if matches else None
+
+
+def math_reference(answer: str, timeout_s: int | None) -> list[Any]:
+    """A reference answer as math-verify reads it (its ``parse``: ``[]`` when it cannot, or
+    when parsing takes over ``timeout_s`` whole seconds, a signal alarm that only a main thread
+    can set; None: no limit). A bare answer is read as LaTeX math (``$...$``)."""
+    from math_verify import parse
+
+    text = answer if "\\boxed" in answer or "$" in answer else f"${answer}$"
+    return parse(text, parsing_timeout=timeout_s)
+
+
+def unreadable_math_answers(answers: list[str], timeout_s: int | None) -> set[str]:
+    """The distinct ``answers`` math-verify cannot read within ``timeout_s`` each: a row with
+    one would score every response 0 (``reward.kind=math`` compares with what it read)."""
+    return {a for a in dict.fromkeys(answers) if not math_reference(a, timeout_s)}

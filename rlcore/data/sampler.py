@@ -3,6 +3,8 @@ arithmetic task), and the seeded order in which training prompts are drawn, batc
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.data.answers import unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
@@ -48,6 +51,8 @@ def load_prompt_set(
         ]
     if not train and data.val_max_samples is not None:
         rows = rows[: data.val_max_samples]
+    if config.reward.kind == "math":
+        rows = _readable_math_rows(rows, what, config.reward.timeout_s, log)
     prompts = PromptSet.build(
         rows,
         tokenizer,
@@ -67,6 +72,28 @@ def load_prompt_set(
             f"{data.train_batch_size}"
         )
     return prompts
+
+
+def _readable_math_rows(
+    rows: list[dict[str, str]], what: str, timeout_s: float, log: Callable[[str], None]
+) -> list[dict[str, str]]:
+    """``rows`` without those whose reference answer math-verify cannot read (each distinct
+    answer read once, within reward.timeout_s): they would score every response 0."""
+    main = threading.current_thread() is threading.main_thread()  # (math-verify's alarm)
+    limit = max(1, math.ceil(timeout_s)) if main else None
+    bad = unreadable_math_answers([row["answer"] for row in rows], limit)
+    if not bad:
+        return rows
+    kept = [row for row in rows if row["answer"] not in bad]
+    named = ", ".join(repr(a[:40]) for a in sorted(bad)[:3]) + (", ..." if len(bad) > 3 else "")
+    log(
+        f"{what}: dropped {len(rows) - len(kept)} of {len(rows)} prompts whose reference answer "
+        f"math-verify cannot read within reward.timeout_s={timeout_s:g} (reward.kind=math would "
+        f"score every response to them 0): {named}"
+    )
+    if not kept:
+        raise DataError(f"{what}: math-verify reads none of the reference answers: {named}")
+    return kept
 
 
 def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) -> TensorDict:

@@ -4,11 +4,13 @@ has no answer in the expected form (the reward worker turns these into scores).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rlcore.data.answers import extract_gsm8k_answer, last_number, parse_number
+from rlcore.data.answers import extract_gsm8k_answer, last_number, math_reference, parse_number
 
 # Answers are read from the end of a response; a runaway response is cut here first, which also
 # bounds the regex work per response.
@@ -51,10 +53,14 @@ def math_correct(response: str, answer: str, timeout_s: int | None = None) -> bo
     predicted = parse(response[-MAX_CHARS:], parsing_timeout=timeout_s)
     if not predicted:
         return None
-    gold = parse(
-        answer if "\\boxed" in answer or "$" in answer else f"${answer}$", parsing_timeout=timeout_s
-    )
+    gold = list(_reference(answer, timeout_s))
     return bool(verify(gold, predicted, timeout_seconds=timeout_s))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reference(answer: str, timeout_s: int | None) -> tuple[Any, ...]:
+    # each reference answer read once per scoring process, not once per response
+    return tuple(math_reference(answer, timeout_s))
 
 
 def load_custom_fn(spec: str) -> Callable[[str, str], float]:

@@ -133,3 +133,38 @@ def test_synthetic_prompts_that_do_not_fit_name_the_synthetic_task():
     config = load_config("reasoning/tiny_arith_ppo", ["data.max_prompt_length=3"])
     with pytest.raises(DataError, match=r"^data.synthetic \(validation problems\): every prompt"):
         load_prompt_set(config, CharTokenizer(), train=False, log=lambda message: None)
+
+
+def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_counted(tmp_path):
+    """With reward.kind=math every response to such a row would score 0: an empty box, and
+    a nest of parentheses whose parsing outlasts reward.timeout_s (1 s: math-verify's alarm)."""
+    from rlcore.config import load_config
+    from rlcore.data.sampler import load_prompt_set
+
+    bomb = "(" * 40 + "1" + ")" * 40
+    rows = [
+        {"question": "Half?", "answer": "\\frac{1}{2}"},
+        {"question": "Empty?", "answer": "\\boxed{}"},
+        {"question": "Deep?", "answer": bomb},
+        {"question": "Day?", "answer": "\\text{Monday}"},
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            f"data.train_files=[{path}]",
+            "data.answer_format=plain",
+            "data.train_batch_size=2",
+            "actor.ppo_mini_batch_size=2",
+            "reward.kind=math",
+            "reward.timeout_s=1",
+        ],
+    )
+    said = []
+    prompts = load_prompt_set(config, CharTokenizer(), train=True, log=said.append)
+    assert prompts.answers == ["\\frac{1}{2}", "\\text{Monday}"]
+    assert len(said) == 1 and said[0].startswith(
+        "data.train_files: dropped 2 of 4 prompts whose reference answer math-verify cannot "
+        "read within reward.timeout_s=1 (reward.kind=math would score every response to them "
+        f"0): {bomb[:40]!r}, '\\\\boxed{{}}'"
+    )

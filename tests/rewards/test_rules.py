@@ -44,6 +44,18 @@ def test_math_answers_are_compared_as_math():
     assert math_correct("$\\boxed{4}$", "3") is False
 
 
+def test_a_math_reference_answer_is_read_once_per_process(monkeypatch):
+    from rlcore.rewards import rules
+
+    reads = []
+    monkeypatch.setattr(rules, "math_reference", lambda a, t: reads.append(a) or [a])
+    rules._reference.cache_clear()
+    for response in ("$\\boxed{7}$", "$\\boxed{8}$", "$\\boxed{7}$"):
+        rules.math_correct(response, "7.25")
+    rules._reference.cache_clear()
+    assert reads == ["7.25"]
+
+
 def test_custom_function_from_a_file(tmp_path):
     (tmp_path / "mine.py").write_text("def score(response, answer):\n    return len(response)\n")
     assert load_custom_fn(f"{tmp_path}/mine.py:score")("abc", "x") == 3
