@@ -176,7 +176,9 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
     finally:
         envs.close()
     weights = read_trained_weights(checkpoint / "actor", make_policy(config, spec))
-    env_state = torch.load(checkpoint / "env" / "rank0.pt", weights_only=True)
+    from rlcore.workers.shard_reader import load_state
+
+    env_state = load_state(checkpoint / "env" / "rank0.pt")
     norm = env_state["obs_norm"]
     m = config.actor.model
     described = {

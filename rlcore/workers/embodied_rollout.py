@@ -147,5 +147,7 @@ class EmbodiedRollout:
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
-        state = torch.load(Path(directory) / f"rank{self.rank}.pt", weights_only=True)
+        from rlcore.workers.shard_reader import load_state
+
+        state = load_state(Path(directory) / f"rank{self.rank}.pt")
         self.generator.set_state(state["generator"])

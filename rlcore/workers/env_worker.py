@@ -285,7 +285,9 @@ class EnvWorker:
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
         where = Path(directory)
-        state = torch.load(where / f"rank{self.rank}.pt", weights_only=True)
+        from rlcore.workers.shard_reader import load_state
+
+        state = load_state(where / f"rank{self.rank}.pt")
         self.steps_taken = state["steps_taken"]
         pickled = where / f"envs_rank{self.rank}.pkl"
         if self.pickled:

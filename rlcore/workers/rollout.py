@@ -393,5 +393,7 @@ class RolloutWorker:
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
-        state = torch.load(Path(directory) / f"rank{self.rank}.pt", weights_only=True)
+        from rlcore.workers.shard_reader import load_state
+
+        state = load_state(Path(directory) / f"rank{self.rank}.pt")
         torch.set_rng_state(state["torch_rng"])

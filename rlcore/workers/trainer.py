@@ -311,7 +311,9 @@ class Trainer:
     def load(self, directory: Path) -> None:
         """What ``save`` wrote, under any strategy that can read it (``Strategy.load``); this
         rank's own ``trainer_rank`` file, so as many ranks as wrote it."""
-        state = torch.load(directory / f"trainer_rank{self.global_rank}.pt", weights_only=True)
+        from rlcore.workers.shard_reader import load_state
+
+        state = load_state(directory / f"trainer_rank{self.global_rank}.pt")
         form = recorded_form(directory, state)  # never the one the folders suggest
         self.strategy.load(self.model, self.optimizer, directory, state.get("optimizer"), form)
         # (a checkpoint of rlcore 0.1 counted no updates, and had no scheduler at a constant

@@ -61,7 +61,9 @@ def recorded_form(folder: Path, trainer_state: dict | None = None) -> str:
     are ``WEIGHTS``, else it wrote shards."""
     if trainer_state is None:
         rank0 = folder / "trainer_rank0.pt"
-        trainer_state = torch.load(rank0, weights_only=True, mmap=True) if rank0.is_file() else {}
+        from rlcore.workers.shard_reader import load_state
+
+        trainer_state = load_state(rank0, mmap=True) if rank0.is_file() else {}
     form = trainer_state.get("form")
     return form or ("whole" if (folder / WEIGHTS).is_file() else "shards")
 

@@ -124,6 +124,26 @@ def test_a_whole_weights_checkpoint_never_reads_a_planted_shards_folder(tmp_path
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.parametrize("planted", ["actor/trainer_rank0.pt", "rollout/rank0.pt", "env/rank0.pt"])
+def test_a_payload_in_a_pt_file_the_manifest_lists_is_refused_in_one_line(tmp_path, planted):
+    """An attacker who can write the folder can rewrite the manifest too: torch's restricted
+    unpickler then refuses the payload, and the refusal names the file, as a bad input (no
+    restart, no traceback)."""
+    run(config(tmp_path, "runner.run_name=full"))
+    stopped = tmp_path / "stopped" / "checkpoints" / "iter_000003"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped)
+    (stopped / planted).write_bytes(pickle.dumps(Payload(tmp_path / "ran")))
+    (stopped / "manifest.json").unlink()
+    write_manifest(stopped)
+    with pytest.raises(ConfigError) as refused:
+        run(config(tmp_path, f"runner.resume_dir={stopped}"))
+    assert str(refused.value).startswith(
+        f"{stopped / planted}: not loaded: it asks for more than plain data ("
+    )
+    assert "\n" not in str(refused.value) and "weights_only" not in str(refused.value)
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_run_folder_holding_a_link_is_refused_and_no_write_follows_one(tmp_path):
     run(config(tmp_path, "runner.run_name=full"))
     victim = tmp_path / "victim.txt"
