@@ -100,7 +100,7 @@ def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
     line, status 2."""
     from rlcore.data import DataError
     from rlcore.prepare import prepare
-    from rlcore.runners.supervisor import run
+    from rlcore.runners.supervisor import RunLost, run
     from rlcore.scheduler.errors import WorkerError
 
     try:
@@ -114,6 +114,10 @@ def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
             raise
         where = f"{error.group or error.component} rank {error.rank} on node {error.node}"
         raise _exit_with(ConfigError(f"{error.user_error} ({where})")) from None
+    except RunLost as error:  # the story of the losses (the run folder keeps its checkpoints)
+        for line in str(error).splitlines():
+            print(f"rlcore: error: {line}", file=sys.stderr)
+        return 1
     print(json.dumps(summary))
     return 0
 

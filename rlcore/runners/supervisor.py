@@ -85,7 +85,7 @@ def run(config: Any, plan: PlacementPlan, models: ModelDirs | None = None) -> di
     """Train ``config`` on ``plan`` (with the prepared ``models`` of a reasoning run), restarting
     lost workers (see the module docstring); the run's summary."""
     models = prepare(config) if models is None else models
-    if config.runner.max_restarts == 0 or runs_in_driver(plan, config.cluster.address):
+    if runs_in_driver(plan, config.cluster.address):
         return build_runner(config, plan, models).run()
     with _ray_session(plan, config.cluster.address):
         return Supervisor(functools.partial(build_runner, models=models), config, plan).run()
@@ -175,6 +175,8 @@ class Supervisor:
         stop = None
         if self.restarts and self.restarts[-1].after_iteration == done:
             stop = f"lost a worker twice after iteration {done}; restarting again would repeat it"
+        elif limit == 0:
+            stop = "lost a worker, and runner.max_restarts=0 allows no restart"
         elif len(self.restarts) >= limit:
             lost = len(self.restarts) + 1
             stop = f"lost a worker {lost} times, more than runner.max_restarts={limit}"
@@ -198,6 +200,8 @@ class Supervisor:
         return dataclasses.replace(config, runner=runner)
 
     def _story(self, headline: str, loss: Loss, done: int) -> str:
+        if not self.restarts:  # (runner.max_restarts=0): one line
+            return f"the run {headline}: {loss.describe()} (after iteration {done})"
         lines = [f"the run {headline}:"]
         for number, r in enumerate(self.restarts, 1):
             lines.append(

@@ -260,6 +260,24 @@ def test_losses_past_max_restarts_end_the_run(tmp_path):
         supervise(tmp_path, [2, 3, 4], max_restarts=2)
 
 
+def test_with_max_restarts_0_a_loss_ends_the_run_in_one_line(tmp_path, monkeypatch, capsys):
+    """Supervised still (a lost worker is told apart from a bug), restarted never: the loss in
+    one line, which the entry point prints without a traceback (status 1)."""
+    with pytest.raises(RunLost) as lost:
+        supervise(tmp_path, [2], max_restarts=0)
+    assert str(lost.value) == (
+        "the run lost a worker, and runner.max_restarts=0 allows no restart: env rank 0 on node "
+        "0: the worker process died: SYSTEM_ERROR: killed (after iteration 1)"
+    )
+    assert len(FailingDriver.BUILT) == 1
+    from rlcore import cli
+
+    monkeypatch.setattr(supervisor, "run", lambda *a: (_ for _ in ()).throw(lost.value))
+    config = embodied(tmp_path, "cli", "runner.max_restarts=0")
+    assert cli._run(config, plan_for_config(config)) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"rlcore: error: {lost.value}"
+
+
 def test_a_bug_in_a_component_is_not_a_loss(tmp_path):
     class Buggy(FailingDriver):
         def iterate(self, iteration):
