@@ -276,8 +276,9 @@ class RunnerConfig:
     )
     seed: int = key(
         1,
-        doc="seeds torch, the envs or the data order, and the sampling",
-        range=">= 0",
+        doc="seeds torch, the envs or the data order, and the sampling (at most 2^31 - 1: each "
+        "rank's and stream's seed adds an offset, and numpy's and torch's seeds are bounded)",
+        range="[0, 2147483647]",
     )
     output_dir: str = key("outputs", doc="runs are written to OUTPUT_DIR/RUN_NAME/", path=True)
     run_name: str | None = key(

@@ -146,6 +146,9 @@ BAD = [
     (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
     (CARTPOLE, ["runner.run_name=../x"], "runner.run_name", "must be one folder name"),
     (ARITH, ["runner.run_name=a/b"], "runner.run_name", "no '/'"),
+    (CARTPOLE, ["runner.run_name=" + "r" * 300], "runner.run_name",
+     "is 300 bytes long; a folder name has at most 255"),
+    (CARTPOLE, ["runner.seed=99999999999999999999"], "runner.seed", "[0, 2147483647]"),
     (CARTPOLE, ["cluster.network_interface=eth0"], "cluster.network_interface",
      "a local run binds Ray, the torch.distributed stores, gloo and NCCL to 127.0.0.1"),
     (CARTPOLE, ["runner.resume=auto"], "runner.resume", "needs a fixed runner.run_name"),
@@ -179,7 +182,7 @@ BAD = [
      "nan is out of range: it must be >= 0"),
     (CARTPOLE, ["env.solved_threshold=inf"], "env.solved_threshold", "must be a finite number"),
     (ARITH, ["data.synthetic.digits=7"], "data.synthetic.digits", "must be in [1, 6]"),
-    (CARTPOLE, ["runner.seed=-1"], "runner.seed", "must be >= 0"),
+    (CARTPOLE, ["runner.seed=-1"], "runner.seed", "must be in [0, 2147483647]"),
     (ARITH, ["data.val_max_samples=0"], "data.val_max_samples", "must be >= 1, or null"),
     (ARITH, ["algorithm.use_kl_loss=true", "algorithm.kl_loss_type=full"],
      "algorithm.kl_loss_type", "use kl, abs, mse or low_var_kl"),
@@ -244,6 +247,19 @@ def test_bad_config_gives_one_line_naming_the_key(config, overrides, key, fix):
     assert "\n" not in message
     assert message.startswith(f"{key}:") or f" {key} " in message, message
     assert fix in message
+
+
+def test_a_run_name_with_a_nul_character_is_refused():
+    # (an override cannot carry one: Hydra refuses it first; a YAML string or a program can)
+    import dataclasses
+
+    from rlcore.config.checks.run import check_runner
+
+    config = load_config(CARTPOLE, [])
+    named = dataclasses.replace(config, runner=dataclasses.replace(config.runner, run_name="a\0b"))
+    assert check_runner(named) == [
+        "runner.run_name: 'a<NUL>b' holds a NUL character, which no folder name can; remove it"
+    ]
 
 
 def test_every_problem_is_reported_at_once_one_per_line():

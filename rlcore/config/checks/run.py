@@ -6,6 +6,9 @@ from __future__ import annotations
 from rlcore.algorithms import ADVANTAGES
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig, UpdateConfig
 
+# the longest file name of the usual file systems (ext4, xfs, btrfs, APFS), in bytes
+NAME_MAX = 255
+
 
 def check_runner(config: RLCoreConfig) -> list[str]:
     run = config.runner
@@ -15,6 +18,16 @@ def check_runner(config: RLCoreConfig) -> list[str]:
         problems.append(
             f"runner.run_name: {name!r} must be one folder name (no '/', not '.' or '..'): the "
             "run is written to OUTPUT_DIR/RUN_NAME and nowhere else"
+        )
+    elif name is not None and "\0" in name:
+        problems.append(
+            f"runner.run_name: {name.replace(chr(0), '<NUL>')!r} holds a NUL character, which no "
+            "folder name can; remove it"
+        )
+    elif name is not None and len(name.encode()) > NAME_MAX:
+        problems.append(
+            f"runner.run_name: '{name[:24]}...' is {len(name.encode())} bytes long; a folder "
+            f"name has at most {NAME_MAX}: pick a shorter one"
         )
     if run.resume == "auto" and run.run_name is None:
         problems.append(
