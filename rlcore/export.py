@@ -29,6 +29,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.load import validate_config
 from rlcore.log import say
 from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
+from rlcore.workers.state_files import load_state
 from rlcore.workers.weights_file import read_trained_weights
 
 POLICY_FORMAT = "rlcore-policy/1"
@@ -176,8 +177,6 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
     finally:
         envs.close()
     weights = read_trained_weights(checkpoint / "actor", make_policy(config, spec))
-    from rlcore.workers.shard_reader import load_state
-
     env_state = load_state(checkpoint / "env" / "rank0.pt")
     norm = env_state["obs_norm"]
     m = config.actor.model

@@ -31,6 +31,7 @@ from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, te
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
 from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.state_files import load_state, writing
 
 
 @dataclass
@@ -278,15 +279,14 @@ class EnvWorker:
             "reward_scaler": _state(self.reward_scaler),
             "steps_taken": self.steps_taken,
         }
-        torch.save(state, where / f"rank{self.rank}.pt")
+        with writing(where / f"rank{self.rank}.pt"):
+            torch.save(state, where / f"rank{self.rank}.pt")
         if self.pickled:
             (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
         where = Path(directory)
-        from rlcore.workers.shard_reader import load_state
-
         state = load_state(where / f"rank{self.rank}.pt")
         self.steps_taken = state["steps_taken"]
         pickled = where / f"envs_rank{self.rank}.pkl"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import StorageMeta
 
-from rlcore.config.errors import ConfigError
+from rlcore.workers.state_files import UnsafeCheckpoint
 
 # (module, name) pairs the metadata of a checkpoint torch wrote holds (measured: a model's and
 # an AdamW optimiser's state under torch 2.x), with torch's dtypes, layouts and memory formats
@@ -35,36 +34,6 @@ ALLOWED = {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("collections", "OrderedDict"),
 }
-
-
-class UnsafeCheckpoint(ConfigError):
-    """A checkpoint file that asks to run code (or to build an object it has no reason to hold),
-    or that is not one: refused, named, in one line (a bad input, not a lost worker)."""
-
-
-def load_state(path: Path, mmap: bool = False) -> Any:
-    """``torch.load(path, weights_only=True)``: a checkpoint's ``.pt`` file as plain data; one
-    torch's restricted unpickler refuses (it asks to run code) or cannot read (damaged, not a
-    torch file) is an ``UnsafeCheckpoint`` naming it."""
-    try:
-        with warnings.catch_warnings():  # (torch warns of a foreign pickle before refusing it)
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, weights_only=True, mmap=mmap)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-        text = str(error)
-        # torch's message suggests weights_only=False (running the file's code): say what it
-        # found instead
-        if "WeightsUnpickler error:" in text:
-            rest = text.split("WeightsUnpickler error:", 1)[1].splitlines()
-            found = next((line.strip() for line in rest if line.strip()), "")
-            why = f"it asks for more than plain data ({found})"
-        else:
-            first = next(iter(text.strip().splitlines()), type(error).__name__)
-            why = f"torch cannot read it ({first})"
-        raise UnsafeCheckpoint(
-            f"{path}: not loaded: {why}; the file is damaged or was not written by rlcore, "
-            "which reads checkpoints as plain data only: resume from another checkpoint"
-        ) from None
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -35,6 +35,7 @@ from torch import nn
 
 from rlcore.config.sections import OptimConfig
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.state_files import load_state, writing
 from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
 from rlcore.workers.weights_file import recorded_form
 
@@ -306,13 +307,13 @@ class Trainer:
             ),
             "form": self.strategy.form,
         }
-        torch.save(state, directory / f"trainer_rank{self.global_rank}.pt")
+        path = directory / f"trainer_rank{self.global_rank}.pt"
+        with writing(path):
+            torch.save(state, path)
 
     def load(self, directory: Path) -> None:
         """What ``save`` wrote, under any strategy that can read it (``Strategy.load``); this
         rank's own ``trainer_rank`` file, so as many ranks as wrote it."""
-        from rlcore.workers.shard_reader import load_state
-
         state = load_state(directory / f"trainer_rank{self.global_rank}.pt")
         form = recorded_form(directory, state)  # never the one the folders suggest
         self.strategy.load(self.model, self.optimizer, directory, state.get("optimizer"), form)

@@ -21,6 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from rlcore.workers.state_files import load_state, writing
+
 WEIGHTS = "model.safetensors"  # a component's whole weights, written by its rank 0
 SHARDS = "shards"  # a sharded component's torch.distributed.checkpoint folder (weights, optimiser)
 # a Megatron component's optimiser state: Megatron's distributed checkpoint (dist_checkpointing)
@@ -42,7 +44,8 @@ def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
         else:
             first_name[identity] = name
             unique[name] = tensor.detach().contiguous().cpu()
-    save_file(unique, str(path), metadata={"aliases": json.dumps(aliases)})
+    with writing(path):
+        save_file(unique, str(path), metadata={"aliases": json.dumps(aliases)})
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -61,8 +64,6 @@ def recorded_form(folder: Path, trainer_state: dict | None = None) -> str:
     are ``WEIGHTS``, else it wrote shards."""
     if trainer_state is None:
         rank0 = folder / "trainer_rank0.pt"
-        from rlcore.workers.shard_reader import load_state
-
         trainer_state = load_state(rank0, mmap=True) if rank0.is_file() else {}
     form = trainer_state.get("form")
     return form or ("whole" if (folder / WEIGHTS).is_file() else "shards")

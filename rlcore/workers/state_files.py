@@ -1,0 +1,78 @@
+"""A checkpoint's own files, read and written in one place: read as plain data only
+(``load_state``), and a write that fails (a full disk, a file-size limit) named in one line
+(``writing``), both as bad inputs: refused, not restarted."""
+
+from __future__ import annotations
+
+import pickle
+import resource
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.config.errors import ConfigError
+
+
+class UnsafeCheckpoint(ConfigError):
+    """A checkpoint file that asks to run code (or to build an object it has no reason to hold),
+    or that is not one: refused, named, in one line (a bad input, not a lost worker)."""
+
+
+class CheckpointWriteError(ConfigError):
+    """A checkpoint file that could not be written: named, with what limits writing there."""
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Write ``path`` in the block; a failure (torch's writer says only "unexpected pos", the
+    OS "File too large" or "No space left") is a ``CheckpointWriteError`` naming the file, the
+    free space on its disk and the file-size limit, in one line."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, RuntimeError, SafetensorError) as error:
+        first = next(iter(str(error).strip().splitlines()), type(error).__name__)
+        limits = []
+        try:
+            free = shutil.disk_usage(Path(path).parent).free
+            limits.append(f"{free / 2**20:.0f} MiB free on its disk")
+        except OSError:
+            pass
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(f"a file-size limit of {soft} bytes (ulimit -f)")
+        raise CheckpointWriteError(
+            f"{path}: the checkpoint could not be written ({first}); "
+            f"{', '.join(limits) or 'no limit known'}: free space, or raise the limit"
+        ) from None
+
+
+def load_state(path: Path, mmap: bool = False) -> Any:
+    """``torch.load(path, weights_only=True)``: a checkpoint's ``.pt`` file as plain data; one
+    torch's restricted unpickler refuses (it asks to run code) or cannot read (damaged, not a
+    torch file) is an ``UnsafeCheckpoint`` naming it."""
+    try:
+        with warnings.catch_warnings():  # (torch warns of a foreign pickle before refusing it)
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, weights_only=True, mmap=mmap)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+        text = str(error)
+        # torch's message suggests turning weights_only off (running the file's code): say
+        # what it found instead
+        if "WeightsUnpickler error:" in text:
+            rest = text.split("WeightsUnpickler error:", 1)[1].splitlines()
+            found = next((line.strip() for line in rest if line.strip()), "")
+            why = f"it asks for more than plain data ({found})"
+        else:
+            first = next(iter(text.strip().splitlines()), type(error).__name__)
+            why = f"torch cannot read it ({first})"
+        raise UnsafeCheckpoint(
+            f"{path}: not loaded: {why}; the file is damaged or was not written by rlcore, "
+            "which reads checkpoints as plain data only: resume from another checkpoint"
+        ) from None
