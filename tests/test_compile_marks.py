@@ -1,5 +1,6 @@
 """``import rlcore`` keeps ``tensordict`` from importing ``torch._dynamo`` and still leaves
-``torch.compile`` the same marks: compared with a plain ``import tensordict`` in a second process."""
+``torch.compile`` the same marks: compared with a plain ``import tensordict`` in another
+process."""
 
 import json
 import subprocess

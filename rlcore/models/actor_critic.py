@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from rlcore.algorithms.stats import entropy_from_log_probs
+from rlcore.config.errors import ConfigError
 from rlcore.envs.vector import SpaceSpec
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -109,6 +110,22 @@ class TwinMLP(nn.Module):
                 bias.zero_()
 
 
+# The Nature-DQN convolutions (8 stride 4, 4 stride 2, 3 stride 1) need images this large.
+MIN_IMAGE_SIDE = 36
+
+
+def check_image_shape(shape: tuple[int, ...], env_id: str | None) -> None:
+    """A ConfigError naming ``env_id`` if its (H, W, C) images are too small for the CNN."""
+    if len(shape) == 3 and min(shape[0], shape[1]) < MIN_IMAGE_SIDE:
+        which = "the env" if env_id is None else f"'{env_id}'"
+        raise ConfigError(
+            f"env.id: {which} observes {shape[0]}x{shape[1]} images, smaller than the CNN "
+            f"policy's minimum of {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (the Nature-DQN "
+            "convolutions): resize them (gymnasium.wrappers.ResizeObservation), or flatten "
+            "them (FlattenObservation) for the MLP policy"
+        )
+
+
 class ImageEncoder(nn.Module):
     """The Nature-DQN convolutions (Mnih et al. 2015) on (H, W, C) images, then a dense layer."""
 
@@ -125,8 +142,7 @@ class ImageEncoder(nn.Module):
             nn.ReLU(),
             nn.Flatten(),
         )
-        if min(height, wide) < 36:
-            raise ValueError(f"the CNN policy needs images of at least 36x36, got {height}x{wide}")
+        check_image_shape(shape, None)
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, channels, height, wide)).shape[1]
         self.dense = nn.Sequential(nn.Linear(flat, width), nn.ReLU())

@@ -102,6 +102,11 @@ def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
             f"{setting}: {directory} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
             "copy the tokenizer files of the model into the folder"
         )
+    if tokenizer:
+        try:
+            load_tokenizer(directory)
+        except ConfigError as error:
+            raise ConfigError(f"{setting}: {error}") from None
     return directory
 
 
@@ -175,6 +180,12 @@ def load_tokenizer(path: str | Path) -> Any:
 
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+        raise ConfigError(
+            f"{path}: its tokenizer has neither an eos token nor a pad token; rlcore ends "
+            "responses at eos and pads with pad (or eos): set eos_token in its "
+            "tokenizer_config.json"
+        )
     if tokenizer.pad_token_id is None:  # many causal LMs ship none; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

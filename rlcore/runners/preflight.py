@@ -19,6 +19,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError, load_prompt_rows
 from rlcore.envs import make_vector_env, space_spec
+from rlcore.models.actor_critic import check_image_shape
 from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
@@ -129,7 +130,7 @@ def _probe_env(config: EmbodiedConfig) -> None:
     """One copy of the env, made and checked as the env worker makes its envs, then closed."""
     envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
     try:
-        space_spec(envs, config.env.id)
+        check_image_shape(space_spec(envs, config.env.id).obs_shape, config.env.id)
         if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":
             check_envs_can_be_saved(envs, config.env.id)
     finally:

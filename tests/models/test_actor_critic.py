@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.config import ConfigError
 from rlcore.envs.vector import SpaceSpec
 from rlcore.models import ActorCritic
 from rlcore.workers.env_worker import env_action
@@ -140,7 +141,9 @@ def test_images_get_the_cnn_trunk_scaled_to_unit_range():
 
 
 def test_too_small_images_are_refused_with_the_size_needed():
-    with pytest.raises(ValueError, match="at least 36x36, got 20x20"):
+    with pytest.raises(
+        ConfigError, match="observes 20x20 images, smaller than the CNN policy's minimum of 36x36"
+    ):
         ActorCritic(SpaceSpec((20, 20, 3), "discrete", (2,)), [32])
 
 

@@ -89,7 +89,8 @@ class DictObs(Corridor):
 class Pixels(gym.Env):
     """A 40x40 RGB image whose brightness is the position; same dynamics as Corridor."""
 
-    observation_space = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    side = 40
+    observation_space = gym.spaces.Box(0, 255, (side, side, 3), np.uint8)
     action_space = gym.spaces.Discrete(2)
 
     def __init__(self, limit: int = 4):
@@ -106,7 +107,14 @@ class Pixels(gym.Env):
         return self._image(), float(action), False, self.steps >= self.limit, {}
 
     def _image(self):
-        return np.full((40, 40, 3), min(255, 60 * self.position), np.uint8)
+        return np.full((self.side, self.side, 3), min(255, 60 * self.position), np.uint8)
+
+
+class SmallPixels(Pixels):
+    """20x20 images: too small for the CNN policy's convolutions."""
+
+    side = 20
+    observation_space = gym.spaces.Box(0, 255, (side, side, 3), np.uint8)
 
 
 class LockedCartPole(gym.Wrapper):

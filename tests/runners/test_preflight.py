@@ -30,6 +30,10 @@ def damaged_copy(model, where, damage):
         (where / "model.safetensors").unlink()
     elif damage == "garbage weights":
         (where / "model.safetensors").write_bytes(b"\x00garbage" * 1000)
+    elif damage == "no eos":  # neither eos nor pad: nothing to end or pad responses with
+        settings = json.loads((where / "tokenizer_config.json").read_text())
+        settings.update(eos_token=None, pad_token=None)
+        write(where / "tokenizer_config.json", json.dumps(settings))
     else:  # no tokenizer: transformers would build an empty one that encodes nothing
         (where / "tokenizer.json").unlink()
     return where
@@ -56,7 +60,7 @@ def bad_inputs(tmp_path, model):
     write(tmp_path / "out" / "a_file", "")
     damaged = {
         d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
-        for d in ("no weights", "garbage weights", "no tokenizer")
+        for d in ("no weights", "garbage weights", "no tokenizer", "no eos")
     }
     short = tmp_path / "short_model"  # a model of 40 positions
     shutil.copytree(model, short)
@@ -164,6 +168,16 @@ def bad_inputs(tmp_path, model):
             f"48 + 8 = 56 tokens, more than the 40 positions of actor.model.path {short}",
         ),
         (CARTPOLE, ["runner.run_name=a_file"], "a_file is a file, not a folder for the run"),
+        (
+            CARTPOLE,
+            ["env.id=tests.runners.corridor:SmallPixels"],
+            "observes 20x20 images, smaller than the CNN policy's minimum of 36x36",
+        ),
+        (
+            ARITH,
+            [f"actor.model.path={damaged['no eos']}", "warmup.steps=0"],
+            "its tokenizer has neither an eos token nor a pad token",
+        ),
     ]
 
 

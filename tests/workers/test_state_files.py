@@ -44,9 +44,9 @@ def test_a_write_past_the_file_size_limit_is_named_with_the_limit(tmp_path):
 
 def test_a_full_disk_is_named_and_other_errors_pass_through(tmp_path):
     path = tmp_path / "rank0.pt"
-    with pytest.raises(CheckpointWriteError, match=r"rank0.pt: .* \(\[Errno 28\] No space left"):
-        with writing(path):
-            raise OSError(28, "No space left on device")
+    full = r"rank0.pt: .* \(\[Errno 28\] No space left"
+    with pytest.raises(CheckpointWriteError, match=full), writing(path):
+        raise OSError(28, "No space left on device")
     with pytest.raises(KeyError), writing(path):
         raise KeyError("not a write failure")
 
