@@ -37,7 +37,9 @@ import argparse
 import contextlib
 import json
 import os
+import pickle
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -107,6 +109,7 @@ STEP_LINE = r"(?m)^step \d+:"  # logger.console's line per iteration: training h
 # Files the probes use (written once per harness run)
 
 ENVS_PY = '''"""Tiny gymnasium envs that misbehave (hardening probes)."""
+import itertools
 import os
 import time
 
@@ -188,6 +191,37 @@ class StepBlocks(Base):
             time.sleep(10**7)  # forever, as far as a run is concerned
 
 
+class Endless(Base):
+    horizon = 10**12  # an episode that never ends (no terminal state, no time limit)
+
+
+class GilSpin(Base):
+    def on_step(self):
+        if self.t >= 2:
+            sum(itertools.repeat(1, 10**13))  # C code holding the GIL, about an hour
+
+
+class NegativeStart(Base):
+    """Actions -1, 0, 1 (Discrete(3, start=-1)); an action outside them stops the run."""
+
+    action_space = gym.spaces.Discrete(3, start=-1)
+
+    def on_step(self):
+        pass
+
+    def step(self, action):
+        if not self.action_space.contains(int(action)):
+            raise RuntimeError(f"probe env: action {action} is outside {self.action_space}")
+        return super().step(action)
+
+
+class SmallImage(Base):
+    observation_space = gym.spaces.Box(0, 255, (20, 20, 3), np.uint8)
+
+    def obs(self, reset):
+        return np.zeros((20, 20, 3), np.uint8)
+
+
 class PidCartPole(CartPoleEnv):
     """CartPole that writes the pid of each process that builds it (and which rlcore it runs)."""
 
@@ -200,6 +234,8 @@ class PidCartPole(CartPoleEnv):
 '''
 
 REWARDS_PY = '''"""Custom rewards that misbehave (hardening probes)."""
+import os
+import sys
 import time
 
 
@@ -230,6 +266,31 @@ def sleeps(response, answer):
 
 def gil_spin(response, answer):
     return float(10**(10**10) % 7)  # a huge integer power: C code holding the GIL
+
+
+def exits(response, answer):
+    sys.exit(3)
+
+
+def correct_as_text(response, answer):
+    return {"score": 1.0, "correct": "False"}
+
+
+def numpy_float32(response, answer):
+    import numpy as np
+
+    return np.float32(len(response) % 3)
+
+
+def one_timeout(response, answer):
+    """Plain numbers; the first response any scoring process sees takes 100 s (one timeout)."""
+    flag = os.path.join(os.path.dirname(os.path.abspath(__file__)), "one_timeout.flag")
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return float(len(response) % 2)
+    time.sleep(100)
+    return 0.0
 '''
 
 
@@ -355,6 +416,8 @@ class Probe:
     dry: bool = False  # also run it as runner.dry_run=true (the dry run must refuse it too)
     pair: str | None = None  # a dry run's own run
     note: str = ""
+    command: list[str] | None = None  # another command than the entry's main.py (rlcore export)
+    rlimit_fsize: int | None = None  # the largest file the run may write (RLIMIT_FSIZE, bytes)
 
     def limit(self) -> float:
         if self.timeout is not None:
@@ -390,6 +453,8 @@ class Ctx:
         )
 
     def command(self, probe: Probe, pdir: Path) -> list[str]:
+        if probe.command is not None:
+            return [self.python, *[self.subst(a, pdir) for a in probe.command]]
         # a probe's value replaces the base's (the base adds no duplicate key); a probe's own
         # items stay as given (a key it gives twice is its input)
         own = {item.split("=", 1)[0] for item in probe.overrides}
@@ -454,6 +519,10 @@ def model_folder(damage: str) -> Callable[[Ctx, Path], None]:
             (model / "model.safetensors").unlink()
         elif damage == "garbage_weights":
             (model / "model.safetensors").write_bytes(b"\x00garbage" * 1000)
+        elif damage == "no_eos":
+            settings = json.loads((model / "tokenizer_config.json").read_text())
+            settings.update(eos_token=None, pad_token=None)
+            (model / "tokenizer_config.json").write_text(json.dumps(settings))
         elif damage == "no_tokenizer":
             for name in ("tokenizer.json", "tokenizer_config.json"):
                 (model / name).unlink()
@@ -506,6 +575,137 @@ def finished_run(entry: str, overrides: list[str]) -> Callable[[Ctx, Path], None
 
 def output_file(ctx: Ctx, pdir: Path) -> None:
     _write(pdir / "afile", "a regular file, not a folder\n")
+
+
+# Run folders tampered with (issue 30): a finished run named "done", then changed.
+
+PWNED = "PWNED"  # a planted payload creates this file in the probe's folder when it runs
+VICTIM = "victim.json"  # a file outside the run folder that a link in it points to
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
+
+
+def payload(pdir: Path) -> bytes:
+    """A pickle that, when loaded, creates ``pdir/PWNED`` (code executed)."""
+    return pickle.dumps(_Payload(pdir / PWNED))
+
+
+def _victims_changed(pdir: Path) -> list[str]:
+    victim = pdir / VICTIM
+    original = pdir / (VICTIM + ".orig")
+    if victim.exists() and original.exists() and victim.read_bytes() != original.read_bytes():
+        return [str(victim)]
+    return []
+
+
+def _rehash(checkpoint: Path, relative: str) -> None:
+    """Make the checkpoint's manifest agree with the file ``relative`` as it is now (an
+    attacker who can write the folder can write the manifest too)."""
+    import hashlib
+
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    data = (checkpoint / relative).read_bytes()
+    manifest["files"][relative] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def tampered_run(entry: str, overrides: list[str], how: str) -> Callable[[Ctx, Path], None]:
+    """A finished run ``done`` (checkpoints every 4 iterations) in the probe's output folder,
+    then tampered with as ``how`` says."""
+    finish = finished_run(entry, ["runner.checkpoint_every=4", *overrides])
+
+    def setup(ctx: Ctx, pdir: Path) -> None:
+        if how == "data_changed":
+            prompt_file("jsonl", "none")(ctx, pdir)
+        finish(ctx, pdir)
+        run = pdir / "out" / "done"
+        checkpoints = sorted((run / "checkpoints").glob("iter_*"))
+        newest = checkpoints[-1]
+        if how == "shard_metadata":  # a pickle where torch's DCP reader would look
+            (newest / "actor" / "shards").mkdir()
+            (newest / "actor" / "shards" / ".metadata").write_bytes(payload(pdir))
+        elif how == "crafted_pt":  # the trainer state replaced by a pickle, manifest agreeing
+            (newest / "actor" / "trainer_rank0.pt").write_bytes(payload(pdir))
+            _rehash(newest, "actor/trainer_rank0.pt")
+        elif how in ("config_link", "summary_link"):
+            name = "config.json" if how == "config_link" else "summary.json"
+            text = (run / name).read_text()
+            (pdir / VICTIM).write_text(text)
+            (pdir / (VICTIM + ".orig")).write_text(text)
+            (run / name).unlink()
+            (run / name).symlink_to(pdir / VICTIM)
+        elif how == "all_broken":  # every checkpoint incomplete (no manifest)
+            for checkpoint in checkpoints:
+                (checkpoint / "manifest.json").unlink()
+        elif how == "env_module":  # driver.json names a module env whose import runs code
+            _write(ctx.envs / "probe_pwn.py", f"open({str(pdir / PWNED)!r}, 'w').close()\n")
+            for checkpoint in checkpoints:
+                driver = json.loads((checkpoint / "driver.json").read_text())
+                driver["config"]["env"]["id"] = "probe_pwn:Env"
+                (checkpoint / "driver.json").write_text(json.dumps(driver))
+                _rehash(checkpoint, "driver.json")
+        elif how == "locked":  # another process holds the run folder's lock for 40 s
+            holder = subprocess.Popen(
+                [
+                    ctx.python,
+                    "-c",
+                    "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                    "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(40)",
+                    str(run / ".lock"),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        elif how == "data_changed":  # the prompt file rewritten at the same path
+            rows = [{"question": f"What is {i} + 5?", "answer": f"#### {i + 5}"} for i in range(16)]
+            _write(pdir / "data.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        elif how == "target_not_empty":
+            _write(pdir / "target" / "notes.txt", "someone else's file\n")
+        elif how != "none":
+            raise ValueError(how)
+
+    return setup
+
+
+def check_home_tilde(result: dict) -> list[str]:
+    failures = check_rc0(result)
+    pdir = result["_pdir"]
+    if not (pdir / "home" / "tilde_out").is_dir():
+        failures.append("no run folder under $HOME/tilde_out: the quoted ~ was not expanded")
+    if (ROOT / "~").exists():
+        failures.append(f"a folder named '~' was made in {ROOT}")
+    return failures
+
+
+def check_summary_written(result: dict) -> list[str]:
+    failures = check_rc0(result)
+    if not list(result["_pdir"].rglob("summary.json")):
+        failures.append("no summary.json was written")
+    return failures
+
+
+def check_planted_skipped(result: dict) -> list[str]:
+    failures = check_rc0(result)
+    if not re.search(
+        r"skipped checkpoint iter_000008: .*\.metadata is not in the manifest", result["_stderr"]
+    ):
+        failures.append("no stderr line names the planted file and the skipped checkpoint")
+    return failures
+
+
+def check_eval_cut(result: dict) -> list[str]:
+    failures = check_rc0(result)
+    if not re.search(r"runner\.eval_max_steps", result["_stderr"]):
+        failures.append("no stderr line says evaluation episodes were cut (runner.eval_max_steps)")
+    return failures
 
 
 # Checks of the probes that must end well ("ok"); each returns the failures.
@@ -881,7 +1081,12 @@ def probes() -> list[Probe]:
                 "bad_input",
                 "ok",
                 "reasoning",
-                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}", "reward.timeout_s=1"],
+                [
+                    *custom,
+                    f"reward.custom_fn=@REW@/rewards.py:{fn}",
+                    "reward.timeout_s=1",
+                    "reward.max_timeout_share=1",  # (every response times out: no storm stop)
+                ],
                 check=check_reward_timeouts_said,
                 watch={"timeouts": r"reward\.timeout_s"},
             )
@@ -1104,6 +1309,223 @@ def probes() -> list[Probe]:
             driver="listen",
         )
     )
+
+    # 20. run folders tampered with, and the hardening of issue 30
+    emb_resume = ["runner.run_name=done", "runner.resume=auto", "runner.total_env_steps=6144"]
+    rea_resume = ["runner.run_name=done", "runner.resume=auto", "runner.total_iterations=3"]
+    export = ["-m", "rlcore.cli", "export"]
+    # a planted file makes its checkpoint incomplete: skipped and named, the older one used
+    for name, command in [
+        ("resume_shard_metadata_skipped", None),
+        ("export_shard_metadata_skipped", [*export, "@DIR@/out/done", "@DIR@/exported"]),
+    ]:
+        add(
+            Probe(
+                name,
+                "bad_input",
+                "ok",
+                "embodied",
+                emb_resume if command is None else [],
+                command=command,
+                setup=tampered_run("embodied", ["runner.total_env_steps=4096"], "shard_metadata"),
+                check=check_planted_skipped,
+            )
+        )
+    # ... and refused when it is the checkpoint asked for
+    add(
+        _bad(
+            "resume_dir_shard_metadata",
+            "embodied",
+            [*emb_resume[2:], "runner.resume_dir=@DIR@/out/done/checkpoints/iter_000008"],
+            (".metadata",),
+            setup=tampered_run("embodied", ["runner.total_env_steps=4096"], "shard_metadata"),
+        )
+    )
+    for how, names in [
+        ("crafted_pt", ("trainer_rank0.pt",)),
+        ("config_link", ("config.json",)),
+        ("summary_link", ("summary.json",)),
+        ("all_broken", ("runner.resume",)),
+        ("locked", (".lock", "runner.run_name", "runner.output_dir")),
+    ]:
+        add(
+            _bad(
+                f"resume_{how}",
+                "embodied",
+                emb_resume,
+                names,
+                setup=tampered_run("embodied", ["runner.total_env_steps=4096"], how),
+                dry=how not in ("crafted_pt", "summary_link"),
+            )
+        )
+    data = ["data.train_files=[@DIR@/data.jsonl]", "data.val_files=[@DIR@/data.jsonl]"]
+    add(
+        _bad(
+            "resume_data_changed",
+            "reasoning",
+            [*rea_resume, *data],
+            ("data.train_files", "data.jsonl"),
+            setup=tampered_run("reasoning", ["runner.total_iterations=2", *data], "data_changed"),
+        )
+    )
+    for how, target, names in [
+        ("shard_metadata", "@DIR@/exported", (".metadata",)),
+        ("env_module", "@DIR@/exported", ("--env",)),
+        ("none", "@DIR@/out/done/exported", ("run folder", "exported")),
+        ("target_not_empty", "@DIR@/target", ("--force", "target")),
+    ]:
+        add(
+            _bad(
+                f"export_{how}" if how != "none" else "export_into_the_run_folder",
+                "embodied",
+                [],
+                names,
+                command=[
+                    *export,
+                    "@DIR@/out/done/checkpoints/iter_000008"
+                    if how == "shard_metadata"
+                    else "@DIR@/out/done",
+                    target,
+                ],
+                setup=tampered_run("embodied", ["runner.total_env_steps=4096"], how),
+                dry=False,
+            )
+        )
+    add(
+        Probe(
+            "eval_episode_never_ends",
+            "bad_input",
+            "ok",
+            "embodied",
+            ["env.id=probe_envs:Endless", "runner.eval_max_steps=3000"],
+            check=check_eval_cut,
+        )
+    )
+    add(
+        _bad(
+            "env_stuck_in_c_apart",
+            "embodied",
+            [
+                "env.id=probe_envs:GilSpin",
+                "env.vector_mode=sync",
+                "env.step_timeout_s=1",
+                "runner.max_restarts=0",
+                *ENV_APART,
+            ],
+            ("env.step_timeout_s", "watchdog"),
+            dry=False,
+            timeout=120,
+        )
+    )
+    add(
+        _bad(
+            "reward_timeout_storm",
+            "reasoning",
+            [*custom, "reward.custom_fn=@REW@/rewards.py:sleeps", "reward.timeout_s=1"],
+            ("reward.max_timeout_share",),
+            dry=False,
+        )
+    )
+    for name, fn in [("reward_sys_exit", "exits"), ("reward_correct_as_text", "correct_as_text")]:
+        add(
+            _bad(
+                name,
+                "reasoning",
+                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}"],
+                ("reward.custom_fn",),
+                dry=False,
+            )
+        )
+    for name, fn, extra in [
+        ("reward_numpy_float32", "numpy_float32", []),
+        ("reward_plain_numbers_one_timeout", "one_timeout", ["reward.timeout_s=1"]),
+    ]:
+        add(
+            Probe(
+                name,
+                "bad_input",
+                "ok",
+                "reasoning",
+                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}", *extra, "runner.val_every=1"],
+                check=check_summary_written,
+            )
+        )
+    add(
+        Probe(
+            "discrete_negative_start",
+            "bad_input",
+            "ok",
+            "embodied",
+            ["env.id=probe_envs:NegativeStart"],
+            check=check_rc0,
+        )
+    )
+    add(_bad("cnn_image_too_small", "embodied", ["env.id=probe_envs:SmallImage"], ("env.id",)))
+    add(
+        _bad(
+            "tokenizer_without_eos_or_pad",
+            "reasoning",
+            ["actor.model.path=@DIR@/model", "warmup.steps=0"],
+            ("actor.model.path",),
+            setup=model_folder("no_eos"),
+        )
+    )
+    add(_bad("run_name_300_chars", "embodied", ["runner.run_name=" + "r" * 300], ("run_name",)))
+    add(_bad("seed_out_of_range", "embodied", ["runner.seed=99999999999999999999"], ("seed",)))
+    add(
+        _bad(
+            "file_size_limit_while_checkpointing",
+            "embodied",
+            ["runner.checkpoint_every=1"],
+            ("checkpoint", "File too large", "file size"),
+            rlimit_fsize=60_000,
+            dry=False,
+        )
+    )
+    add(
+        Probe(
+            "output_dir_quoted_tilde",
+            "bad_input",
+            "ok",
+            "embodied",
+            ["runner.output_dir='~/tilde_out'"],
+            env={"HOME": "@DIR@/home"},
+            setup=write_file("home/.keep", ""),
+            check=check_home_tilde,
+        )
+    )
+    add(
+        Probe(
+            "sighup_embodied",
+            "fault",
+            "ok",
+            "embodied",
+            LONG_EMBODIED,
+            driver="signal",
+            signum=signal.SIGHUP,
+        )
+    )
+    add(
+        Probe(
+            "kill9_env_worker_no_restarts",
+            "fault",
+            "clear_error",
+            "embodied",
+            [
+                "env.id=probe_envs:PidCartPole",
+                "env.vector_mode=sync",
+                "runner.total_env_steps=30720",
+                "runner.stop_at_threshold=false",
+                "runner.checkpoint_every=2",
+                "runner.max_restarts=0",
+                "logger.console=true",
+                "runner.run_name=run",
+                *ENV_APART,
+            ],
+            names=("runner.max_restarts",),
+            driver="kill_worker",
+        )
+    )
     return out
 
 
@@ -1186,11 +1608,15 @@ class Runner:
             return result
         (self.ctx.envs / "env_pids.txt").unlink(missing_ok=True)
         cmd = self.ctx.command(probe, pdir)
-        env = self.ctx.env(probe.env)
+        env = self.ctx.env({k: self.ctx.subst(v, pdir) for k, v in probe.env.items()})
         shown_env = " ".join(f"{k}={v}" for k, v in probe.env.items())
         result["command"] = (f"{shown_env} " if shown_env else "") + shlex.join(cmd)
         out_path, err_path = pdir / "stdout.txt", pdir / "stderr.txt"
         start = time.monotonic()
+        limit_files = None
+        if probe.rlimit_fsize is not None:
+            size = probe.rlimit_fsize
+            limit_files = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))  # noqa: E731
         with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
             process = subprocess.Popen(
                 cmd,
@@ -1200,6 +1626,7 @@ class Runner:
                 stderr=err_file,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=limit_files,
             )
         listen: dict[tuple, dict] = {}
         on_poll = None
@@ -1253,6 +1680,7 @@ class Runner:
         outcome, error = classify_exit(probe, rc, stdout, stderr)
         result.update(rc=rc, seconds=round(seconds, 1))
         result["_stderr"] = stderr
+        result["_pdir"] = pdir
         if probe.expected == "ok":
             if probe.check is not None and rc is not None:
                 failures.extend(probe.check({**result, "details": details}))
@@ -1279,7 +1707,14 @@ class Runner:
         if outcome == "clear_error":
             details["rc_is_2"] = rc == 2
             details["stderr_lines"] = len(_lines(stderr))
+        changed = _victims_changed(pdir)
+        if changed:  # a file behind a link in the run folder was written
+            details["victims_changed"] = changed
+            outcome, error = "silently_wrong", f"written through a link: {changed[0]}"
+        if (pdir / PWNED).exists():  # a payload planted in the run folder ran
+            outcome, error = "code_executed", f"the planted payload ran ({pdir / PWNED})"
         result.pop("_stderr")
+        result.pop("_pdir")
         result.update(outcome=outcome, as_expected=outcome == probe.expected, error=error)
         if not result["as_expected"] or outcome == "traceback":
             details["stderr_head"] = [line[:300] for line in _lines(stderr)[:12]]
@@ -1476,6 +1911,7 @@ def prepare(ctx: Ctx) -> None:
     warmed tiny model (built once into ctx.cache)."""
     _write(ctx.envs / "probe_envs.py", ENVS_PY)
     _write(ctx.rewards / "rewards.py", REWARDS_PY)
+    (ctx.rewards / "one_timeout.flag").unlink(missing_ok=True)
     where = subprocess.run(
         [ctx.python, "-c", "import rlcore; print(rlcore.__file__)"],
         cwd=ROOT,
