@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 # Model hubs are unreachable here: anything that tries one must fail fast, not hang.
@@ -89,15 +90,27 @@ class RaySession:
     def stop(self) -> None:
         import ray
 
+        from rlcore.scheduler import warm
+
+        warm.release()  # (processes kept warm live in this Ray)
         if ray.is_initialized():
             ray.shutdown()
 
 
 @pytest.fixture(scope="session")
 def ray_session():
+    """This worker's local Ray; inside it, a run that ends cleanly keeps its processes for the
+    next run of the same plan (``rlcore.scheduler.warm``), as a sweep in one program may
+    (RLCORE_TESTS_COLD=1: every run starts its own, to compare)."""
+    from rlcore.scheduler.warm import keep_processes_warm
+
     session = RaySession()
-    yield session
-    session.stop()
+    warm = (
+        contextlib.nullcontext() if os.environ.get("RLCORE_TESTS_COLD") else keep_processes_warm()
+    )
+    with warm:
+        yield session
+        session.stop()
 
 
 @pytest.fixture

@@ -103,12 +103,17 @@ class Driver:
         """Train to the end of the schedule; the run's summary. (``supervisor.run`` is the same
         with restarts after a lost worker.)"""
         try:
-            return train(self)
-        finally:
+            summary = train(self)
+        except BaseException:
             self.close()
+            raise
+        self.close(keep_warm=True)
+        return summary
 
-    def close(self, wait_s: float = 10.0) -> None:
+    def close(self, wait_s: float = 10.0, keep_warm: bool = False) -> None:
+        """Stop the components; ``keep_warm``: the run ended cleanly, so its processes may be
+        kept for another run (``rlcore.scheduler.warm``)."""
         try:
-            self.components.close(wait_s)
+            self.components.close(wait_s, keep_warm)
         finally:
             unlock_run_folder(self.run_dir)

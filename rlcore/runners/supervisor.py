@@ -141,7 +141,7 @@ class Supervisor:
                 if runner is not None:
                     runner.close()
                 raise
-            runner.close()
+            runner.close(keep_warm=True)
             return summary
 
     def _loss(self, runner: Any, error: Exception) -> Loss | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from rlcore.config.sections import ClusterConfig, SyncConfig
 from rlcore.placement import PlacementPlan, runs_in_driver
+from rlcore.scheduler import warm
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext, set_torch_threads
 
@@ -149,7 +150,7 @@ class InDriver(_Deployment):
         self.objects[dst].set_weight_version(version)
         return "in_process"
 
-    def close(self, wait_s: float = 10.0) -> None:
+    def close(self, wait_s: float = 10.0, keep_warm: bool = False) -> None:
         for obj in reversed(list(self.objects.values())):
             close = getattr(obj, "close", None)
             if close is not None:
@@ -172,8 +173,7 @@ class OnRay(_Deployment):
 
         super().__init__()
         self.plan = plan
-        self.scheduler = Scheduler(
-            plan,
+        options = dict(
             address=cluster.address,
             collective_timeout_s=cluster.collective_timeout_s,
             worker_timeout_s=cluster.worker_timeout_s,
@@ -181,7 +181,11 @@ class OnRay(_Deployment):
             sync_bucket_bytes=bucket_bytes,
             torch_threads=torch_threads,
         )
-        self.scheduler.start()
+        self._key = (plan, options)
+        self.scheduler = warm.take(self._key)  # processes a finished run kept warm
+        if self.scheduler is None:
+            self.scheduler = Scheduler(plan, **options)
+            self.scheduler.start()
         self.groups: dict[str, Any] = {}
         self.classes: dict[str, type] = {}
 
@@ -232,8 +236,13 @@ class OnRay(_Deployment):
         """``(components, rank, node, cause)`` of each worker process that is gone."""
         return self.scheduler.dead_processes()
 
-    def close(self, wait_s: float = 10.0) -> None:
-        """Stop the processes, giving them ``wait_s`` to close their components."""
+    def close(self, wait_s: float = 10.0, keep_warm: bool = False) -> None:
+        """Stop the processes, giving them ``wait_s`` to close their components; with
+        ``keep_warm`` (a run that ended cleanly), keep them for the next run of the same plan
+        when processes are kept warm (``warm.py``)."""
+        if keep_warm and warm.enabled() and self.scheduler.release_components(wait_s):
+            warm.give(self._key, self.scheduler)
+            return
         self.scheduler.shutdown(wait_s)
 
 

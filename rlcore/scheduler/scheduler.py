@@ -26,6 +26,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
+from rlcore.scheduler import warm
 from rlcore.scheduler.deadlines import Deadlines
 from rlcore.scheduler.last_words import LAST_WORDS_ENV, account
 from rlcore.scheduler.network import transport_env
@@ -118,6 +119,7 @@ class Scheduler:
     # start-up ----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        warm.release(unless=self)  # processes kept warm for another run hold slots
         self._catch_sigterm()
         try:
             # Where a worker's watchdog writes its last words (last_words.py), on this node.
@@ -285,6 +287,27 @@ class Scheduler:
             )
             dead.append((process.components, rank, process.node, cause))
         return dead
+
+    def is_alive(self) -> bool:
+        """Whether every process of this started scheduler still answers (none lost)."""
+        if not self._handles or not ray.is_initialized():
+            return False
+        try:
+            return not self.dead_processes()
+        except Exception:  # (handles of another Ray session)
+            return False
+
+    def release_components(self, wait_s: float = 10.0) -> bool:
+        """Close every component, keeping the processes, their groups and slots for another
+        run (``warm.py``); False (and everything stopped) if a process does not close in
+        ``wait_s``."""
+        handles = list({id(h): h for h in self._handles.values()}.values())
+        try:
+            ray.get([h.release.remote() for h in handles], timeout=wait_s)
+        except Exception:
+            self.shutdown(wait_s)
+            return False
+        return True
 
     # shutdown ----------------------------------------------------------------------------------
 

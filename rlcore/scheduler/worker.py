@@ -197,8 +197,9 @@ class WorkerProcess(WeightEndpoint):
             user = str(exc) if isinstance(exc, ConfigError) else getattr(exc, "user_error", None)
             raise WorkerError(component, self.rank, self.node, detail, user_error=user) from None
 
-    def close(self) -> None:
-        """Close the components (async envs own subprocesses), then the groups."""
+    def release(self) -> None:
+        """Close the components (async envs own subprocesses), keeping the process and its
+        groups for the next run's components (``warm.py``)."""
         import contextlib
 
         for instance in reversed(list(self.instances.values())):
@@ -207,6 +208,10 @@ class WorkerProcess(WeightEndpoint):
                 with contextlib.suppress(Exception):
                     close()
         self.instances.clear()
+
+    def close(self) -> None:
+        """Close the components, then the groups."""
+        self.release()
         self.sync_groups.clear()
         for listener in self._listeners.values():
             listener.close()

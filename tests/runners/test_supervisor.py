@@ -219,7 +219,7 @@ class FailingDriver:
     def dead_processes(self):
         return []
 
-    def close(self, wait_s=10.0):
+    def close(self, wait_s=10.0, keep_warm=False):
         pass
 
 
