@@ -60,4 +60,5 @@ def math_reference(answer: str, timeout_s: int | None) -> list[Any]:
 def unreadable_math_answers(answers: list[str], timeout_s: int | None) -> set[str]:
     """The distinct ``answers`` math-verify cannot read within ``timeout_s`` each: a row with
     one would score every response 0 (``reward.kind=math`` compares with what it read)."""
+    math_reference("\\frac{1}{2}", None)  # math-verify's grammar loads once, not on a deadline
     return {a for a in dict.fromkeys(answers) if not math_reference(a, timeout_s)}

@@ -135,17 +135,31 @@ def test_synthetic_prompts_that_do_not_fit_name_the_synthetic_task():
         load_prompt_set(config, CharTokenizer(), train=False, log=lambda message: None)
 
 
-def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_counted(tmp_path):
-    """With reward.kind=math every response to such a row would score 0: an empty box, and
-    a nest of parentheses whose parsing outlasts reward.timeout_s (1 s: math-verify's alarm)."""
+def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_counted(
+    tmp_path, monkeypatch
+):
+    """With reward.kind=math every response to such a row would score 0: an empty box, and an
+    answer whose parsing outlasts reward.timeout_s (1 s: math-verify's own alarm ends it; here
+    its extraction is made to take 30 s for that answer, as a parse bomb would)."""
+    import time
+
+    import math_verify.parser
+
     from rlcore.config import load_config
     from rlcore.data.sampler import load_prompt_set
 
-    bomb = "(" * 40 + "1" + ")" * 40
+    extract = math_verify.parser.extract_target_from_pred
+
+    def slow_for_the_bomb(pred, *args, **kwargs):
+        if "BOMB" in pred:
+            time.sleep(30)
+        return extract(pred, *args, **kwargs)
+
+    monkeypatch.setattr(math_verify.parser, "extract_target_from_pred", slow_for_the_bomb)
     rows = [
         {"question": "Half?", "answer": "\\frac{1}{2}"},
         {"question": "Empty?", "answer": "\\boxed{}"},
-        {"question": "Deep?", "answer": bomb},
+        {"question": "Deep?", "answer": "x_{BOMB}"},
         {"question": "Day?", "answer": "\\text{Monday}"},
     ]
     path = write_jsonl(tmp_path / "m.jsonl", rows)
@@ -161,10 +175,12 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
         ],
     )
     said = []
+    start = time.monotonic()
     prompts = load_prompt_set(config, CharTokenizer(), train=True, log=said.append)
+    assert time.monotonic() - start < 15  # the alarm ended the 30 s parse
     assert prompts.answers == ["\\frac{1}{2}", "\\text{Monday}"]
-    assert len(said) == 1 and said[0].startswith(
+    assert said == [
         "data.train_files: dropped 2 of 4 prompts whose reference answer math-verify cannot "
         "read within reward.timeout_s=1 (reward.kind=math would score every response to them "
-        f"0): {bomb[:40]!r}, '\\\\boxed{{}}'"
-    )
+        "0): '\\\\boxed{}', 'x_{BOMB}'"
+    ]
