@@ -137,8 +137,9 @@ def _spans(plan: PlacementPlan, config: RLCoreConfig) -> list[str]:
         if wide:
             problems.append(
                 f"{KEY_PREFIX}: {name} process {wide[0].rank} spans GPUs "
-                f"{list(wide[0].devices)}, but a process uses one GPU (no component has "
-                "tensor parallelism yet), so the rest would sit idle; give each process one "
+                f"{list(wide[0].devices)}, but a {name} process uses one GPU (only an sglang "
+                "rollout engine and the Megatron backend span several), so the rest would sit "
+                "idle; give each process one "
                 f"GPU: as many ranks as GPUs (e.g. {name}: "
                 f"{_one_each(ranks)})"
             )

@@ -217,8 +217,8 @@ BAD = [
      "set actor.ppo_micro_batch_size=null, or remove the budget"),
     (ARITH, ["cluster.device=cuda", "cluster.devices_per_node=4", "cluster.component_placement="
              "{actor:0-1,critic:0-1,ref:0-1,rollout:2-3:0,reward:0-1}"],
-     "cluster.component_placement", "rollout process 0 spans GPUs [2, 3], but a process uses "
-     "one GPU"),
+     "cluster.component_placement", "rollout process 0 spans GPUs [2, 3], but a rollout process "
+     "uses one GPU (only an sglang rollout engine and the Megatron backend span several)"),
     # GDPO's reward components
     (ARITH, [*GDPO[:2]], "algorithm.gdpo_reward_keys", "name them, e.g. [correct, format]"),
     (ARITH, ["algorithm.gdpo_reward_keys=[correct]"], "algorithm.gdpo_reward_keys",
