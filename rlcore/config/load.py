@@ -173,6 +173,7 @@ def compose_raw(
         if not is_group(override):
             _apply(cfg, override, said)
     _drop_derived_keys(cfg, said)
+    _no_warmup_for_a_given_model(cfg, said)
     for line in dict.fromkeys(said):
         note(line)
     try:
@@ -302,6 +303,21 @@ def _drop_derived_keys(cfg: DictConfig, said: list[str]) -> None:
         parent_key, _, leaf = path.rpartition(".")
         OmegaConf.select(cfg, parent_key).pop(leaf)
         _drop_empty_parents(cfg, parent_key)
+
+
+def _no_warmup_for_a_given_model(cfg: DictConfig, said: list[str]) -> None:
+    """The supervised warm-up trains the tiny model only: a reasoning config that names a model
+    (``actor.model.path``, as the seeds' commands do on the default job) runs without it, said in
+    one line, where it was refused."""
+    path = OmegaConf.select(cfg, "actor.model.path", default=None)
+    steps = OmegaConf.select(cfg, "warmup.steps", default=0)
+    if cfg.get("mode") != "reasoning" or path is None or not isinstance(steps, int) or steps <= 0:
+        return
+    cfg.warmup.steps = 0
+    said.append(
+        f"warmup.steps: {steps} set to 0: the supervised warm-up trains the tiny model only, and "
+        f"actor.model.path names a model ({path})"
+    )
 
 
 def _own_value(own: DictConfig, path: str) -> Any:

@@ -143,7 +143,6 @@ BAD = [
      "only an sglang engine"),
     (ARITH, ["reward.kind=custom"], "reward.custom_fn", "name the function"),
     (ARITH, ["reward.custom_fn=a.py:f"], "reward.custom_fn", "set reward.kind=custom"),
-    (ARITH, ["actor.model.path=/m"], "warmup.steps", "set it to 0 when actor.model.path is set"),
     (CARTPOLE, ["runner.run_name=../x"], "runner.run_name", "must be one folder name"),
     (ARITH, ["runner.run_name=a/b"], "runner.run_name", "no '/'"),
     (CARTPOLE, ["runner.run_name=" + "r" * 300], "runner.run_name",
@@ -247,6 +246,17 @@ def test_bad_config_gives_one_line_naming_the_key(config, overrides, key, fix):
     assert "\n" not in message
     assert message.startswith(f"{key}:") or f" {key} " in message, message
     assert fix in message
+
+
+def test_a_given_model_turns_the_tiny_models_warm_up_off_and_says_so(capsys):
+    # the seed's command on the default job (whose YAML warms the tiny model up) names a model
+    config = load_config(ARITH, ["actor.model.path=/models/qwen"])
+    assert config.warmup.steps == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "rlcore: warmup.steps: 600 set to 0: the supervised warm-up trains the tiny model only, "
+        "and actor.model.path names a model (/models/qwen)"
+    ]
+    assert load_config(ARITH, []).warmup.steps == 600  # the tiny model keeps its warm-up
 
 
 def test_a_run_name_with_a_nul_character_is_refused():

@@ -111,7 +111,7 @@ def _model(config: ReasoningConfig) -> list[str]:
             f"actor.model.tiny.num_heads: {tiny.num_heads} does not divide hidden_size "
             f"{tiny.hidden_size}; pick a divisor of {tiny.hidden_size}"
         )
-    if config.warmup.steps and model.path is not None:
+    if config.warmup.steps and model.path is not None:  # (load.py sets it to 0 and says so)
         problems.append(
             "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 when "
             "actor.model.path is set"
