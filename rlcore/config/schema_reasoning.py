@@ -47,12 +47,14 @@ class SyntheticConfig:
 class DataConfig:
     train_files: list[str] = key(
         factory=list,
-        doc="parquet or jsonl files of training prompts; empty = the synthetic task",
+        doc="parquet or jsonl files of training prompts (one path: a list of one, as verl "
+        "writes it); empty = the synthetic task",
         path=True,
     )
     val_files: list[str] = key(
         factory=list,
-        doc="parquet or jsonl files of validation prompts; empty = the synthetic task",
+        doc="parquet or jsonl files of validation prompts (one path: a list of one, as verl "
+        "writes it); empty = the synthetic task",
         path=True,
     )
     prompt_key: str = key("question", doc="the field that holds the prompt text")

@@ -155,7 +155,9 @@ def _build(
                 values[name] = frozen(default)
             continue
         try:
-            values[name] = frozen(_expand_user(field, _convert(tp, data[name])))
+            values[name] = frozen(
+                _expand_user(field, _convert(tp, _one_path(field, tp, data[name])))
+            )
             _check_range(field, values[name], tp)
         except _Invalid as problem:
             ctx.problems.append(f"{path}: {problem}")
@@ -224,6 +226,14 @@ def describe_type(tp: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
+
+
+def _one_path(field: dataclasses.Field, tp: Any, value: Any) -> Any:
+    """A list-of-paths key given one path (``data.train_files=train.parquet``, as verl's command
+    lines write it): a list of that one."""
+    if field.metadata.get("path") and typing.get_origin(tp) is list and isinstance(value, str):
+        return [value]
+    return value
 
 
 def _expand_user(field: dataclasses.Field, value: Any) -> Any:

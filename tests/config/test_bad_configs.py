@@ -259,6 +259,14 @@ def test_a_given_model_turns_the_tiny_models_warm_up_off_and_says_so(capsys):
     assert load_config(ARITH, []).warmup.steps == 600  # the tiny model keeps its warm-up
 
 
+def test_one_data_file_may_be_given_as_verl_writes_it():
+    config = load_config(ARITH, ["data.train_files=/d/train.parquet", "data.val_files=[/d/a,/d/b]"])
+    assert config.data.train_files == ("/d/train.parquet",)  # a list of one
+    assert config.data.val_files == ("/d/a", "/d/b")
+    with pytest.raises(ConfigError, match=r"data.train_files: item 0: expected a string, got 3"):
+        load_config(ARITH, ["data.train_files=[3]"])
+
+
 def test_a_run_name_with_a_nul_character_is_refused():
     # (an override cannot carry one: Hydra refuses it first; a YAML string or a program can)
     import dataclasses
