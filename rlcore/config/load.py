@@ -174,6 +174,7 @@ def compose_raw(
             _apply(cfg, override, said)
     _drop_derived_keys(cfg, said)
     _no_warmup_for_a_given_model(cfg, said)
+    _env_file_made_absolute(cfg)
     for line in dict.fromkeys(said):
         note(line)
     try:
@@ -318,6 +319,17 @@ def _no_warmup_for_a_given_model(cfg: DictConfig, said: list[str]) -> None:
         f"warmup.steps: {steps} set to 0: the supervised warm-up trains the tiny model only, and "
         f"actor.model.path names a model ({path})"
     )
+
+
+def _env_file_made_absolute(cfg: DictConfig) -> None:
+    """``env.id=path/to/file.py:Class`` names the file from where the run starts; every process
+    of the run (a Ray worker starts elsewhere) reads it by its absolute path."""
+    env_id = OmegaConf.select(cfg, "env.id", default=None)
+    if not isinstance(env_id, str) or ":" not in env_id:
+        return
+    file, _, attr = env_id.rpartition(":")
+    if file.endswith(".py") and attr.isidentifier():
+        cfg.env.id = f"{Path(file).expanduser().absolute()}:{attr}"
 
 
 def _own_value(own: DictConfig, path: str) -> Any:

@@ -58,8 +58,9 @@ class EmbodiedRolloutConfig(GroupKeys):
 class EnvConfig(GroupKeys):
     id: str = key(
         REQUIRED,
-        doc="gymnasium id ('CartPole-v1'), a name from rlcore.envs.register_env, or "
-        "'module.path:ClassName'",
+        doc="gymnasium id ('CartPole-v1'), a name from rlcore.envs.register_env, "
+        "'module.path:ClassName' (importable: on PYTHONPATH), or 'path/to/file.py:ClassName' "
+        "(relative to where the run starts)",
     )
     num_envs: int = key(8, doc="environments stepped in parallel", range=">= 1")
     vector_mode: Literal["auto", "native", "sync", "async"] = key(

@@ -11,8 +11,12 @@ env.id: CartPole-v1               # any registered gymnasium id
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -49,7 +53,9 @@ def resolve_env(env_id: str) -> str | EnvFactory:
     if env_id in _ENVS:
         return _ENVS[env_id]
     if ":" in env_id and not env_id.startswith(":"):
-        module_name, _, attr = env_id.partition(":")
+        module_name, _, attr = env_id.rpartition(":")
+        if module_name.endswith(".py") and attr.isidentifier():
+            return _file_entry_point(env_id, Path(module_name).expanduser(), attr)
         if "/" not in module_name and attr.isidentifier():
             return _import_entry_point(env_id, module_name, attr)
     if env_id in gym.registry:
@@ -59,8 +65,34 @@ def resolve_env(env_id: str) -> str | EnvFactory:
     hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
     raise EnvError(
         f"env.id: no environment '{env_id}'{hint} Use a gymnasium id, a name registered with "
-        "envs.register_env, or 'module.path:ClassName'"
+        "envs.register_env, 'module.path:ClassName' or 'path/to/file.py:ClassName'"
     )
+
+
+def _file_entry_point(env_id: str, file: Path, attr: str) -> EnvFactory:
+    """``path/to/file.py:Class``, as ``reward.custom_fn`` names a file: the file imported as a
+    module of its own (kept in ``sys.modules``, so its envs pickle)."""
+    if not file.is_file():
+        raise EnvError(f"env.id: {file} (of '{env_id}') does not exist")
+    name = f"rlcore_user_env_{hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:12]}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise EnvError(f"env.id: {file} cannot be imported as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # a syntax error, a failing import: the user's file
+            del sys.modules[name]
+            line = getattr(exc, "lineno", None)
+            at = f" (line {line})" if line else ""
+            raise EnvError(
+                f"env.id: {file} cannot be loaded: {type(exc).__name__}: "
+                f"{getattr(exc, 'msg', exc)}{at}"
+            ) from None
+    return _entry(env_id, module, str(file), attr)
 
 
 def _import_entry_point(env_id: str, module_name: str, attr: str) -> EnvFactory:
@@ -68,8 +100,14 @@ def _import_entry_point(env_id: str, module_name: str, attr: str) -> EnvFactory:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EnvError(
-            f"env.id: cannot import module '{module_name}' of '{env_id}': {exc}"
+            f"env.id: cannot import module '{module_name}' of '{env_id}': {exc}; a module of "
+            "your own must be importable from where the run starts: run from its folder, add "
+            "that folder to PYTHONPATH, or name the file (env.id=path/to/file.py:ClassName)"
         ) from None
+    return _entry(env_id, module, module_name, attr)
+
+
+def _entry(env_id: str, module: Any, module_name: str, attr: str) -> EnvFactory:
     factory = getattr(module, attr, None)
     if factory is None:
         names = [n for n in dir(module) if not n.startswith("_")]

@@ -41,7 +41,10 @@ class EmbodiedRunner(Driver):
     """See the module docstring. ``plan`` comes from ``plan_for_config(config)``."""
 
     def __init__(self, config: EmbodiedConfig, plan: PlacementPlan) -> None:
-        super().__init__(config, plan, config.env.id.replace(":", "."))
+        # (a file's env, path/to/walk.py:Walk, is named walk.Walk)
+        super().__init__(
+            config, plan, config.env.id.rpartition("/")[2].replace(".py:", ".").replace(":", ".")
+        )
         if self.resumed_from is not None and config.env.checkpoint_state == "reseed":
             say(
                 "the envs start fresh episodes (env.checkpoint_state=reseed): this run is not "
