@@ -191,6 +191,9 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
             "action_high": None if spec.action_high is None else spec.action_high.tolist(),
             "obs_scale": spec.obs_scale,
             "action_start": None if spec.action_start is None else list(spec.action_start),
+            "obs_one_hot": None
+            if spec.obs_one_hot is None
+            else [list(spec.obs_one_hot[0]), list(spec.obs_one_hot[1])],
         },
         "model": {
             "hidden_sizes": list(m.hidden_sizes),
@@ -225,7 +228,12 @@ class Policy(torch.nn.Module):
     def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         from rlcore.workers.env_worker import env_action
 
-        batch = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        raw = np.asarray(obs)
+        if self.spec.obs_one_hot is not None:  # the env's Discrete observations, as trained on
+            single = raw.ndim == (0 if len(self.spec.obs_one_hot[0]) == 1 else 1)
+            raw = self.spec.encode(raw)
+            raw = raw[0] if single else raw
+        batch = torch.as_tensor(raw, dtype=torch.float32)
         single = batch.dim() == len(self.spec.obs_shape)
         if single:
             batch = batch[None]
@@ -265,6 +273,7 @@ def load_policy(path: str | Path) -> Policy:
         None if s["action_high"] is None else np.asarray(s["action_high"], dtype=np.float32),
         s["obs_scale"],
         None if s.get("action_start") is None else tuple(s["action_start"]),  # (0.1: none)
+        None if s.get("obs_one_hot") is None else tuple(tuple(x) for x in s["obs_one_hot"]),
     )
     m = described["model"]
     model = ActorCritic(

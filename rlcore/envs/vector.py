@@ -9,6 +9,7 @@ reads V(final observation) from the policy's forward pass on it (see runners/emb
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import threading
@@ -42,6 +43,22 @@ class SpaceSpec:
     # discrete kinds: the env's first action (gymnasium's ``start``; per dimension for
     # MultiDiscrete), added to the policy's index 0..n-1; None where every start is 0
     action_start: tuple[int, ...] | None = None
+    # Discrete / MultiDiscrete observations, seen one-hot: each dimension's size and start
+    # (None for Box observations)
+    obs_one_hot: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+
+    def encode(self, raw: np.ndarray) -> np.ndarray:
+        """Observations as the env returns them, one-hot as the policy sees them (unchanged
+        for Box observations); one observation or a batch."""
+        if self.obs_one_hot is None:
+            return raw
+        sizes, starts = self.obs_one_hot
+        raw = np.asarray(raw, dtype=np.int64).reshape(-1, len(sizes))
+        parts = [
+            np.eye(n, dtype=np.int64)[raw[:, i] - s]
+            for i, (n, s) in enumerate(zip(sizes, starts, strict=True))
+        ]
+        return np.concatenate(parts, axis=1)
 
 
 def make_vector_env(
@@ -81,6 +98,10 @@ def make_vector_env(
     autoreset = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise EnvError(f"env.id: '{env_id}' vectorises with {autoreset}; rlcore needs next-step")
+    if isinstance(envs.single_observation_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
+        # one-hot, as SB3 encodes them (gymnasium's flatten: index - start; MultiDiscrete
+        # concatenates one one-hot per dimension)
+        envs = gym.wrappers.vector.FlattenObservation(envs)
     return envs
 
 
@@ -98,11 +119,24 @@ def _ignoring_sigint(factory: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
 
 def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     """The policy-facing description of the spaces; ``EnvError`` for spaces rlcore can't handle."""
+    spec = _space_spec(envs, env_id)
+    raw = getattr(envs, "env", envs).single_observation_space  # (under FlattenObservation)
+    if isinstance(raw, gym.spaces.Discrete):
+        spec = dataclasses.replace(spec, obs_one_hot=((int(raw.n),), (int(raw.start),)))
+    elif isinstance(raw, gym.spaces.MultiDiscrete):
+        sizes = tuple(int(n) for n in raw.nvec.ravel())
+        starts = tuple(int(s) for s in np.asarray(raw.start).ravel())
+        spec = dataclasses.replace(spec, obs_one_hot=(sizes, starts))
+    return spec
+
+
+def _space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     obs, act = envs.single_observation_space, envs.single_action_space
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
         raise EnvError(
             f"env.id: '{env_id}' observes {obs}; rlcore's policies take Box observations, "
-            "vectors (D,) or images (H, W, C); flatten others with a gymnasium wrapper"
+            "vectors (D,) or images (H, W, C), and Discrete or MultiDiscrete ones (one-hot); "
+            "flatten others with a gymnasium wrapper (FlattenObservation)"
         )
     scale = 1.0 / 255.0 if obs.dtype == np.uint8 else 1.0
     if isinstance(act, gym.spaces.Discrete):
