@@ -57,6 +57,28 @@ def config_as_yaml(config: RLCoreConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(as_plain(config)))
 
 
+def _entry_help(default_config: str) -> str:
+    """The shipped configs of the entry point's mode and the commands around a run."""
+    from rlcore.config.load import shipped_configs
+
+    mode = default_config.split("/")[0]
+    other = "reasoning" if mode == "embodied" else "embodied"
+    shipped = shipped_configs(mode)
+    width = max(len(name) for name, _ in shipped)
+    lines = [f"shipped {mode} configs (--config NAME; {default_config} by default):"]
+    lines += [f"  {name:<{width}}  {what}" for name, what in shipped]
+    lines += [
+        f"  ({other} configs: examples/{other}/main.py --help)",
+        "",
+        "check a config and its placement without starting anything:",
+        "  ... runner.dry_run=true",
+        "every key with its default, range and doc:   rlcore keys",
+        "where each component would run:              rlcore placement NAME [key=value ...]",
+        "a config with every default filled in:       rlcore config NAME [key=value ...]",
+    ]
+    return "\n".join(lines)
+
+
 def _config_arguments(parser: argparse.ArgumentParser, config_default: str | None) -> None:
     if config_default is None:
         parser.add_argument("config", help="config name under configs/ or a YAML path")
@@ -83,7 +105,11 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 
 def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> int:
     """``[--config NAME|PATH] [--cluster FILE] [key=value ...]``: validate, plan, run."""
-    parser = argparse.ArgumentParser(description="Compose, validate and run an rlcore config.")
+    parser = argparse.ArgumentParser(
+        description="Compose, validate and run an rlcore config.",
+        epilog=_entry_help(default_config),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _config_arguments(parser, default_config)
     args = _parse(parser, argv)
     config, plan = load_and_plan(args.config, args.overrides, args.cluster)

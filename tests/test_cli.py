@@ -1,6 +1,7 @@
 """The `rlcore` command and the example entry points, as a user runs them."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,25 @@ def test_a_key_given_twice_is_refused_and_a_home_path_is_expanded(capsys, monkey
     assert config.runner.output_dir == f"{tmp_path}/runs"
     assert config.data.train_files == (f"{tmp_path}/a.jsonl", "b.jsonl")
     assert config.reward.custom_fn == f"{tmp_path}/r.py:score"
+
+
+@pytest.mark.parametrize("mode", ["embodied", "reasoning"])
+def test_help_lists_the_shipped_configs_and_the_commands_around_a_run(mode, capsys):
+    from rlcore.cli import run_entry_point
+
+    default = {"embodied": "embodied/cartpole_ppo", "reasoning": "reasoning/tiny_arith_ppo"}
+    with pytest.raises(SystemExit) as done:
+        run_entry_point(default[mode], ["--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    files = sorted((REPO / "configs" / mode).glob("*.yaml"))
+    assert len(files) >= 4
+    for path in files:
+        described = next(
+            line.removeprefix("# description:").strip()
+            for line in path.read_text().splitlines()
+            if line.startswith("# description:")
+        )
+        assert re.search(rf"(?m)^  {mode}/{re.escape(path.stem)} +{re.escape(described)}$", shown)
+    for command in ("runner.dry_run=true", "rlcore keys", "rlcore placement NAME"):
+        assert command in shown

@@ -42,6 +42,19 @@ def config_names(config_dir: Path = CONFIG_DIR) -> list[str]:
     return sorted(n for n in names if n.split("/")[0] not in GROUP_FOLDERS)
 
 
+def shipped_configs(mode: str, config_dir: Path = CONFIG_DIR) -> list[tuple[str, str]]:
+    """``(name, what it runs)`` of each config shipped for ``mode``: its ``# description:``
+    line."""
+    found = []
+    for path in sorted((config_dir / mode).glob("*.yaml")):
+        lines = [
+            line for line in path.read_text().splitlines() if line.startswith("# description:")
+        ]
+        what = lines[0].removeprefix("# description:").strip() if lines else "(no description)"
+        found.append((f"{mode}/{path.stem}", what))
+    return found
+
+
 def locate_config(config: str, config_dir: Path = CONFIG_DIR) -> tuple[Path, str]:
     """``(config dir, config name)`` for a config name under ``config_dir`` or a YAML path."""
     as_path = Path(config)
