@@ -62,14 +62,15 @@ def _entry_help(default_config: str) -> str:
     from rlcore.config.load import shipped_configs
 
     mode = default_config.split("/")[0]
-    other = "reasoning" if mode == "embodied" else "embodied"
-    shipped = shipped_configs(mode)
-    width = max(len(name) for name, _ in shipped)
-    lines = [f"shipped {mode} configs (--config NAME; {default_config} by default):"]
-    lines += [f"  {name:<{width}}  {what}" for name, what in shipped]
+    lines = []
+    if mode in ("embodied", "reasoning"):  # (a program may start from a YAML of its own)
+        other = "reasoning" if mode == "embodied" else "embodied"
+        shipped = shipped_configs(mode)
+        width = max(len(name) for name, _ in shipped)
+        lines += [f"shipped {mode} configs (--config NAME; {default_config} by default):"]
+        lines += [f"  {name:<{width}}  {what}" for name, what in shipped]
+        lines += [f"  ({other} configs: examples/{other}/main.py --help)", ""]
     lines += [
-        f"  ({other} configs: examples/{other}/main.py --help)",
-        "",
         "check a config and its placement without starting anything:",
         "  ... runner.dry_run=true",
         "every key with its default, range and doc:   rlcore keys",
