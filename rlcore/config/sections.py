@@ -228,7 +228,7 @@ class ClusterConfig:
     component_placement: dict[str, str | int] | None = key(
         None,
         doc="components -> device ranks (docs/placement.md); null = every component the "
-        "config needs on all devices",
+        "config needs in one process on slot 0, as the shipped configs run",
     )
     fuse_collocated: bool = key(
         True, doc="components placed on the same slots share one process per rank"

@@ -51,6 +51,7 @@ class PlacementPlan:
     fused: tuple[tuple[str, ...], ...]  # components sharing one process per rank
     skipped: dict[str, str]  # placed but not used by this config -> why
     group_names: Mapping[str, str] = field(default_factory=dict)  # RLinf's group_name, if set
+    defaulted: bool = False  # no component_placement given: every component in one process
 
     def group_name(self, component: str) -> str:
         """The name of ``component``'s worker group: its ``group_name``, else its own name."""
@@ -110,6 +111,11 @@ class PlacementPlan:
             lines.append(f"worker groups: {named}")
         for name, why in self.skipped.items():
             lines.append(f"not started: {name} ({why})")
+        if self.defaulted:
+            lines.append(
+                "no cluster.component_placement: every component in one process on slot 0; "
+                "place them to use more slots (docs/placement.md)"
+            )
         return "\n".join(lines)
 
 
@@ -171,8 +177,9 @@ def build_plan(
         raise PlacementError(f"cluster.num_nodes: {num_nodes} must be >= 1")
     if devices_per_node < 1:
         raise PlacementError(f"cluster.devices_per_node: {devices_per_node} must be >= 1")
-    if placement is None:
-        placement = {",".join(roles.required): "all"}
+    defaulted = placement is None
+    if placement is None:  # as the shipped configs run: one process, on slot 0
+        placement = {",".join(roles.required): "0"}
     num_devices = num_nodes * devices_per_node
     allowed = roles.known
     slots: dict[str, list[ProcessSlot]] = {}
@@ -222,6 +229,7 @@ def build_plan(
         components=components,
         fused=_fusion_groups(components, fuse),
         skipped=skipped,
+        defaulted=defaulted,
     )
 
 

@@ -39,11 +39,16 @@ def test_layouts():
     assert plan({"env": "0-1", "rollout": "1-2", "actor": "3"}).layout == "hybrid"
 
 
-def test_default_placement_collocates_the_required_components_on_everything():
-    p = plan(None, nodes=1, per_node=2)
+def test_default_placement_runs_the_required_components_in_one_process_and_says_so():
+    p = plan(None, nodes=1, per_node=16)  # a 16-core laptop: not 16 ranks
     assert list(p.components) == ["actor", "rollout", "env"]
-    assert p.layout == "collocated"
-    assert all(p.device_set(c) == {0, 1} for c in p.components)
+    assert p.layout == "collocated" and len(p.processes()) == 1
+    assert all(p.device_set(c) == {0} for c in p.components)
+    assert p.table().splitlines()[-1] == (
+        "no cluster.component_placement: every component in one process on slot 0; place them "
+        "to use more slots (docs/placement.md)"
+    )
+    assert "component_placement" not in plan({"actor,rollout,env": 0}).table()
 
 
 def test_reasoning_rejects_partial_overlap_and_accepts_identical_or_disjoint():
