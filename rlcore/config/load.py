@@ -77,8 +77,15 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as exc:
         first = str(exc).splitlines()[0]
+        fused = any("component_placement={" in o and ("'" in o or '"' in o) for o in overrides)
+        hint = (
+            "; a key naming several components is written actor+ref on the command line "
+            "(e.g. cluster.component_placement={actor+ref:0,rollout:1})"
+            if fused
+            else ""
+        )
         raise ConfigError(
-            f"cannot parse override: {first} (write key=value, e.g. algorithm.gamma=0.99)"
+            f"cannot parse override: {first} (write key=value, e.g. algorithm.gamma=0.99){hint}"
         ) from None
     for override in parsed:
         if override.is_sweep_override():

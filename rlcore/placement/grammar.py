@@ -126,8 +126,10 @@ def parse_value(
 
 
 def split_key(key: str) -> list[str]:
-    """``"actor, rollout"`` -> ``["actor", "rollout"]``; an empty name is an error."""
-    names = [name.strip() for name in str(key).split(",")]
+    """``"actor, rollout"`` (or ``actor+rollout``, which a command line can write: Hydra's
+    override grammar takes no quoted dict keys) -> ``["actor", "rollout"]``; an empty name is
+    an error."""
+    names = [name.strip() for name in str(key).replace("+", ",").split(",")]
     if any(not name for name in names):
         raise PlacementError(f"{KEY_PREFIX}: key {key!r} has an empty component name")
     return names

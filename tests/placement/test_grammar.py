@@ -3,6 +3,7 @@
 import pytest
 
 from rlcore.placement import PlacementError, parse_value
+from rlcore.placement.grammar import split_key
 
 
 def slots(value, num_devices=8, per_node=4):
@@ -66,3 +67,28 @@ def test_each_rule_names_the_key_value_and_rule(value, rule):
     assert message.startswith(f"cluster.component_placement.actor: {value!r} ")
     assert rule in message
     assert "\n" not in message
+
+
+def test_fused_components_on_the_command_line_are_joined_by_plus(capsys):
+    from rlcore.cli import main
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+
+    args = ["cluster.devices_per_node=4", "cluster.device=cpu"]
+    plus = load_config(
+        "reasoning/tiny_arith_ppo",
+        [*args, "cluster.component_placement={actor+critic+ref:0-1,rollout+reward:2-3}"],
+    )
+    assert split_key("actor+critic+ref") == ["actor", "critic", "ref"]
+    plan = plan_for_config(plus)
+    assert [p.components for p in plan.processes()] == [
+        ("actor", "critic"),
+        ("actor", "critic"),
+        ("rollout", "reward"),
+        ("rollout", "reward"),
+    ]
+    assert "ref" in plan.skipped  # (placed with them, not used by this config: no KL)
+    # the quoted form, which Hydra's override grammar refuses, says how to write it
+    with pytest.raises(SystemExit):
+        main(["placement", "reasoning/tiny_arith_ppo", 'cluster.component_placement={"a,b":0}'])
+    assert "written actor+ref on the command line" in capsys.readouterr().err
