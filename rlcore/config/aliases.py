@@ -65,6 +65,28 @@ def _loggers(value: Any) -> tuple[bool, ...]:
     return tuple(name in names for name in LOGGERS)
 
 
+def _resume_mode(value: Any) -> Any:
+    """verl's ``trainer.resume_mode``: auto and disable; resume_path is runner.resume_dir."""
+    if value == "resume_path":
+        raise ConfigError(
+            "trainer.resume_mode: resume_path is runner.resume_dir=PATH here (the checkpoint, "
+            "or a run folder for its newest); give that instead"
+        )
+    return {"auto": "auto", "disable": "never"}.get(value, value)
+
+
+def _strategy(section: str, value: Any) -> Any:
+    """verl's ``strategy`` (fsdp, fsdp2, megatron) -> ``training_backend``: verl's fsdp (FSDP1)
+    runs as FSDP2 here, which shards the same way with per-parameter sharding."""
+    backends = {"fsdp": "fsdp2", "fsdp2": "fsdp2", "megatron": "megatron"}
+    if value not in backends:
+        raise ConfigError(
+            f"{section}.strategy: {value!r} is not one of verl's fsdp, fsdp2, megatron "
+            "(training_backend here: torch, fsdp2, megatron)"
+        )
+    return backends[value]
+
+
 def _minus_one_is(off: int) -> Callable[[Any], Any]:
     return lambda value: off if value == -1 else value
 
@@ -205,6 +227,23 @@ ALIASES: dict[str, Alias] = {
     "trainer.log_val_generations": _verl(
         "runner.log_val_generations", note="written to RUN/validation/iter_NNNNNN.jsonl"
     ),
+    "trainer.resume_mode": _verl("runner.resume", convert=lambda v: _resume_mode(v)),
+    "trainer.max_actor_ckpt_to_keep": _verl(
+        "runner.keep_checkpoints",
+        note="a checkpoint here holds every component (actor, critic and the rest) together",
+    ),
+    "trainer.default_local_dir": _verl(
+        "runner.output_dir",
+        note="a run is written to OUTPUT_DIR/RUN_NAME (RUN_NAME: trainer.experiment_name)",
+    ),
+    "actor_rollout_ref.model.lora_rank": _verl("actor.model.lora.rank"),
+    "actor_rollout_ref.model.lora_alpha": _verl("actor.model.lora.alpha"),
+    "actor_rollout_ref.actor.strategy": _verl(
+        "actor.training_backend", convert=lambda v: _strategy("actor_rollout_ref.actor", v)
+    ),
+    "critic.strategy": _verl("critic.training_backend", convert=lambda v: _strategy("critic", v)),
+    "actor_rollout_ref.actor.fsdp_config.offload_policy": _verl("actor.fsdp.offload"),
+    "critic.model.fsdp_config.offload_policy": _verl("critic.fsdp.offload"),
     "trainer.logger": _verl(
         "logger.console",
         "logger.tensorboard",

@@ -346,3 +346,41 @@ def test_verl_sections_in_a_yaml_file_become_rlcore_keys(tmp_path, capsys):
         "rlcore: actor_rollout_ref.actor.clip_ratio (verl) is algorithm.clip_ratio_low and "
         "algorithm.clip_ratio_high here" in said
     )
+
+
+def test_verl_spellings_of_backends_lora_checkpoints_and_resume_map_to_rlcore_keys(capsys):
+    common = ["trainer.experiment_name=x", "actor_rollout_ref.model.path=/m"]
+    fsdp = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            *common,
+            "actor_rollout_ref.actor.strategy=fsdp",  # FSDP1 in verl: FSDP2 here
+            "critic.strategy=fsdp2",
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+            "trainer.resume_mode=disable",
+            "trainer.max_actor_ckpt_to_keep=2",
+            "trainer.default_local_dir=/runs",
+        ],
+    )
+    assert (fsdp.actor.training_backend, fsdp.critic.training_backend) == ("fsdp2", "fsdp2")
+    assert fsdp.actor.fsdp.offload is True
+    assert (fsdp.runner.resume, fsdp.runner.keep_checkpoints) == ("never", 2)
+    assert fsdp.runner.output_dir == "/runs"
+    lora = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            *common,
+            "trainer.resume_mode=auto",
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.lora_alpha=16",
+        ],
+    )
+    assert (lora.actor.model.lora.rank, lora.actor.model.lora.alpha) == (8, 16.0)
+    assert lora.runner.resume == "auto"
+    said = capsys.readouterr().err
+    assert "rlcore: actor_rollout_ref.actor.strategy (verl) is actor.training_backend here" in said
+    assert "trainer.default_local_dir (verl) is runner.output_dir here; a run is written" in said
+    with pytest.raises(ConfigError, match=r"trainer.resume_mode: resume_path is runner.resume_dir"):
+        load_config("reasoning/tiny_arith_ppo", ["trainer.resume_mode=resume_path"])
+    with pytest.raises(ConfigError, match=r"critic.strategy: 'ddp' is not one of verl's fsdp"):
+        load_config("reasoning/tiny_arith_ppo", ["critic.strategy=ddp"])
