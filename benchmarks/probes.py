@@ -103,6 +103,17 @@ LONG_EMBODIED = [
     "runner.run_name=run",
 ]
 LONG_REASONING = ["runner.total_iterations=100000", "logger.console=true", "runner.run_name=run"]
+# a 2-slot run whose env worker (built from a CartPole that records its pid) the probe kills
+KILLED_ENV_WORKER = [
+    "env.id=probe_envs:PidCartPole",
+    "env.vector_mode=sync",
+    "runner.total_env_steps=30720",
+    "runner.stop_at_threshold=false",
+    "runner.checkpoint_every=2",
+    "logger.console=true",
+    "runner.run_name=run",
+    *ENV_APART,
+]
 STEP_LINE = r"(?m)^step \d+:"  # logger.console's line per iteration: training has started
 
 # ---------------------------------------------------------------------------------------------
@@ -1239,16 +1250,7 @@ def probes() -> list[Probe]:
             "fault",
             "ok",
             "embodied",
-            [
-                "env.id=probe_envs:PidCartPole",
-                "env.vector_mode=sync",
-                "runner.total_env_steps=30720",
-                "runner.stop_at_threshold=false",
-                "runner.checkpoint_every=2",
-                "logger.console=true",
-                "runner.run_name=run",
-                *ENV_APART,
-            ],
+            KILLED_ENV_WORKER,
             driver="kill_worker",
         )
     )
@@ -1511,17 +1513,7 @@ def probes() -> list[Probe]:
             "fault",
             "clear_error",
             "embodied",
-            [
-                "env.id=probe_envs:PidCartPole",
-                "env.vector_mode=sync",
-                "runner.total_env_steps=30720",
-                "runner.stop_at_threshold=false",
-                "runner.checkpoint_every=2",
-                "runner.max_restarts=0",
-                "logger.console=true",
-                "runner.run_name=run",
-                *ENV_APART,
-            ],
+            [*KILLED_ENV_WORKER, "runner.max_restarts=0"],
             names=("runner.max_restarts",),
             driver="kill_worker",
         )

@@ -6,6 +6,7 @@ reference answer and a model's answer match when they are the same number, howev
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -45,6 +46,12 @@ def last_number(text: str) -> str | None:
     """The last number written anywhere in ``text`` (GSM8K's flexible extraction)."""
     matches = _NUMBER_RE.findall(text)
     return matches[-1].strip() if matches else None
+
+
+def math_verify_seconds(timeout_s: float) -> int:
+    """``reward.timeout_s`` as math-verify's own limits take it: signal alarms of whole seconds,
+    at least one."""
+    return max(1, math.ceil(timeout_s))
 
 
 def math_reference(answer: str, timeout_s: int | None) -> list[Any]:

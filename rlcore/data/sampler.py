@@ -3,7 +3,6 @@ arithmetic task), and the seeded order in which training prompts are drawn, batc
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.answers import unreadable_math_answers
+from rlcore.data.answers import math_verify_seconds, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
@@ -80,7 +79,7 @@ def _readable_math_rows(
     """``rows`` without those whose reference answer math-verify cannot read (each distinct
     answer read once, within reward.timeout_s): they would score every response 0."""
     main = threading.current_thread() is threading.main_thread()  # (math-verify's alarm)
-    limit = max(1, math.ceil(timeout_s)) if main else None
+    limit = math_verify_seconds(timeout_s) if main else None
     bad = unreadable_math_answers([row["answer"] for row in rows], limit)
     if not bad:
         return rows

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlcore.config.errors import ConfigError
+from rlcore.config.user_files import import_user_file
 from rlcore.did_you_mean import closest
 
 EnvFactory = Callable[..., gym.Env]
@@ -75,23 +74,7 @@ def _file_entry_point(env_id: str, file: Path, attr: str) -> EnvFactory:
     if not file.is_file():
         raise EnvError(f"env.id: {file} (of '{env_id}') does not exist")
     name = f"rlcore_user_env_{hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:12]}"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, file)
-        if spec is None or spec.loader is None:
-            raise EnvError(f"env.id: {file} cannot be imported as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # a syntax error, a failing import: the user's file
-            del sys.modules[name]
-            line = getattr(exc, "lineno", None)
-            at = f" (line {line})" if line else ""
-            raise EnvError(
-                f"env.id: {file} cannot be loaded: {type(exc).__name__}: "
-                f"{getattr(exc, 'msg', exc)}{at}"
-            ) from None
+    module = import_user_file(file, name, "env.id", file, keep=True, error=EnvError)
     return _entry(env_id, module, str(file), attr)
 
 

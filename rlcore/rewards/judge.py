@@ -11,6 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from rlcore.data.answers import math_verify_seconds
 from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
 
 
@@ -103,7 +104,7 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
         return Verdict(float(score), verdict, components=components)
     if rules.kind == "math":
         # math-verify's own limits too (signal alarms: whole seconds, main thread only)
-        correct = math_correct(response, answer, timeout_s=max(1, math.ceil(rules.timeout_s)))
+        correct = math_correct(response, answer, timeout_s=math_verify_seconds(rules.timeout_s))
     else:
         correct = gsm8k_correct(response, answer, rules.gsm8k_mode)
     if correct is None:
@@ -122,7 +123,7 @@ def serve(conn: Any, rules: Rules) -> None:
             # math-verify loads its grammar and sympy on first use (seconds on a busy machine):
             # here, before "ready", so that no response's deadline pays for it
             math_correct(
-                "\\boxed{\\frac{1}{2}}", "0.5", timeout_s=max(1, math.ceil(rules.timeout_s))
+                "\\boxed{\\frac{1}{2}}", "0.5", timeout_s=math_verify_seconds(rules.timeout_s)
             )
     except Exception as error:
         conn.send(("failed", f"{type(error).__name__}: {error}"))

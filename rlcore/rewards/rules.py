@@ -5,7 +5,6 @@ has no answer in the expected form (the reward worker turns these into scores).
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,7 @@ def _reference(answer: str, timeout_s: int | None) -> tuple[Any, ...]:
 def load_custom_fn(spec: str) -> Callable[[str, str], float]:
     """``path/to/file.py:function`` -> the function; errors name ``reward.custom_fn``."""
     from rlcore.config.errors import ConfigError  # here: scoring processes start without it
+    from rlcore.config.user_files import import_user_file
 
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
@@ -73,17 +73,7 @@ def load_custom_fn(spec: str) -> Callable[[str, str], float]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(f"reward.custom_fn: {path} does not exist")
-    module_spec = importlib.util.spec_from_file_location(f"rlcore_user_reward_{file.stem}", file)
-    if module_spec is None or module_spec.loader is None:
-        raise ConfigError(f"reward.custom_fn: {path} cannot be imported as a Python file")
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:  # a syntax error, a failing import: the user's file, not rlcore
-        line = getattr(error, "lineno", None)
-        at = f" (line {line})" if line else ""
-        what = f"{type(error).__name__}: {getattr(error, 'msg', error)}{at}"
-        raise ConfigError(f"reward.custom_fn: {path} cannot be loaded: {what}") from None
+    module = import_user_file(file, f"rlcore_user_reward_{file.stem}", "reward.custom_fn", path)
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.custom_fn: {path} defines no function '{name}'")

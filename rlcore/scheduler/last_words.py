@@ -52,11 +52,12 @@ def watch(after_s: float) -> Iterator[None]:
 
 def _output() -> IO[str]:
     global _file
+    if _file is not None:  # (asked at every env step: no lookup once open)
+        return _file
     folder = os.environ.get(LAST_WORDS_ENV)
     if not folder or not Path(folder).is_dir():
         return sys.stderr
-    if _file is None:
-        _file = open(Path(folder) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
+    _file = open(Path(folder) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
     return _file
 
 

@@ -263,7 +263,7 @@ class Scheduler:
         from rlcore.scheduler.worker_group import death_cause
 
         where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
-        handles = list({id(h): h for h in self._handles.values()}.values())
+        handles = self._processes()
         pings = {h.describe.remote(): h for h in handles}
         answered, silent = ray.wait(list(pings), num_returns=len(pings), timeout=wait_s)
         here = ray.get_runtime_context().get_node_id()
@@ -288,6 +288,10 @@ class Scheduler:
             dead.append((process.components, rank, process.node, cause))
         return dead
 
+    def _processes(self) -> list[Any]:
+        """One handle per process (fused components share theirs)."""
+        return list({id(h): h for h in self._handles.values()}.values())
+
     def is_alive(self) -> bool:
         """Whether every process of this started scheduler still answers (none lost)."""
         if not self._handles or not ray.is_initialized():
@@ -301,7 +305,7 @@ class Scheduler:
         """Close every component, keeping the processes, their groups and slots for another
         run (``warm.py``); False (and everything stopped) if a process does not close in
         ``wait_s``."""
-        handles = list({id(h): h for h in self._handles.values()}.values())
+        handles = self._processes()
         try:
             ray.get([h.release.remote() for h in handles], timeout=wait_s)
         except Exception:
@@ -314,7 +318,7 @@ class Scheduler:
     def shutdown(self, wait_s: float = 10.0) -> None:
         """Stop every process this scheduler started, giving them ``wait_s`` to close their
         components first; safe to call more than once."""
-        handles = list({id(h): h for h in self._handles.values()}.values())
+        handles = self._processes()
         if handles and ray.is_initialized():
             # A dead or hung worker must not stop the clean-up of the others.
             with contextlib.suppress(Exception):

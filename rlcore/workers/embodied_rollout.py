@@ -22,7 +22,7 @@ from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
-from rlcore.workers.state_files import load_state, writing
+from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
 
 STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
@@ -144,8 +144,7 @@ class EmbodiedRollout:
     def save_checkpoint(self, directory: str) -> None:
         where = Path(directory)
         where.mkdir(parents=True, exist_ok=True)
-        with writing(where / f"rank{self.rank}.pt"):
-            torch.save({"generator": self.generator.get_state()}, where / f"rank{self.rank}.pt")
+        save_state({"generator": self.generator.get_state()}, where / f"rank{self.rank}.pt")
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:

@@ -31,7 +31,7 @@ from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, te
 from rlcore.envs.normalization import ObsNormalizer, RewardScaler
 from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.state_files import load_state, writing
+from rlcore.workers.state_files import load_state, save_state
 
 
 @dataclass
@@ -279,8 +279,7 @@ class EnvWorker:
             "reward_scaler": _state(self.reward_scaler),
             "steps_taken": self.steps_taken,
         }
-        with writing(where / f"rank{self.rank}.pt"):
-            torch.save(state, where / f"rank{self.rank}.pt")
+        save_state(state, where / f"rank{self.rank}.pt")
         if self.pickled:
             (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
 

@@ -30,7 +30,7 @@ from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lo
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.sampling import sampling
-from rlcore.workers.state_files import load_state, writing
+from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
 
 
@@ -390,8 +390,7 @@ class RolloutWorker:
     def save_checkpoint(self, directory: str) -> None:
         where = Path(directory)
         where.mkdir(parents=True, exist_ok=True)
-        with writing(where / f"rank{self.rank}.pt"):
-            torch.save({"torch_rng": torch.get_rng_state()}, where / f"rank{self.rank}.pt")
+        save_state({"torch_rng": torch.get_rng_state()}, where / f"rank{self.rank}.pt")
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:

@@ -1,6 +1,6 @@
 """A checkpoint's own files, read and written in one place: read as plain data only
 (``load_state``), and a write that fails (a full disk, a file-size limit) named in one line
-(``writing``), both as bad inputs: refused, not restarted."""
+(``writing``; ``save_state`` for a ``.pt`` file), both as bad inputs: refused, not restarted."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def writing(path: Path) -> Iterator[None]:
             f"{path}: the checkpoint could not be written ({first}); "
             f"{', '.join(limits) or 'no limit known'}: free space, or raise the limit"
         ) from None
+
+
+def save_state(state: Any, path: Path) -> None:
+    """``torch.save(state, path)`` inside ``writing``: the counterpart of ``load_state``."""
+    with writing(path):
+        torch.save(state, path)
 
 
 def load_state(path: Path, mmap: bool = False) -> Any:

@@ -35,7 +35,7 @@ from torch import nn
 
 from rlcore.config.sections import OptimConfig
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.state_files import load_state, writing
+from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
 from rlcore.workers.weights_file import recorded_form
 
@@ -307,9 +307,7 @@ class Trainer:
             ),
             "form": self.strategy.form,
         }
-        path = directory / f"trainer_rank{self.global_rank}.pt"
-        with writing(path):
-            torch.save(state, path)
+        save_state(state, directory / f"trainer_rank{self.global_rank}.pt")
 
     def load(self, directory: Path) -> None:
         """What ``save`` wrote, under any strategy that can read it (``Strategy.load``); this

@@ -35,6 +35,18 @@ class Walk(gym.Env):
 '''
 
 
+# a run of 128 steps, 4 envs
+SHORT = [
+    "env.num_envs=4",
+    "runner.rollout_steps=16",
+    "runner.total_env_steps=128",
+    "actor.ppo_mini_batch_size=32",
+    "runner.progress=false",
+    "logger.tensorboard=false",
+    "env.solved_threshold=null",
+]
+
+
 def test_an_env_class_in_a_file_trains_named_by_its_path(tmp_path, monkeypatch):
     (tmp_path / "walk.py").write_text(ENV_FILE)
     monkeypatch.chdir(tmp_path)  # a path relative to where the run starts
@@ -42,13 +54,7 @@ def test_an_env_class_in_a_file_trains_named_by_its_path(tmp_path, monkeypatch):
         "embodied/cartpole_ppo",
         [
             "env.id=walk.py:Walk",
-            "env.num_envs=4",
-            "runner.rollout_steps=16",
-            "runner.total_env_steps=128",
-            "actor.ppo_mini_batch_size=32",
-            "runner.progress=false",
-            "logger.tensorboard=false",
-            "env.solved_threshold=null",
+            *SHORT,
             f"runner.output_dir={tmp_path / 'out'}",
         ],
     )
@@ -121,13 +127,7 @@ def test_frozen_lake_trains_on_one_hot_observations(tmp_path):
         "embodied/cartpole_ppo",
         [
             "env.id=FrozenLake-v1",
-            "env.num_envs=4",
-            "runner.rollout_steps=16",
-            "runner.total_env_steps=128",
-            "actor.ppo_mini_batch_size=32",
-            "runner.progress=false",
-            "logger.tensorboard=false",
-            "env.solved_threshold=null",
+            *SHORT,
             f"runner.output_dir={tmp_path}",
             "runner.checkpoint_every=1",
         ],
