@@ -171,7 +171,7 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
     from rlcore.envs import make_vector_env, space_spec
     from rlcore.workers.embodied_rollout import make_policy
 
-    envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
+    envs = make_vector_env(config.env.id, 1, config.env.vector_mode, config.env.kwargs)
     try:
         spec = space_spec(envs, config.env.id)
     finally:

@@ -158,6 +158,16 @@ def frozen(value: Any) -> Any:
     return value
 
 
+def thawed(value: Any) -> Any:
+    """A frozen config value as plain Python data again (tuples as lists, ``FrozenDict``s as
+    dicts): what a user's code (an env's constructor) is given."""
+    if isinstance(value, (list, tuple)):
+        return [thawed(item) for item in value]
+    if isinstance(value, dict):
+        return {name: thawed(item) for name, item in value.items()}
+    return value
+
+
 def as_plain(config: Any) -> dict[str, Any]:
     """A config (any section) as plain data: ``dataclasses.asdict`` with lists for tuples and
     dicts for ``FrozenDict``s, as JSON, YAML and the loggers take it."""

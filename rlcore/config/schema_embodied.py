@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rlcore.config.derived import Derived, derived_section
 from rlcore.config.fields import REQUIRED, key, section
@@ -62,13 +62,25 @@ class EnvConfig(GroupKeys):
         "'module.path:ClassName' (importable: on PYTHONPATH), or 'path/to/file.py:ClassName' "
         "(relative to where the run starts)",
     )
+    kwargs: dict[str, Any] = key(
+        factory=dict,
+        doc="arguments of the env's constructor: gym.make(id, **kwargs) for a gymnasium id "
+        "(with gym.make's own max_episode_steps), Class(**kwargs) otherwise; e.g. "
+        "{max_episode_steps: 200}, or ManiSkill's {obs_mode: state, control_mode: "
+        "pd_ee_delta_pos, sim_backend: cpu}. Each name is checked against the constructor's "
+        "signature where it has one (not **kwargs), before anything starts",
+    )
     num_envs: int = key(8, doc="environments stepped in parallel", range=">= 1")
     vector_mode: Literal["auto", "native", "sync", "async"] = key(
         "auto",
         doc="native vector env if the env has one (auto), in-process copies, or subprocesses",
     )
-    solved_threshold: float | None = key(
-        None, doc="eval return counted as solved, for time_to_threshold_s; null = none", range="any"
+    solved_threshold: float | Literal["env"] | None = key(
+        "env",
+        doc="eval return counted as solved (time_to_threshold_s, runner.stop_at_threshold): a "
+        "number; env = the env's own spec.reward_threshold (a gymnasium id that declares one, "
+        "such as CartPole-v1's 475), none for an env without; null = none",
+        range="any",
     )
     normalize_obs: bool = key(False, doc="feed the policy running-normalised observations")
     normalize_reward: bool = key(

@@ -203,6 +203,8 @@ def _check_range(field: dataclasses.Field, value: Any, tp: Any) -> None:
         return
     nullable = type(None) in typing.get_args(tp)
     for item in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(item, str):  # (a number key's named choice: solved_threshold's env)
+            continue
         if item not in accepted:
             what = "every item" if isinstance(value, (list, tuple)) else "it"
             null = ", or null" if nullable else ""
@@ -223,9 +225,8 @@ def describe_type(tp: Any) -> str:
     if origin is list:
         item = describe_type(typing.get_args(tp)[0]).removeprefix("an ").removeprefix("a ")
         return f"a list of {item}s"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return {**names, Any: "any value"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def _one_path(field: dataclasses.Field, tp: Any, value: Any) -> Any:
@@ -291,6 +292,8 @@ def _convert(tp: Any, value: Any) -> Any:
             except _Invalid as problem:
                 raise _Invalid(f"item {i}: {problem}") from None
         return items
+    if tp is Any:  # (plain data as YAML and Hydra give it: any value is taken as it is)
+        return value
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -10,8 +10,8 @@ Each task in ``MANISKILL_TASKS`` is a gymnasium id in the ``maniskill/`` namespa
   async CPU copies above, so ``auto`` works on any machine.
 
 Defaults follow ManiSkill's PPO baseline: state observations, ``pd_joint_delta_pos`` control and
-the ``normalized_dense`` reward. ``make_vector_env(..., control_mode="pd_ee_delta_pos")`` or
-``sim_backend="cpu"`` overrides them; ``register_maniskill_task`` adds other tasks.
+the ``normalized_dense`` reward. ``env.kwargs`` (``{control_mode: pd_ee_delta_pos}``,
+``{sim_backend: cpu}``) overrides them; ``register_maniskill_task`` adds other tasks.
 
 ``mani_skill`` (the ``maniskill`` extra) is imported only when such an env is made. SAPIEN needs
 a Vulkan driver even on the CPU and with nothing rendered (Mesa >= 25 lavapipe on Debian 12:
@@ -265,3 +265,24 @@ def _numpy(x: Any) -> Any:
 
 for _task in MANISKILL_TASKS:
     register_maniskill_task(_task)
+
+
+def maniskill_arguments(task: str) -> set[str] | None:
+    """What ``env.kwargs`` may name for ``maniskill/<task>``: rlcore's own (``sim_backend``,
+    ``ignore_terminations``) and the keywords of ManiSkill's task class down to ``BaseEnv``
+    (obs_mode, control_mode, reward_mode, ...); None (any) where ManiSkill is not installed
+    (making the env then says that it is needed)."""
+    try:
+        _import_mani_skill(task)
+    except EnvError:
+        return None
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    from rlcore.envs.registry import accepted_arguments
+
+    registered = REGISTERED_ENVS.get(task)
+    names = None if registered is None else accepted_arguments(registered.cls, passed_on=True)
+    if names is None:
+        return None
+    # ManiSkill's gym.make takes max_episode_steps; num_envs is rlcore's (env.num_envs)
+    return (names - {"num_envs"}) | {"sim_backend", "ignore_terminations", "max_episode_steps"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,94 @@ def _entry(env_id: str, module: Any, module_name: str, attr: str) -> EnvFactory:
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """One environment, by any of the names ``resolve_env`` accepts."""
     target = resolve_env(env_id)
-    env = gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
+    try:
+        env = gym.make(target, **kwargs) if isinstance(target, str) else target(**kwargs)
+    except TypeError as exc:
+        if not kwargs:
+            raise
+        raise EnvError(f"env.kwargs: '{env_id}' refused {kwargs}: TypeError: {exc}") from exc
     if not isinstance(env, gym.Env):
         raise EnvError(f"env.id: '{env_id}' made a {type(env).__name__}, not a gymnasium.Env")
     return env
+
+
+# gym.make's own keywords (gym.make(id, max_episode_steps=..., disable_env_checker=...)), taken
+# besides the env's constructor's when the copies are made one by one
+_GYM_MAKE_KEYWORDS = ("max_episode_steps", "disable_env_checker")
+
+
+def check_env_kwargs(env_id: str, kwargs: dict[str, Any], native: bool) -> None:
+    """``EnvError`` naming ``env.kwargs.<name>`` for an argument that the constructor of
+    ``env_id`` does not take (``native``: the copies are made by the id's vector entry point);
+    nothing is checked where a constructor takes ``**kwargs`` all the way down."""
+    if not kwargs:
+        return
+    target = resolve_env(env_id)
+    if isinstance(target, str) and target.startswith("maniskill/"):
+        from rlcore.envs.maniskill import maniskill_arguments
+
+        names = maniskill_arguments(gym.spec(target).kwargs["task"])
+    elif isinstance(target, str):
+        spec = gym.spec(target)
+        if native and spec.vector_entry_point is not None:
+            names = accepted_arguments(_creator(spec.vector_entry_point), skip=("num_envs",))
+        else:
+            names = accepted_arguments(_creator(spec.entry_point))
+            names = None if names is None else names | set(_GYM_MAKE_KEYWORDS)
+    else:
+        names = accepted_arguments(target)
+    unknown = [name for name in kwargs if names is not None and name not in names]
+    if unknown:
+        near = closest(unknown[0], sorted(names or ()))
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        raise EnvError(
+            f"env.kwargs.{unknown[0]}: '{env_id}' takes no argument '{unknown[0]}'{hint}; it "
+            f"takes {', '.join(sorted(names or ())) or 'none'}"
+        )
+
+
+def _creator(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
+    from gymnasium.envs.registration import load_env_creator
+
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+
+def accepted_arguments(
+    creator: Callable[..., Any], skip: tuple[str, ...] = (), passed_on: bool = False
+) -> set[str] | None:
+    """The keyword arguments ``creator`` takes; None where it takes any (``**kwargs``), as a
+    constructor may read any name itself. ``passed_on``: ``creator`` is a class whose
+    ``__init__``s pass ``**kwargs`` on to the next one in its method order (as ManiSkill's tasks
+    do, down to ``BaseEnv``): their names together, ending at one without ``**kwargs`` (or at
+    ``object``'s: any)."""
+    inits = (
+        [c.__dict__["__init__"] for c in creator.__mro__ if "__init__" in c.__dict__]
+        if isinstance(creator, type)
+        else [creator]
+    )
+    names: set[str] = set()
+    for init in inits:
+        if init is object.__init__:
+            return None
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # (a builtin without a signature)
+            return None
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names |= {p.name for p in parameters if p.kind in keyword and p.name != "self"}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names - set(skip)
+        if not passed_on:
+            return None
+    return None
+
+
+def solved_threshold(env_id: str, given: float | str | None) -> float | None:
+    """``env.solved_threshold`` as a number: ``given`` when it is one (or null: None); for
+    ``env``, the env's own ``spec.reward_threshold`` (a gymnasium id that declares one), else
+    None: an env never inherits another's threshold."""
+    if given != "env":
+        return None if given is None else float(given)
+    target = resolve_env(env_id)
+    threshold = gym.spec(target).reward_threshold if isinstance(target, str) else None
+    return None if threshold is None else float(threshold)

@@ -15,18 +15,21 @@ import signal
 import threading
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlcore.envs.registry import EnvError, make_env, resolve_env
+from rlcore.config.fields import thawed
+from rlcore.envs.registry import EnvError, check_env_kwargs, make_env, resolve_env
 from rlcore.scheduler import last_words
 from rlcore.scheduler.last_words import NOT_USER_CODE
 
+NONE: Mapping[str, Any] = MappingProxyType({})
 VectorMode = Literal["auto", "native", "sync", "async"]
 
 
@@ -62,14 +65,19 @@ class SpaceSpec:
 
 
 def make_vector_env(
-    env_id: str, num_envs: int, mode: VectorMode = "auto", **env_kwargs
+    env_id: str, num_envs: int, mode: VectorMode = "auto", env_kwargs: Mapping[str, Any] = NONE
 ) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` stepped together.
 
     mode: ``native`` uses the env's own vectorised implementation (CartPole has one: no Python
     loop over envs); ``sync`` steps copies in this process; ``async`` in one subprocess each;
-    ``auto`` takes native when the env has it, else sync.
+    ``auto`` takes native when the env has it, else sync. ``env_kwargs`` (``env.kwargs``) go to
+    the env's constructor, each checked against its signature first (``check_env_kwargs``).
     """
+    env_kwargs = thawed(env_kwargs)
+    if "num_envs" in env_kwargs:
+        raise EnvError("env.kwargs.num_envs: the number of copies is env.num_envs; set that")
+    check_env_kwargs(env_id, env_kwargs, native=mode in ("native", "auto"))
     target = resolve_env(env_id)
     if isinstance(target, str):
         spec = gym.spec(target)

@@ -25,6 +25,7 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import explained_variance
 from rlcore.config.schema import EmbodiedConfig
+from rlcore.envs.registry import solved_threshold
 from rlcore.log import say, warn
 from rlcore.placement import PlacementPlan
 from rlcore.runners.advantages import embodied_advantages
@@ -52,13 +53,14 @@ class EmbodiedRunner(Driver):
             )
         self.version = self.progress.iteration  # of the actor's weights: one per update
         run = config.runner
+        self.threshold = solved_threshold(config.env.id, config.env.solved_threshold)
         self.schedule = self.schedule_of(
             iterations=config.derived.iterations,
             samples_per_iteration=run.rollout_steps * config.env.num_envs,
             eval_every=run.eval_every,
             eval_first=False,
             eval_metric="eval/return_mean",
-            threshold=config.env.solved_threshold,
+            threshold=self.threshold,
             stop_at_threshold=run.stop_at_threshold,
             log_by_samples=True,
             postfix={"env/episode_return": "ret", "eval/return_mean": "eval"},
@@ -140,7 +142,7 @@ class EmbodiedRunner(Driver):
             "sps": round(p.samples / wall_s, 1),
             # Training throughput: collection and updates only, without evals and checkpoints.
             "train_sps": round(p.samples / max(p.train_s, 1e-9), 1),
-            "solved_threshold": self.config.env.solved_threshold,
+            "solved_threshold": self.threshold,
             "time_to_threshold_s": None if p.reached_s is None else round(p.reached_s, 3),
             "steps_to_threshold": p.reached_samples,
             "placement": self.plan.layout,

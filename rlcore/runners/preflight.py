@@ -128,7 +128,7 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
 
 def _probe_env(config: EmbodiedConfig) -> None:
     """One copy of the env, made and checked as the env worker makes its envs, then closed."""
-    envs = make_vector_env(config.env.id, 1, config.env.vector_mode)
+    envs = make_vector_env(config.env.id, 1, config.env.vector_mode, config.env.kwargs)
     try:
         check_image_shape(space_spec(envs, config.env.id).obs_shape, config.env.id)
         if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":

@@ -105,7 +105,7 @@ class EnvWorker:
         self.env_id = env.id
         self.step_timeout_s = step_deadline(env, ctx.in_driver)
         self.num_envs = env.num_envs // ctx.world_size
-        self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode)
+        self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode, env.kwargs)
         self.eval_envs = None
         # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
         self.device = tensor_device(self.envs)
@@ -113,7 +113,9 @@ class EnvWorker:
             if self.device is not None:
                 self.envs.numpy = False
             if self.rank == 0:
-                self.eval_envs = make_vector_env(env.id, run.eval_episodes, env.vector_mode)
+                self.eval_envs = make_vector_env(
+                    env.id, run.eval_episodes, env.vector_mode, env.kwargs
+                )
                 if self.device is not None:
                     self.eval_envs.numpy = False
             self.spec = space_spec(self.envs, env.id)

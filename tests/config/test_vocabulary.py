@@ -11,6 +11,7 @@ import pytest
 
 from rlcore.config import load_config, replace_keys
 from rlcore.config.fields import as_plain
+from rlcore.envs.registry import solved_threshold
 
 BEFORE = json.loads((Path(__file__).parent / "resolved_before.json").read_text())
 
@@ -70,6 +71,18 @@ OTHER_MODE = {
 }
 
 
+# env.solved_threshold: 0.1's number or null is now `env` in the shipped configs (the default):
+# the env's own spec.reward_threshold, resolved by the runner. CartPole-v1's is the 475 its YAML
+# wrote; the MuJoCo tasks' (gymnasium's 4800 and 3800, none for ManiSkill) now time
+# time_to_threshold_s where 0.1 had no threshold (none of them stops at it)
+THRESHOLDS = {
+    "embodied/cartpole_ppo": 475.0,
+    "embodied/maniskill_pickcube_ppo": None,
+    "embodied/mujoco_halfcheetah_ppo": 4800.0,
+    "embodied/mujoco_hopper_ppo": 3800.0,
+}
+
+
 def flat(tree, prefix=""):
     out = {}
     for key, value in tree.items():
@@ -87,6 +100,10 @@ def effective_before(config: str, now: dict) -> dict:
     mode = before["mode"]
     out = {RENAMED.get(k, DERIVED.get(k, k)): v for k, v in before.items()}
     out |= IMPLICIT[mode] | ADDED_SINCE[mode]
+    if mode == "embodied":
+        given = out["env.solved_threshold"]
+        assert given in (None, THRESHOLDS[config]), "0.1's threshold was its env's or none"
+        out["env.solved_threshold"] = "env"
     for key in now:
         if key.startswith("runner.") and key.split(".")[1] in OTHER_MODE[mode]:
             out[key] = now[key]  # not read in this mode (the validator refuses it set)
@@ -102,6 +119,9 @@ def test_every_shipped_config_loads_to_its_earlier_effective_values(config, caps
     new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
     now = {k: v for k, v in now.items() if not k.startswith(new)}
     assert now == effective_before(config, now)
+    if loaded.mode == "embodied":  # (ManiSkill's id: registered by rlcore, made only when run)
+        assert solved_threshold(loaded.env.id, "env") == THRESHOLDS[config]
+        assert not loaded.runner.stop_at_threshold or config == "embodied/cartpole_ppo"
     added = {
         k.removeprefix("cluster."): v for k, v in ADDED_IN_BOTH_MODES.items() if "cluster." in k
     }

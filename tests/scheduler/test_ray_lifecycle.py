@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -138,3 +139,9 @@ def stop_cluster(port: str) -> None:
         deadline = time.monotonic() + 10
         while any(alive(pid) for pid in mine) and time.monotonic() < deadline:
             time.sleep(0.2)
+    # `ray start` names its cluster in this file, where a later `ray.init()` without an address
+    # would try to join it (as `ray stop` does, remove it: only when it names ours)
+    current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        if current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
