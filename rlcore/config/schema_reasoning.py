@@ -115,7 +115,9 @@ class LoraConfig:
 class LMConfig:
     path: str | None = key(
         None,
-        doc="a local Hugging Face model directory; null = the tiny model built (and cached)",
+        doc="a local Hugging Face model directory, or a hub id (Qwen/Qwen2.5-0.5B-Instruct: "
+        "from the local HF cache, else downloaded into it); null = the tiny model built (and "
+        "cached)",
         path=True,
     )
     dtype: Literal["float32", "bfloat16"] = key("float32", doc="parameter dtype")
@@ -178,7 +180,8 @@ class CriticConfig(TrainedKeys):
     )
     model_path: str | None = key(
         None,
-        doc="the critic's own model directory; null = start from the actor's weights",
+        doc="the critic's own model directory or hub id (as actor.model.path); null = start "
+        "from the actor's weights",
         path=True,
     )
     ppo_epochs: int | None = key(

@@ -79,8 +79,8 @@ def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
     directory = Path(path).expanduser()
     if not directory.is_dir():
         raise ConfigError(
-            f"{setting}: {path} is not a directory; give a local Hugging Face model folder "
-            "(model hubs are not downloaded from here)"
+            f"{setting}: {path} is not a directory; give a local Hugging Face model folder, or "
+            "a hub id (org/name: from the local cache, or downloaded)"
         )
     if not (directory / "config.json").is_file():
         raise ConfigError(f"{setting}: {path} has no config.json, so it is not a model folder")

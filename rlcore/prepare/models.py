@@ -24,6 +24,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.sampler import load_prompt_set
 from rlcore.log import say
+from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import build_tiny_lm, check_model_dir, check_positions, train_tiny_tokenizer
 from rlcore.prepare.warmup import accuracy_reached, sft_examples, supervised_warmup
 
@@ -51,14 +52,16 @@ def prepare_models(config: ReasoningConfig, log: Any = say) -> ModelDirs:
                 "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 "
                 "when actor.model.path is set"
             )
-        actor = check_model_dir(model.path, "actor.model.path", tokenizer=True)
+        folder = local_model_dir(model.path, "actor.model.path")
+        actor = check_model_dir(str(folder), "actor.model.path", tokenizer=True)
         check_positions(actor, config.data, "actor.model.path")
     else:
         check_positions(None, config.data, "actor.model.path")  # before it is built
         actor = _tiny_model_dir(config, log)
     critic = actor
     if config.critic.model_path is not None:
-        critic = check_model_dir(config.critic.model_path, "critic.model_path")
+        folder = local_model_dir(config.critic.model_path, "critic.model_path")
+        critic = check_model_dir(str(folder), "critic.model_path")
         check_positions(critic, config.data, "critic.model_path")
     return ModelDirs(actor=actor, critic=critic)
 

@@ -20,6 +20,7 @@ from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError, load_prompt_rows
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
+from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
@@ -61,8 +62,7 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
         ("critic.model_path", config.critic.model_path if config.derived.critic_model else None),
     ):
         if path is not None:
-            attempt(check_model_dir, path, setting, setting == "actor.model.path")
-            attempt(check_positions, Path(path).expanduser(), config.data, setting)
+            attempt(_check_model, path, setting, config)
     if config.actor.model.path is None:
         attempt(check_positions, None, config.data, "actor.model.path")
     data = config.data
@@ -74,6 +74,15 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if config.reward.kind == "custom" and config.reward.custom_fn is not None:
         attempt(load_custom_fn, config.reward.custom_fn)
     attempt(_check_megatron_models, config)
+
+
+def _check_model(path: str, setting: str, config: ReasoningConfig) -> None:
+    """The model ``setting`` names: its folder (a hub id's in the local cache; one the run would
+    download is said so and not checked further) checked as the run checks it."""
+    folder = local_model_dir(path, setting, download=False)
+    if folder is not None:
+        check_model_dir(str(folder), setting, tokenizer=setting == "actor.model.path")
+        check_positions(folder, config.data, setting)
 
 
 def _check_megatron_models(config: ReasoningConfig) -> None:
@@ -110,9 +119,12 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
             from transformers import AutoConfig
 
             try:
-                hf_config = AutoConfig.from_pretrained(path)
-            except (OSError, ValueError):
-                continue  # check_model_dir names the folder's problem
+                folder = local_model_dir(path, f"{name}.model.path", download=False)
+                if folder is None:
+                    continue  # (the run downloads it, and checks it then)
+                hf_config = AutoConfig.from_pretrained(folder)
+            except (OSError, ValueError, ConfigError):
+                continue  # _check_model names the folder's problem
         check_convertible(hf_config, f"{name}.training_backend")
         check_tensor_parallel(
             hf_config,

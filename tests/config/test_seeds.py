@@ -1,7 +1,10 @@
 """The seed documents' configs load as written: verl's command line (seed 000) and RLinf's two
 YAML blocks (seed 002), copied here verbatim (the seeds live outside the repository)."""
 
+import hashlib
 import json
+import os
+import shutil
 import textwrap
 
 import pytest
@@ -10,6 +13,8 @@ import torch
 from rlcore.cli import run_entry_point
 from rlcore.config import load_config
 from rlcore.config.errors import ConfigError
+from rlcore.models.hub import local_model_dir
+from rlcore.models.lm import check_model_dir
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from tests.lm_fixtures import TINY
@@ -133,12 +138,60 @@ def test_verl_command_line_maps_every_override_and_says_so(tiny_lm, capsys):
     assert config.actor.ppo_micro_batch_size == config.critic.ppo_micro_batch_size == 2
 
 
-def test_verl_command_line_runs_as_written_on_the_tiny_model(tiny_lm, tmp_path, capsys):
+@pytest.fixture
+def hf_cache(tiny_lm, tmp_path, monkeypatch):
+    """A Hugging Face cache (huggingface_hub's layout: refs/main names a snapshot whose files
+    link to blobs) holding the tiny model as Qwen/Qwen2.5-0.5B-Instruct, the hub unreachable."""
+    from huggingface_hub import constants
+
     _, dirs = tiny_lm
-    local = [o.replace("Qwen/Qwen2.5-0.5B-Instruct", str(dirs.actor)) for o in VERL_COMMAND_LINE]
-    # The tiny model in place of Qwen2.5; one iteration of the seed's 256 prompts.
+    repo = tmp_path / "hf" / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in dirs.actor.iterdir():
+        blob = repo / "blobs" / hashlib.sha256(file.name.encode()).hexdigest()
+        shutil.copy(file, blob)
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return snapshot
+
+
+def test_a_hub_id_is_read_from_the_local_cache_and_refused_in_one_line_when_absent(
+    hf_cache, monkeypatch
+):
+    from huggingface_hub import constants
+
+    assert local_model_dir("Qwen/Qwen2.5-0.5B-Instruct", "actor.model.path") == hf_cache
+    with pytest.raises(ConfigError, match=r"^actor.model.path: Qwen/Qwen9 is not a folder here, "):
+        local_model_dir("Qwen/Qwen9", "actor.model.path")
+    # online, but the hub does not answer (nothing listens on port 9): one line, no traceback
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match=r"Qwen/Qwen9 .* the hub cannot give it") as refused:
+        local_model_dir("Qwen/Qwen9", "actor.model.path")
+    assert "\n" not in str(refused.value)
+    # a path that exists is a path, whatever it looks like; one that does not is named as given
+    assert local_model_dir(str(hf_cache), "x") == hf_cache
+    with pytest.raises(ConfigError, match=r"actor.model.path: Qwen/none is not a directory"):
+        check_model_dir(str(local_model_dir("./Qwen/none", "x")), "actor.model.path")
+
+
+def test_verl_command_line_passes_the_dry_run_with_the_model_in_the_hf_cache(
+    hf_cache, tmp_path, capsys
+):
+    args = [*VERL_COMMAND_LINE, "runner.dry_run=true", f"runner.output_dir={tmp_path}"]
+    assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
+    assert "actor.model.path names a model" in capsys.readouterr().err  # (no warm-up)
+
+
+def test_verl_command_line_runs_as_written_on_the_tiny_model(hf_cache, tmp_path, capsys):
+    # The tiny model as Qwen2.5 in the HF cache; one iteration of the seed's 256 prompts.
     ours = [
-        "warmup.steps=0",
         "runner.total_iterations=1",
         "runner.val_every=0",
         "runner.progress=false",
@@ -146,7 +199,7 @@ def test_verl_command_line_runs_as_written_on_the_tiny_model(tiny_lm, tmp_path, 
         f"runner.output_dir={tmp_path}",
         "runner.run_name=verl",
     ]
-    assert run_entry_point("reasoning/tiny_arith_ppo", [*local, *ours]) == 0
+    assert run_entry_point("reasoning/tiny_arith_ppo", [*VERL_COMMAND_LINE, *ours]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out.strip().splitlines()[-1])["iterations"] == 1
     assert "step 1: " in err and "actor/pg_loss=" in err  # trainer.logger=['console']
