@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlcore.envs.registry import EnvError
+from rlcore.envs.registry import EnvError, accepted_arguments
 
 NAMESPACE = "maniskill"
 # Single-arm Panda tasks with flat state observations and a Box action space, no asset download.
@@ -267,18 +267,17 @@ for _task in MANISKILL_TASKS:
     register_maniskill_task(_task)
 
 
-def maniskill_arguments(task: str) -> set[str] | None:
+def maniskill_arguments(spec_kwargs: dict[str, Any]) -> set[str] | None:
     """What ``env.kwargs`` may name for ``maniskill/<task>``: rlcore's own (``sim_backend``,
     ``ignore_terminations``) and the keywords of ManiSkill's task class down to ``BaseEnv``
     (obs_mode, control_mode, reward_mode, ...); None (any) where ManiSkill is not installed
     (making the env then says that it is needed)."""
+    task = spec_kwargs["task"]
     try:
         _import_mani_skill(task)
     except EnvError:
         return None
     from mani_skill.utils.registration import REGISTERED_ENVS
-
-    from rlcore.envs.registry import accepted_arguments
 
     registered = REGISTERED_ENVS.get(task)
     names = None if registered is None else accepted_arguments(registered.cls, passed_on=True)
@@ -286,3 +285,7 @@ def maniskill_arguments(task: str) -> set[str] | None:
         return None
     # ManiSkill's gym.make takes max_episode_steps; num_envs is rlcore's (env.num_envs)
     return (names - {"num_envs"}) | {"sim_backend", "ignore_terminations", "max_episode_steps"}
+
+
+make_maniskill_env.env_arguments = maniskill_arguments  # (check_env_kwargs reads them)
+make_maniskill_vector_env.env_arguments = maniskill_arguments

@@ -125,20 +125,23 @@ _GYM_MAKE_KEYWORDS = ("max_episode_steps", "disable_env_checker")
 def check_env_kwargs(env_id: str, kwargs: dict[str, Any], native: bool) -> None:
     """``EnvError`` naming ``env.kwargs.<name>`` for an argument that the constructor of
     ``env_id`` does not take (``native``: the copies are made by the id's vector entry point);
-    nothing is checked where a constructor takes ``**kwargs`` all the way down."""
+    nothing is checked where a constructor takes ``**kwargs`` (``accepted_arguments``). A
+    gymnasium entry point may say what it takes itself: an ``env_arguments(spec_kwargs)``
+    attribute returning the names (or None: any), as ManiSkill's do."""
     if not kwargs:
         return
     target = resolve_env(env_id)
-    if isinstance(target, str) and target.startswith("maniskill/"):
-        from rlcore.envs.maniskill import maniskill_arguments
-
-        names = maniskill_arguments(gym.spec(target).kwargs["task"])
-    elif isinstance(target, str):
+    if isinstance(target, str):
         spec = gym.spec(target)
-        if native and spec.vector_entry_point is not None:
-            names = accepted_arguments(_creator(spec.vector_entry_point), skip=("num_envs",))
+        vector = native and spec.vector_entry_point is not None
+        creator = _creator(spec.vector_entry_point if vector else spec.entry_point)
+        declared = getattr(creator, "env_arguments", None)
+        if declared is not None:  # (the creator says what it takes: ManiSkill's)
+            names = declared(spec.kwargs)
+        elif vector:
+            names = accepted_arguments(creator, skip=("num_envs",))
         else:
-            names = accepted_arguments(_creator(spec.entry_point))
+            names = accepted_arguments(creator)
             names = None if names is None else names | set(_GYM_MAKE_KEYWORDS)
     else:
         names = accepted_arguments(target)

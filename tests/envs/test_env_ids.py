@@ -258,3 +258,23 @@ def test_another_env_on_the_cartpole_config_does_not_inherit_its_threshold(tmp_p
     )
     summary = EmbodiedRunner(config, plan_for_config(config)).run()
     assert summary["solved_threshold"] is None and summary["time_to_threshold_s"] is None
+
+
+def make_declared(**kwargs):
+    return Corridor(kwargs.get("length", 8))
+
+
+make_declared.env_arguments = lambda spec_kwargs: {"length", *spec_kwargs}
+
+
+def test_an_entry_point_may_declare_the_names_it_takes():
+    """As ManiSkill's entry points do (rlcore/envs/maniskill.py): their **kwargs reach ManiSkill's
+    task classes, whose names the declaration lists."""
+    gym.register("rlcore_test/Declared-v0", entry_point=make_declared, kwargs={"task": "T"})
+    try:
+        envs = make_vector_env("rlcore_test/Declared-v0", 1, "sync", {"length": 2})
+        assert envs.envs[0].unwrapped.length == 2
+        with pytest.raises(EnvError, match=r"env\.kwargs\.size: .* takes length, task"):
+            make_vector_env("rlcore_test/Declared-v0", 1, "sync", {"size": 2})
+    finally:
+        del gym.registry["rlcore_test/Declared-v0"]
