@@ -19,6 +19,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from typing import Any
 
 import ray
@@ -41,6 +42,10 @@ from rlcore.scheduler.ray_cluster import (
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
 from rlcore.scheduler.worker import WorkerProcess
 from rlcore.scheduler.worker_group import WorkerGroup
+
+# Once a process is known lost, how long the others get to be seen lost too (Ray reports a
+# death at once); the rest are busy, in a call that waits on the lost one, and alive.
+LOST_TOO_S = 0.5
 
 _RemoteProcess = ray.remote(WorkerProcess)
 
@@ -259,34 +264,55 @@ class Scheduler:
         this machine: its state says so); ``cause`` says which, and why it died. A process busy
         in a long call (or stuck in a collective) does not answer within ``wait_s`` and counts
         as alive."""
-        from rlcore.scheduler.processes import stopped
+
         from rlcore.scheduler.worker_group import death_cause
 
         where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
-        handles = self._processes()
-        pings = {h.describe.remote(): h for h in handles}
-        answered, silent = ray.wait(list(pings), num_returns=len(pings), timeout=wait_s)
         here = ray.get_runtime_context().get_node_id()
-        dead = []
-        for ref in [*answered, *silent]:
-            name, rank = where[id(pings[ref])]
-            info = self.info[(name, rank)]
-            if ref in answered:
+        # a stopped process answers nothing: seen in its state, not waited for
+        halted = self._stopped_here()
+        pings = {h.describe.remote(): h for h in self._processes() if id(h) not in halted}
+        gone: list[tuple[Any, str]] = []
+        pending, deadline = list(pings), time.monotonic() + wait_s
+        while pending:
+            if halted or gone:  # one is lost: the others get a moment to say they are too
+                deadline = min(deadline, time.monotonic() + LOST_TOO_S)
+            answered, pending = ray.wait(
+                pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic())
+            )
+            if not answered:
+                break  # the rest are busy (in a long call, a collective): alive
+            for ref in answered:
                 try:
                     ray.get(ref)
-                    continue
                 except ray.exceptions.RayActorError as error:
+                    info = self.info[where[id(pings[ref])]]
                     words = account(self._last_words, info["pid"], info["node_id"] == here)
-                    cause = f"the process died: {words or death_cause(error)}"
-            else:
-                if info["node_id"] != here or not stopped(info["pid"]):
-                    continue
-                cause = f"the process is stopped (pid {info['pid']}: SIGSTOP, a debugger)"
+                    gone.append((pings[ref], f"the process died: {words or death_cause(error)}"))
+        for handle in halted.values():
+            pid = self.info[where[id(handle)]]["pid"]
+            gone.append((handle, f"the process is stopped (pid {pid}: SIGSTOP, a debugger)"))
+        dead = []
+        for handle, cause in gone:
+            name, rank = where[id(handle)]
             process = next(
                 p for p in self.plan.processes() if p.rank == rank and name in p.components
             )
             dead.append((process.components, rank, process.node, cause))
         return dead
+
+    def _stopped_here(self) -> dict[int, Any]:
+        """The processes on this machine that are stopped (their state says so), by handle id."""
+        from rlcore.scheduler.processes import stopped
+
+        here = ray.get_runtime_context().get_node_id()
+        where = {id(h): key for key, h in self._handles.items()}
+        return {
+            id(h): h
+            for h in self._processes()
+            if self.info[where[id(h)]]["node_id"] == here
+            and stopped(self.info[where[id(h)]]["pid"])
+        }
 
     def _processes(self) -> list[Any]:
         """One handle per process (fused components share theirs)."""
@@ -320,9 +346,12 @@ class Scheduler:
         components first; safe to call more than once."""
         handles = self._processes()
         if handles and ray.is_initialized():
-            # A dead or hung worker must not stop the clean-up of the others.
+            # A dead or hung worker must not stop the clean-up of the others (nor a stopped
+            # one, which would answer nothing, make them wait).
             with contextlib.suppress(Exception):
-                ray.get([h.close.remote() for h in handles], timeout=wait_s)
+                halted = self._stopped_here()
+                closing = [h.close.remote() for h in handles if id(h) not in halted]
+                ray.wait(closing, num_returns=len(closing), timeout=wait_s)
             for h in handles:
                 with contextlib.suppress(Exception):
                     ray.kill(h)
