@@ -74,10 +74,17 @@ class DataConfig:
     val_max_samples: int | None = key(
         None, doc="validate on at most this many prompts; null = all", range=">= 1"
     )
-    chat_template: bool = key(
-        False, doc="wrap each prompt in the tokenizer's chat template as a user turn"
+    chat_template: bool | None = key(
+        None,
+        doc="wrap prompts in the tokenizer's chat template: true = every prompt (text as a "
+        "user turn); false = none (a chat prompt's last user turn is its text); null = chat "
+        "prompts (verl's files) only, text as written",
     )
-    prompt_suffix: str = key(GSM8K_SUFFIX, doc="appended to every prompt (GSM8K's convention)")
+    prompt_suffix: str = key(
+        GSM8K_SUFFIX,
+        doc="appended to every text prompt (GSM8K's convention); not to chat prompts, which "
+        "verl's preprocessing writes with their instruction",
+    )
     shuffle: bool = key(True, doc="shuffle the training prompts each epoch (seeded)")
     synthetic: SyntheticConfig = section(SyntheticConfig, doc="the shipped arithmetic task")
 
@@ -296,8 +303,12 @@ class OverlongBufferConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class RewardConfig(GroupKeys):
-    kind: Literal["gsm8k", "math", "custom"] = key(
-        "gsm8k", doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom"
+    kind: Literal["auto", "gsm8k", "math", "custom"] = key(
+        "auto",
+        doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; auto = "
+        "each row's data_source picks the rule as verl's default scorer does (openai/gsm8k: "
+        "gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: "
+        "math), gsm8k for rows without one (rlcore's own files, the synthetic task)",
     )
     gsm8k_mode: Literal["strict", "flexible"] = key(
         "strict", doc="strict: '#### N' is required; flexible: the last number in the response"

@@ -69,3 +69,30 @@ def unreadable_math_answers(answers: list[str], timeout_s: int | None) -> set[st
     one would score every response 0 (``reward.kind=math`` compares with what it read)."""
     math_reference("\\frac{1}{2}", None)  # math-verify's grammar loads once, not on a deadline
     return {a for a in dict.fromkeys(answers) if not math_reference(a, timeout_s)}
+
+
+# verl's default scorer (verl.utils.reward_score.default_compute_score) by data_source: the
+# sources it scores with the rules rlcore has (reward.kind auto routes each row by its source)
+VERL_SOURCES = {
+    "openai/gsm8k": "gsm8k",
+    "lighteval/MATH": "math",
+    "DigitalLearningGmbH/MATH-lighteval": "math",
+    "HuggingFaceH4/MATH-500": "math",
+}
+
+
+def scorer_of(kind: str, source: str | None) -> str:
+    """The rule that scores a row: ``kind``, or for ``auto`` the row's data source's (a row
+    without one, rlcore's own files and the synthetic task: gsm8k); ValueError for a source
+    verl's default scorer does not score with gsm8k's or math's rule."""
+    if kind != "auto":
+        return kind
+    if source is None:
+        return "gsm8k"
+    if source not in VERL_SOURCES:
+        known = ", ".join(VERL_SOURCES)
+        raise ValueError(
+            f"reward.kind auto: data_source '{source}' has no scorer here (auto knows {known}); "
+            "set reward.kind to gsm8k, math or custom"
+        )
+    return VERL_SOURCES[source]

@@ -8,6 +8,7 @@ is a different question).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,68 +44,144 @@ def _read(path: str, what: str) -> list[dict[str, Any]]:
 
 
 def load_prompt_rows(
-    files: list[str], what: str, prompt_key: str, answer_key: str, answer_format: str
-) -> list[dict[str, str]]:
-    """``[{"prompt": ..., "answer": ...}]`` from ``files``; ``what`` names the config key."""
+    files: list[str],
+    what: str,
+    prompt_key: str,
+    answer_key: str,
+    answer_format: str,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``[{"prompt": text or chat messages, "answer": ..., "source": ..., "extra": ...}]`` from
+    ``files``; ``what`` names the config key. A file in verl's layout (see ``verl_layout``) is
+    read as verl reads it, said once per file through ``log``."""
     rows = []
     for path in files:
-        for number, row in enumerate(_read(path, what)):
-            for field in (prompt_key, answer_key):
-                if field not in row:
-                    have = ", ".join(sorted(row))
-                    setting = "data.prompt_key" if field == prompt_key else "data.answer_key"
-                    raise DataError(
-                        f"{path}: row {number} has no field '{field}' ({setting}); "
-                        f"its fields: {have}"
-                    )
-                value = row[field]
-                if value is None or (isinstance(value, str) and not value.strip()):
-                    raise DataError(
-                        f"{path}: row {number}: the '{field}' field is "
-                        f"{'null' if value is None else 'empty'}; give every row a "
-                        f"{'prompt' if field == prompt_key else 'answer'} or drop it"
-                    )
-                if isinstance(value, bool):  # (an int to Python: str() would give "True")
-                    raise DataError(
-                        f"{path}: row {number}: the '{field}' field is the boolean "
-                        f'{str(value).lower()}, not text; write it as a string ("yes", '
-                        '"true", ...) as the reward compares it'
-                    )
-                if not isinstance(value, str | int | float):
-                    hint = (
-                        (
-                            " (chat messages, as in verl's files? rlcore reads the text and "
-                            "applies the chat template itself: point data.prompt_key at the "
-                            "question's text)"
-                        )
-                        if isinstance(value, list)
-                        else ""
-                    )
-                    raise DataError(
-                        f"{path}: row {number}: the '{field}' field is a "
-                        f"{type(value).__name__}, not text{hint}"
-                    )
-            answer = str(row[answer_key])
-            if answer_format == "gsm8k":
-                written = extract_gsm8k_answer(answer)
-                if written is None or parse_number(written) is None:
-                    raise DataError(
-                        f"{path}: row {number}: the {answer_key} field has no number after "
-                        f"'####' ({answer[-60:]!r}); set data.answer_format=plain if the field "
-                        "is the answer itself"
-                    )
-                answer = written
-            rows.append({"prompt": str(row[prompt_key]), "answer": answer})
+        table = _read(path, what)
+        verl = verl_layout(table[0], prompt_key, answer_key)
+        if verl and log is not None:
+            log(
+                f"{what}: {path} is in verl's layout: prompts from its 'prompt' chat messages, "
+                "answers from reward_model.ground_truth, the scorer from data_source "
+                "(reward.kind auto)"
+            )
+        for number, row in enumerate(table):
+            rows.append(_row(path, number, row, prompt_key, answer_key, answer_format, verl))
     return rows
+
+
+def verl_layout(row: dict[str, Any], prompt_key: str, answer_key: str) -> bool:
+    """Whether ``row`` is written as verl's preprocessing scripts write them (no
+    ``data.answer_key`` field, but ``reward_model.ground_truth``; the prompt a list of chat
+    messages in ``prompt``, or in ``data.prompt_key``; ``data_source`` and ``extra_info``
+    beside)."""
+    reward_model = row.get("reward_model")
+    return (
+        answer_key not in row
+        and isinstance(reward_model, dict)
+        and "ground_truth" in reward_model
+        and isinstance(row.get(prompt_key if prompt_key in row else "prompt"), list)
+    )
+
+
+def _row(
+    path: str,
+    number: int,
+    row: dict[str, Any],
+    prompt_key: str,
+    answer_key: str,
+    answer_format: str,
+    verl: bool,
+) -> dict[str, Any]:
+    if verl:
+        field = prompt_key if prompt_key in row else "prompt"
+        messages = _messages(path, number, field, row.get(field))
+        answer = (
+            row.get("reward_model", {}).get("ground_truth") if row.get("reward_model") else None
+        )
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            raise DataError(
+                f"{path}: row {number}: reward_model.ground_truth is missing or empty (verl's "
+                "layout); give every row its answer or drop it"
+            )
+        source = row.get("data_source")
+        return {
+            "prompt": messages,
+            "answer": str(answer),  # (verl's ground truth is the answer itself: no '####')
+            "source": None if source is None else str(source),
+            "extra": row.get("extra_info"),
+        }
+    for field in (prompt_key, answer_key):
+        if field not in row:
+            have = ", ".join(sorted(row))
+            setting = "data.prompt_key" if field == prompt_key else "data.answer_key"
+            raise DataError(
+                f"{path}: row {number} has no field '{field}' ({setting}); its fields: {have}"
+            )
+        value = row[field]
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise DataError(
+                f"{path}: row {number}: the '{field}' field is "
+                f"{'null' if value is None else 'empty'}; give every row a "
+                f"{'prompt' if field == prompt_key else 'answer'} or drop it"
+            )
+        if isinstance(value, bool):  # (an int to Python: str() would give "True")
+            raise DataError(
+                f"{path}: row {number}: the '{field}' field is the boolean "
+                f'{str(value).lower()}, not text; write it as a string ("yes", '
+                '"true", ...) as the reward compares it'
+            )
+        if isinstance(value, list) and field == prompt_key:
+            continue  # chat messages (checked below)
+        if not isinstance(value, str | int | float):
+            raise DataError(
+                f"{path}: row {number}: the '{field}' field is a {type(value).__name__}, not text"
+            )
+    prompt = row[prompt_key]
+    prompt = (
+        _messages(path, number, prompt_key, prompt) if isinstance(prompt, list) else str(prompt)
+    )
+    answer = str(row[answer_key])
+    if answer_format == "gsm8k":
+        written = extract_gsm8k_answer(answer)
+        if written is None or parse_number(written) is None:
+            raise DataError(
+                f"{path}: row {number}: the {answer_key} field has no number after "
+                f"'####' ({answer[-60:]!r}); set data.answer_format=plain if the field "
+                "is the answer itself"
+            )
+        answer = written
+    return {"prompt": prompt, "answer": answer, "source": row.get("data_source"), "extra": None}
+
+
+def _messages(path: str, number: int, field: str, value: Any) -> list[dict[str, str]]:
+    """A prompt written as chat messages (``[{"role": "user", "content": ...}]``), checked."""
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in value
+        )
+    )
+    if not ok or not any(m["role"] == "user" for m in value):
+        raise DataError(
+            f"{path}: row {number}: the '{field}' field is neither text nor a list of chat "
+            "messages ({'role': ..., 'content': ...}) with a user turn"
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
 @dataclass
 class PromptSet:
-    """Tokenised prompts with their reference answers; ``dropped`` counts the over-long ones."""
+    """Tokenised prompts with their reference answers and data sources (verl's
+    ``data_source``, None where a row has none); ``dropped`` counts the over-long ones."""
 
     prompts: list[list[int]]
     answers: list[str]
     dropped: int
+    sources: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -112,36 +189,63 @@ class PromptSet:
     @classmethod
     def build(
         cls,
-        rows: list[dict[str, str]],
+        rows: list[dict[str, Any]],
         tokenizer: Any,
         *,
         suffix: str,
-        chat_template: bool,
+        chat_template: bool | None,
         max_length: int,
         what: str,
     ) -> PromptSet:
-        texts = [row["prompt"] + suffix for row in rows]
-        if chat_template:
-            if getattr(tokenizer, "chat_template", None) is None:
-                raise DataError(
-                    "data.chat_template: the tokenizer has no chat template; set it to false"
-                )
-            texts = [
-                tokenizer.apply_chat_template(
-                    [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
-                )
-                for t in texts
-            ]
+        """``chat_template``: None = chat messages through the tokenizer's template, text as
+        written (+ ``suffix``); True = both through it; False = neither (a chat prompt's last
+        user turn as its text). Chat messages, as verl's preprocessing wrote them, take no
+        ``suffix``."""
+        texts, templated = [], []
+        for row in rows:
+            prompt = row["prompt"]
+            chat = isinstance(prompt, list)
+            use = chat_template if chat_template is not None else chat
+            if chat and not use:
+                texts.append(next(m["content"] for m in reversed(prompt) if m["role"] == "user"))
+            elif chat:
+                texts.append(prompt)
+            else:
+                texts.append(prompt + suffix)
+            templated.append(use)
+        if any(templated) and getattr(tokenizer, "chat_template", None) is None:
+            raise DataError(
+                f"{what}: the tokenizer has no chat template to wrap the prompts in; set "
+                "data.chat_template=false (a chat prompt's user turn is then its text)"
+            )
+        texts = [
+            tokenizer.apply_chat_template(
+                t if isinstance(t, list) else [{"role": "user", "content": t}],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            if use
+            else t
+            for t, use in zip(texts, templated, strict=True)
+        ]
         # The chat template already holds any special tokens the model wants.
-        ids = tokenizer(texts, add_special_tokens=not chat_template)["input_ids"]
+        ids: list[list[int]] = [[] for _ in texts]
+        for use in (True, False):
+            at = [i for i, flag in enumerate(templated) if flag is use]
+            if at:
+                encoded = tokenizer([texts[i] for i in at], add_special_tokens=not use)
+                for i, row_ids in zip(at, encoded["input_ids"], strict=True):
+                    ids[i] = row_ids
         kept = [i for i, row_ids in enumerate(ids) if len(row_ids) <= max_length]
         if not kept:
             raise DataError(
                 f"{what}: every prompt is longer than data.max_prompt_length={max_length} tokens "
                 f"(the shortest has {min(len(r) for r in ids)}); raise the limit"
             )
+        sources = [rows[i].get("source") for i in kept]
         return cls(
             prompts=[ids[i] for i in kept],
             answers=[rows[i]["answer"] for i in kept],
             dropped=len(rows) - len(kept),
+            sources=sources if any(s is not None for s in sources) else None,
         )

@@ -13,7 +13,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.answers import math_verify_seconds, unreadable_math_answers
+from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
@@ -32,7 +32,9 @@ def load_prompt_set(
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files
     if files:
-        rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+        rows = load_prompt_rows(
+            files, what, data.prompt_key, data.answer_key, data.answer_format, log
+        )
     else:  # errors and notes name the task the prompts come from, not empty file keys
         what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
@@ -50,8 +52,13 @@ def load_prompt_set(
         ]
     if not train and data.val_max_samples is not None:
         rows = rows[: data.val_max_samples]
-    if config.reward.kind == "math":
-        rows = _readable_math_rows(rows, what, config.reward.timeout_s, log)
+    kinds = _scorers(rows, config.reward.kind, what)
+    if "math" in kinds:
+        math_rows = [row for row, kind in zip(rows, kinds, strict=True) if kind == "math"]
+        readable = _readable_math_rows(math_rows, what, config.reward.timeout_s, log)
+        if len(readable) < len(math_rows):
+            kept = {id(row) for row in readable}
+            rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
     prompts = PromptSet.build(
         rows,
         tokenizer,
@@ -71,6 +78,25 @@ def load_prompt_set(
             f"{data.train_batch_size}"
         )
     return prompts
+
+
+def check_prompt_files(config: ReasoningConfig, files: list[str], what: str) -> None:
+    """``files`` read as the run reads them, and each row's scorer found (the dry run)."""
+    data = config.data
+    rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+    _scorers(rows, config.reward.kind, what)
+
+
+def _scorers(rows: list[dict[str, Any]], kind: str, what: str) -> list[str]:
+    """The rule that scores each row (``scorer_of``); a ``DataError`` naming a data source that
+    reward.kind auto cannot score."""
+    kinds = []
+    for row in rows:
+        try:
+            kinds.append(scorer_of(kind, row.get("source")))
+        except ValueError as error:
+            raise DataError(f"{what}: {error}") from None
+    return kinds
 
 
 def _readable_math_rows(
@@ -111,6 +137,10 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
         batch_size=[len(ids)],
     )
     batch["answers"] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
+    if prompts.sources is not None:  # (verl's data_source: reward.kind auto routes by it)
+        batch["sources"] = NonTensorStack(
+            *[prompts.sources[i] for i in rows for _ in range(repeat)]
+        )
     return batch
 
 

@@ -71,7 +71,7 @@ def _fingerprint(config: ReasoningConfig) -> str:
         "tiny": dataclasses.asdict(config.actor.model.tiny),
         "synthetic": dataclasses.asdict(config.data.synthetic),
         "suffix": config.data.prompt_suffix,
-        "chat": config.data.chat_template,
+        "chat": config.data.chat_template is True,  # (the synthetic prompts are text)
         "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
         "version": 3,  # bump when the recipe below changes
     }
@@ -100,7 +100,7 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
         seed=syn.seed,
     )
     if config.warmup.steps:
-        examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template)
+        examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template is True)
         warm = config.warmup
         log(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
         stop = None

@@ -31,9 +31,9 @@ class Rules:
     timeout_s: float
 
     @classmethod
-    def of(cls, reward: Any) -> Rules:
+    def of(cls, reward: Any, kind: str | None = None) -> Rules:
         return cls(
-            reward.kind,
+            kind or reward.kind,
             reward.gsm8k_mode,
             reward.correct_score,
             reward.format_score,

@@ -38,8 +38,10 @@ class RewardError(ConfigError):
 class ScoringPool:
     """``reward.num_processes`` scoring processes (see the module docstring)."""
 
-    def __init__(self, config: Any) -> None:
-        self.rules = Rules.of(config)
+    def __init__(self, config: Any, kind: str | None = None) -> None:
+        """``kind``: the rule to score with, in place of ``config.kind`` (math, for the rows
+        that ``reward.kind`` auto routes to it)."""
+        self.rules = Rules.of(config, kind)
         self.timeout_s = config.timeout_s
         # spawn: a fork of a process running torch's threads may deadlock
         self._context = multiprocessing.get_context("spawn")

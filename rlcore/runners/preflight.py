@@ -17,7 +17,8 @@ from typing import Any
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
-from rlcore.data.prompts import DataError, load_prompt_rows
+from rlcore.data.prompts import DataError
+from rlcore.data.sampler import check_prompt_files
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
 from rlcore.models.hub import local_model_dir
@@ -68,9 +69,7 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     data = config.data
     for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
         if files:
-            attempt(
-                load_prompt_rows, files, what, data.prompt_key, data.answer_key, data.answer_format
-            )
+            attempt(check_prompt_files, config, files, what)
     if config.reward.kind == "custom" and config.reward.custom_fn is not None:
         attempt(load_custom_fn, config.reward.custom_fn)
     attempt(_check_megatron_models, config)

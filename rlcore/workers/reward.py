@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.data.answers import scorer_of
 from rlcore.log import warn
 from rlcore.models.lm import load_tokenizer
 from rlcore.rewards.rules import load_custom_fn
@@ -27,12 +28,13 @@ class RewardWorker:
         self.component_keys = list(config.algorithm.gdpo_reward_keys)
         self.max_response_length = config.data.max_response_length
         self.tokenizer = load_tokenizer(model_dir)
-        self.rules = Rules.of(self.config)
+        self.gsm8k = Rules.of(self.config, "gsm8k")
         files = config.data.train_files
         self.data = ", ".join(files) if files else "the synthetic task"
         if self.config.kind == "custom":
             load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
-        self.pool = ScoringPool(self.config) if self.config.kind != "gsm8k" else None
+        # math and custom score in processes; auto starts them at its first math row
+        self.pool = ScoringPool(self.config) if self.config.kind in ("math", "custom") else None
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
@@ -42,10 +44,10 @@ class RewardWorker:
             skip_special_tokens=True,
         )
         pairs = list(zip(texts, batch["answers"], strict=True))
-        if self.pool is not None:
-            verdicts = self.pool.score(pairs)
-        else:
-            verdicts = [judge(self.rules, None, t, a, i) for i, (t, a) in enumerate(pairs)]
+        sources = batch.get("sources", None)  # (verl's data_source, where the files have it)
+        sources = [None] * len(pairs) if sources is None else sources.tolist()
+        kinds = [scorer_of(self.config.kind, source) for source in sources]
+        verdicts = self._judge(pairs, kinds)
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
@@ -85,6 +87,20 @@ class RewardWorker:
         if self.component_keys:
             rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
         return TensorDict(rows, batch_size=[len(texts)])
+
+    def _judge(self, pairs: list[tuple[str, str]], kinds: list[str]) -> list[Any]:
+        """Each pair's verdict by its rule: gsm8k's here, math's and custom's in the pool."""
+        verdicts: list[Any] = [None] * len(pairs)
+        pooled = [i for i, kind in enumerate(kinds) if kind != "gsm8k"]
+        for i, kind in enumerate(kinds):
+            if kind == "gsm8k":
+                verdicts[i] = judge(self.gsm8k, None, *pairs[i], i)
+        if pooled:
+            if self.pool is None:  # (auto: the first row routed to math)
+                self.pool = ScoringPool(self.config, kind="math")
+            for i, verdict in zip(pooled, self.pool.score([pairs[i] for i in pooled]), strict=True):
+                verdicts[i] = verdict
+        return verdicts
 
     def _components(self, verdicts: list, penalty: torch.Tensor | None) -> torch.Tensor:
         """``[B, K]``: each response's ``algorithm.gdpo_reward_keys`` components (0 for a

@@ -225,7 +225,7 @@ BAD = [
     (ARITH, ["algorithm.gdpo_reward_weights=[1.0]"], "algorithm.gdpo_reward_weights",
      "only gdpo reads it"),
     (ARITH, [*GDPO[:2], "algorithm.gdpo_reward_keys=[correct,length]"],
-     "algorithm.gdpo_reward_keys", "length not given by reward.kind gsm8k, which gives score, "
+     "algorithm.gdpo_reward_keys", "length not given by reward.kind auto, which gives score, "
      "correct, format (overlong_penalty with reward.overlong_buffer.enable)"),
     (ARITH, [*GDPO[:2], "algorithm.gdpo_reward_keys=[correct,correct]"],
      "algorithm.gdpo_reward_keys", "correct named twice"),

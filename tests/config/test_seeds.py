@@ -2,10 +2,12 @@
 YAML blocks (seed 002), copied here verbatim (the seeds live outside the repository)."""
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,8 @@ from rlcore.models.lm import check_model_dir
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from tests.lm_fixtures import TINY
+
+REPO = Path(__file__).resolve().parents[2]
 
 # seed 000 (verl's PPO page), the reference example's overrides after `bash run_gemma.sh`.
 VERL_COMMAND_LINE = [
@@ -187,6 +191,73 @@ def test_verl_command_line_passes_the_dry_run_with_the_model_in_the_hf_cache(
     args = [*VERL_COMMAND_LINE, "runner.dry_run=true", f"runner.output_dir={tmp_path}"]
     assert run_entry_point("reasoning/tiny_arith_ppo", args) == 0
     assert "actor.model.path names a model" in capsys.readouterr().err  # (no warm-up)
+
+
+@pytest.fixture
+def verl_gsm8k(tmp_path):
+    """verl-layout train.parquet and test.parquet, written by examples/reasoning/prepare_gsm8k.py
+    from a local GSM8K copy in the datasets format (260 and 20 short problems of its form)."""
+    import datasets
+
+    problems = [
+        {"question": f"{a}+{b}?", "answer": f"{a} + {b} = <<{a}+{b}={a + b}>>{a + b}\n#### {a + b}"}
+        for a in range(20)
+        for b in range(14)
+    ]
+    local = tmp_path / "gsm8k_local"
+    splits = {"train": problems[:260], "test": problems[260:]}
+    datasets.DatasetDict(
+        {k: datasets.Dataset.from_list(v) for k, v in splits.items()}
+    ).save_to_disk(str(local))
+    spec = importlib.util.spec_from_file_location(
+        "prepare_gsm8k", REPO / "examples" / "reasoning" / "prepare_gsm8k.py"
+    )
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    out = tmp_path / "data" / "gsm8k"
+    assert prepare.main(["--local_dataset_path", str(local), "--local_save_dir", str(out)]) == 0
+    return [f"data.train_files={out / 'train.parquet'}", f"data.val_files={out / 'test.parquet'}"]
+
+
+def test_verl_gsm8k_files_are_written_as_verl_writes_them(verl_gsm8k):
+    import datasets
+
+    train = datasets.load_dataset(
+        "parquet", data_files=verl_gsm8k[0].split("=", 1)[1], split="train"
+    )
+    assert len(train) == 260
+    row = train[7]  # 0 + 7
+    assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
+    assert row["prompt"] == [
+        {
+            "role": "user",
+            "content": '0+7? Let\'s think step by step and output the final answer after "####".',
+        }
+    ]
+    assert row["reward_model"] == {"style": "rule", "ground_truth": "7"}
+    assert row["extra_info"]["split"] == "train" and row["extra_info"]["index"] == 7
+
+
+def test_the_seed_command_line_with_verl_files_passes_the_dry_run_and_trains(
+    hf_cache, verl_gsm8k, tmp_path, capsys
+):
+    """The acceptance of issue 31: the seed's verl command line as written (a hub id in the HF
+    cache), with verl-layout GSM8K files; then one iteration on them, scored by data_source."""
+    out = f"runner.output_dir={tmp_path / 'runs'}"
+    args = [*VERL_COMMAND_LINE, *verl_gsm8k, out]
+    assert run_entry_point("reasoning/tiny_arith_ppo", [*args, "runner.dry_run=true"]) == 0
+    capsys.readouterr()
+    ours = [
+        "runner.total_iterations=1",
+        "runner.val_every=1",
+        "runner.progress=false",
+        "data.max_prompt_length=256",  # (the tiny tokenizer's pieces are short)
+    ]
+    assert run_entry_point("reasoning/tiny_arith_ppo", [*args, *ours]) == 0
+    out, err = capsys.readouterr()
+    assert "train.parquet is in verl's layout" in err and "test.parquet is in verl's layout" in err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["iterations"] == 1
 
 
 def test_verl_command_line_runs_as_written_on_the_tiny_model(hf_cache, tmp_path, capsys):

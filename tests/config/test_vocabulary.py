@@ -83,6 +83,12 @@ THRESHOLDS = {
 }
 
 
+# defaults that changed, each at a value that computes what 0.1's did on 0.1's data: reward.kind
+# auto scores a row without a data_source (every 0.1 file, the synthetic task) by gsm8k's rule;
+# data.chat_template null wraps only chat prompts (verl's files), which 0.1 refused
+NEW_DEFAULTS = {"reward.kind": ("gsm8k", "auto"), "data.chat_template": (False, None)}
+
+
 def flat(tree, prefix=""):
     out = {}
     for key, value in tree.items():
@@ -104,6 +110,9 @@ def effective_before(config: str, now: dict) -> dict:
         given = out["env.solved_threshold"]
         assert given in (None, THRESHOLDS[config]), "0.1's threshold was its env's or none"
         out["env.solved_threshold"] = "env"
+    for key, (was, default) in NEW_DEFAULTS.items():
+        if out.get(key, default) == was and now.get(key) == default:
+            out[key] = default
     for key in now:
         if key.startswith("runner.") and key.split(".")[1] in OTHER_MODE[mode]:
             out[key] = now[key]  # not read in this mode (the validator refuses it set)

@@ -27,7 +27,10 @@ def test_gsm8k_jsonl_and_parquet_give_the_same_rows(tmp_path):
     ]
     jsonl = write_jsonl(tmp_path / "a.jsonl", rows)
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "a.parquet"))
-    expected = [{"prompt": "2+2?", "answer": "4"}, {"prompt": "Big?", "answer": "1,000"}]
+    expected = [
+        {"prompt": "2+2?", "answer": "4", "source": None, "extra": None},
+        {"prompt": "Big?", "answer": "1,000", "source": None, "extra": None},
+    ]
     assert load(jsonl) == expected
     assert load(str(tmp_path / "a.parquet")) == expected
 
@@ -46,8 +49,12 @@ def test_a_missing_field_names_the_file_the_key_and_the_fields_there(tmp_path):
         ({"question": "  ", "answer": "#### 2"}, "row 0: the 'question' field is empty"),
         ({"question": "1+1?", "answer": None}, "row 0: the 'answer' field is null"),
         (
-            {"question": [{"role": "user", "content": "1+1?"}], "answer": "#### 2"},
-            "the 'question' field is a list, not text (chat messages, as in verl's files?",
+            {"question": [{"role": "user"}], "answer": "#### 2"},
+            "the 'question' field is neither text nor a list of chat messages",
+        ),
+        (
+            {"question": [{"role": "system", "content": "Be brief."}], "answer": "#### 2"},
+            "with a user turn",
         ),
         # JSON true/false: Python's str() would make the reference answer "True"
         ({"question": "Is 2 even?", "answer": True}, "the 'answer' field is the boolean true"),
@@ -115,7 +122,7 @@ def test_over_long_prompts_are_dropped_and_counted_not_truncated():
             max_length=1,
             what="data.train_files",
         )
-    with pytest.raises(DataError, match=r"no chat template"):
+    with pytest.raises(DataError, match=r"the tokenizer has no chat template"):
         PromptSet.build(
             rows,
             CharTokenizer(),
@@ -184,3 +191,80 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
         "read within reward.timeout_s=1 (reward.kind=math would score every response to them "
         "0): '\\\\boxed{}', 'x_{BOMB}'"
     ]
+
+
+# as verl's examples/data_preprocess/gsm8k.py writes a row
+VERL_ROW = {
+    "data_source": "openai/gsm8k",
+    "prompt": [
+        {"role": "system", "content": "You are a careful solver."},
+        {"role": "user", "content": "2+2? Let's think step by step."},
+    ],
+    "ability": "math",
+    "reward_model": {"style": "rule", "ground_truth": "4"},
+    "extra_info": {"split": "train", "index": 0, "answer": "2 + 2 = 4\n#### 4"},
+}
+
+
+def test_verl_layout_is_read_as_verl_reads_it(tmp_path):
+    import datasets
+
+    path = str(tmp_path / "train.parquet")
+    datasets.Dataset.from_list([VERL_ROW]).to_parquet(path)
+    said = []
+    rows = load_prompt_rows([path], "data.train_files", "question", "answer", "gsm8k", said.append)
+    assert rows == [
+        {
+            "prompt": VERL_ROW["prompt"],
+            "answer": "4",  # the ground truth as it is: no '####' to find
+            "source": "openai/gsm8k",
+            "extra": VERL_ROW["extra_info"],
+        }
+    ]
+    assert said == [
+        f"data.train_files: {path} is in verl's layout: prompts from its 'prompt' chat "
+        "messages, answers from reward_model.ground_truth, the scorer from data_source "
+        "(reward.kind auto)"
+    ]
+    bad = dict(VERL_ROW, reward_model={"style": "rule", "ground_truth": ""})
+    datasets.Dataset.from_list([bad]).to_parquet(path)
+    with pytest.raises(DataError, match=r"row 0: reward_model.ground_truth is missing or empty"):
+        load(path)
+
+
+class TemplateTokenizer(CharTokenizer):
+    """Characters as ids; a chat template that writes '<role>content' per turn."""
+
+    chat_template = "(a template)"
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and not tokenize
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+@pytest.mark.parametrize(
+    ("chat_template", "chat", "text"),
+    [
+        # null: chat prompts through the template, whole (the system turn too), no suffix;
+        # text prompts as written, with it
+        (None, "<system>S<user>Q<assistant>", "T!"),
+        (True, "<system>S<user>Q<assistant>", "<user>T!<assistant>"),
+        (False, "Q", "T!"),  # the user turn's content
+    ],
+)
+def test_chat_prompts_go_through_the_template_unless_it_is_off(chat_template, chat, text):
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+    rows = [
+        {"prompt": messages, "answer": "1", "source": "openai/gsm8k"},
+        {"prompt": "T", "answer": "2", "source": None},
+    ]
+    built = PromptSet.build(
+        rows,
+        TemplateTokenizer(),
+        suffix="!",
+        chat_template=chat_template,
+        max_length=99,
+        what="data.train_files",
+    )
+    assert built.prompts == [[ord(c) for c in chat], [ord(c) for c in text]]
+    assert built.sources == ["openai/gsm8k", None]

@@ -8,6 +8,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
+from rlcore.data.answers import scorer_of
 from rlcore.rewards import (
     RewardError,
     Rules,
@@ -92,18 +93,20 @@ def worker(components=(), **reward) -> RewardWorker:
     w.config = SimpleNamespace(**(defaults | reward))
     w.max_response_length = 12
     w.tokenizer = Letters()
-    w.rules = Rules.of(w.config)
-    w.pool = ScoringPool(w.config) if w.config.kind != "gsm8k" else None
+    w.gsm8k = Rules.of(w.config, "gsm8k")
+    w.pool = ScoringPool(w.config) if w.config.kind in ("math", "custom") else None
     return w
 
 
-def encode(texts, answers, width=12):
+def encode(texts, answers, width=12, sources=None):
     rows = [[ord(c) for c in t] + [0] * (width - len(t)) for t in texts]
     responses = torch.tensor(rows)
     batch = TensorDict(
         {"responses": responses, "response_mask": (responses != 0).long()}, batch_size=[len(texts)]
     )
     batch["answers"] = NonTensorStack(*answers)
+    if sources is not None:
+        batch["sources"] = NonTensorStack(*sources)
     return batch
 
 
@@ -113,6 +116,37 @@ def test_reward_worker_scores_right_wrong_and_unparsed_responses():
     assert out["correct"].tolist() == [True, False, False]
     assert out["unparsed"].tolist() == [False, False, True]
     assert not out["timed_out"].any()
+
+
+def test_auto_scores_each_row_by_its_data_source_as_verl_does():
+    """verl's default scorer: openai/gsm8k by its '####' rule (a boxed answer is no answer
+    there), the MATH sources by math-verify, and a row without a source (rlcore's own files)
+    by gsm8k's."""
+    w = worker(kind="auto", format_score=0.0)
+    try:
+        out = w.score(
+            encode(
+                ["\\boxed{4}", "\\boxed{4}", "#### 4"],
+                ["4", "4", "4"],
+                sources=["openai/gsm8k", "lighteval/MATH", None],
+            )
+        )
+        assert out["correct"].tolist() == [False, True, True]
+        assert out["unparsed"].tolist() == [True, False, False]
+        assert w.pool is not None and w.pool.rules.kind == "math"  # started for the MATH row
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [("openai/gsm8k", "gsm8k"), ("HuggingFaceH4/MATH-500", "math"), (None, "gsm8k")],
+)
+def test_a_data_source_picks_the_scorer_only_under_auto(source, kind):
+    assert scorer_of("auto", source) == kind
+    assert scorer_of("math", "openai/gsm8k") == "math"  # a kind given is every row's
+    with pytest.raises(ValueError, match=r"data_source 'codeforces' has no scorer here"):
+        scorer_of("auto", "codeforces")
 
 
 def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path, capsys):
