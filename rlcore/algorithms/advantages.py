@@ -252,10 +252,29 @@ def compute_rloo_advantage(
     return advantages, advantages
 
 
-# verl's names for its vectorised versions of the two above; these are vectorised already.
-# (For a group of one, verl's vectorised RLOO gives 0 where its looped one and this keep s_i.)
+# verl's name for its vectorised GRPO; this one is vectorised already.
 register_advantage("grpo_vectorized", needs_groups=True)(compute_grpo_advantage)
-register_advantage("rloo_vectorized", needs_groups=True)(compute_rloo_advantage)
+
+
+@register_advantage("rloo_vectorized", needs_groups=True)
+def compute_rloo_vectorized_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    values: torch.Tensor | None = None,
+    index: Any = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's ``rloo_vectorized``: ``rloo``'s leave-one-out advantage, except that a group of
+    one gets 0 (it has no other response to compare with), where ``rloo`` (verl's looped one
+    too) keeps its score. returns = advantages."""
+    advantages, _ = compute_rloo_advantage(token_level_rewards, response_mask, index=index)
+    _, _, count = group_score_stats(torch.zeros(response_mask.shape[0]), index)
+    advantages = advantages * (count > 1).to(advantages.dtype)[:, None]
+    return advantages, advantages
 
 
 @register_advantage("grpo_passk", needs_groups=True)
@@ -451,11 +470,16 @@ def compute_gdpo_advantage(
     the results are summed with ``reward_component_weights`` ``w_k``, and the sum is whitened
     over the valid tokens of the batch. Normalising each component apart keeps responses that
     differ in one component apart, where GRPO on the summed reward can map them to one
-    advantage. ``token_level_rewards`` is not read (the components are the reward).
+    advantage. Without ``reward_components``, the one reward is ``token_level_rewards`` summed
+    over each response, weighed 1, as verl's fallback does (GRPO's advantage, whitened); with
+    them, ``token_level_rewards`` is not read (the components are the reward).
     returns = advantages.
     """
-    if reward_components is None or reward_component_weights is None:
-        raise ValueError("gdpo needs reward_components [B, K] and reward_component_weights [K]")
+    if reward_components is None:
+        reward_components = token_level_rewards.sum(-1, keepdim=True)
+        reward_component_weights = torch.ones(1)
+    elif reward_component_weights is None:
+        raise ValueError("gdpo: reward_components [B, K] need reward_component_weights [K]")
     valid = response_mask.bool()
     components = reward_components.to(token_level_rewards.dtype)
     weights = reward_component_weights.to(components)
@@ -499,6 +523,7 @@ def compute_optimal_token_baseline_advantage(
     old_log_probs: torch.Tensor | None = None,
     sum_pi_squared: torch.Tensor | None = None,
     handle_zero_tail: bool = False,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The optimal token baseline (verl's ``optimal_token_baseline``): a baseline per group and
     token position, ``b_t = sum_i G_it W_it / (sum_i W_it + epsilon)`` over the group's
@@ -506,7 +531,9 @@ def compute_optimal_token_baseline_advantage(
     squared norm of the score function of each sampled token, from ``old_log_probs`` and
     ``sum_pi_squared``, the sum of the squared token probabilities) up to t: paths of high
     variance weigh more. ``A_t = G_t - b_t``; a group of one has b = 0. ``handle_zero_tail``:
-    the group's one longest response gets b = 0 past the second longest. returns = G.
+    the group's one longest response gets b = 0 past the second longest. ``rollout_is_weights``
+    (the rollout's truncated importance weights rho, as verl's rollout correction gives them)
+    scale each token's term by rho^2 before the cumulative sum. returns = G.
     """
     return _optimal_token_baseline(
         token_level_rewards,
@@ -516,6 +543,7 @@ def compute_optimal_token_baseline_advantage(
         sum_pi_squared,
         handle_zero_tail,
         epsilon,
+        rollout_is_weights=rollout_is_weights,
         compact=False,
         name="optimal_token_baseline",
     )
@@ -537,6 +565,7 @@ def compute_tir_optimal_token_baseline_advantage(
     old_log_probs: torch.Tensor | None = None,
     sum_pi_squared: torch.Tensor | None = None,
     handle_zero_tail: bool = True,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``optimal_token_baseline`` for tool-integrated (multi-turn) responses, verl's
     ``tir_optimal_token_baseline``: step t is a response's t-th valid token (tool output
@@ -552,6 +581,7 @@ def compute_tir_optimal_token_baseline_advantage(
         sum_pi_squared,
         handle_zero_tail,
         epsilon,
+        rollout_is_weights=rollout_is_weights,
         compact=True,
         name="tir_optimal_token_baseline",
     )
@@ -566,6 +596,7 @@ def _optimal_token_baseline(
     handle_zero_tail: bool,
     epsilon: float,
     *,
+    rollout_is_weights: torch.Tensor | None = None,
     compact: bool,
     name: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -575,6 +606,8 @@ def _optimal_token_baseline(
     B, T = rewards.shape
     returns = _reward_to_go(rewards, valid)
     w = 1 - 2 * old_log_probs.to(returns.dtype).exp() + sum_pi_squared.to(returns.dtype)
+    if rollout_is_weights is not None:  # truncated IS: W scaled by rho^2 (verl's MSE argument)
+        w = w * rollout_is_weights.to(w.dtype) ** 2
     cumulative = _zero_masked(w, valid).cumsum(-1)
     # compact: each row's valid tokens moved to the front, in order (step k = k-th valid token)
     order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True) if compact else None

@@ -463,7 +463,10 @@ def geo_mean_policy_loss(
     )
 
 
-DPPO_TRUNCATION = 20.0  # verl's in-code default for clip_ratio_c in DPPO (paper, Section 5.4)
+# the importance-weight truncation c of DPPO when clip_ratio_c is null: 3, as a verl run gets it
+# (its code falls back to 20, the paper's advice (Section 5.4), only for a config without the
+# key, and verl's actor config always has it, at 3.0)
+DPPO_TRUNCATION = 3.0
 POLICY_PROBABILITY = (
     "its trust region is on the sampled action's probability exp(log_prob), and an embodied "
     "action's log-prob can be a density (the Gaussian head of a Box action space), where that is "

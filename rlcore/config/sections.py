@@ -142,7 +142,8 @@ class AlgorithmConfig:
     )
     clip_ratio_c: float | None = key(
         None,
-        doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off",
+        doc="dual-clip bound c > 1 on negative-advantage tokens; null turns dual-clip off "
+        "(loss_mode dppo_tv and dppo_kl: the importance weight's truncation; null = 3, as verl)",
         range="> 1",
     )
     value_clip: float | None = key(

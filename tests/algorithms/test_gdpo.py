@@ -85,8 +85,16 @@ def test_gdpo_keeps_apart_responses_that_grpo_on_the_sum_gives_one_advantage():
     assert gdpo[2] > gdpo[0] > 0
 
 
-def test_gdpo_needs_its_components():
-    with pytest.raises(ValueError, match="gdpo needs reward_components"):
-        GDPO(torch.zeros(2, 1), torch.ones(2, 1), index=[0, 0])
+def test_without_components_the_one_reward_is_the_summed_token_rewards_as_verl_falls_back():
+    # verl's compute_gdpo_outcome_advantage with no per-key scores: GRPO on the summed token
+    # rewards, weight 1, whitened. One group of 2 scoring 1 and 0: (1 - 0.5) / (1/sqrt2) =
+    # +-1/sqrt2 on each of 2 tokens; over 4 tokens [a, a, -a, -a] (unbiased variance 4a^2/3)
+    # whitening gives +-sqrt(3)/2, whatever a
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    got, returns = GDPO(rewards, torch.ones(2, 2), index=[0, 0])
+    want = math.sqrt(3) / 2 * torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    assert torch.allclose(got, want, atol=1e-5) and torch.equal(got, returns)
     with pytest.raises(ValueError, match="2 reward components but weights of shape"):
         run([[1.0, 0.0], [0.0, 1.0]], [1.0], torch.ones(2, 1), [0, 0])
+    with pytest.raises(ValueError, match=r"need reward_component_weights \[K\]"):
+        GDPO(rewards, torch.ones(2, 2), index=[0, 0], reward_components=torch.ones(2, 1))

@@ -185,3 +185,22 @@ def test_compute_advantages_hands_an_estimator_the_inputs_it_declares():
             index=[0, 0],
             inputs={"old_log_probs": logp},
         )
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_rollout_importance_weights_scale_each_tokens_weight_by_their_square(name):
+    # a group of 2, one token each, rewards 1 and 0; pi = 0.5 and sum pi^2 = 0.5 give
+    # w = 1 - 1 + 0.5 = 0.5 for both: b = (1 * 0.5 + 0) / 1 = 0.5, A = (0.5, -0.5). With
+    # rho = (2, 1) (verl's rollout_is_weights) w becomes (0.5 * 4, 0.5): b = 2 / 2.5 = 0.8
+    fn = get_advantage_fn(name)
+    inputs = dict(
+        index=[0, 0],
+        old_log_probs=torch.log(torch.full((2, 1), 0.5)),
+        sum_pi_squared=torch.full((2, 1), 0.5),
+    )
+    rewards, mask = torch.tensor([[1.0], [0.0]]), torch.ones(2, 1)
+    plain, _ = fn(rewards, mask, **inputs)
+    weighted, returns = fn(rewards, mask, rollout_is_weights=torch.tensor([[2.0], [1.0]]), **inputs)
+    assert plain.flatten().tolist() == pytest.approx([0.5, -0.5])
+    assert weighted.flatten().tolist() == pytest.approx([0.2, -0.8])
+    assert returns.flatten().tolist() == [1.0, 0.0]

@@ -84,3 +84,14 @@ def test_the_vectorized_names_equal_a_looped_implementation(sizes, seed, norm):
         got = per_row(fn(rewards, mask, index=index, norm_adv_by_std=norm)[0], mask)
         want = looped(name, scores, index, norm)
         assert all(math.isclose(a, b, abs_tol=1e-9) for a, b in zip(got, want, strict=True))
+
+
+def test_rloo_vectorized_gives_a_group_of_one_nothing_where_rloo_keeps_its_score():
+    # verl 0.9.1: rloo_vectorized multiplies by (count > 1); its looped rloo keeps s_i
+    rewards, mask = outcome([1.0, 0.0, 3.0], [2, 1, 3])
+    index = [0, 0, 1]
+    vectorized = per_row(get_advantage_fn("rloo_vectorized")(rewards, mask, index=index)[0], mask)
+    looped = per_row(get_advantage_fn("rloo")(rewards, mask, index=index)[0], mask)
+    # the pair: each minus the other (2 / 1 * (s - 0.5))
+    assert vectorized == pytest.approx([1.0, -1.0, 0.0])
+    assert looped == pytest.approx([1.0, -1.0, 3.0])

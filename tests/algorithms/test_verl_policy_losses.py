@@ -137,7 +137,7 @@ def test_dppo_tv_bounds_the_probability_change_in_the_direction_the_advantage_pu
     expected = t([[0.0, -2.0 * 1.2 / 5, 0.0], [0.0, 3.0 * 0.8 / 5, 2.0 * 1.4 / 5]])
     assert torch.allclose(grad, expected)
     assert m["pg_clipfrac"] == pytest.approx(2 / 5)
-    assert m["pg_clipfrac_lower"] == 0.0  # no ratio above c = 20
+    assert m["pg_clipfrac_lower"] == 0.0  # no ratio above c = 3 (the largest is 1.8)
 
 
 def test_dppo_truncates_the_ratio_at_clip_ratio_c():
@@ -148,7 +148,9 @@ def test_dppo_truncates_the_ratio_at_clip_ratio_c():
         assert loss == pytest.approx(-3.0 * math.log(0.1))
         assert grad[0, 0].item() == pytest.approx(-3.0)
         assert m["pg_clipfrac_lower"] == 1.0
-        _, grad, _ = loss_and_grad(name, old, new, adv, mask)  # null c: verl's 20
+        _, grad, _ = loss_and_grad(name, old, new, adv, mask)  # null c: 3, a verl run's
+        assert grad[0, 0].item() == pytest.approx(-3.0)
+        _, grad, _ = loss_and_grad(name, old, new, adv, mask, clip_ratio_c=20.0)  # the paper's
         assert grad[0, 0].item() == pytest.approx(-10.0)
 
 
