@@ -522,7 +522,7 @@ def compute_optimal_token_baseline_advantage(
     norm_adv_by_std: bool = True,
     old_log_probs: torch.Tensor | None = None,
     sum_pi_squared: torch.Tensor | None = None,
-    handle_zero_tail: bool = False,
+    handle_zero_tail: bool = True,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The optimal token baseline (verl's ``optimal_token_baseline``): a baseline per group and
@@ -530,8 +530,9 @@ def compute_optimal_token_baseline_advantage(
     responses still running at t, where ``W_it`` is the cumulative ``1 - 2 pi + sum pi^2`` (the
     squared norm of the score function of each sampled token, from ``old_log_probs`` and
     ``sum_pi_squared``, the sum of the squared token probabilities) up to t: paths of high
-    variance weigh more. ``A_t = G_t - b_t``; a group of one has b = 0. ``handle_zero_tail``:
-    the group's one longest response gets b = 0 past the second longest. ``rollout_is_weights``
+    variance weigh more. ``A_t = G_t - b_t``; a group of one has b = 0. ``handle_zero_tail``
+    (on, as verl's function and trainer have it): the group's one longest response gets b = 0
+    past the second longest. ``rollout_is_weights``
     (the rollout's truncated importance weights rho, as verl's rollout correction gives them)
     scale each token's term by rho^2 before the cumulative sum. returns = G.
     """

@@ -64,7 +64,8 @@ def test_otb_baseline_at_a_step_counts_only_the_paths_still_running():
     rewards, mask = outcome([3.0, 1.0], [3, 1])
     logp, spread = otb_inputs([[0.5] * 3] * 2, [[0.5] * 3] * 2)
     fn = get_advantage_fn("optimal_token_baseline")
-    adv, _ = fn(rewards, mask, index=[0, 0], old_log_probs=logp, sum_pi_squared=spread)
+    kw = {"index": [0, 0], "old_log_probs": logp, "sum_pi_squared": spread}
+    adv, _ = fn(rewards, mask, handle_zero_tail=False, **kw)
     b0 = (3 * 0.5 + 1 * 0.5) / (0.5 + 0.5 + 1e-8)  # step 0: both paths
     b1 = 3 * 1.0 / (1.0 + 1e-8)  # steps 1, 2: only a
     assert close(adv, [[3 - b0, 3 - b1, 3 - b1], [1 - b0, 0.0, 0.0]])
@@ -153,13 +154,16 @@ def test_otb_and_tir_equal_a_looped_implementation(sizes, seed, zero_tail, holes
         assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
 
 
-def test_tir_defaults_to_zeroing_the_tail_as_verl_does_and_otb_does_not():
+def test_both_default_to_zeroing_the_tail_as_verl_0_9_1_does():
+    # verl 0.9.1: handle_zero_tail=True in both functions' signatures, and its trainer passes
+    # none: the one longest path's steps past the second longest get b = 0, A = G = 3
     rewards, mask = outcome([3.0, 1.0], [3, 1])
     logp, spread = otb_inputs([[0.5] * 3] * 2, [[0.5] * 3] * 2)
     kw = {"index": [0, 0], "old_log_probs": logp, "sum_pi_squared": spread}
-    tir = get_advantage_fn("tir_optimal_token_baseline")(rewards, mask, **kw)[0]
-    otb = get_advantage_fn("optimal_token_baseline")(rewards, mask, **kw)[0]
-    assert tir[0, 1:].tolist() == [3.0, 3.0] and close(otb[0, 1:], [0.0, 0.0])
+    for name in ("tir_optimal_token_baseline", "optimal_token_baseline"):
+        fn = get_advantage_fn(name)
+        assert fn(rewards, mask, **kw)[0][0, 1:].tolist() == [3.0, 3.0], name
+        assert close(fn(rewards, mask, handle_zero_tail=False, **kw)[0][0, 1:], [0.0, 0.0])
 
 
 def test_compute_advantages_hands_an_estimator_the_inputs_it_declares():
