@@ -100,6 +100,12 @@ PER_RANK = (
     "per GPU; the same on one GPU); micro-batches change memory use, never the update"
 )
 
+OFFLOAD = (
+    "FSDP2's CPU offload moves parameters, gradients and optimiser state together: verl's "
+    "param_offload, optimizer_offload and offload_policy are one switch here"
+)
+REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
+
 # verl's actor.policy_loss.<option> keys, each algorithm.policy_loss_options.<option> here
 POLICY_LOSS_OPTIONS = (
     "clip_cov_ratio",
@@ -242,8 +248,20 @@ ALIASES: dict[str, Alias] = {
         "actor.training_backend", convert=lambda v: _strategy("actor_rollout_ref.actor", v)
     ),
     "critic.strategy": _verl("critic.training_backend", convert=lambda v: _strategy("critic", v)),
-    "actor_rollout_ref.actor.fsdp_config.offload_policy": _verl("actor.fsdp.offload"),
-    "critic.model.fsdp_config.offload_policy": _verl("critic.fsdp.offload"),
+    # FSDP2's CPU offload (CPUOffloadPolicy) moves the parameters, gradients and optimiser
+    # state together: verl's three switches are one here, and must agree when several are set
+    **{
+        f"{section}.{switch}": _verl(
+            target, note=OFFLOAD if switch != "offload_policy" else (note or "")
+        )
+        for section, target, note in (
+            ("actor_rollout_ref.actor.fsdp_config", "actor.fsdp.offload", ""),
+            ("actor_rollout_ref.ref.fsdp_config", "actor.fsdp.offload", REF_AS_ACTOR),
+            ("critic.fsdp", "critic.fsdp.offload", ""),  # (verl 0.9)
+            ("critic.model.fsdp_config", "critic.fsdp.offload", ""),  # (earlier verl)
+        )
+        for switch in ("param_offload", "optimizer_offload", "offload_policy")
+    },
     "trainer.logger": _verl(
         "logger.console",
         "logger.tensorboard",
@@ -256,6 +274,26 @@ ALIASES: dict[str, Alias] = {
     "algorithm.logprob_forward_micro_batch_size": _rlinf("actor.log_prob_micro_batch_size"),
     "algorithm.update_epoch": _rlinf("actor.ppo_epochs"),
     "algorithm.ratio_clip_eps": _rlinf("algorithm.clip_ratio_low", "algorithm.clip_ratio_high"),
+}
+
+# verl's dynamic batch size: ``use_dynamic_bsz`` switches on micro-batches of at most
+# ``*_max_token_len_per_gpu`` tokens (verl's default when only the switch is given), which is the
+# token budget here (rlcore.load.verl_token_budgets reads each pair together). rlcore has one
+# budget per trained model, for its update and its forward passes (old and reference log-probs).
+TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "actor.max_tokens_per_micro_batch": (
+        ("actor_rollout_ref.actor.use_dynamic_bsz", "ppo_max_token_len_per_gpu", 16384),
+        ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", 16384),
+        (
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+            "log_prob_max_token_len_per_gpu",
+            16384,
+        ),
+    ),
+    "critic.max_tokens_per_micro_batch": (
+        ("critic.use_dynamic_bsz", "ppo_max_token_len_per_gpu", 32768),
+        ("critic.use_dynamic_bsz", "forward_max_token_len_per_gpu", 32768),
+    ),
 }
 
 # rlcore's own earlier spellings (before one optimiser section served every component)

@@ -21,7 +21,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlcore.config.aliases import ALIASES, DERIVED_KEYS, current_keys
+from rlcore.config.aliases import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS, current_keys
 from rlcore.config.checks import check_config
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import RLCoreConfig
@@ -189,9 +189,12 @@ def compose_raw(
         cfg.cluster = load_cluster_file(cluster_file)
     said: list[str] = []
     _rename_aliases(cfg, own, said)
+    by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for override in parsed:
         if not is_group(override):
-            _apply(cfg, override, said)
+            _apply(cfg, override, said, by_alias)
+    _verl_token_budgets(cfg, said)
+    _verl_custom_reward(cfg, said)
     _drop_derived_keys(cfg, said)
     _no_warmup_for_a_given_model(cfg, said)
     _env_file_made_absolute(cfg)
@@ -311,6 +314,97 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
         said.append(alias.describe(path))
 
 
+def _verl_token_budgets(cfg: DictConfig, said: list[str]) -> None:
+    """verl's ``use_dynamic_bsz`` with its ``*_max_token_len_per_gpu`` (``TOKEN_BUDGETS``),
+    from the YAML or the command line, as the token budget they mean: the budget where the
+    switch is on (verl's default length when none is given), nothing where it is off (verl
+    ignores the length then, as said). The critic's switch follows the actor's, as in verl.
+    Every pair of one target must give one budget, which the rlcore key, if set, must equal."""
+    switches: dict[str, Any] = {}
+    for target, pairs in TOKEN_BUDGETS.items():
+        budgets: dict[int, str] = {}
+        for switch_path, length_key, default in pairs:
+            section = switch_path.rpartition(".")[0]
+            length_path = f"{section}.{length_key}"
+            if switch_path not in switches:
+                switches[switch_path] = _pop_select(cfg, switch_path)
+            switch, follows = switches[switch_path], ""
+            if switch is _ABSENT and switch_path == "critic.use_dynamic_bsz":
+                switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", _ABSENT)
+                follows = " (its switch follows the actor's, as in verl)"
+            length = _pop_select(cfg, length_path)
+            if switch is _ABSENT and length is _ABSENT:
+                continue
+            if switch is True:
+                budget = default if length is _ABSENT else length
+                if length is _ABSENT and budgets:
+                    continue  # (the target's budget is said already)
+                budgets.setdefault(budget, length_path)
+                said.append(
+                    f"{switch_path} and {length_path} (verl) are {target}={budget} here: "
+                    f"micro-batches of at most that many tokens{follows}"
+                )
+            elif length is not _ABSENT:
+                said.append(
+                    f"{length_path} (verl) has no effect without {switch_path}=true, as in "
+                    "verl: ignored"
+                )
+        if len(budgets) > 1:
+            named = ", ".join(f"{path}={value}" for value, path in budgets.items())
+            raise ConfigError(
+                f"{named}: one token budget here ({target}: the update and the forward passes "
+                "of that model), so give one length"
+            )
+        if budgets:
+            (budget,) = budgets
+            given = OmegaConf.select(cfg, target, default=None)
+            if given is not None and given != budget:
+                raise ConfigError(
+                    f"{budgets[budget]}={budget}, but {target} is {given}; they are one key "
+                    "here, so keep one value"
+                )
+            OmegaConf.update(cfg, target, budget, merge=False, force_add=True)
+
+
+def _verl_custom_reward(cfg: DictConfig, said: list[str]) -> None:
+    """verl's ``custom_reward_function.path`` and ``.name`` (``compute_score`` when not given;
+    verl 0.9 also spells them under ``reward.``) as ``reward.kind=custom`` with
+    ``reward.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl, and
+    is called as verl calls it when written so (``judge.verl_signature``)."""
+    for prefix in ("custom_reward_function", "reward.custom_reward_function"):
+        path = _pop_select(cfg, f"{prefix}.path")
+        name = _pop_select(cfg, f"{prefix}.name")
+        section = OmegaConf.select(cfg, prefix, default=None)
+        if isinstance(section, DictConfig) and len(section) == 0:
+            _pop_select(cfg, prefix)
+        if path is _ABSENT or path is None:
+            continue
+        fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
+        given = OmegaConf.select(cfg, "reward.custom_fn", default=None)
+        if given is not None and given != fn:
+            raise ConfigError(
+                f"{prefix}.path: names {fn}, but reward.custom_fn is {given}; they are one key "
+                "here, so keep one"
+            )
+        OmegaConf.update(cfg, "reward.custom_fn", fn, merge=False, force_add=True)
+        OmegaConf.update(cfg, "reward.kind", "custom", merge=False, force_add=True)
+        said.append(
+            f"{prefix}.path and .name (verl) are reward.kind=custom, reward.custom_fn={fn} here "
+            "(a function written as verl's compute_score(data_source, solution_str, "
+            "ground_truth, extra_info) is called so)"
+        )
+
+
+def _pop_select(cfg: DictConfig, path: str) -> Any:
+    """The value at ``path`` (``_ABSENT`` when none), removed with its emptied parents."""
+    value = OmegaConf.select(cfg, path, default=_ABSENT)
+    if value is not _ABSENT:
+        parent_key, _, leaf = path.rpartition(".")
+        OmegaConf.select(cfg, parent_key).pop(leaf)
+        _drop_empty_parents(cfg, parent_key)
+    return value
+
+
 def _drop_derived_keys(cfg: DictConfig, said: list[str]) -> None:
     """rlcore's earlier keys for values that now follow from the mode (``DERIVED_KEYS``), from
     the YAML or the command line: checked against the mode and removed (the validator would
@@ -369,7 +463,9 @@ def _drop_empty_parents(cfg: DictConfig, path: str) -> None:
         path = parent_key
 
 
-def _apply(cfg: DictConfig, override: Override, said: list[str]) -> None:
+def _apply(
+    cfg: DictConfig, override: Override, said: list[str], by_alias: dict[str, tuple[str, Any]]
+) -> None:
     key = override.key_or_group
     alias = ALIASES.get(key)
     if alias is not None:
@@ -378,6 +474,13 @@ def _apply(cfg: DictConfig, override: Override, said: list[str]) -> None:
                 f"{override.input_line}: {key} is {' and '.join(alias.targets)} here; delete that"
             )
         for target, value in alias.values(override.value()):
+            other, earlier = by_alias.setdefault(target, (key, value))
+            if other != key and earlier != value and len(alias.targets) == 1:
+                raise ConfigError(
+                    f"{override.input_line}: {other} sets {earlier!r}; both are {target} here, "
+                    "so keep one value"
+                )
+            by_alias[target] = (key, value)  # (the same key again: the later value, as Hydra)
             OmegaConf.update(cfg, target, value, merge=False, force_add=True)
         said.append(alias.describe(key))
         return

@@ -182,6 +182,7 @@ class PromptSet:
     answers: list[str]
     dropped: int
     sources: list[str | None] | None = None
+    extras: list[Any] | None = None  # verl's extra_info, for a custom reward written as verl's
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -243,9 +244,11 @@ class PromptSet:
                 f"(the shortest has {min(len(r) for r in ids)}); raise the limit"
             )
         sources = [rows[i].get("source") for i in kept]
+        extras = [rows[i].get("extra") for i in kept]
         return cls(
             prompts=[ids[i] for i in kept],
             answers=[rows[i]["answer"] for i in kept],
             dropped=len(rows) - len(kept),
             sources=sources if any(s is not None for s in sources) else None,
+            extras=extras if any(e is not None for e in extras) else None,
         )

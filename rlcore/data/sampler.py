@@ -137,10 +137,11 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
         batch_size=[len(ids)],
     )
     batch["answers"] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
-    if prompts.sources is not None:  # (verl's data_source: reward.kind auto routes by it)
-        batch["sources"] = NonTensorStack(
-            *[prompts.sources[i] for i in rows for _ in range(repeat)]
-        )
+    # verl's data_source (reward.kind auto routes by it) and extra_info (a custom reward
+    # written as verl's is given both)
+    for key, column in (("sources", prompts.sources), ("extras", prompts.extras)):
+        if column is not None:
+            batch[key] = NonTensorStack(*[column[i] for i in rows for _ in range(repeat)])
     return batch
 
 

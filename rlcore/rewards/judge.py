@@ -6,6 +6,8 @@ replaced after a timeout, in a fraction of a second.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import traceback
 from dataclasses import dataclass
@@ -61,15 +63,49 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0) -> Verdict:
+@functools.lru_cache(maxsize=8)
+def verl_signature(custom: Any) -> bool:
+    """Whether ``custom`` is written as verl's ``compute_score(data_source, solution_str,
+    ground_truth, extra_info=None)``: it is then called so, by keyword, with each row's
+    ``data_source`` and ``extra_info`` (None where the data has none)."""
+    try:
+        names = inspect.signature(custom).parameters
+    except (TypeError, ValueError):
+        return False
+    return "solution_str" in names and "ground_truth" in names
+
+
+def _call(custom: Any, response: str, answer: str, source: Any, extra: Any) -> Any:
+    if not verl_signature(custom):
+        return custom(response, answer)
+    parameters = inspect.signature(custom).parameters
+    given = {"data_source": source, "solution_str": response, "ground_truth": answer}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if "extra_info" in parameters or takes_any:
+        given["extra_info"] = extra
+    return custom(**{k: v for k, v in given.items() if k in parameters or takes_any})
+
+
+def judge(
+    rules: Rules,
+    custom: Any,
+    response: str,
+    answer: str,
+    index: int = 0,
+    source: str | None = None,
+    extra: Any = None,
+) -> Verdict:
     """The verdict on one response (``custom``: the loaded custom function or None). A custom
-    function returns ``{"score": number, "correct": bool}`` (verl's ``"acc"`` is read as
-    ``"correct"``), or a bare number: a reward with no verdict, which no accuracy counts (a
-    score is never turned into a verdict by a threshold). Anything else is a ``BadReward``."""
+    function takes ``(response, answer)``, or verl's ``(data_source, solution_str,
+    ground_truth, extra_info)`` (``verl_signature``: then ``source`` and ``extra``, the row's
+    ``data_source`` and ``extra_info``, are passed), and returns ``{"score": number,
+    "correct": bool}`` (verl's ``"acc"`` is read as ``"correct"``), or a bare number: a reward
+    with no verdict, which no accuracy counts (a score is never turned into a verdict by a
+    threshold). Anything else is a ``BadReward``."""
     if custom is not None:
         where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
         try:
-            returned = custom(response, answer)
+            returned = _call(custom, response, answer, source, extra)
         except (Exception, SystemExit) as error:  # sys.exit() in a reward is a bad reward too
             raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
         verdict = None
@@ -115,7 +151,8 @@ def judge(rules: Rules, custom: Any, response: str, answer: str, index: int = 0)
 
 
 def serve(conn: Any, rules: Rules) -> None:
-    """A scoring process: says ``"ready"``, then ``(index, response, answer)`` in, ``(index,
+    """A scoring process: says ``"ready"``, then ``(index, response, answer[, data_source,
+    extra_info])`` in, ``(index,
     Verdict)`` or ``(index, message)`` (a bad reward, a failure) out, until ``None``."""
     try:
         custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
@@ -136,9 +173,9 @@ def serve(conn: Any, rules: Rules) -> None:
             return
         if message is None:
             return
-        index, response, answer = message
+        index, response, answer, *context = message  # (context: data_source, extra_info)
         try:
-            conn.send((index, judge(rules, custom, response, answer, index)))
+            conn.send((index, judge(rules, custom, response, answer, index, *context)))
         except BadReward as error:
             conn.send((index, str(error)))
         except Exception as error:  # the rules themselves failing: say where

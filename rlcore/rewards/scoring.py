@@ -62,8 +62,10 @@ class ScoringPool:
         child.close()
         return process, parent
 
-    def score(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
-        """One verdict per ``(response, answer)``, in order; ``RewardError`` for a bad reward."""
+    def score(self, pairs: list[tuple]) -> list[Verdict]:
+        """One verdict per ``(response, answer)`` (or ``(response, answer, data_source,
+        extra_info)``, for a custom function written as verl's), in order; ``RewardError`` for
+        a bad reward."""
         busy: dict[int, tuple[int, float]] = {}  # worker -> (index, deadline)
         try:
             return self._score(pairs, busy)
@@ -72,16 +74,14 @@ class ScoringPool:
                 self._replace(worker)
             raise
 
-    def _score(
-        self, pairs: list[tuple[str, str]], busy: dict[int, tuple[int, float]]
-    ) -> list[Verdict]:
+    def _score(self, pairs: list[tuple], busy: dict[int, tuple[int, float]]) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(pairs)
         todo = deque(enumerate(pairs))
         idle = [w for w, ready in enumerate(self._ready) if ready]
         while todo or busy:
             while todo and idle:
-                worker, (index, (response, answer)) = idle.pop(), todo.popleft()
-                self._workers[worker][1].send((index, response, answer))
+                worker, (index, item) = idle.pop(), todo.popleft()
+                self._workers[worker][1].send((index, *item))
                 busy[worker] = (index, time.monotonic() + self.timeout_s)
             starting = [w for w, ready in enumerate(self._ready) if not ready]
             deadlines = [deadline for _, deadline in busy.values()]

@@ -44,10 +44,10 @@ class RewardWorker:
             skip_special_tokens=True,
         )
         pairs = list(zip(texts, batch["answers"], strict=True))
-        sources = batch.get("sources", None)  # (verl's data_source, where the files have it)
-        sources = [None] * len(pairs) if sources is None else sources.tolist()
+        # verl's data_source and extra_info, where the files have them (None elsewhere)
+        sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
         kinds = [scorer_of(self.config.kind, source) for source in sources]
-        verdicts = self._judge(pairs, kinds)
+        verdicts = self._judge(pairs, kinds, list(zip(sources, extras, strict=True)))
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
@@ -88,8 +88,12 @@ class RewardWorker:
             rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
         return TensorDict(rows, batch_size=[len(texts)])
 
-    def _judge(self, pairs: list[tuple[str, str]], kinds: list[str]) -> list[Any]:
-        """Each pair's verdict by its rule: gsm8k's here, math's and custom's in the pool."""
+    def _judge(
+        self, pairs: list[tuple[str, str]], kinds: list[str], context: list[tuple[Any, Any]]
+    ) -> list[Any]:
+        """Each pair's verdict by its rule: gsm8k's here, math's and custom's in the pool (with
+        each row's ``context``, its data_source and extra_info, for a function written as
+        verl's)."""
         verdicts: list[Any] = [None] * len(pairs)
         pooled = [i for i, kind in enumerate(kinds) if kind != "gsm8k"]
         for i, kind in enumerate(kinds):
@@ -98,7 +102,8 @@ class RewardWorker:
         if pooled:
             if self.pool is None:  # (auto: the first row routed to math)
                 self.pool = ScoringPool(self.config, kind="math")
-            for i, verdict in zip(pooled, self.pool.score([pairs[i] for i in pooled]), strict=True):
+            items = [(*pairs[i], *context[i]) for i in pooled]
+            for i, verdict in zip(pooled, self.pool.score(items), strict=True):
                 verdicts[i] = verdict
         return verdicts
 
@@ -128,6 +133,12 @@ class RewardWorker:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+def _column(batch: TensorDict, key: str, size: int) -> list[Any]:
+    """The batch's non-tensor column ``key`` as a list (Nones where the batch has none)."""
+    column = batch.get(key, None)
+    return [None] * size if column is None else column.tolist()
 
 
 def overlong_penalty(

@@ -494,3 +494,109 @@ def test_verl_spellings_of_backends_lora_checkpoints_and_resume_map_to_rlcore_ke
         load_config("reasoning/tiny_arith_ppo", ["trainer.resume_mode=resume_path"])
     with pytest.raises(ConfigError, match=r"critic.strategy: 'ddp' is not one of verl's fsdp"):
         load_config("reasoning/tiny_arith_ppo", ["critic.strategy=ddp"])
+
+
+def test_verl_offload_switches_are_one_here_and_must_agree(capsys):
+    both = [
+        f"{section}.{switch}=true"
+        for section in ("actor_rollout_ref.actor.fsdp_config", "critic.fsdp")
+        for switch in ("param_offload", "optimizer_offload")
+    ]
+    strategies = ["actor_rollout_ref.actor.strategy=fsdp", "critic.strategy=fsdp"]
+    config = load_config("reasoning/tiny_arith_ppo", [*both, *strategies])
+    assert config.actor.fsdp.offload is True and config.critic.fsdp.offload is True
+    assert "param_offload, optimizer_offload and offload_policy are one switch" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ConfigError, match=r"param_offload sets True; both are actor.fsdp.offload"):
+        load_config(
+            "reasoning/tiny_arith_ppo",
+            [
+                "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+            ],
+        )
+
+
+@pytest.mark.parametrize(
+    ("verl", "actor", "critic", "line"),
+    [
+        # the switch and the length: that budget; the critic's switch follows the actor's, at
+        # verl's critic length (32768)
+        (
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+            ],
+            4096,
+            32768,
+            "are actor.max_tokens_per_micro_batch=4096 here",
+        ),
+        # the switch alone: verl's default length
+        (["actor_rollout_ref.actor.use_dynamic_bsz=true"], 16384, 32768, "=16384 here"),
+        # a length without the switch: no budget, as in verl
+        (
+            ["critic.ppo_max_token_len_per_gpu=999"],
+            None,
+            None,
+            "critic.ppo_max_token_len_per_gpu (verl) has no effect without",
+        ),
+    ],
+)
+def test_verl_dynamic_batch_size_is_the_token_budget(verl, actor, critic, line, capsys):
+    config = load_config("reasoning/tiny_arith_ppo", [*verl, "actor.ppo_micro_batch_size=null"])
+    assert config.actor.max_tokens_per_micro_batch == actor
+    assert config.critic.max_tokens_per_micro_batch == critic
+    assert line in capsys.readouterr().err
+
+
+def test_verl_token_lengths_that_differ_for_one_model_are_refused():
+    with pytest.raises(ConfigError, match=r"one token budget here \(actor.max_tokens_per_micro"):
+        load_config(
+            "reasoning/tiny_arith_ppo",
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+                "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8192",
+                "actor.ppo_micro_batch_size=null",
+            ],
+        )
+
+
+VERL_SCORE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    right = solution_str.strip().endswith(ground_truth)
+    return {"score": float(right) + extra_info["bonus"], "acc": right, "source": len(data_source)}
+"""
+
+
+def test_verl_custom_reward_function_is_a_custom_reward_called_as_verl_calls_it(tmp_path, capsys):
+    (tmp_path / "score.py").write_text(VERL_SCORE)
+    config = load_config(
+        "reasoning/tiny_arith_ppo", [f"custom_reward_function.path={tmp_path}/score.py"]
+    )
+    assert config.reward.kind == "custom"
+    assert config.reward.custom_fn == f"{tmp_path}/score.py:compute_score"  # verl's default name
+    assert "custom_reward_function.path and .name (verl) are reward.kind=custom" in (
+        capsys.readouterr().err
+    )
+    # the row's data_source and extra_info reach it, by keyword, as verl passes them
+    from rlcore.rewards.judge import Rules, judge
+    from rlcore.rewards.rules import load_custom_fn
+
+    fn = load_custom_fn(config.reward.custom_fn)
+    verdict = judge(
+        Rules.of(config.reward), fn, "so #### 4", "4", 0, "openai/gsm8k", {"bonus": 0.5}
+    )
+    assert (verdict.score, verdict.correct) == (1.5, True)
+    assert verdict.components["source"] == len("openai/gsm8k")
+    with pytest.raises(ConfigError, match=r"names .*score.py:other, but reward.custom_fn is"):
+        load_config(
+            "reasoning/tiny_arith_ppo",
+            [
+                f"custom_reward_function.path={tmp_path}/score.py",
+                "custom_reward_function.name=other",
+                "reward.custom_fn=x.py:f",
+            ],
+        )
