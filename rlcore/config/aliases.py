@@ -87,6 +87,23 @@ def _strategy(section: str, value: Any) -> Any:
     return backends[value]
 
 
+def _scheduler(value: Any) -> Any:
+    """verl's ``lr_scheduler_type`` -> ``optim.decay``: constant and cosine are both here."""
+    if value not in ("constant", "cosine"):
+        raise ConfigError(
+            f"lr_scheduler_type: {value!r} is not one of verl's constant, cosine (optim.decay "
+            "here: constant, linear, cosine)"
+        )
+    return value
+
+
+def _device(value: Any) -> Any:
+    """verl's ``trainer.device`` -> ``cluster.device`` (cuda, cpu; no NPU here)."""
+    if value not in ("cuda", "cpu"):
+        raise ConfigError(f"trainer.device: {value!r}; rlcore runs on cuda or cpu (cluster.device)")
+    return value
+
+
 def _minus_one_is(off: int) -> Callable[[Any], Any]:
     return lambda value: off if value == -1 else value
 
@@ -105,6 +122,8 @@ OFFLOAD = (
     "param_offload, optimizer_offload and offload_policy are one switch here"
 )
 REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
+WARMUP = "verl's -1 (warm up over lr_warmup_steps_ratio of the run, 0 by default) is 0"
+COSINE = "cosine decays to 0 over the run after the warm-up (verl's min_lr_ratio 0, half a cycle)"
 
 # verl's actor.policy_loss.<option> keys, each algorithm.policy_loss_options.<option> here
 POLICY_LOSS_OPTIONS = (
@@ -202,6 +221,18 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.actor.tau_pos": _verl("algorithm.policy_loss_options.tau_pos"),
     "actor_rollout_ref.actor.tau_neg": _verl("algorithm.policy_loss_options.tau_neg"),
     "actor_rollout_ref.actor.grad_clip": _verl("actor.optim.max_grad_norm"),
+    "actor_rollout_ref.actor.optim.clip_grad": _verl("actor.optim.max_grad_norm"),
+    "critic.optim.clip_grad": _verl("critic.optim.max_grad_norm"),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": _verl(
+        "actor.optim.warmup_steps", convert=_minus_one_is(0), note=WARMUP
+    ),
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": _verl(
+        "actor.optim.decay", convert=_scheduler, note=COSINE
+    ),
+    "critic.optim.lr_scheduler_type": _verl("critic.optim.decay", convert=_scheduler, note=COSINE),
+    "actor_rollout_ref.actor.use_remove_padding": _verl(
+        "actor.model.use_remove_padding", note="one key for the actor, critic and reference"
+    ),
     "actor_rollout_ref.actor.optim.lr": _verl("actor.optim.lr"),
     "actor_rollout_ref.actor.optim.weight_decay": _verl("actor.optim.weight_decay"),
     # verl: critic.* (ppo_mini_batch_size, ppo_epochs, optim.lr, ... are spelled as in rlcore)
@@ -244,6 +275,17 @@ ALIASES: dict[str, Alias] = {
     ),
     "actor_rollout_ref.model.lora_rank": _verl("actor.model.lora.rank"),
     "actor_rollout_ref.model.lora_alpha": _verl("actor.model.lora.alpha"),
+    "actor_rollout_ref.model.lora.rank": _verl("actor.model.lora.rank"),  # (verl 0.9)
+    "actor_rollout_ref.model.lora.alpha": _verl("actor.model.lora.alpha"),
+    "trainer.max_critic_ckpt_to_keep": _verl(
+        "runner.keep_checkpoints",
+        note="a checkpoint here holds every component (actor, critic and the rest) together",
+    ),
+    "trainer.resume_from_path": _verl(
+        "runner.resume_dir",
+        note="a checkpoint (RUN/checkpoints/iter_K) or a run folder, for its newest",
+    ),
+    "trainer.device": _verl("cluster.device", convert=_device),
     "actor_rollout_ref.actor.strategy": _verl(
         "actor.training_backend", convert=lambda v: _strategy("actor_rollout_ref.actor", v)
     ),
@@ -302,7 +344,10 @@ ALIASES |= {
     "actor.optim.lr_schedule": Alias(EARLIER, ("actor.optim.decay",)),
     "actor.optim.adam_eps": Alias(EARLIER, ("actor.optim.eps",)),
     "actor.optim.lr_warmup_steps": Alias(EARLIER, ("actor.optim.warmup_steps",)),
-    "critic.optim.lr_warmup_steps": Alias(EARLIER, ("critic.optim.warmup_steps",)),
+    # (verl's spelling too, where -1 is no fixed warm-up)
+    "critic.optim.lr_warmup_steps": Alias(
+        EARLIER, ("critic.optim.warmup_steps",), _minus_one_is(0), "also verl's: -1 is 0"
+    ),
 }
 
 

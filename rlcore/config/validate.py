@@ -20,6 +20,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.fields import REQUIRED, default_of, frozen
 from rlcore.config.foreign_keys import FOREIGN_KEYS
 from rlcore.config.schema import SCHEMAS
+from rlcore.config.verl_keys import VERL_KEYS, VERL_SECTIONS, VERL_VERSION
 from rlcore.did_you_mean import closest
 
 
@@ -100,7 +101,10 @@ class _Context:
             parent, _, leaf = path.rpartition(".")
             siblings = {a.rpartition(".")[2]: a for a in ALIASES if a.rpartition(".")[0] == parent}
             near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)
-            hint = f"; did you mean '{siblings[near[0]]}'?" if near else ""
+            # (a key verl has is no misspelling of another)
+            hint = (
+                f"; did you mean '{siblings[near[0]]}'?" if near and path not in VERL_KEYS else ""
+            )
             return [
                 f"{path}: {origin}'s key has no rlcore counterpart{hint} (the {origin} keys rlcore "
                 "accepts are listed in docs/config.md)"
@@ -112,6 +116,15 @@ class _Context:
         for other in other_modes:
             if path in {p for p, _, _ in schema_paths(SCHEMAS[other])}:
                 return [f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"]
+        if path in VERL_SECTIONS and path not in valid and isinstance(value, Mapping) and value:
+            return [
+                p for name, item in value.items() for p in self.unknown_key(f"{path}.{name}", item)
+            ]
+        if path in VERL_KEYS:  # (under a section both have: data, critic, algorithm, reward)
+            return [
+                f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart (the verl "
+                "keys rlcore accepts are listed in docs/config.md)"
+            ]
         match = closest(path, valid)
         hint = f"; did you mean '{match[0]}'?" if match else ""
         return [f"{path}: unknown key{hint}"]
