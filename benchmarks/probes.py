@@ -950,8 +950,26 @@ def probes() -> list[Probe]:
         ("reward_timeout_negative", "reasoning", "reward.timeout_s=-1"),
         ("total_env_steps_zero", "embodied", "runner.total_env_steps=0"),
         ("total_iterations_zero", "reasoning", "runner.total_iterations=0"),
+        # 8b. inputs of the first hour: an env argument its constructor lacks, a hub id that is
+        # in no cache with no hub to reach, verl token lengths that disagree for one model
+        ("env_kwargs_unknown_name", "embodied", "env.kwargs={gravity:3}"),
+        ("hub_id_not_cached_offline", "reasoning", "actor.model.path=nobody/no-such-model"),
     ]:
         add(_bad(name, entry, [item], (item.split("=")[0],)))
+    add(
+        _bad(
+            "verl_token_lengths_disagree",
+            "reasoning",
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+                "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8192",
+                "actor.ppo_micro_batch_size=null",
+            ],
+            ("actor.max_tokens_per_micro_batch",),
+        )
+    )
     for name, entry, value in [
         ("run_name_dotdot_embodied", "embodied", "../x"),
         ("run_name_slash_embodied", "embodied", "a/b"),

@@ -89,6 +89,17 @@ THRESHOLDS = {
 NEW_DEFAULTS = {"reward.kind": ("gsm8k", "auto"), "data.chat_template": (False, None)}
 
 
+# the default embodied job took the design card's actor-critic (issue 31): a shared trunk and a
+# Huber value loss weighed 0.1; its earlier settings are embodied/cartpole_ppo_separate_trunks
+RETUNED = {
+    "embodied/cartpole_ppo": {
+        "actor.model.shared_backbone": True,
+        "algorithm.huber_delta": 10.0,
+        "algorithm.value_coef": 0.1,
+    }
+}
+
+
 def flat(tree, prefix=""):
     out = {}
     for key, value in tree.items():
@@ -99,10 +110,10 @@ def flat(tree, prefix=""):
     return out
 
 
-def effective_before(config: str, now: dict) -> dict:
+def effective_before(config: str, now: dict, retuned: bool = True) -> dict:
     """``now``'s keys with the values rlcore 0.1 resolved ``config`` to (renamed, derived and
-    implicit ones mapped)."""
-    before = flat(BEFORE[config]["resolved"])
+    implicit ones mapped; with ``retuned``, the settings changed since on purpose)."""
+    before = flat(BEFORE[config]["resolved"]) | (RETUNED.get(config, {}) if retuned else {})
     mode = before["mode"]
     out = {RENAMED.get(k, DERIVED.get(k, k)): v for k, v in before.items()}
     out |= IMPLICIT[mode] | ADDED_SINCE[mode]
@@ -172,3 +183,11 @@ def test_a_validated_config_cannot_be_changed():
     )
     assert (changed.runner.seed, config.runner.seed) == (2, 1)
     assert (changed.derived.critic_model, config.derived.critic_model) == (False, True)
+
+
+def test_the_cartpole_settings_before_the_design_cards_shape_are_kept_beside_it(capsys):
+    now = flat(as_plain(load_config("embodied/cartpole_ppo_separate_trunks")))
+    assert capsys.readouterr().err == ""
+    new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
+    now = {k: v for k, v in now.items() if not k.startswith(new)}
+    assert now == effective_before("embodied/cartpole_ppo", now, retuned=False)
