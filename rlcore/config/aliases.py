@@ -53,13 +53,16 @@ def _rlinf(*targets: str, note: str = "") -> Alias:
 LOGGERS = ("console", "tensorboard", "wandb")
 
 
-def _loggers(value: Any) -> tuple[bool, ...]:
-    """verl's ``trainer.logger`` list -> ``(logger.console, logger.tensorboard, logger.wandb)``."""
+def _loggers(value: Any, key: str = "trainer.logger") -> tuple[bool, ...]:
+    """verl's ``trainer.logger`` (RLinf's ``runner.logger.logger_backends``) list ->
+    ``(logger.console, logger.tensorboard, logger.wandb)``."""
+    if value is not None and not isinstance(value, str | list | tuple):
+        raise ConfigError(f"{key}: {value!r}; give a list of loggers, e.g. [console,tensorboard]")
     names = [value] if isinstance(value, str) else list(value or [])
     unknown = [n for n in names if n not in LOGGERS]
     if unknown:
         raise ConfigError(
-            f"trainer.logger: {', '.join(map(str, unknown))} is not a logger here; rlcore writes "
+            f"{key}: {', '.join(map(str, unknown))} is not a logger here; rlcore writes "
             f"to {', '.join(LOGGERS)}"
         )
     return tuple(name in names for name in LOGGERS)
@@ -122,6 +125,7 @@ OFFLOAD = (
     "param_offload, optimizer_offload and offload_policy are one switch here"
 )
 REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
+ONE_ENV = "one env section here: RLinf's train and eval envs must agree"
 WARMUP = "verl's -1 (warm up over lr_warmup_steps_ratio of the run, 0 by default) is 0"
 COSINE = "cosine decays to 0 over the run after the warm-up (verl's min_lr_ratio 0, half a cycle)"
 
@@ -311,6 +315,40 @@ ALIASES: dict[str, Alias] = {
         convert=_loggers,
         note="each logger named is on, the others off",
     ),
+    # RLinf: runner.* and runner.logger.*
+    "runner.val_check_interval": Alias(
+        "RLinf", ("runner.eval_every",), _minus_one_is(0), "RLinf's -1 (never) is 0"
+    ),
+    "runner.save_interval": Alias(
+        "RLinf", ("runner.checkpoint_every",), _minus_one_is(0), "RLinf's -1 (never) is 0"
+    ),
+    "runner.logger.experiment_name": _rlinf("runner.run_name"),
+    "runner.logger.log_path": _rlinf(
+        "runner.output_dir", note="a run is written to OUTPUT_DIR/RUN_NAME"
+    ),
+    "runner.logger.logger_backends": Alias(
+        "RLinf",
+        ("logger.console", "logger.tensorboard", "logger.wandb"),
+        lambda value: _loggers(value, "runner.logger.logger_backends"),
+        "each backend named is on, the others off",
+    ),
+    "actor.optim.clip_grad": _rlinf("actor.optim.max_grad_norm"),
+    # RLinf: env.train.* and env.eval.* (one env section here: the two must agree)
+    **{
+        f"env.{split}.{key}": _rlinf(target, note=ONE_ENV)
+        for split in ("train", "eval")
+        for key, target in (
+            ("total_num_envs", "env.num_envs"),
+            ("ignore_terminations", "env.kwargs.ignore_terminations"),
+            ("reward_mode", "env.kwargs.reward_mode"),
+            ("max_episode_steps", "env.kwargs.max_episode_steps"),
+            ("init_params.obs_mode", "env.kwargs.obs_mode"),
+            ("init_params.control_mode", "env.kwargs.control_mode"),
+            ("init_params.sim_backend", "env.kwargs.sim_backend"),
+            ("init_params.max_episode_steps", "env.kwargs.max_episode_steps"),
+        )
+        if not (split == "eval" and key == "total_num_envs")  # (runner.eval_episodes here)
+    },
     # RLinf: algorithm.* (the rest of RLinf's PPO block is spelled as in rlcore)
     "algorithm.rollout_micro_batch_size": _rlinf("rollout.micro_batch_size"),
     "algorithm.logprob_forward_micro_batch_size": _rlinf("actor.log_prob_micro_batch_size"),

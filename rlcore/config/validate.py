@@ -19,6 +19,7 @@ from rlcore.config.derived import is_derived
 from rlcore.config.errors import ConfigError
 from rlcore.config.fields import REQUIRED, default_of, frozen
 from rlcore.config.foreign_keys import FOREIGN_KEYS
+from rlcore.config.rlinf_keys import RLINF_KEYS, RLINF_SECTIONS, RLINF_SOURCE
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.verl_keys import VERL_KEYS, VERL_SECTIONS, VERL_VERSION
 from rlcore.did_you_mean import closest
@@ -116,9 +117,15 @@ class _Context:
         for other in other_modes:
             if path in {p for p, _, _ in schema_paths(SCHEMAS[other])}:
                 return [f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"]
-        if path in VERL_SECTIONS and path not in valid and isinstance(value, Mapping) and value:
+        sections = VERL_SECTIONS | RLINF_SECTIONS
+        if path in sections and path not in valid and isinstance(value, Mapping) and value:
             return [
                 p for name, item in value.items() for p in self.unknown_key(f"{path}.{name}", item)
+            ]
+        if path in RLINF_KEYS:  # (under a section both have: actor, env, runner, rollout)
+            return [
+                f"{path}: RLinf's key ({RLINF_SOURCE}) has no rlcore counterpart (the RLinf keys "
+                "rlcore accepts are listed in docs/config.md)"
             ]
         if path in VERL_KEYS:  # (under a section both have: data, critic, algorithm, reward)
             return [

@@ -1,5 +1,6 @@
 """Every key of verl 0.9.1's PPO trainer config (rlcore/config/verl_keys.py, read from verl's
-wheel) meets one of three answers: mapped to rlcore's key(s) with a line (``aliases.py`` and the
+wheel), and of RLinf's embodied PPO example (rlcore/config/rlinf_keys.py), meets one of three
+answers: mapped to rlcore's key(s) with a line (``aliases.py`` and the
 pairs ``load.py`` reads together), spelled as rlcore spells it, or refused as verl's key with no
 rlcore counterpart; never "unknown key" or a guess at a near rlcore key. The keys with a
 counterpart (the table below, by reading both) must be among the mapped ones."""
@@ -10,7 +11,8 @@ import pytest
 import yaml
 
 from rlcore.config import ConfigError, load_config
-from rlcore.config.aliases import ALIASES, TOKEN_BUDGETS
+from rlcore.config.aliases import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
+from rlcore.config.rlinf_keys import RLINF_KEYS
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_paths
 from rlcore.config.verl_keys import VERL_KEYS
@@ -126,3 +128,83 @@ def test_a_verl_key_with_a_counterpart_is_mapped_to_it(verl, rlcore):
         assert rlcore in ALIASES[verl].targets
     else:
         assert verl in PAIRED and rlcore in {*TOKEN_BUDGETS, "reward.custom_fn"}
+
+
+# RLinf keys with an rlcore counterpart (maniskill_ppo_mlp.yaml and the files it composes)
+RLINF_COUNTERPARTS = {
+    "runner.val_check_interval": "runner.eval_every",
+    "runner.save_interval": "runner.checkpoint_every",
+    "runner.logger.experiment_name": "runner.run_name",
+    "runner.logger.log_path": "runner.output_dir",
+    "runner.logger.logger_backends": "logger.tensorboard",
+    "actor.optim.clip_grad": "actor.optim.max_grad_norm",
+    "algorithm.update_epoch": "actor.ppo_epochs",
+    "env.train.total_num_envs": "env.num_envs",
+    "env.train.init_params.obs_mode": "env.kwargs.obs_mode",
+    "env.train.init_params.control_mode": "env.kwargs.control_mode",
+    "env.train.init_params.sim_backend": "env.kwargs.sim_backend",
+    "env.eval.init_params.control_mode": "env.kwargs.control_mode",
+    "env.train.ignore_terminations": "env.kwargs.ignore_terminations",
+}
+EVERY_MODE = OWN | {path for path, _, _ in schema_paths(SCHEMAS["embodied"])}
+EMBODIED_SECTIONS = {path.split(".")[0] for path, _, _ in schema_paths(SCHEMAS["embodied"])}
+EMBODIED_SECTIONS |= {"weight_syncer"}  # (RLinf's own top-level section)
+
+
+def test_rlinfs_keys_are_mapped_spelled_as_here_or_named_as_rlinfs(tmp_path):
+    rest = sorted(
+        k
+        for k in RLINF_KEYS
+        if k not in ALIASES
+        and k not in EVERY_MODE
+        and k not in DERIVED_KEYS  # (said: derived)
+        # (a section of the reasoning mode only, reward: refused as that mode's, whole)
+        and k.split(".")[0] in EMBODIED_SECTIONS
+    )
+    tree = {}
+    for path in rest:
+        *parents, leaf = path.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = 1
+    config = tmp_path / "rlinf_everything.yaml"
+    config.write_text("defaults:\n  - /embodied/cartpole_ppo\n  - _self_\n" + yaml.safe_dump(tree))
+    with pytest.raises(ConfigError) as refused:
+        load_config(str(config))
+    lines = str(refused.value).splitlines()
+    assert {line.split(":", 1)[0] for line in lines} == set(rest) and len(rest) > 90
+    for line in lines:
+        assert "RLinf's key" in line and "has no rlcore counterpart" in line, line
+
+
+@pytest.mark.parametrize(("rlinf", "rlcore"), sorted(RLINF_COUNTERPARTS.items()))
+def test_an_rlinf_key_with_a_counterpart_is_mapped_to_it(rlinf, rlcore):
+    assert rlinf in RLINF_KEYS and rlcore in ALIASES[rlinf].targets
+
+
+def test_rlinfs_train_and_eval_envs_are_one_env_here(capsys):
+    config = load_config(
+        "embodied/cartpole_ppo",
+        [
+            "env.train.total_num_envs=16",
+            "actor.ppo_mini_batch_size=128",
+            "env.train.max_episode_steps=200",
+            "env.eval.max_episode_steps=200",
+            "runner.save_interval=-1",
+            "runner.logger.logger_backends=[tensorboard]",
+        ],
+    )
+    assert config.env.num_envs == 16 and config.env.kwargs == {"max_episode_steps": 200}
+    assert config.runner.checkpoint_every == 0  # RLinf's -1: never
+    assert (config.logger.console, config.logger.tensorboard, config.logger.wandb) == (
+        False,
+        True,
+        False,
+    )
+    assert "env.train.total_num_envs (RLinf) is env.num_envs here" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"both are env.kwargs.max_episode_steps here"):
+        load_config(
+            "embodied/cartpole_ppo",
+            ["env.train.max_episode_steps=200", "env.eval.max_episode_steps=100"],
+        )
