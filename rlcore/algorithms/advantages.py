@@ -244,10 +244,18 @@ def compute_rloo_advantage(
 
     Written as ``n / (n - 1) * (s_i - mean_g)``; a group of one keeps ``s_i``. returns = advantages.
     """
+    return _leave_one_out(token_level_rewards, response_mask, index, keep_single=True)
+
+
+def _leave_one_out(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any, keep_single: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO's advantage; a group of one keeps its score (``keep_single``) or gets 0."""
     valid = response_mask.bool()
     scores = _sequence_scores(token_level_rewards, valid)
     mean, _, count = group_score_stats(scores, index)
-    adv = torch.where(count > 1, count / (count - 1).clamp_min(1) * (scores - mean), scores)
+    single = scores if keep_single else torch.zeros_like(scores)
+    adv = torch.where(count > 1, count / (count - 1).clamp_min(1) * (scores - mean), single)
     advantages = _on_valid_tokens(adv, valid)
     return advantages, advantages
 
@@ -271,10 +279,7 @@ def compute_rloo_vectorized_advantage(
     """verl's ``rloo_vectorized``: ``rloo``'s leave-one-out advantage, except that a group of
     one gets 0 (it has no other response to compare with), where ``rloo`` (verl's looped one
     too) keeps its score. returns = advantages."""
-    advantages, _ = compute_rloo_advantage(token_level_rewards, response_mask, index=index)
-    _, _, count = group_score_stats(torch.zeros(response_mask.shape[0]), index)
-    advantages = advantages * (count > 1).to(advantages.dtype)[:, None]
-    return advantages, advantages
+    return _leave_one_out(token_level_rewards, response_mask, index, keep_single=False)
 
 
 @register_advantage("grpo_passk", needs_groups=True)
