@@ -64,26 +64,33 @@ def _plain(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def verl_signature(custom: Any) -> bool:
-    """Whether ``custom`` is written as verl's ``compute_score(data_source, solution_str,
-    ground_truth, extra_info=None)``: it is then called so, by keyword, with each row's
-    ``data_source`` and ``extra_info`` (None where the data has none)."""
+def verl_signature(custom: Any) -> frozenset[str] | None:
+    """The keywords to call ``custom`` with when it is written as verl's
+    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (it is then
+    called so, with each row's ``data_source`` and ``extra_info``, None where the data has
+    none); None for a ``(response, answer)`` function. Read once per function."""
     try:
-        names = inspect.signature(custom).parameters
+        parameters = inspect.signature(custom).parameters
     except (TypeError, ValueError):
-        return False
-    return "solution_str" in names and "ground_truth" in names
+        return None
+    if "solution_str" not in parameters or "ground_truth" not in parameters:
+        return None
+    verl = ("data_source", "solution_str", "ground_truth", "extra_info")
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return frozenset(k for k in verl if k in parameters or takes_any)
 
 
 def _call(custom: Any, response: str, answer: str, source: Any, extra: Any) -> Any:
-    if not verl_signature(custom):
+    names = verl_signature(custom)
+    if names is None:
         return custom(response, answer)
-    parameters = inspect.signature(custom).parameters
-    given = {"data_source": source, "solution_str": response, "ground_truth": answer}
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    if "extra_info" in parameters or takes_any:
-        given["extra_info"] = extra
-    return custom(**{k: v for k, v in given.items() if k in parameters or takes_any})
+    given = {
+        "data_source": source,
+        "solution_str": response,
+        "ground_truth": answer,
+        "extra_info": extra,
+    }
+    return custom(**{k: v for k, v in given.items() if k in names})
 
 
 def judge(
