@@ -280,13 +280,10 @@ def _rename_aliases(cfg: DictConfig, own: DictConfig, said: list[str]) -> None:
     ``use_remove_padding``) set to different values."""
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for path, alias in ALIASES.items():
-        value = OmegaConf.select(cfg, path, default=_ABSENT)
+        value = _pop_select(cfg, path)
         if value is _ABSENT:
             continue
         alias_is_own = _own_value(own, path) is not _ABSENT
-        parent_key, _, leaf = path.rpartition(".")
-        OmegaConf.select(cfg, parent_key).pop(leaf)
-        _drop_empty_parents(cfg, parent_key)
         plain = (
             OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
         )
@@ -373,10 +370,7 @@ def _verl_custom_reward(cfg: DictConfig, said: list[str]) -> None:
     is called as verl calls it when written so (``judge.verl_signature``)."""
     for prefix in ("custom_reward_function", "reward.custom_reward_function"):
         path = _pop_select(cfg, f"{prefix}.path")
-        name = _pop_select(cfg, f"{prefix}.name")
-        section = OmegaConf.select(cfg, prefix, default=None)
-        if isinstance(section, DictConfig) and len(section) == 0:
-            _pop_select(cfg, prefix)
+        name = _pop_select(cfg, f"{prefix}.name")  # (the emptied section goes with them)
         if path is _ABSENT or path is None:
             continue
         fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
@@ -411,13 +405,10 @@ def _drop_derived_keys(cfg: DictConfig, said: list[str]) -> None:
     call them unknown)."""
     mode = cfg.get("mode")
     for path, derived in DERIVED_KEYS.items():
-        value = OmegaConf.select(cfg, path, default=_ABSENT)
+        value = _pop_select(cfg, path)
         if value is _ABSENT:
             continue
         said.append(derived.check(path, value, mode))
-        parent_key, _, leaf = path.rpartition(".")
-        OmegaConf.select(cfg, parent_key).pop(leaf)
-        _drop_empty_parents(cfg, parent_key)
 
 
 def _no_warmup_for_a_given_model(cfg: DictConfig, said: list[str]) -> None:

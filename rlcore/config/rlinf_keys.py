@@ -160,8 +160,3 @@ RLINF_KEYS: frozenset[str] = frozenset(
         "weight_syncer.type",
     ]
 )
-
-# every section that holds RLinf keys (``env.train``, ``runner.logger`` ...)
-RLINF_SECTIONS: frozenset[str] = frozenset(
-    key.rsplit(".", i)[0] for key in RLINF_KEYS for i in range(1, key.count(".") + 1)
-)

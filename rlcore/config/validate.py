@@ -19,9 +19,9 @@ from rlcore.config.derived import is_derived
 from rlcore.config.errors import ConfigError
 from rlcore.config.fields import REQUIRED, default_of, frozen
 from rlcore.config.foreign_keys import FOREIGN_KEYS
-from rlcore.config.rlinf_keys import RLINF_KEYS, RLINF_SECTIONS, RLINF_SOURCE
+from rlcore.config.rlinf_keys import RLINF_KEYS, RLINF_SOURCE
 from rlcore.config.schema import SCHEMAS
-from rlcore.config.verl_keys import VERL_KEYS, VERL_SECTIONS, VERL_VERSION
+from rlcore.config.verl_keys import VERL_KEYS, VERL_VERSION
 from rlcore.did_you_mean import closest
 
 
@@ -83,6 +83,13 @@ def build_config(raw: Mapping[str, Any]) -> Any:
     return config
 
 
+# every section that holds verl's or RLinf's keys (``critic.profiler``, ``env.train`` ...): a
+# mapping under one is named key by key
+FOREIGN_KEY_SECTIONS = frozenset(
+    key.rsplit(".", i)[0] for key in VERL_KEYS | RLINF_KEYS for i in range(1, key.count(".") + 1)
+)
+
+
 @dataclasses.dataclass
 class _Context:
     schema: type
@@ -117,8 +124,8 @@ class _Context:
         for other in other_modes:
             if path in {p for p, _, _ in schema_paths(SCHEMAS[other])}:
                 return [f"{path}: unknown key in mode {self.mode} (it belongs to mode {other})"]
-        sections = VERL_SECTIONS | RLINF_SECTIONS
-        if path in sections and path not in valid and isinstance(value, Mapping) and value:
+        foreign = path in FOREIGN_KEY_SECTIONS and path not in valid
+        if foreign and isinstance(value, Mapping) and value:
             return [
                 p for name, item in value.items() for p in self.unknown_key(f"{path}.{name}", item)
             ]

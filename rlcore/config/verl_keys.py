@@ -839,8 +839,3 @@ VERL_KEYS: frozenset[str] = frozenset(
         "ray_kwargs.timeline_json_file",
     ]
 )
-
-# every section that holds verl keys (``critic.profiler``, ``data.custom_cls`` ...)
-VERL_SECTIONS: frozenset[str] = frozenset(
-    key.rsplit(".", i)[0] for key in VERL_KEYS for i in range(1, key.count(".") + 1)
-)
