@@ -84,17 +84,22 @@ def mapped(path):
     return path in ALIASES or path in PAIRED
 
 
-def the_rest():
-    """The verl keys neither mapped nor spelled as rlcore does, and a YAML tree setting each."""
-    rest = sorted(k for k in VERL_KEYS if not mapped(k) and k not in OWN)
+def setting_each(paths):
+    """A YAML tree that sets each of ``paths`` (dotted) to 1."""
     tree = {}
-    for path in rest:
+    for path in paths:
         *parents, leaf = path.split(".")
         node = tree
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = 1
-    return rest, tree
+    return tree
+
+
+def the_rest():
+    """The verl keys neither mapped nor spelled as rlcore does, and a YAML tree setting each."""
+    rest = sorted(k for k in VERL_KEYS if not mapped(k) and k not in OWN)
+    return rest, setting_each(rest)
 
 
 def test_the_rest_are_refused_as_verls_keys_with_no_counterpart(tmp_path):
@@ -161,15 +166,9 @@ def test_rlinfs_keys_are_mapped_spelled_as_here_or_named_as_rlinfs(tmp_path):
         # (a section of the reasoning mode only, reward: refused as that mode's, whole)
         and k.split(".")[0] in EMBODIED_SECTIONS
     )
-    tree = {}
-    for path in rest:
-        *parents, leaf = path.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = 1
     config = tmp_path / "rlinf_everything.yaml"
-    config.write_text("defaults:\n  - /embodied/cartpole_ppo\n  - _self_\n" + yaml.safe_dump(tree))
+    defaults = "defaults:\n  - /embodied/cartpole_ppo\n  - _self_\n"
+    config.write_text(defaults + yaml.safe_dump(setting_each(rest)))
     with pytest.raises(ConfigError) as refused:
         load_config(str(config))
     lines = str(refused.value).splitlines()
