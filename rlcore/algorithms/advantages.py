@@ -39,6 +39,7 @@ INPUTS = (
     "sum_pi_squared",
     "reward_components",
     "reward_component_weights",
+    "rollout_is_weights",
 )
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
@@ -52,6 +53,7 @@ def register_advantage(
     episodic: bool = False,
     normalizes: bool = False,
     inputs: tuple[str, ...] = (),
+    optional_inputs: tuple[str, ...] = (),
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under ``name`` (the value of ``algorithm.adv_type``).
 
@@ -62,8 +64,10 @@ def register_advantage(
     ``normalize_advantages`` does not whiten them again.
     ``inputs``: what else it reads, as keyword arguments of those names, from ``INPUTS`` (the
     runner produces each only for an estimator that declares it).
+    ``optional_inputs``: from ``INPUTS`` too, passed when the batch has them (the rollout
+    correction's ``rollout_is_weights``).
     """
-    unknown = sorted(set(inputs) - set(INPUTS))
+    unknown = sorted(set(inputs) - set(INPUTS)) + sorted(set(optional_inputs) - set(INPUTS))
     if unknown:
         raise ValueError(
             f"advantage estimator '{name}': unknown inputs {unknown}; known: {', '.join(INPUTS)}"
@@ -75,6 +79,7 @@ def register_advantage(
         episodic=episodic,
         normalizes=normalizes,
         inputs=tuple(inputs),
+        optional_inputs=tuple(optional_inputs),
     )
 
 
@@ -513,7 +518,10 @@ def _reward_to_go(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> tor
 
 
 @register_advantage(
-    "optimal_token_baseline", needs_groups=True, inputs=("old_log_probs", "sum_pi_squared")
+    "optimal_token_baseline",
+    needs_groups=True,
+    inputs=("old_log_probs", "sum_pi_squared"),
+    optional_inputs=("rollout_is_weights",),
 )
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
@@ -556,7 +564,10 @@ def compute_optimal_token_baseline_advantage(
 
 
 @register_advantage(
-    "tir_optimal_token_baseline", needs_groups=True, inputs=("old_log_probs", "sum_pi_squared")
+    "tir_optimal_token_baseline",
+    needs_groups=True,
+    inputs=("old_log_probs", "sum_pi_squared"),
+    optional_inputs=("rollout_is_weights",),
 )
 def compute_tir_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
@@ -690,6 +701,9 @@ def compute_advantages(
         if needed not in (inputs or {}):
             raise ValueError(f"advantage estimator '{name}' needs {needed}; pass it in inputs")
         kwargs[needed] = inputs[needed]
+    for wanted in entry.traits.get("optional_inputs", ()):  # read when the batch has them
+        if wanted in (inputs or {}):
+            kwargs[wanted] = inputs[wanted]
     advantages, returns = entry.fn(token_level_rewards, response_mask, **kwargs)
     if normalize and not entry.traits.get("normalizes"):
         advantages = masked_whiten(advantages, response_mask)

@@ -48,10 +48,13 @@ def ppo_loss(
     value_coef: float = 0.0,
     value_clip: float | None = None,
     huber_delta: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The assembled loss (see the module docstring) and its terms as detached 0-d tensors:
     ``pg_loss``, ``pg_clipfrac``, ``ppo_kl``, ``entropy``; ``kl_loss`` with a reference;
-    ``vf_loss``, ``vf_clipfrac`` with ``values``. All tensors are ``[B, T]``."""
+    ``vf_loss``, ``vf_clipfrac`` with ``values``. All tensors are ``[B, T]``;
+    ``rollout_is_weights`` (rollout correction, ``rollout_correction.py``) weight the policy
+    loss's tokens."""
     agg = {"loss_agg_mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
     pg_loss, pg = policy_loss_fn(
         old_log_prob,
@@ -61,6 +64,7 @@ def ppo_loss(
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         clip_ratio_c=clip_ratio_c,
+        rollout_is_weights=rollout_is_weights,
         **agg,
     )
     entropy_term = agg_loss(

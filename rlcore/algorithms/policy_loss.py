@@ -36,6 +36,7 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
         "loss_agg_mode",
         "num_tokens",
         "num_seqs",
+        "rollout_is_weights",
     ),
 )
 LOG_RATIO_LIMIT = 20.0
@@ -81,6 +82,7 @@ def policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017) with asymmetric bounds and optional dual-clip.
 
@@ -105,6 +107,7 @@ def policy_loss(
         cap = -advantages * clip_ratio_c
         took_lower = (advantages < 0) & (losses > cap)
         losses = torch.where(took_lower, cap, losses)
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():  # metrics: no autograd graph to build
         metrics = {
@@ -117,6 +120,14 @@ def policy_loss(
             "ppo_kl": masked_mean(-log_ratio, valid),
         }
     return loss, metrics
+
+
+def weighted(losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """Per-token ``losses`` times the rollout-correction importance weights, when there are any
+    (``rollout_correction.py``; the weights carry no gradient)."""
+    if rollout_is_weights is None:
+        return losses
+    return losses * rollout_is_weights.detach().to(losses.dtype)
 
 
 def _zero(like: torch.Tensor) -> torch.Tensor:
@@ -143,6 +154,7 @@ def gspo_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071): PPO's clipped surrogate on a sequence-level
     ratio, as verl's ``loss_mode=gspo``.
@@ -168,6 +180,7 @@ def gspo_policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     losses = torch.maximum(unclipped, clipped)
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():
         metrics = {
@@ -191,6 +204,7 @@ def gpg_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GPG (Chu et al. 2025, arXiv 2504.02546), as verl's ``loss_mode=gpg``: the plain policy
     gradient ``-A * log_prob`` per token, with no ratio and no clipping (one update per batch of
@@ -202,6 +216,7 @@ def gpg_policy_loss(
     """
     valid = response_mask.bool()
     losses = -advantages * log_prob
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():
         metrics = {
@@ -250,6 +265,7 @@ def clip_cov_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     clip_cov_ratio: float = 0.0002,
     clip_cov_lb: float = 1.0,
     clip_cov_ub: float = 5.0,
@@ -289,6 +305,7 @@ def clip_cov_policy_loss(
         cut = torch.zeros_like(valid)
         cut[candidates[pick, 0], candidates[pick, 1]] = True
     losses = torch.where(cut, 0.0, torch.maximum(unclipped, clipped))
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, _contract_metrics(losses, valid, log_ratio, clipped=cut)
 
@@ -306,6 +323,7 @@ def kl_cov_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     kl_cov_ratio: float = 0.0002,
     ppo_kl_coef: float = 0.1,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -336,6 +354,7 @@ def kl_cov_policy_loss(
             top = cov.flatten().topk(max(1, int(n_valid * kl_cov_ratio))).indices
             penalised.view(-1)[top] = True
     losses = torch.where(penalised, losses + ppo_kl_coef * log_ratio.abs(), losses)
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, _contract_metrics(losses, valid, log_ratio)
 
@@ -353,6 +372,7 @@ def cispo_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CISPO (MiniMax-M1, arXiv 2506.13585), verl's ``loss_mode=cispo``: REINFORCE weighted by the
     clipped ratio, held constant: per token ``-sg(clamp(r, 1 - clip_ratio_low,
@@ -370,6 +390,7 @@ def cispo_policy_loss(
     ratio = torch.exp(log_ratio)
     weight = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high).detach()
     losses = -weight * advantages * log_prob
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, _contract_metrics(losses, valid, log_ratio, clipped=ratio != weight)
 
@@ -387,6 +408,7 @@ def sapo_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -412,6 +434,7 @@ def sapo_policy_loss(
     )
     gate = torch.sigmoid(tau * (torch.exp(log_ratio) - 1.0)) * (4.0 / tau)
     losses = -gate * advantages
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, _contract_metrics(losses, valid, log_ratio)
 
@@ -429,6 +452,7 @@ def geo_mean_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GMPO (Geometric-Mean Policy Optimization, arXiv 2507.20673), verl's
     ``loss_mode=geo_mean``: one term per sequence, ``-mean_t(A) * exp(mean_t(l_t))`` over its
@@ -455,6 +479,9 @@ def geo_mean_policy_loss(
     seq_ratio = torch.exp(masked_sum(kept, valid, dim=-1) / lengths)
     seq_adv = masked_sum(advantages, valid, dim=-1) / lengths
     seq_losses = torch.where(valid.any(-1), -seq_adv * seq_ratio, 0.0)
+    if rollout_is_weights is not None:  # one weight per sequence: the tokens' geometric mean
+        log_w = masked_sum(torch.log(rollout_is_weights.to(log_prob.dtype) + 1e-10), valid, dim=-1)
+        seq_losses = seq_losses * torch.exp(log_w / lengths)
     seqs = count_seqs(valid) if num_seqs is None else num_seqs
     loss = seq_losses.sum() / max(seqs, 1)
     out_of_band = log_ratio != bounded
@@ -482,6 +509,7 @@ def _dppo(
     inside: torch.Tensor,
     clip_ratio_c: float | None,
     agg: dict[str, Any],
+    rollout_is_weights: torch.Tensor | None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DPPO's loss given its trust region ``inside`` (see ``dppo_tv_policy_loss``)."""
     valid = response_mask.bool()
@@ -489,7 +517,7 @@ def _dppo(
     ratio = torch.exp(log_ratio)
     cap = DPPO_TRUNCATION if clip_ratio_c is None else clip_ratio_c
     weight = torch.clamp(ratio, max=cap).detach()
-    losses = torch.where(inside, -advantages * weight * log_prob, 0.0)
+    losses = weighted(torch.where(inside, -advantages * weight * log_prob, 0.0), rollout_is_weights)
     loss = agg_loss(losses, valid, **agg)
     return loss, _contract_metrics(losses, valid, log_ratio, ~inside, (ratio > cap) & inside)
 
@@ -507,6 +535,7 @@ def dppo_tv_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DPPO-Binary-TV (Qi et al. 2026, "Rethinking the Trust Region in LLM RL", arXiv
     2602.04879), verl's ``loss_mode=dppo_tv``: the trust region is on the sampled token's
@@ -528,7 +557,14 @@ def dppo_tv_policy_loss(
     inside = torch.where(advantages > 0, change <= clip_ratio_high, change >= -clip_ratio_low)
     agg = {"mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
     return _dppo(
-        old_log_prob, log_prob, advantages, response_mask, inside.detach(), clip_ratio_c, agg
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        inside.detach(),
+        clip_ratio_c,
+        agg,
+        rollout_is_weights,
     )
 
 
@@ -545,6 +581,7 @@ def dppo_kl_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DPPO-Binary-KL (arXiv 2602.04879), verl's ``loss_mode=dppo_kl``: ``dppo_tv`` with the
     binary KL between the old and new (sampled token, everything else) distributions,
@@ -567,7 +604,14 @@ def dppo_kl_policy_loss(
     )
     agg = {"mode": loss_agg_mode, "num_tokens": num_tokens, "num_seqs": num_seqs}
     return _dppo(
-        old_log_prob, log_prob, advantages, response_mask, inside.detach(), clip_ratio_c, agg
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        inside.detach(),
+        clip_ratio_c,
+        agg,
+        rollout_is_weights,
     )
 
 
@@ -584,6 +628,7 @@ def dro_policy_loss(
     loss_agg_mode: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     dro_beta: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Direct Reward Optimization as verl defines it (``loss_mode=dro``, docs/algo/dro.md): the
@@ -602,5 +647,6 @@ def dro_policy_loss(
     valid = response_mask.bool()
     log_ratio = log_prob - old_log_prob
     losses = -(advantages * log_prob - 0.5 * dro_beta * log_ratio.square())
+    losses = weighted(losses, rollout_is_weights)
     loss = agg_loss(losses, valid, loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss, _contract_metrics(losses, valid, log_ratio)

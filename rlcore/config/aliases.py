@@ -146,6 +146,7 @@ ALIASES: dict[str, Alias] = {
         "algorithm.group_size", note="verl's PPO page spells actor_rollout_ref so"
     ),
     "actor_rollout_ref.rollout.name": _verl("rollout.backend"),
+    "actor_rollout_ref.rollout.calculate_log_probs": _verl("rollout.calculate_log_probs"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
     "actor_rollout_ref.rollout.val_kwargs.n": _verl(

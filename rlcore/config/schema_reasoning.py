@@ -238,6 +238,12 @@ class RolloutConfig(GroupKeys):
         "offline engine, GPUs only, the gpu extra; not yet run on hardware by this project)",
     )
     temperature: float = key(1.0, doc="sampling temperature while training", range="> 0")
+    calculate_log_probs: bool = key(
+        False,
+        doc="the rollout records each sampled token's log-prob, and the run logs how far they "
+        "are from the actor's (rollout_corr/kl, ...); on by itself where they are read (the "
+        "rollout correction, a rollout sampling with the actor's own module)",
+    )
     top_p: float = key(
         1.0, doc="nucleus sampling: keep the smallest set with this much mass", range="(0, 1]"
     )

@@ -82,6 +82,56 @@ class FilterGroupsConfig:
 
 
 @dataclass(kw_only=True, frozen=True)
+class RolloutCorrectionConfig:
+    """verl's ``algorithm.rollout_correction``: the gap between the policy that sampled a batch
+    (the rollout's recorded log-probs) and the trainer's when it consumes it
+    (``rlcore/algorithms/rollout_correction.py``, docs/async.md)."""
+
+    rollout_is: Literal["token", "sequence"] | None = key(
+        None,
+        doc="importance weights exp(old_log_prob - rollout_log_prob) on the policy loss: per "
+        "token (decoupled PPO), per sequence (their product), or null (none)",
+    )
+    rollout_is_threshold: float | str = key(
+        2.0,
+        doc="the weights' truncation (TIS: capped at this number), or 'lower_upper' (IcePop: "
+        "zeroed outside [lower, upper])",
+        range="> 0",
+    )
+    rollout_is_batch_normalize: bool = key(
+        False, doc="divide the weights by their batch mean (after truncation)"
+    )
+    rollout_rs: str | None = key(
+        None,
+        doc="rejection: tokens or responses leave the mask when a divergence passes "
+        "rollout_rs_threshold; comma-separated options of token_k1/k2/k3, seq_sum_k1/k2/k3, "
+        "seq_mean_k1/k2/k3, seq_max_k2/k3 (all must pass); null = none",
+    )
+    rollout_rs_threshold: float | str | None = key(
+        None,
+        doc="rollout_rs's threshold, one for all options or one per option (comma-separated); "
+        "a k1 option takes a ratio u for [1/u, u] or 'lower_upper'",
+        range="> 0",
+    )
+    bypass_mode: bool = key(
+        False,
+        doc="true: the rollout's recorded log-probs are the old ones (no recompute pass; PPO's "
+        "ratio is taken against the policy that sampled); false: the actor recomputes them and "
+        "the rollout_is / rollout_rs corrections apply (decoupled)",
+    )
+    loss_type: Literal["ppo_clip", "reinforce"] = key(
+        "ppo_clip",
+        doc="bypass mode's policy loss: ppo_clip (algorithm.policy_loss against the rollout's "
+        "log-probs); verl's reinforce is not built and refused",
+    )
+
+    @property
+    def corrects(self) -> bool:
+        """Weights or rejection apply (decoupled mode)."""
+        return self.rollout_is is not None or self.rollout_rs is not None
+
+
+@dataclass(kw_only=True, frozen=True)
 class AlgorithmConfig:
     adv_type: str = key(
         "gae",
@@ -188,6 +238,12 @@ class AlgorithmConfig:
     filter_groups: FilterGroupsConfig = section(
         FilterGroupsConfig,
         doc="DAPO's dynamic sampling: train on groups whose responses differ only",
+        modes=("reasoning",),
+    )
+    rollout_correction: RolloutCorrectionConfig = section(
+        RolloutCorrectionConfig,
+        doc="off-policy correction between the rollout's policy and the trainer's (verl's "
+        "names): importance weights, rejection, or the rollout's log-probs as the old ones",
         modes=("reasoning",),
     )
 

@@ -26,6 +26,7 @@ from rlcore.algorithms import (
     masked_mean,
     scores_to_token_rewards,
 )
+from rlcore.algorithms.rollout_correction import rollout_correction
 from rlcore.config.sections import AlgorithmConfig
 
 KLController = FixedKLController | AdaptiveKLController
@@ -67,6 +68,8 @@ def reasoning_advantages(
         if alg.use_kl_in_reward:
             metrics["kl/coef"] = kl_ctrl.value
             rewards, _ = apply_kl_penalty(rewards, old, ref, mask, kl_ctrl, alg.kl_penalty)
+    if "rollout_log_probs" in batch:  # sampled by another policy than the recomputed old one
+        mask = _correct(alg, batch, metrics)
     inputs = {name: batch[name] for name in INPUTS if name in batch}
     if "reward_components" in scored:  # GDPO's
         weights = alg.gdpo_reward_weights or [1.0] * len(alg.gdpo_reward_keys)
@@ -85,3 +88,24 @@ def reasoning_advantages(
         inputs=inputs,
     )
     return metrics
+
+
+def _correct(alg: AlgorithmConfig, batch: TensorDict, metrics: dict[str, float]) -> torch.Tensor:
+    """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``response_mask``
+    without the rejected tokens (returned), the ``rollout_corr/`` metrics."""
+    corr = alg.rollout_correction
+    weights, mask, found = rollout_correction(
+        batch["old_log_probs"],
+        batch["rollout_log_probs"],
+        batch["response_mask"],
+        rollout_is=corr.rollout_is,
+        rollout_is_threshold=corr.rollout_is_threshold,
+        rollout_is_batch_normalize=corr.rollout_is_batch_normalize,
+        rollout_rs=corr.rollout_rs,
+        rollout_rs_threshold=corr.rollout_rs_threshold,
+    )
+    metrics.update(found)
+    if weights is not None:
+        batch["rollout_is_weights"] = weights
+    batch["response_mask"] = mask
+    return mask

@@ -109,10 +109,15 @@ class ReasoningRunner(Driver):
         self.ref: LMReference | None = built.get("ref")
         # the rollout's log-probs are the old ones when it samples with the actor's own module
         self.inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
-        self.reuse_log_probs = (
+        corr = config.algorithm.rollout_correction
+        self.reuse_log_probs = corr.bypass_mode or (
             not config.actor.recompute_log_probs
             and "sum_pi_squared" not in self.inputs
             and self.rollout.generates_with_the_actor()
+        )
+        # the rollout's own log-probs: the old ones (reused), or what the correction compares
+        self.record_log_probs = (
+            self.reuse_log_probs or corr.corrects or config.rollout.calculate_log_probs
         )
 
     def saved(self) -> dict[str, Any]:
@@ -148,7 +153,7 @@ class ReasoningRunner(Driver):
             self.sync()
         batch, scored, metrics = self._generate(watch)
         batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
-        if self.reuse_log_probs:  # recorded while sampling with the actor's module
+        if self.reuse_log_probs:  # sampled with the actor's module, or bypass mode
             batch.rename_key_("rollout_log_probs", "old_log_probs")
         else:
             with watch("logprob"):
@@ -202,7 +207,7 @@ class ReasoningRunner(Driver):
         def generate_and_score(prompts: TensorDict) -> tuple[TensorDict, TensorDict]:
             with watch("generate"):
                 responses = self.rollout.generate(
-                    prompts, self.version, log_probs=self.reuse_log_probs
+                    prompts, self.version, log_probs=self.record_log_probs
                 )
                 batch = prompts.update(responses)
             with watch("reward"):

@@ -289,6 +289,7 @@ class LMActor(TrainedComponent):
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
         reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.kl_loss_on else ())
+        reads += ("rollout_is_weights",) if "rollout_is_weights" in batch else ()
         metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key="response_mask")
         return {f"actor/{k}": v for k, v in metrics.items()}
 
@@ -310,6 +311,7 @@ class LMActor(TrainedComponent):
             ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
             kl_loss_type=alg.kl_loss_type,
             kl_coef=alg.kl_loss_coef,
+            rollout_is_weights=micro.get("rollout_is_weights"),
             **_with_budget_length(counts, micro, self.config),
         )
         share = _padding_share(module, micro, self.config, self.share_prompts)

@@ -160,6 +160,7 @@ def test_ppo_is_the_registered_default_and_custom_losses_can_be_added():
         loss_agg_mode="token-mean",
         num_tokens=None,
         num_seqs=None,
+        rollout_is_weights=None,
     ):
         return -(advantages * log_prob).mean(), {}
 
@@ -167,5 +168,25 @@ def test_ppo_is_the_registered_default_and_custom_losses_can_be_added():
         assert get_policy_loss_fn(name) is reinforce
     finally:
         POLICY_LOSSES._entries.pop(name)
+
+    def no_weights(  # (written before the rollout correction: no rollout_is_weights)
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        *,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=None,
+        loss_agg_mode="token-mean",
+        num_tokens=None,
+        num_seqs=None,
+    ):
+        return reinforce(old_log_prob, log_prob, advantages, response_mask)
+
+    # a loss that lacks a keyword rlcore passes is refused at registration, naming it
+    with pytest.raises(TypeError, match="must accept the keyword arguments rollout_is_weights"):
+        register_policy_loss("test_only_lacks_weights")(no_weights)
+    assert "test_only_lacks_weights" not in POLICY_LOSSES
     with pytest.raises(KeyError, match="did you mean 'ppo'"):
         get_policy_loss_fn("pop")

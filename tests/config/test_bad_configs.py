@@ -7,6 +7,7 @@ from rlcore.placement import plan_for_config
 
 CARTPOLE = "embodied/cartpole_ppo"
 ARITH = "reasoning/tiny_arith_ppo"
+RC = "algorithm.rollout_correction"
 GDPO = [
     "algorithm.adv_type=gdpo",
     "algorithm.group_size=2",
@@ -235,6 +236,23 @@ BAD = [
      "reward.overlong_buffer.enable", "add overlong_penalty to gdpo_reward_keys"),
     (ARITH, [*GDPO, "algorithm.use_kl_in_reward=true"], "algorithm.use_kl_in_reward",
      "use algorithm.use_kl_loss=true"),
+    # the rollout correction (verl's keys)
+    (ARITH, [f"{RC}.rollout_is=tok"], f"{RC}.rollout_is", "did you mean 'token'"),
+    (ARITH, [f"{RC}.rollout_is_threshold=two"], f"{RC}.rollout_is_threshold",
+     "not a number"),
+    (ARITH, [f"{RC}.rollout_is_threshold=3.0_1.0"], f"{RC}.rollout_is_threshold",
+     "lower bound above its upper bound"),
+    (ARITH, [f"{RC}.rollout_rs=token_k4", f"{RC}.rollout_rs_threshold=2"], f"{RC}.rollout_rs",
+     "not one of token_k1"),
+    (ARITH, [f"{RC}.rollout_rs=token_k1"], f"{RC}.rollout_rs_threshold", "needs a threshold"),
+    (ARITH, [f"{RC}.rollout_rs_threshold=2"], f"{RC}.rollout_rs_threshold",
+     "name the rejection options"),
+    (ARITH, [f"{RC}.bypass_mode=true", f"{RC}.rollout_is=token"], f"{RC}.bypass_mode",
+     "use bypass_mode=false"),
+    (ARITH, [f"{RC}.loss_type=reinforce"], f"{RC}.loss_type", "is not built"),
+    (ARITH, [f"{RC}.bypass_mode=true", "algorithm.adv_type=optimal_token_baseline",
+             "algorithm.group_size=2"], f"{RC}.bypass_mode", "the very pass bypass mode skips"),
+    (CARTPOLE, [f"{RC}.rollout_is=token"], RC, "reasoning"),
 ]  # fmt: skip
 
 

@@ -53,15 +53,30 @@ IMPLICIT = {
 # change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked;
 # runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000;
 # reward.max_timeout_share: 0.1 went on however many timed out;
-# cluster.worker_timeout_s: 0.1 waited for a silent worker forever)
+# cluster.worker_timeout_s: 0.1 waited for a silent worker forever;
+# algorithm.rollout_correction and rollout.calculate_log_probs: off, 0.1 corrected nothing)
+ROLLOUT_CORRECTION = {
+    "algorithm.rollout_correction.rollout_is": None,
+    "algorithm.rollout_correction.rollout_is_threshold": 2.0,
+    "algorithm.rollout_correction.rollout_is_batch_normalize": False,
+    "algorithm.rollout_correction.rollout_rs": None,
+    "algorithm.rollout_correction.rollout_rs_threshold": None,
+    "algorithm.rollout_correction.bypass_mode": False,
+    "algorithm.rollout_correction.loss_type": "ppo_clip",
+}
 ADDED_IN_BOTH_MODES = {
     "runner.resume_changed_data": False,
     "runner.eval_max_steps": 27_000,
     "cluster.worker_timeout_s": 1800.0,
 }
 ADDED_SINCE = {
-    "embodied": ADDED_IN_BOTH_MODES,
-    "reasoning": {**ADDED_IN_BOTH_MODES, "reward.max_timeout_share": 0.5},
+    "embodied": {**ADDED_IN_BOTH_MODES, **ROLLOUT_CORRECTION},
+    "reasoning": {
+        **ADDED_IN_BOTH_MODES,
+        **ROLLOUT_CORRECTION,
+        "reward.max_timeout_share": 0.5,
+        "rollout.calculate_log_probs": False,
+    },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {

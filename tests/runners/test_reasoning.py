@@ -390,6 +390,36 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
     assert all(torch.allclose(ends[False][k], ends[True][k], atol=1e-5) for k in ends[True])
 
 
+def test_the_rollout_correction_compares_the_recorded_log_probs_and_weights_the_loss(
+    tiny_lm, tmp_path
+):
+    """The fused rollout records its log-probs and the actor recomputes them: the same module
+    and weights, so the mismatch metrics say ~0; an IcePop interval that no weight of ~1 lies in
+    zeroes every token's policy loss (the weights reach the actor's loss)."""
+    _, dirs = tiny_lm
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        *length_reward(tmp_path),
+        "actor.recompute_log_probs=true",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=2.0_3.0",  # (2_3 would be 23)
+    )
+    runner = build_runner(config, plan_for_config(config))
+    try:
+        assert runner.record_log_probs and not runner.reuse_log_probs
+        runner.sync()
+        metrics = runner.iterate(1)
+    finally:
+        runner.close()
+    assert abs(metrics["rollout_corr/kl"]) < 1e-4 and abs(metrics["rollout_corr/k3_kl"]) < 1e-6
+    assert metrics["rollout_corr/rollout_ppl"] == pytest.approx(
+        metrics["rollout_corr/training_ppl"], rel=1e-4
+    )
+    assert metrics["rollout_corr/rollout_is_oob_ratio"] == 1.0
+    assert metrics["actor/pg_loss"] == 0.0
+
+
 @pytest.mark.parametrize(
     "kl",
     [

@@ -17,7 +17,56 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_share_group_prompts(config),
         *_model(config),
         *_update_sizes(config),
+        *_rollout_correction(config),
     ]
+
+
+def _rollout_correction(config: ReasoningConfig) -> list[str]:
+    """The thresholds parse (verl's spellings); bypass mode's combinations that are not built."""
+    from rlcore.algorithms.rollout_correction import parse_is_threshold, parse_rs
+
+    corr, problems = config.algorithm.rollout_correction, []
+    where = "algorithm.rollout_correction"
+    try:
+        parse_is_threshold(corr.rollout_is_threshold)
+    except ValueError as bad:
+        problems.append(f"{where}.{bad}; write a number such as 2.0, or '0.5_2.0'")
+    if corr.rollout_rs is not None:
+        try:
+            parse_rs(corr.rollout_rs, corr.rollout_rs_threshold)
+        except ValueError as bad:
+            problems.append(f"{where}.{bad}")
+    elif corr.rollout_rs_threshold is not None:
+        problems.append(
+            f"{where}.rollout_rs_threshold: set, but rollout_rs is null, so nothing reads it; "
+            "name the rejection options (rollout_rs=token_k1), or leave it out"
+        )
+    if corr.bypass_mode and corr.corrects:
+        problems.append(
+            f"{where}.bypass_mode: true with rollout_is or rollout_rs set: in bypass mode verl "
+            "computes them per micro-batch against the policy being updated, which rlcore does "
+            "not build; use bypass_mode=false (decoupled: the same weights and rejection, "
+            "against the actor's recomputed log-probs), or unset rollout_is / rollout_rs"
+        )
+    if corr.loss_type != "ppo_clip":
+        problems.append(
+            f"{where}.loss_type: {corr.loss_type} (verl's REINFORCE with explicit weights in "
+            "bypass mode) is not built; use ppo_clip, or bypass_mode=false with rollout_is"
+        )
+    if corr.bypass_mode and "sum_pi_squared" in _estimator_inputs(config):
+        problems.append(
+            f"{where}.bypass_mode: the estimator {config.algorithm.adv_type} reads the actor's "
+            "sum of squared token probabilities, from the very pass bypass mode skips; use "
+            "bypass_mode=false"
+        )
+    return problems
+
+
+def _estimator_inputs(config: ReasoningConfig) -> tuple[str, ...]:
+    from rlcore.algorithms import ADVANTAGES
+
+    adv = config.algorithm.adv_type
+    return ADVANTAGES.entry(adv).traits["inputs"] if adv in ADVANTAGES else ()
 
 
 def _reward(config: ReasoningConfig) -> list[str]:
