@@ -393,6 +393,16 @@ class RunnerConfig:
         "ends with the error. Components in the driver's own process are not restarted",
         range=">= 0",
     )
+    max_staleness: int = key(
+        0,
+        doc="asynchronous training: the rollout generates the next batches with the weights it "
+        "has while the actor and critic train, and a batch is trained on only while its weights "
+        "are at most this many actor updates old (AReaL's max_head_offpolicyness); 0 = every "
+        "stage in lockstep. Needs the rollout in a process of its own (apart from the actor); "
+        "docs/async.md",
+        range=">= 0",
+        modes=("reasoning",),
+    )
     # embodied
     rollout_steps: int = key(
         128, doc="steps taken in each env per iteration", range=">= 1", modes=("embodied",)

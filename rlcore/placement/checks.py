@@ -71,6 +71,16 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
                 f"{KEY_PREFIX}: {name} has {ranks} ranks, which cannot share the {responses} "
                 "responses of an iteration (data.train_batch_size x group_size)"
             )
+    stale = config.runner.max_staleness
+    shared = next((g for g in plan.fused if "actor" in g and "rollout" in g), None)
+    if stale and shared is not None:
+        problems.append(
+            f"runner.max_staleness: {stale}, but the rollout shares a process with the actor "
+            f"({', '.join(shared)}), so it cannot generate while the actor trains; place the "
+            "rollout apart, e.g. cluster.devices_per_node=2 "
+            "cluster.component_placement={actor:0,ref:0,critic:1,rollout:1,reward:1}, or set "
+            "runner.max_staleness=0"
+        )
     actor = config.actor
     actor_problems = _update_split(
         "actor", actor, actor.ppo_mini_batch_size * group, plan.world_size("actor")

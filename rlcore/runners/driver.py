@@ -85,6 +85,10 @@ class Driver:
     def world_sizes(self) -> dict[str, int]:
         return {name: self.components.world_size(name) for name in sorted(self.plan.components)}
 
+    def busy_seconds(self) -> dict[str, dict[int, float]]:
+        """Each component's seconds in calls so far, by rank (``loop.busy_shares``)."""
+        return self.components.busy_seconds()
+
     def sync(self) -> None:
         """The rollout gets the actor's weights of ``version`` (nothing when it holds them)."""
         self.components.sync_weights("actor", "rollout", self.version)

@@ -70,6 +70,8 @@ class Driver(Protocol):
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]: ...
 
+    def busy_seconds(self) -> dict[str, dict[int, float]]: ...
+
 
 class RunInterrupted(SystemExit):
     """The run stopped on a signal after saving what it had (exit status 128 + signal)."""
@@ -116,6 +118,23 @@ class StopRequests:
         self._previous.clear()
 
 
+def busy_shares(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], seconds: float
+) -> dict[str, float]:
+    """``perf/busy/<component>``: the share of an iteration of ``seconds`` that the component
+    spent in calls (its ranks' mean; 1 - it is the share it stood idle), from the busy seconds
+    its answers carried before and after (``WorkerGroup.busy``). A call still running when the
+    iteration ends counts in the iteration that reads its answer (asynchronous runs: a share
+    may pass 1 in one iteration and fall short in the next; the run's mean holds). Components
+    in the driver's own process are not timed apart: none."""
+    shares = {}
+    for name, ranks in after.items():
+        spent = [busy - before.get(name, {}).get(rank, 0.0) for rank, busy in ranks.items()]
+        if spent and seconds > 0:
+            shares[f"perf/busy/{name}"] = sum(spent) / len(spent) / seconds
+    return shares
+
+
 def train(driver: Driver) -> dict[str, Any]:
     """Run ``driver`` to the end of its schedule; its summary (also written to summary.json)."""
     with StopRequests() as stop:
@@ -154,9 +173,10 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
             progress.last_eval = dict(progress.first_eval)
             logger.log(0, progress.first_eval)
         for iteration in range(progress.iteration + 1, s.iterations + 1):
-            timer = time.perf_counter()
+            timer, busy = time.perf_counter(), driver.busy_seconds()
             metrics = driver.iterate(iteration)
             seconds = time.perf_counter() - timer
+            metrics.update(busy_shares(busy, driver.busy_seconds(), seconds))
             metrics["time/iteration_s"] = seconds
             metrics["perf/samples_per_s"] = s.samples_per_iteration / seconds
             progress.train_s += seconds
@@ -220,5 +240,11 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     summary["restart_log"] = driver.restarts
     summary["interrupted"] = stop.honoured
     summary["skipped_steps"] = skipped
+    # each component's share of the iterations spent in calls (the rest: idle), where measured
+    summary["busy_share"] = {
+        name.removeprefix("perf/busy/"): round(value, 4)
+        for name, value in means.items()
+        if name.startswith("perf/busy/")
+    }
     write_replacing(driver.run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

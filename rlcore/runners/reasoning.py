@@ -49,6 +49,7 @@ from rlcore.runners.baselines import greedy_baselines
 from rlcore.runners.checkpoint import data_files
 from rlcore.runners.driver import Driver
 from rlcore.runners.dynamic_sampling import generate_groups
+from rlcore.runners.pipeline import Pipeline
 from rlcore.runners.progress import Stopwatch
 from rlcore.runners.validation import validate
 from rlcore.scheduler.deployment import ComponentSpec
@@ -72,6 +73,7 @@ class ReasoningRunner(Driver):
         self.kl_ctrl = build_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
         self.generated_tokens = 0  # response tokens generated for training, dropped included
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
+        self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
             iterations=run.total_iterations,
@@ -116,17 +118,23 @@ class ReasoningRunner(Driver):
             and self.rollout.generates_with_the_actor()
         )
         # the rollout's own log-probs: the old ones (reused), or what the correction compares
+        stale = config.runner.max_staleness
         self.record_log_probs = (
-            self.reuse_log_probs or corr.corrects or config.rollout.calculate_log_probs
+            self.reuse_log_probs or corr.corrects or config.rollout.calculate_log_probs or stale > 0
         )
+        # asynchronous: the rollout generates ahead while the actor trains (pipeline.py)
+        self.pipeline = Pipeline(self) if stale else None
 
     def saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}
         return saved if self.critic is None else {**saved, "critic": self.critic}
 
     def state(self) -> dict[str, Any]:
+        sampler = self.sampler if self.pipeline is None else self.pipeline
         return {
-            "sampler": self.sampler.state_dict(),
+            # asynchronous: before the batches in flight, which a resumed run generates again
+            "sampler": sampler.state_dict() if self.pipeline is None else sampler.sampler_state(),
+            "in_flight": 0 if self.pipeline is None else len(self.pipeline.ahead),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "version": self.version,
             "generated_tokens": self.generated_tokens,
@@ -139,6 +147,7 @@ class ReasoningRunner(Driver):
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.version = state["version"]
         self.generated_tokens = state.get("generated_tokens", 0)
+        self.regenerated = state.get("in_flight", 0)
 
     def sync(self) -> None:
         if self.rollout.resume_memory():  # an engine that gave its memory back while training
@@ -148,6 +157,8 @@ class ReasoningRunner(Driver):
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
+        if self.pipeline is not None:  # asynchronous (runner.max_staleness)
+            return self.pipeline.iterate(iteration)
         cfg, watch = self.config, Stopwatch()
         with watch("sync"):
             self.sync()
@@ -251,7 +262,7 @@ class ReasoningRunner(Driver):
         )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
-        return reasoning_metrics.summary(
+        summary = reasoning_metrics.summary(
             self.progress,
             wall_s,
             means,
@@ -262,3 +273,6 @@ class ReasoningRunner(Driver):
             placement=self.plan.layout,
             changed_data=self.changed_data,
         )
+        if self.pipeline is not None:
+            summary["async"] = self.pipeline.summary(self.regenerated)
+        return summary

@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,10 @@ from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.scheduler import warm
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext, set_torch_threads
+
+
+def _nothing() -> None:
+    """A copy with nothing left to wait for."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,21 @@ class _Deployment(abc.ABC):
         self._held[dst] = version
         return SyncRecord(method, time.perf_counter() - start, version)
 
+    def start_sync(self, src: str, dst: str, version: int) -> Callable[[], None]:
+        """``sync_weights`` started, not waited for (on Ray; in the driver it is done at once):
+        ``dst`` takes the weights after the calls submitted to it before, and before those
+        submitted after (a rollout busy generating takes them when it has done). The returned
+        callable waits for the copy, raising its errors."""
+        if self._held.get(dst) == version:
+            return _nothing
+        finish = self._start_copy(src, dst, version)
+        self._held[dst] = version
+        return finish
+
+    def _start_copy(self, src: str, dst: str, version: int) -> Callable[[], None]:
+        self._copy_weights(src, dst, version)
+        return _nothing
+
     def forget_weights(self, dst: str) -> None:
         """``dst`` no longer holds its weights (an engine that released its memory): the next
         ``sync_weights`` copies them whatever the version."""
@@ -136,6 +156,10 @@ class InDriver(_Deployment):
 
     def world_size(self, name: str) -> int:
         return 1
+
+    def busy_seconds(self) -> dict[str, dict[int, float]]:
+        """Nothing: components called directly in this process are not timed apart."""
+        return {}
 
     def dead_processes(self) -> list[tuple[tuple[str, ...], int, int, str]]:
         """None: every component lives in the driver's own process."""
@@ -227,10 +251,29 @@ class OnRay(_Deployment):
     def world_size(self, name: str) -> int:
         return self.groups[name].world_size
 
+    def busy_seconds(self) -> dict[str, dict[int, float]]:
+        """Component -> rank -> the seconds it has spent in calls, as of its latest answer."""
+        return {name: dict(group.busy) for name, group in self.groups.items()}
+
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
-        method = self.scheduler.sync_weights(src, dst).method
-        self.groups[dst].call_all("set_weight_version", version)
+        method, wait = self._begin_copy(src, dst, version)
+        wait()
         return method
+
+    def _start_copy(self, src: str, dst: str, version: int) -> Callable[[], None]:
+        return self._begin_copy(src, dst, version)[1]
+
+    def _begin_copy(self, src: str, dst: str, version: int) -> tuple[str, Callable[[], None]]:
+        """The copy and ``dst``'s new version submitted: the method, and what waits for both."""
+        method, finish = self.scheduler.start_sync(src, dst)
+        group = self.groups[dst]
+        told = group.call_all_async("set_weight_version", version)
+
+        def wait() -> None:
+            finish()
+            group.get(told, method="set_weight_version")
+
+        return method, wait
 
     def dead_processes(self) -> list[tuple[tuple[str, ...], int, int, str]]:
         """``(components, rank, node, cause)`` of each worker process that is gone."""

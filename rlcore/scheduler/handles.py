@@ -12,7 +12,7 @@ object when the two share the process (fused: direct calls, no serialisation), e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -78,16 +78,51 @@ class RemoteHandle:
         return call
 
     def _call(self, method: str, mode: Dispatch, args: tuple, kwargs: dict) -> Any:
+        return self._submit(method, mode, args, kwargs).result()
+
+    def _submit(self, method: str, mode: Dispatch, args: tuple, kwargs: dict) -> Pending:
         group = self._group
         if mode in (Dispatch.SHARD, Dispatch.SHARD_REDUCED):
             where = f"{group.component}.{method}"
             shards = split_batch(args[0], group.world_size, where)
-            results = group.scatter(method, shards, *args[1:], **kwargs)
-            return concat(results) if mode is Dispatch.SHARD else results[0]
-        if mode is Dispatch.RANK0:
-            return group.call_rank(0, method, *args, **kwargs)
-        results = group.call_all(method, *args, **kwargs)
-        return concat(results) if mode is Dispatch.GATHER else results[0]
+            refs = group.scatter_async(method, shards, *args[1:], **kwargs)
+        elif mode is Dispatch.RANK0:
+            ref = group.call_rank_async(0, method, *args, **kwargs)
+            return Pending(lambda: group.get([ref], ranks=[0], method=method)[0])
+        else:
+            refs = group.call_all_async(method, *args, **kwargs)
+        joined = mode in (Dispatch.SHARD, Dispatch.GATHER)
+
+        def answer() -> Any:
+            results = group.get(refs, method=method)
+            return concat(results) if joined else results[0]
+
+        return Pending(answer)
+
+
+class Pending:
+    """A call's answer to come: ``result()`` waits for it (once) and returns it, or raises what
+    the call raised, as the call itself would have."""
+
+    def __init__(self, wait: Callable[[], Any]) -> None:
+        self._wait: Callable[[], Any] | None = wait
+        self._value: Any = None
+
+    def result(self) -> Any:
+        if self._wait is not None:
+            wait, self._wait = self._wait, None
+            self._value = wait()
+        return self._value
+
+
+def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Pending:
+    """``handle.method(*args, **kwargs)`` started, not waited for: a ``Pending`` answer. On Ray
+    (a ``RemoteHandle``) each rank's process runs it after the calls submitted to it before; a
+    component in this process (the object itself) runs it at once."""
+    if isinstance(handle, RemoteHandle):
+        return handle._submit(method, dispatch_mode(handle._cls, method), args, kwargs)
+    value = getattr(handle, method)(*args, **kwargs)
+    return Pending(lambda: value)
 
 
 class RankHandle:
@@ -108,7 +143,9 @@ class RankHandle:
             from rlcore.scheduler.errors import WorkerError
 
             try:
-                return ray.get(self._handle.call.remote(self._component, method, args, kwargs))
+                return ray.get(
+                    self._handle.call.remote(self._component, method, args, kwargs)
+                ).value
             except RayTaskError as error:
                 if isinstance(error.cause, WorkerError):
                     raise error.cause from None

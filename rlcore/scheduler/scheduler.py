@@ -259,6 +259,14 @@ class Scheduler:
             raise RuntimeError("the scheduler has not started: call start() or use `with`")
         return self._weights.sync(src, dst, method)
 
+    def start_sync(self, src: str, dst: str, method: str = "auto") -> tuple[str, Any]:
+        """``sync_weights`` started, not waited for: the method, and what waits for the copy
+        (``WeightSync.start``)."""
+        if self._weights is None:
+            raise RuntimeError("the scheduler has not started: call start() or use `with`")
+        chosen, _, finish = self._weights.start(src, dst, method)
+        return chosen, finish
+
     def dead_processes(self, wait_s: float = 5.0) -> list[tuple[tuple[str, ...], int, int, str]]:
         """``(components, rank, node, cause)`` of each process that is gone, or stopped (on
         this machine: its state says so); ``cause`` says which, and why it died. A process busy

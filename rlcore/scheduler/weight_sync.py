@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # (worker processes import this module: nothing of the driver
     from rlcore.scheduler.worker_group import WorkerGroup
 
 METHODS = ("auto", "in_process", "collective", "ipc", "object_store")
+Finish = Callable[[], None]  # waits for a copy that was started (WeightSync.start)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,17 @@ class WeightSync:
         return pairs
 
     def sync(self, src: str, dst: str, method: str = "auto") -> SyncReport:
+        start = time.perf_counter()
+        chosen, layout, finish = self.start(src, dst, method)
+        finish()
+        seconds = time.perf_counter() - start
+        return SyncReport(chosen, seconds, len(layout), sum(entry[-1] for entry in layout))
+
+    def start(self, src: str, dst: str, method: str = "auto") -> tuple[str, list, Finish]:
+        """The copy's calls submitted to the processes, not waited for: the method, the tensor
+        layout, and what waits for the copy to end (raising its errors). Each process runs its
+        part after the calls submitted to it before, and before those submitted after: a
+        receiver busy generating takes the weights once it has done."""
         if method not in METHODS:
             raise ValueError(f"unknown weight sync method '{method}'; known: {', '.join(METHODS)}")
         chosen = self.choose(src, dst) if method == "auto" else method
@@ -119,10 +131,7 @@ class WeightSync:
             "object_store": self._object_store,
             "collective": self._collective,
         }[chosen]
-        start = time.perf_counter()
-        transfer(src, dst)
-        seconds = time.perf_counter() - start
-        return SyncReport(chosen, seconds, len(layout), sum(entry[-1] for entry in layout))
+        return chosen, layout, transfer(src, dst)
 
     def forget(self, component: str) -> None:
         """``component`` was built anew: its layouts are checked again at the next sync."""
@@ -144,11 +153,12 @@ class WeightSync:
             self._layouts[(src, dst)] = layouts[0]
         return self._layouts[(src, dst)]
 
-    def _in_process(self, src: str, dst: str) -> None:
+    def _in_process(self, src: str, dst: str) -> Finish:
         group = self.group(dst)
-        group.get([h.copy_weights.remote(src, dst, self.bucket_bytes) for h in group.handles])
+        copies = [h.copy_weights.remote(src, dst, self.bucket_bytes) for h in group.handles]
+        return lambda: group.get(copies)
 
-    def _ipc(self, src: str, dst: str) -> None:
+    def _ipc(self, src: str, dst: str) -> Finish:
         pairs = self._ipc_pairs(src, dst)
         if pairs is None:
             where = "GPU" if self.plan.device == "cuda" else "node"
@@ -158,26 +168,30 @@ class WeightSync:
         sender, receivers = self.group(src), self.group(dst)
         if {id(h) for h in sender.handles} & {id(h) for h in receivers.handles}:
             raise ValueError(f"ipc sync needs every {dst} rank apart from the {src} ranks")
-        sender.get(
-            [
-                h.share_weights.remote(
-                    src,
-                    dst,
-                    self.bucket_bytes,
-                    [receivers.handles[j] for j in pairs.get(i, [])],
-                    self.collective_timeout_s,
-                )
-                for i, h in enumerate(sender.handles)
-            ]
-        )
+        shares = [
+            h.share_weights.remote(
+                src,
+                dst,
+                self.bucket_bytes,
+                [receivers.handles[j] for j in pairs.get(i, [])],
+                self.collective_timeout_s,
+            )
+            for i, h in enumerate(sender.handles)
+        ]
+        return lambda: sender.get(shares)
 
-    def _object_store(self, src: str, dst: str) -> None:
+    def _object_store(self, src: str, dst: str) -> Finish:
         sender = self.group(src)
         weights = sender.handles[0].export_weights.remote(src, self.bucket_bytes)
         helping = self._gather_elsewhere(src)
         group = self.group(dst)
-        group.get([h.import_weights.remote(dst, weights, self.bucket_bytes) for h in group.handles])
-        sender.get(helping, ranks=range(1, sender.world_size))
+        imports = [h.import_weights.remote(dst, weights, self.bucket_bytes) for h in group.handles]
+
+        def finish() -> None:
+            group.get(imports)
+            sender.get(helping, ranks=range(1, sender.world_size))
+
+        return finish
 
     def _gather_elsewhere(self, src: str) -> list[Any]:
         """The sender's other ranks take part in gathering its whole weights, which rank 0 sends
@@ -186,7 +200,7 @@ class WeightSync:
             h.gather_weights.remote(src, self.bucket_bytes) for h in self.group(src).handles[1:]
         ]
 
-    def _collective(self, src: str, dst: str) -> None:
+    def _collective(self, src: str, dst: str) -> Finish:
         import ray  # (here: a run in the driver's process alone never imports Ray)
 
         sender, receivers = self.group(src), self.group(dst)
@@ -214,10 +228,15 @@ class WeightSync:
             self._groups.add(name)
         sent = root.broadcast_weights.remote(name, src, self.bucket_bytes)
         helping = self._gather_elsewhere(src)
-        receivers.get(
-            [h.broadcast_weights.remote(name, dst, self.bucket_bytes) for h in receivers.handles]
-        )
-        sender.get([sent, *helping])
+        taken = [
+            h.broadcast_weights.remote(name, dst, self.bucket_bytes) for h in receivers.handles
+        ]
+
+        def finish() -> None:
+            receivers.get(taken)
+            sender.get([sent, *helping])
+
+        return finish
 
 
 class WeightEndpoint:

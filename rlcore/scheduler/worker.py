@@ -11,12 +11,14 @@ import datetime
 import os
 import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlcore.scheduler.errors import WorkerError
 from rlcore.scheduler.network import INTERFACE_ENV, bind_listener
+from rlcore.scheduler.timed import Timed
 from rlcore.scheduler.weight_sync import WeightEndpoint
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class WorkerProcess(WeightEndpoint):
         self.groups: dict[str, Any] = {}
         self.sync_groups: dict[str, tuple[Any, int]] = {}
         self._listeners: dict[int, socket.socket] = {}  # port -> socket a TCP store will serve
+        self.busy: dict[str, float] = {}  # component -> seconds spent in calls (``call``)
 
     def describe(self) -> dict[str, Any]:
         import ray
@@ -179,9 +182,16 @@ class WorkerProcess(WeightEndpoint):
         set_up_process(context)  # the class's module is imported: torch, if it uses it
         self.instances[component] = self._guard(component, lambda: cls(context, *args, **kwargs))
 
-    def call(self, component: str, method: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, component: str, method: str, args: tuple, kwargs: dict) -> Timed:
+        """``component.method(*args, **kwargs)``, with the seconds ``component`` has spent in
+        calls so far (its busy time, ``Timed``)."""
         target = getattr(self.instances[component], method)
-        return self._guard(component, lambda: target(*args, **kwargs))
+        start = time.perf_counter()
+        try:
+            value = self._guard(component, lambda: target(*args, **kwargs))
+        finally:
+            self.busy[component] = self.busy.get(component, 0.0) + time.perf_counter() - start
+        return Timed(value, self.busy[component])
 
     def _guard(self, component: str, fn):
         from rlcore.config.errors import ConfigError

@@ -12,6 +12,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from rlcore.placement import RankPlacement
 from rlcore.scheduler.deadlines import Deadlines
 from rlcore.scheduler.errors import WorkerError, WorkerLost
+from rlcore.scheduler.timed import Timed
 
 
 class WorkerGroup:
@@ -36,6 +37,8 @@ class WorkerGroup:
         self.handles = list(handles)
         self.placements = list(placements)
         self.deadlines = deadlines or Deadlines(float("inf"))
+        # rank -> seconds the component has spent in calls there, as of its latest answer
+        self.busy: dict[int, float] = {}
 
     @property
     def world_size(self) -> int:
@@ -100,7 +103,7 @@ class WorkerGroup:
                 break
         else:
             self.deadlines.record(method, time.monotonic() - start)
-            return [values[ref] for ref in refs]
+            return [self._answer(rank, values[ref]) for rank, ref in zip(ranks, refs, strict=True)]
         if pending:
             ray.wait(pending, num_returns=len(pending), timeout=self.GRACE_S)
         errors: list[WorkerError] = []
@@ -113,6 +116,13 @@ class WorkerGroup:
         raise (lost or errors)[0] from None
 
     GRACE_S = 5.0  # how long the other ranks get to fail or finish after the first failure
+
+    def _answer(self, rank: int, value: Any) -> Any:
+        """A rank's answer; a component call's (``Timed``) also updates ``busy``."""
+        if isinstance(value, Timed):
+            self.busy[rank] = value.busy_s
+            return value.value
+        return value
 
     def _silent(
         self,

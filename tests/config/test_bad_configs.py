@@ -8,6 +8,10 @@ from rlcore.placement import plan_for_config
 CARTPOLE = "embodied/cartpole_ppo"
 ARITH = "reasoning/tiny_arith_ppo"
 RC = "algorithm.rollout_correction"
+APART = [
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor:0,critic:1,rollout:1,reward:1}",
+]
 GDPO = [
     "algorithm.adv_type=gdpo",
     "algorithm.group_size=2",
@@ -253,6 +257,17 @@ BAD = [
     (ARITH, [f"{RC}.bypass_mode=true", "algorithm.adv_type=optimal_token_baseline",
              "algorithm.group_size=2"], f"{RC}.bypass_mode", "the very pass bypass mode skips"),
     (CARTPOLE, [f"{RC}.rollout_is=token"], RC, "reasoning"),
+    # asynchronous runs: the rollout apart from the actor; what is not built, refused
+    (ARITH, ["runner.max_staleness=1"], "runner.max_staleness", "place the rollout apart"),
+    (ARITH, ["runner.max_staleness=1", *APART, "cluster.fuse_collocated=true",
+             "cluster.component_placement={actor:0,rollout:0,critic:1,reward:1}"],
+     "runner.max_staleness", "shares a process with the actor (actor, rollout)"),
+    (ARITH, ["runner.max_staleness=1", *APART, "algorithm.filter_groups.enable=true",
+             "algorithm.group_size=2", "algorithm.adv_type=grpo"], "runner.max_staleness",
+     "DAPO's resampling"),
+    (ARITH, ["runner.max_staleness=1", *APART, "algorithm.adv_type=remax"],
+     "runner.max_staleness", "a greedy answer per prompt"),
+    (CARTPOLE, ["runner.max_staleness=1"], "runner.max_staleness", "reasoning"),
 ]  # fmt: skip
 
 

@@ -76,11 +76,12 @@ ADDED_SINCE = {
         **ROLLOUT_CORRECTION,
         "reward.max_timeout_share": 0.5,
         "rollout.calculate_log_probs": False,
+        "runner.max_staleness": 0,  # (0.1's lockstep loop)
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {
-    "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations"},
+    "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations", "max_staleness"},
     "reasoning": {"rollout_steps", "total_env_steps", "eval_every", "eval_episodes"}
     | {"stop_at_threshold"},
 }

@@ -3,6 +3,8 @@
 
 import time
 
+import pytest
+
 from rlcore.runners.metrics import MetricsLogger
 
 
@@ -19,3 +21,16 @@ def test_wandb_without_a_reachable_server_logs_offline_within_seconds(
     assert time.monotonic() - start < 20  # the import of wandb included
     assert "127.0.0.1:9 is not reachable" in capsys.readouterr().err
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_busy_shares_are_each_components_seconds_in_calls_over_the_iteration():
+    from rlcore.runners.loop import busy_shares
+
+    before = {"actor": {0: 1.0, 1: 2.0}, "rollout": {0: 5.0}}
+    after = {"actor": {0: 1.5, 1: 2.3}, "rollout": {0: 5.2}, "reward": {0: 0.1}}
+    shares = busy_shares(before, after, seconds=0.5)
+    # actor: ranks spent 0.5 and 0.3 s, mean 0.4 of 0.5 s; a component first seen counts from 0
+    assert shares == pytest.approx(
+        {"perf/busy/actor": 0.8, "perf/busy/rollout": 0.4, "perf/busy/reward": 0.2}
+    )
+    assert busy_shares({}, {}, 0.5) == {}  # in the driver's process: nothing timed apart

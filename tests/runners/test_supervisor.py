@@ -2,6 +2,7 @@
 restarts its placement, resumes from the newest complete checkpoint and ends with the weights
 of a run never broken. Without Ray: the supervisor's rules on a driver that fails on cue."""
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlcore.config import ConfigError, load_config
+from rlcore.data.sampler import PromptSampler
 from rlcore.placement import plan_for_config
 from rlcore.runners import supervisor
 from rlcore.runners.embodied import EmbodiedRunner
@@ -171,6 +173,52 @@ def test_reasoning_survives_a_killed_rollout_process(tiny_lm, tmp_path, monkeypa
         assert_same(a, b)
 
 
+def test_an_asynchronous_run_survives_a_killed_rollout_and_regenerates_what_was_in_flight(
+    tiny_lm, tmp_path, monkeypatch
+):
+    """runner.max_staleness=2, the rollout apart: the rollout generates two batches ahead, each
+    with the weights it holds (a version its every call checks), and the trainer takes a batch
+    at most two updates old. Killed after iteration 3, the run resumes from checkpoint 2, whose
+    prompt sampler stands before the two batches then in flight: it draws and generates them
+    again, and ends."""
+    _, dirs = tiny_lm
+    config = tiny_config(
+        dirs.actor.parent,
+        tmp_path,
+        *length_reward(tmp_path),
+        "runner.max_staleness=2",
+        "runner.checkpoint_every=2",
+        "runner.total_iterations=5",
+        "runner.run_name=async",
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor:0,critic:1,rollout:1,reward:1}",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    kill_once(monkeypatch, ReasoningRunner, "iterate", 3, "rollout")
+    summary = supervisor.run(config, plan_for_config(config))
+    (restart,) = summary["restart_log"]
+    assert (restart["after_iteration"], restart["resumed_from"]) == (3, 2)
+    assert summary["iterations"] == 5
+    # since the resume: iterations 3, 4, 5 took batches 0, 1 and 2 updates old
+    assert summary["async"] == {
+        "max_staleness": 2,
+        "staleness_mean": 1.0,
+        "staleness_max": 2,
+        "regenerated_on_resume": 2,
+    }
+    # each component's share of the iterations spent in calls: the rollout generates, the
+    # actor and critic train, the reward scores
+    assert set(summary["busy_share"]) == {"actor", "critic", "rollout", "reward"}
+    assert all(0 < share < 2 for share in summary["busy_share"].values())
+    driver = json.loads((tmp_path / "async/checkpoints/iter_000002/driver.json").read_text())
+    sampler = PromptSampler(
+        config.data.synthetic.num_train, config.runner.seed, config.data.shuffle
+    )
+    sampler.next(2 * config.data.train_batch_size)  # the two batches trained on, no more
+    assert driver["state"]["in_flight"] == 2
+    assert driver["state"]["sampler"] == json.loads(json.dumps(sampler.state_dict()))
+
+
 # -- the supervisor's rules, without Ray ---------------------------------------------------------
 
 
@@ -215,6 +263,9 @@ class FailingDriver:
 
     def summary(self, wall_s, means):
         return {"iterations": self.progress.iteration}
+
+    def busy_seconds(self):
+        return {}
 
     def dead_processes(self):
         return []

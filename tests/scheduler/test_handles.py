@@ -50,20 +50,24 @@ class FakeGroup:
     def world_size(self):
         return len(self.objects)
 
-    def scatter(self, method, shards, *args, **kwargs):
+    # the calls run at once, here; their "refs" are the answers, which get() hands back
+    def scatter_async(self, method, shards, *args, **kwargs):
         self.calls.append((method, list(range(len(shards)))))
         return [
             getattr(o, method)(s, *args, **kwargs)
             for o, s in zip(self.objects, shards, strict=True)
         ]
 
-    def call_all(self, method, *args, **kwargs):
+    def call_all_async(self, method, *args, **kwargs):
         self.calls.append((method, list(range(self.world_size))))
         return [getattr(o, method)(*args, **kwargs) for o in self.objects]
 
-    def call_rank(self, rank, method, *args, **kwargs):
+    def call_rank_async(self, rank, method, *args, **kwargs):
         self.calls.append((method, [rank]))
         return getattr(self.objects[rank], method)(*args, **kwargs)
+
+    def get(self, refs, ranks=None, method=None):
+        return list(refs)
 
 
 def test_shard_splits_rows_in_rank_order_and_concatenates_the_results():

@@ -18,7 +18,28 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_model(config),
         *_update_sizes(config),
         *_rollout_correction(config),
+        *_asynchronous(config),
     ]
+
+
+def _asynchronous(config: ReasoningConfig) -> list[str]:
+    """What an asynchronous run (``runner.max_staleness`` > 0) does not build yet."""
+    stale, alg = config.runner.max_staleness, config.algorithm
+    if not stale:
+        return []
+    problems = []
+    if alg.filter_groups.enable:
+        problems.append(
+            f"runner.max_staleness: {stale} with algorithm.filter_groups.enable (DAPO's "
+            "resampling until enough groups differ) is not built; set one of them off"
+        )
+    if "reward_baselines" in _estimator_inputs(config):
+        problems.append(
+            f"runner.max_staleness: {stale} with algorithm.adv_type {alg.adv_type} (a greedy "
+            "answer per prompt from the current weights) is not built; use "
+            "runner.max_staleness=0, or another estimator"
+        )
+    return problems
 
 
 def _rollout_correction(config: ReasoningConfig) -> list[str]:

@@ -1,0 +1,179 @@
+"""Asynchronous reasoning iterations (``runner.max_staleness`` = k >= 1): the rollout generates
+the next batches with the weights it holds while the actor and critic train on this one.
+
+Every call below is submitted to the component's processes without waiting (``submit``), and a
+process runs the calls it is given in order; the driver waits only for what it reads. One
+iteration, batch i at actor version v (docs/async.md draws it):
+
+    wait for batch i's responses (submitted k iterations ago, with weights v_i >= v - k)
+    reward.score(i)                                       the reward's process
+    actor.compute_log_probs(i), ref(i), critic.values(i)  submitted at once
+    rollout.generate(batch i + k) with version v          the rollout's process, after values(i)
+    advantages (here), then critic.update(i) and actor.update(i) side by side
+    v += 1; the new weights sent to the rollout (started, not waited for: the rollout takes
+    them after the generation it is busy with, before the next one)
+
+so a batch generated with version g is trained on at version v with v - g <= k (checked: the
+run stops rather than train on an older batch), and the rollout, the actor and the critic each
+work while the others do. The old log-probs are recomputed by the actor (the proximal policy)
+and the rollout's own are kept: the rollout correction (``algorithm.rollout_correction``) and its
+``rollout_corr/`` metrics compare them. ``async/staleness`` is v - g of the iteration's batch.
+
+A checkpoint holds the prompt sampler as it was before the batches in flight were drawn, so a
+resumed run draws and generates them again, with the resumed weights (``summary.json``:
+``async.regenerated_on_resume``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from tensordict import TensorDict
+
+from rlcore.data.sampler import prompt_batch
+from rlcore.data.sequences import trim_padding
+from rlcore.runners import reasoning_metrics
+from rlcore.runners.advantages import reasoning_advantages
+from rlcore.runners.progress import Stopwatch
+from rlcore.scheduler.handles import Pending, submit
+
+
+class StalenessError(RuntimeError):
+    """A batch older than ``runner.max_staleness`` reached the trainer (a bug, never data)."""
+
+
+@dataclass
+class InFlight:
+    """A batch being generated: its prompts, the rollout's answer to come, the weights' version
+    it samples with, and the prompt sampler's state before its prompts were drawn."""
+
+    prompts: TensorDict
+    responses: Pending
+    version: int
+    sampler_before: dict[str, Any]
+
+
+class Pipeline:
+    """The batches in flight of one asynchronous run, and its iteration (module docstring)."""
+
+    def __init__(self, runner: Any) -> None:
+        """``runner``: the ``ReasoningRunner`` whose components and state it drives."""
+        self.runner = runner
+        self.bound = runner.config.runner.max_staleness
+        self.ahead: deque[InFlight] = deque()
+        self.syncing: list[Any] = []  # weight copies started, to wait for (their errors)
+        self.staleness: list[int] = []  # of each batch trained on since this process started
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The prompt sampler as a checkpoint keeps it: before the batches in flight."""
+        if self.ahead:
+            return self.ahead[0].sampler_before
+        return self.runner.sampler.state_dict()
+
+    def _submit(self) -> None:
+        """One more batch to generate, with the weights the rollout will hold by then (every
+        copy started so far reaches it first)."""
+        r = self.runner
+        cfg = r.config
+        before = r.sampler.state_dict()
+        prompts = prompt_batch(
+            r.sampler.next(cfg.data.train_batch_size),
+            r.train_set,
+            cfg.algorithm.group_size,
+            r.tokenizer.pad_token_id,
+        )
+        responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
+        self.ahead.append(InFlight(prompts, responses, r.version, before))
+
+    def _top_up(self, wanted: int) -> None:
+        """Batches in flight up to ``wanted`` (none generated that no iteration will take)."""
+        while len(self.ahead) < wanted:
+            self._submit()
+
+    def iterate(self, iteration: int) -> dict[str, float]:
+        r, watch = self.runner, Stopwatch()
+        cfg = r.config
+        left = cfg.runner.total_iterations - iteration  # batches to train on after this one
+        if not self.ahead:  # the first iteration (of a start or a resume): fill the pipeline
+            with watch("sync"):
+                r.sync()
+            self._top_up(min(self.bound, left + 1))
+        with watch("wait_generate"):
+            current = self.ahead.popleft()
+            batch = current.prompts.update(current.responses.result())
+            for wait in self.syncing:
+                wait()
+            self.syncing.clear()
+        staleness = r.version - current.version
+        self.staleness.append(staleness)
+        if staleness > self.bound:
+            raise StalenessError(
+                f"a batch generated with weights {current.version} reached the trainer at "
+                f"version {r.version}: {staleness} > runner.max_staleness={self.bound}"
+            )
+        with watch("reward"):
+            scored = r.reward.score(batch)
+        batch = trim_padding(batch)
+        if r.reuse_log_probs:  # bypass mode: the rollout's log-probs are the old ones
+            batch.rename_key_("rollout_log_probs", "old_log_probs")
+        passes = {}
+        if not r.reuse_log_probs:
+            if "sum_pi_squared" in r.inputs:
+                passes["logprob"] = submit(r.actor, "compute_log_probs_and_sum_pi_squared", batch)
+            else:
+                passes["logprob"] = submit(r.actor, "compute_log_probs", batch)
+        if r.ref is not None:
+            passes["ref"] = submit(r.ref, "compute_log_probs", batch)
+        elif cfg.algorithm.kl_loss_on or cfg.algorithm.kl_reward_on:  # LoRA: base = reference
+            passes["ref"] = submit(r.actor, "compute_ref_log_probs", batch)
+        if r.critic is not None:
+            passes["values"] = submit(r.critic, "compute_values", batch)
+        self._top_up(min(self.bound, left))  # after this batch's passes, in each process
+        with watch("passes"):
+            for name, pending in passes.items():
+                value = pending.result()
+                if name == "logprob" and isinstance(value, TensorDict):
+                    batch.update(value)
+                else:
+                    key = {"logprob": "old_log_probs", "ref": "ref_log_probs"}.get(name, name)
+                    batch[key] = value
+        metrics: dict[str, float] = {
+            "sampling/generated_tokens": float(batch["response_mask"].sum()),
+            "async/staleness": float(staleness),
+        }
+        with watch("advantages"):
+            metrics.update(reasoning_advantages(cfg.algorithm, r.kl_ctrl, batch, scored))
+        updates = {}
+        if r.critic is not None:
+            updates["critic"] = submit(r.critic, "update", batch)
+        trains = iteration > cfg.critic.critic_warmup
+        if trains:
+            updates["actor"] = submit(r.actor, "update", batch)
+        with watch("updates"):
+            for pending in updates.values():
+                metrics.update(pending.result())
+        if trains:
+            metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
+            r.version += 1
+            self.syncing.append(r.components.start_sync("actor", "rollout", r.version))
+        metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
+        metrics.update(watch.metrics())
+        total = sum(watch.seconds.values())
+        metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
+        generated = metrics.pop("sampling/generated_tokens")
+        metrics["perf/generated_tokens_per_s"] = generated / max(total, 1e-9)
+        r.generated_tokens += int(generated)
+        return metrics
+
+    def summary(self, regenerated: int) -> dict[str, Any]:
+        """``summary.json``'s ``async``: the bound, the staleness of the batches trained on
+        (since this process started), and the batches a resume generated again."""
+        seen = self.staleness or [0]
+        return {
+            "max_staleness": self.bound,
+            "staleness_mean": round(sum(seen) / len(seen), 4),
+            "staleness_max": max(seen),
+            "regenerated_on_resume": regenerated,
+        }
