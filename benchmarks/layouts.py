@@ -3,8 +3,10 @@
     python benchmarks/layouts.py [--steps 25600] [--repeats 2] [k=v ...]
 
 Runs the CartPole default config for ``--steps`` env steps (no stop at the threshold) in each
-layout, alternating layouts within each repeat so that all see the same machine load. One JSON
-line per run, then one per layout with medians:
+layout (``--layouts``: all by default; ``-async``: ``runner.max_staleness=1``, the rollout
+collecting while the actor trains; ``all-apart``: a process per component), alternating layouts
+within each repeat so that all see the same machine load. One JSON line per run, then one per
+layout with medians:
 
 - ``train_sps``: env steps per second over collection and updates (evals excluded);
 - ``seconds_per_stage``: mean seconds per iteration in each stage (sync, collect, advantages,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 
@@ -31,6 +34,16 @@ LAYOUTS = {
     "env-apart": "{env:0,rollout:1,actor:1}",
     "rollout-apart": "{env:0,rollout:0,actor:1}",
     "data-parallel": "{env:all,rollout:all,actor:all}",
+    # asynchronous (runner.max_staleness=1): the rollout collects while the actor trains
+    "rollout-apart-async": "{env:0,rollout:0,actor:1}",
+    # each component a process of its own (cluster.fuse_collocated=false), sync and async
+    "all-apart": "{env:0,rollout:1,actor:1}",
+    "all-apart-async": "{env:0,rollout:1,actor:1}",
+}
+EXTRA = {
+    "rollout-apart-async": ["runner.max_staleness=1"],
+    "all-apart": ["cluster.fuse_collocated=false"],
+    "all-apart-async": ["cluster.fuse_collocated=false", "runner.max_staleness=1"],
 }
 
 
@@ -41,6 +54,7 @@ def run(layout: str, steps: int, overrides: list[str], out: str) -> dict:
             *overrides,
             "cluster.devices_per_node=2",
             f"cluster.component_placement={LAYOUTS[layout]}",
+            *EXTRA.get(layout, []),
             f"runner.total_env_steps={steps}",
             "runner.stop_at_threshold=false",
             "runner.checkpoint_every=0",
@@ -62,17 +76,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=25_600)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    rows: dict[str, list[dict]] = {name: [] for name in LAYOUTS}
+    rows: dict[str, list[dict]] = {name: [] for name in args.layouts}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.repeats):
-            for layout in LAYOUTS:
+            for layout in args.layouts:
                 row = run(layout, args.steps, args.overrides, out)
                 rows[layout].append(row)
                 print(json.dumps(row), flush=True)
     median = lambda values: statistics.median(values)  # noqa: E731
-    base = median([r["seconds_per_stage"]["iteration"] for r in rows["one-process"]])
+    base = median(
+        [r["seconds_per_stage"]["iteration"] for r in rows.get("one-process", [])] or [math.nan]
+    )
     for layout, runs in rows.items():
         stages = {
             s: median([r["seconds_per_stage"][s] for r in runs])

@@ -395,13 +395,12 @@ class RunnerConfig:
     )
     max_staleness: int = key(
         0,
-        doc="asynchronous training: the rollout generates the next batches with the weights it "
-        "has while the actor and critic train, and a batch is trained on only while its weights "
-        "are at most this many actor updates old (AReaL's max_head_offpolicyness); 0 = every "
-        "stage in lockstep. Needs the rollout in a process of its own (apart from the actor); "
-        "docs/async.md",
+        doc="asynchronous training: the rollout generates (reasoning) or collects (embodied) the "
+        "next batches with the weights it has while the actor (and critic) train, and a batch is "
+        "trained on only while its weights are at most this many actor updates old (AReaL's "
+        "max_head_offpolicyness); 0 = every stage in lockstep. Needs the rollout in a process "
+        "apart from the actor's; docs/async.md",
         range=">= 0",
-        modes=("reasoning",),
     )
     # embodied
     rollout_steps: int = key(

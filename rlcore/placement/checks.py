@@ -41,6 +41,20 @@ def _update_split(section: str, update: UpdateConfig, per_mini: int, ranks: int)
     return []
 
 
+def _asynchronous(config: RLCoreConfig, plan: PlacementPlan, layout: str, work: str) -> list[str]:
+    """An asynchronous run (``runner.max_staleness``) needs the rollout apart from the actor."""
+    stale = config.runner.max_staleness
+    shared = next((g for g in plan.fused if "actor" in g and "rollout" in g), None)
+    if not stale or shared is None:
+        return []
+    return [
+        f"runner.max_staleness: {stale}, but the rollout shares a process with the actor "
+        f"({', '.join(shared)}), so it cannot {work} while the actor trains; place the rollout "
+        f"apart, e.g. cluster.devices_per_node=2 cluster.component_placement={layout}, or set "
+        "runner.max_staleness=0"
+    ]
+
+
 def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
     envs, rollouts, actors = (plan.world_size(n) for n in ("env", "rollout", "actor"))
     num_envs = config.env.num_envs
@@ -56,6 +70,7 @@ def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
                 f"env.num_envs: {num_envs} envs cannot be shared by {ranks} {name} ranks; use a "
                 f"multiple of {ranks}"
             )
+    problems += _asynchronous(config, plan, "{env:0,rollout:0,actor:1}", "collect")
     actor = config.actor
     return problems + _update_split("actor", actor, actor.ppo_mini_batch_size, actors)
 
@@ -71,16 +86,9 @@ def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:
                 f"{KEY_PREFIX}: {name} has {ranks} ranks, which cannot share the {responses} "
                 "responses of an iteration (data.train_batch_size x group_size)"
             )
-    stale = config.runner.max_staleness
-    shared = next((g for g in plan.fused if "actor" in g and "rollout" in g), None)
-    if stale and shared is not None:
-        problems.append(
-            f"runner.max_staleness: {stale}, but the rollout shares a process with the actor "
-            f"({', '.join(shared)}), so it cannot generate while the actor trains; place the "
-            "rollout apart, e.g. cluster.devices_per_node=2 "
-            "cluster.component_placement={actor:0,ref:0,critic:1,rollout:1,reward:1}, or set "
-            "runner.max_staleness=0"
-        )
+    problems += _asynchronous(
+        config, plan, "{actor:0,ref:0,critic:1,rollout:1,reward:1}", "generate"
+    )
     actor = config.actor
     actor_problems = _update_split(
         "actor", actor, actor.ppo_mini_batch_size * group, plan.world_size("actor")

@@ -30,9 +30,10 @@ from rlcore.log import say, warn
 from rlcore.placement import PlacementPlan
 from rlcore.runners.advantages import embodied_advantages
 from rlcore.runners.driver import Driver
+from rlcore.runners.pipeline import Ahead, InFlight
 from rlcore.runners.progress import Stopwatch
 from rlcore.scheduler.deployment import ComponentSpec
-from rlcore.scheduler.handles import Peer
+from rlcore.scheduler.handles import Peer, submit
 from rlcore.workers.embodied_actor import EmbodiedActor
 from rlcore.workers.embodied_rollout import EmbodiedRollout
 from rlcore.workers.env_worker import EnvWorker
@@ -80,17 +81,33 @@ class EmbodiedRunner(Driver):
             ]
         )
 
+        # asynchronous (runner.max_staleness): the rollout collects ahead while the actor trains
+        stale = config.runner.max_staleness
+        self.ahead = Ahead(stale) if stale else None
+        self.regenerated = 0  # batches in flight at the checkpoint resumed from
+
     def saved(self) -> dict[str, Any]:
         return {"actor": self.actor, "rollout": self.rollout, "env": self.env}
+
+    def state(self) -> dict[str, Any]:
+        # asynchronous: the batches in flight, which the envs had stepped through; a resumed run
+        # collects new ones from there
+        return {} if self.ahead is None else {"in_flight": len(self.ahead.queue)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.regenerated = state.get("in_flight", 0)
 
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
         watch = Stopwatch()
-        with watch("sync"):
-            self.sync()
-        with watch("collect"):
-            batch = self.rollout.collect(self.version)  # env <-> rollout
+        if self.ahead is not None:
+            batch, staleness = self._collected_ahead(iteration, watch)
+        else:
+            with watch("sync"):
+                self.sync()
+            with watch("collect"):
+                batch = self.rollout.collect(self.version)  # env <-> rollout
         if self.config.actor.log_prob_micro_batch_size is not None:
             with watch("recompute"):  # the actor's own numbers, not the rollout's
                 batch.update(self.actor.recompute(batch.select("obs", "actions", "last_obs")))
@@ -99,9 +116,31 @@ class EmbodiedRunner(Driver):
         with watch("update"):
             metrics = self.actor.update(batch)
         self.version += 1
+        if self.ahead is not None:  # the new weights go to the rollout after its collection
+            self.ahead.syncing.append(self.components.start_sync("actor", "rollout", self.version))
+            metrics["async/staleness"] = float(staleness)
         metrics.update(self._batch_metrics(batch))
         metrics.update(watch.metrics())
         return metrics
+
+    def _collected_ahead(self, iteration: int, watch: Stopwatch) -> tuple[TensorDict, int]:
+        """Asynchronous: this iteration's batch, collected while the actor trained on the one
+        before (at most ``runner.max_staleness`` updates ago), and its staleness; the next
+        collection started, to run while the actor trains on this one (``pipeline.Ahead``)."""
+        ahead = self.ahead
+        left = self.config.derived.iterations - iteration  # batches to train on after this one
+        if not ahead.queue:  # the first iteration (of a start or a resume): fill the pipeline
+            with watch("sync"):
+                self.sync()
+            ahead.top_up(left + 1, self._start_collect)
+        with watch("collect"):  # (waiting for it)
+            _, batch, staleness = ahead.take(self.version)
+        ahead.top_up(left, self._start_collect)
+        return batch, staleness
+
+    def _start_collect(self) -> InFlight:
+        """A collection submitted to the rollout, with the weights it holds by then."""
+        return InFlight(None, submit(self.rollout, "collect", self.version), self.version)
 
     def _batch_metrics(self, batch: TensorDict) -> dict[str, float]:
         metrics = {
@@ -150,5 +189,6 @@ class EmbodiedRunner(Driver):
             # Resumed with the envs' own state (pickle), the run equals one never stopped.
             "resume_bit_exact": None
             if self.resumed_from is None
-            else self.config.env.checkpoint_state == "pickle",
+            else self.config.env.checkpoint_state == "pickle" and self.ahead is None,
+            **({} if self.ahead is None else {"async": self.ahead.summary(self.regenerated)}),
         }

@@ -46,33 +46,77 @@ class StalenessError(RuntimeError):
 
 @dataclass
 class InFlight:
-    """A batch being generated: its prompts, the rollout's answer to come, the weights' version
-    it samples with, and the prompt sampler's state before its prompts were drawn."""
+    """A batch being made: what it was asked with (a reasoning batch's prompts), the answer to
+    come, the weights' version it samples with, and the state to resume from so that a resumed
+    run makes it again (the prompt sampler's before its prompts were drawn)."""
 
-    prompts: TensorDict
-    responses: Pending
+    asked: Any
+    answer: Pending
     version: int
-    sampler_before: dict[str, Any]
+    before: Any = None
 
 
-class Pipeline:
-    """The batches in flight of one asynchronous run, and its iteration (module docstring)."""
+class Ahead:
+    """The batches in flight of an asynchronous run, both modes: at most ``bound`` batches
+    made ahead of the one trained on, and each trained on at most ``bound`` actor updates after
+    the weights that made it (``take`` checks), and the weight copies started to wait for."""
 
-    def __init__(self, runner: Any) -> None:
-        """``runner``: the ``ReasoningRunner`` whose components and state it drives."""
-        self.runner = runner
-        self.bound = runner.config.runner.max_staleness
-        self.ahead: deque[InFlight] = deque()
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.queue: deque[InFlight] = deque()
         self.syncing: list[Any] = []  # weight copies started, to wait for (their errors)
         self.staleness: list[int] = []  # of each batch trained on since this process started
 
+    def top_up(self, wanted: int, start: Any) -> None:
+        """Batches in flight up to ``min(bound, wanted)``, each ``start()``ed (none made that no
+        iteration will take: ``wanted`` counts the batches still to train on)."""
+        while len(self.queue) < min(self.bound, wanted):
+            self.queue.append(start())
+
+    def take(self, version: int) -> tuple[InFlight, Any, int]:
+        """The oldest batch, its answer (waited for) and its staleness at ``version``; the
+        weight copies started before are waited for too (their errors surface here)."""
+        batch = self.queue.popleft()
+        answer = batch.answer.result()
+        for wait in self.syncing:
+            wait()
+        self.syncing.clear()
+        staleness = version - batch.version
+        if staleness > self.bound:
+            raise StalenessError(
+                f"a batch made with weights {batch.version} reached the trainer at version "
+                f"{version}: {staleness} > runner.max_staleness={self.bound}"
+            )
+        self.staleness.append(staleness)
+        return batch, answer, staleness
+
+    def summary(self, regenerated: int) -> dict[str, Any]:
+        """``summary.json``'s ``async``: the bound, the staleness of the batches trained on
+        (since this process started), and the batches a resume made again."""
+        seen = self.staleness or [0]
+        return {
+            "max_staleness": self.bound,
+            "staleness_mean": round(sum(seen) / len(seen), 4),
+            "staleness_max": max(seen),
+            "regenerated_on_resume": regenerated,
+        }
+
+
+class Pipeline(Ahead):
+    """A reasoning run's batches in flight, and its iteration (module docstring)."""
+
+    def __init__(self, runner: Any) -> None:
+        """``runner``: the ``ReasoningRunner`` whose components and state it drives."""
+        super().__init__(runner.config.runner.max_staleness)
+        self.runner = runner
+
     def sampler_state(self) -> dict[str, Any]:
         """The prompt sampler as a checkpoint keeps it: before the batches in flight."""
-        if self.ahead:
-            return self.ahead[0].sampler_before
+        if self.queue:
+            return self.queue[0].before
         return self.runner.sampler.state_dict()
 
-    def _submit(self) -> None:
+    def _start(self) -> InFlight:
         """One more batch to generate, with the weights the rollout will hold by then (every
         copy started so far reaches it first)."""
         r = self.runner
@@ -85,34 +129,19 @@ class Pipeline:
             r.tokenizer.pad_token_id,
         )
         responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
-        self.ahead.append(InFlight(prompts, responses, r.version, before))
-
-    def _top_up(self, wanted: int) -> None:
-        """Batches in flight up to ``wanted`` (none generated that no iteration will take)."""
-        while len(self.ahead) < wanted:
-            self._submit()
+        return InFlight(prompts, responses, r.version, before)
 
     def iterate(self, iteration: int) -> dict[str, float]:
         r, watch = self.runner, Stopwatch()
         cfg = r.config
         left = cfg.runner.total_iterations - iteration  # batches to train on after this one
-        if not self.ahead:  # the first iteration (of a start or a resume): fill the pipeline
+        if not self.queue:  # the first iteration (of a start or a resume): fill the pipeline
             with watch("sync"):
                 r.sync()
-            self._top_up(min(self.bound, left + 1))
+            self.top_up(left + 1, self._start)
         with watch("wait_generate"):
-            current = self.ahead.popleft()
-            batch = current.prompts.update(current.responses.result())
-            for wait in self.syncing:
-                wait()
-            self.syncing.clear()
-        staleness = r.version - current.version
-        self.staleness.append(staleness)
-        if staleness > self.bound:
-            raise StalenessError(
-                f"a batch generated with weights {current.version} reached the trainer at "
-                f"version {r.version}: {staleness} > runner.max_staleness={self.bound}"
-            )
+            current, responses, staleness = self.take(r.version)
+            batch = current.asked.update(responses)
         with watch("reward"):
             scored = r.reward.score(batch)
         batch = trim_padding(batch)
@@ -130,7 +159,7 @@ class Pipeline:
             passes["ref"] = submit(r.actor, "compute_ref_log_probs", batch)
         if r.critic is not None:
             passes["values"] = submit(r.critic, "compute_values", batch)
-        self._top_up(min(self.bound, left))  # after this batch's passes, in each process
+        self.top_up(left, self._start)  # after this batch's passes, in each process
         with watch("passes"):
             for name, pending in passes.items():
                 value = pending.result()
@@ -166,14 +195,3 @@ class Pipeline:
         metrics["perf/generated_tokens_per_s"] = generated / max(total, 1e-9)
         r.generated_tokens += int(generated)
         return metrics
-
-    def summary(self, regenerated: int) -> dict[str, Any]:
-        """``summary.json``'s ``async``: the bound, the staleness of the batches trained on
-        (since this process started), and the batches a resume generated again."""
-        seen = self.staleness or [0]
-        return {
-            "max_staleness": self.bound,
-            "staleness_mean": round(sum(seen) / len(seen), 4),
-            "staleness_max": max(seen),
-            "regenerated_on_resume": regenerated,
-        }

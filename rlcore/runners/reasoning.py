@@ -134,7 +134,7 @@ class ReasoningRunner(Driver):
         return {
             # asynchronous: before the batches in flight, which a resumed run generates again
             "sampler": sampler.state_dict() if self.pipeline is None else sampler.sampler_state(),
-            "in_flight": 0 if self.pipeline is None else len(self.pipeline.ahead),
+            "in_flight": 0 if self.pipeline is None else len(self.pipeline.queue),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "version": self.version,
             "generated_tokens": self.generated_tokens,

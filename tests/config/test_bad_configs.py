@@ -267,7 +267,8 @@ BAD = [
      "DAPO's resampling"),
     (ARITH, ["runner.max_staleness=1", *APART, "algorithm.adv_type=remax"],
      "runner.max_staleness", "a greedy answer per prompt"),
-    (CARTPOLE, ["runner.max_staleness=1"], "runner.max_staleness", "reasoning"),
+    (CARTPOLE, ["runner.max_staleness=1"], "runner.max_staleness",
+     "cannot collect while the actor trains; place the rollout apart"),
 ]  # fmt: skip
 
 

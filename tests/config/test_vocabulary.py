@@ -68,6 +68,7 @@ ADDED_IN_BOTH_MODES = {
     "runner.resume_changed_data": False,
     "runner.eval_max_steps": 27_000,
     "cluster.worker_timeout_s": 1800.0,
+    "runner.max_staleness": 0,  # (0.1's lockstep loop)
 }
 ADDED_SINCE = {
     "embodied": {**ADDED_IN_BOTH_MODES, **ROLLOUT_CORRECTION},
@@ -76,12 +77,11 @@ ADDED_SINCE = {
         **ROLLOUT_CORRECTION,
         "reward.max_timeout_share": 0.5,
         "rollout.calculate_log_probs": False,
-        "runner.max_staleness": 0,  # (0.1's lockstep loop)
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)
 OTHER_MODE = {
-    "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations", "max_staleness"},
+    "embodied": {"total_iterations", "val_every", "val_n", "log_val_generations"},
     "reasoning": {"rollout_steps", "total_env_steps", "eval_every", "eval_episodes"}
     | {"stop_at_threshold"},
 }

@@ -238,3 +238,45 @@ def test_resume_auto_relaunches_the_same_command_where_it_stopped(tmp_path, caps
     assert resumed["eval_return_mean"] == full["eval_return_mean"]
     with pytest.raises(ConfigError, match=r"runner\.resume: auto .* needs a fixed"):
         config(tmp_path, "runner.resume=auto")
+
+
+def test_an_asynchronous_run_resumes_and_collects_again_what_was_in_flight(tmp_path):
+    """runner.max_staleness=1 with the env, the rollout and the actor each in a process: the
+    rollout collects the next batch while the actor trains (every batch but the first one
+    update old), and a run resumed from iteration 3 collects anew the batch then in flight."""
+    apart = [
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={env:0,rollout:1,actor:1}",
+        "cluster.fuse_collocated=false",
+        "runner.max_staleness=1",
+    ]
+    full = run(config(tmp_path, *apart, "runner.run_name=full"))
+    assert (full["iterations"], full["env_steps"]) == (6, 384)
+    assert full["async"] == {
+        "max_staleness": 1,
+        "staleness_mean": round(5 / 6, 4),  # 0, then 1 five times
+        "staleness_max": 1,
+        "regenerated_on_resume": 0,
+    }
+    assert set(full["busy_share"]) == {"env", "rollout", "actor"}
+    stopped = tmp_path / "stopped" / "checkpoints"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "iter_000003", stopped / "iter_000003")
+    resumed = run(config(tmp_path, *apart, f"runner.resume_dir={stopped.parent}"))
+    assert (resumed["iterations"], resumed["env_steps"]) == (6, 384)
+    assert resumed["async"]["regenerated_on_resume"] == 1
+    assert resumed["resume_bit_exact"] is False  # the envs stepped on through that batch
+
+
+def test_a_batch_older_than_the_bound_never_reaches_the_trainer():
+    from rlcore.runners.pipeline import Ahead, InFlight, StalenessError
+    from rlcore.scheduler.handles import Pending
+
+    ahead = Ahead(bound=1)
+    made = iter(range(10))
+    ahead.top_up(5, lambda: InFlight(None, Pending(lambda: "batch"), next(made)))
+    assert len(ahead.queue) == 1  # never more ahead than the bound
+    _, answer, staleness = ahead.take(version=1)
+    assert (answer, staleness) == ("batch", 1)
+    ahead.top_up(5, lambda: InFlight(None, Pending(lambda: "batch"), 1))
+    with pytest.raises(StalenessError, match=r"3 > runner\.max_staleness=1"):
+        ahead.take(version=4)  # a trainer three updates on: refused, not trained on
