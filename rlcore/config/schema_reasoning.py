@@ -309,12 +309,13 @@ class OverlongBufferConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class RewardConfig(GroupKeys):
-    kind: Literal["auto", "gsm8k", "math", "custom"] = key(
+    kind: Literal["auto", "gsm8k", "math", "custom", "remote"] = key(
         "auto",
-        doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; auto = "
-        "each row's data_source picks the rule as verl's default scorer does (openai/gsm8k: "
-        "gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: "
-        "math), gsm8k for rows without one (rlcore's own files, the synthetic task)",
+        doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; remote: an "
+        "HTTP service at reward.url (docs/rewards.md); auto = each row's data_source picks the "
+        "rule as verl's default scorer does (openai/gsm8k: gsm8k; lighteval/MATH, "
+        "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: math), gsm8k for rows "
+        "without one (rlcore's own files, the synthetic task)",
     )
     gsm8k_mode: Literal["strict", "flexible"] = key(
         "strict", doc="strict: '#### N' is required; flexible: the last number in the response"
@@ -347,6 +348,31 @@ class RewardConfig(GroupKeys):
         "batch's responses (and at least 2) time out: a reward that times out on everything "
         "would take minutes per batch with no end in sight; 1 = never",
         range="[0, 1]",
+    )
+    url: str | None = key(
+        None,
+        doc="kind remote: the service's address (http:// or https://); each request POSTs "
+        "{'items': [{'prompt', 'response', 'answer', 'data_source'}]} and reads {'scores': [...]} "
+        "(and optionally 'correct': [...]) in the same order",
+    )
+    remote_batch_size: int = key(64, doc="kind remote: items per request", range=">= 1")
+    remote_concurrency: int = key(
+        4, doc="kind remote: requests in flight at once, per reward rank", range=">= 1"
+    )
+    remote_timeout_s: float = key(
+        30.0, doc="kind remote: seconds a request may take before it is tried again", range="> 0"
+    )
+    remote_retries: int = key(
+        3,
+        doc="kind remote: tries after the first for a request that got no answer, timed out or "
+        "got a 5xx or 429 status (waiting 0.5 s, 1 s, 2 s ...); a 4xx status or a malformed "
+        "answer is not tried again",
+        range=">= 0",
+    )
+    on_error: Literal["raise", "zero"] = key(
+        "raise",
+        doc="kind remote: a request that still fails ends the run (raise, naming the URL and "
+        "why), or its items score 0 (zero: counted in reward/remote_failures, said on stderr)",
     )
     overlong_buffer: OverlongBufferConfig = section(
         OverlongBufferConfig, doc="DAPO's soft penalty on responses near the length limit"

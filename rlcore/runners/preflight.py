@@ -25,6 +25,7 @@ from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
+from rlcore.rewards.remote import check_reachable
 from rlcore.runners.checkpoint import (
     DRIVER_FILE,
     check_resumable,
@@ -72,6 +73,8 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
             attempt(check_prompt_files, config, files, what)
     if config.reward.kind == "custom" and config.reward.custom_fn is not None:
         attempt(load_custom_fn, config.reward.custom_fn)
+    if config.reward.kind == "remote" and config.reward.url is not None:
+        attempt(check_reachable, config.reward.url)
     attempt(_check_megatron_models, config)
 
 

@@ -31,6 +31,12 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         **accuracy("reward/accuracy", scored),
         "reward/unparsed": float(scored["unparsed"].float().mean()),
         "reward/timeouts": int(scored["timed_out"].sum()),
+        # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
+        **(
+            {"reward/remote_failures": int(scored["remote_failures"].sum())}
+            if "remote_failures" in scored
+            else {}
+        ),
         "response/length_mean": float(lengths.mean()),
         "response/clip_ratio": float((lengths == config.data.max_response_length).float().mean()),
         # the share of the passes' token positions that are padding (left of the prompts,

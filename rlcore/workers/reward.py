@@ -13,6 +13,8 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import scorer_of
 from rlcore.log import warn
 from rlcore.models.lm import load_tokenizer
+from rlcore.rewards.judge import Verdict
+from rlcore.rewards.remote import RemoteScorer
 from rlcore.rewards.rules import load_custom_fn
 from rlcore.rewards.scoring import RewardError, Rules, ScoringPool, judge
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -35,6 +37,7 @@ class RewardWorker:
             load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
         # math and custom score in processes; auto starts them at its first math row
         self.pool = ScoringPool(self.config) if self.config.kind in ("math", "custom") else None
+        self.remote = RemoteScorer(self.config) if self.config.kind == "remote" else None
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
@@ -46,8 +49,12 @@ class RewardWorker:
         pairs = list(zip(texts, batch["answers"], strict=True))
         # verl's data_source and extra_info, where the files have them (None elsewhere)
         sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
-        kinds = [scorer_of(self.config.kind, source) for source in sources]
-        verdicts = self._judge(pairs, kinds, list(zip(sources, extras, strict=True)))
+        failures = None
+        if self.remote is not None:
+            verdicts, failures = self._ask_remote(batch, pairs, sources)
+        else:
+            kinds = [scorer_of(self.config.kind, source) for source in sources]
+            verdicts = self._judge(pairs, kinds, list(zip(sources, extras, strict=True)))
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
@@ -86,7 +93,40 @@ class RewardWorker:
             rows["scores"] = rows["scores"] + rows["overlong_penalty"]
         if self.component_keys:
             rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
+        if failures is not None:  # per row, so that the batch's sum is the count
+            rows["remote_failures"] = failures
         return TensorDict(rows, batch_size=[len(texts)])
+
+    def _ask_remote(
+        self, batch: TensorDict, pairs: list[tuple[str, str]], sources: list[Any]
+    ) -> tuple[list[Verdict], torch.Tensor]:
+        """Each response's verdict from the reward service (``rlcore/rewards/remote.py``), and
+        ``[B]`` 1 where its request failed (scored 0 under ``reward.on_error: zero``)."""
+        width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        prompt_ids = batch["input_ids"][:, :width]
+        keep = batch["attention_mask"][:, :width].bool()
+        prompts = [
+            self.tokenizer.decode(ids[k], skip_special_tokens=True)
+            for ids, k in zip(prompt_ids, keep, strict=True)
+        ]
+        items = [
+            {"prompt": prompt, "response": text, "answer": answer, "data_source": source}
+            for prompt, (text, answer), source in zip(prompts, pairs, sources, strict=True)
+        ]
+        answer = self.remote.score(items)
+        if answer.failed:
+            warn(
+                f"reward: {answer.failed} of {len(items)} responses score 0: their requests to "
+                f"reward.url {self.config.url} failed (reward.on_error=zero)"
+            )
+        judged = answer.correct is not None
+        verdicts = [
+            Verdict(score, answer.correct[i] if judged else None, judged=judged)
+            for i, score in enumerate(answer.scores)
+        ]
+        failed = torch.zeros(len(items))
+        failed[: answer.failed] = 1.0  # (a count: which rows does not matter)
+        return verdicts, failed
 
     def _judge(
         self, pairs: list[tuple[str, str]], kinds: list[str], context: list[tuple[Any, Any]]
@@ -133,6 +173,8 @@ class RewardWorker:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+        if self.remote is not None:
+            self.remote.close()
 
 
 def _column(batch: TensorDict, key: str, size: int) -> list[Any]:

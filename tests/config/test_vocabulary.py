@@ -77,6 +77,13 @@ ADDED_SINCE = {
         **ROLLOUT_CORRECTION,
         "reward.max_timeout_share": 0.5,
         "rollout.calculate_log_probs": False,
+        # reward.kind remote's keys (0.1 had no remote kind)
+        "reward.url": None,
+        "reward.remote_batch_size": 64,
+        "reward.remote_concurrency": 4,
+        "reward.remote_timeout_s": 30.0,
+        "reward.remote_retries": 3,
+        "reward.on_error": "raise",
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)

@@ -95,6 +95,7 @@ def worker(components=(), **reward) -> RewardWorker:
     w.tokenizer = Letters()
     w.gsm8k = Rules.of(w.config, "gsm8k")
     w.pool = ScoringPool(w.config) if w.config.kind in ("math", "custom") else None
+    w.remote = None  # (kind remote: tests/rewards/test_remote.py)
     return w
 
 

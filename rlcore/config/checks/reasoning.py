@@ -101,6 +101,20 @@ def _reward(config: ReasoningConfig) -> list[str]:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
         )
+    if reward.kind == "remote" and not (reward.url or "").startswith(("http://", "https://")):
+        problems.append(
+            f"reward.url: {reward.url!r}, but reward.kind is remote: give the service's address, "
+            "e.g. reward.url=http://127.0.0.1:8000/score"
+        )
+    if reward.kind != "remote" and reward.url is not None:
+        problems.append(
+            f"reward.url: set, but reward.kind is {reward.kind}; set reward.kind=remote"
+        )
+    if reward.kind == "remote" and config.algorithm.gdpo_reward_keys:
+        problems.append(
+            "algorithm.gdpo_reward_keys: reward.kind remote gives one score per response, no "
+            "components; use another estimator, or another reward kind"
+        )
     if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
         problems.append(
             "algorithm.filter_groups.enable: dynamic sampling keeps groups whose responses "

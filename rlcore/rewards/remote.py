@@ -1,0 +1,177 @@
+"""``reward.kind: remote``: responses scored by an HTTP service (OpenRLHF's ``--remote_rm_url``,
+a reward-model server, a sandbox), with the contract below so that anyone can write one.
+
+Request: ``POST reward.url`` with a JSON body
+
+    {"items": [{"prompt": str, "response": str, "answer": str or null,
+                "data_source": str or null}, ...]}
+
+Answer: status 200 and
+
+    {"scores": [float, ...]}                     one finite number per item, in order
+    {"scores": [...], "correct": [bool, ...]}    and the verdicts the accuracy counts (optional)
+
+Extra fields are allowed both ways. A batch goes in requests of ``reward.remote_batch_size``
+items, ``reward.remote_concurrency`` of them in flight. A request that fails (no connection,
+past ``reward.remote_timeout_s``, status 5xx or 429) is tried again ``reward.remote_retries``
+times, waiting 0.5 s, 1 s, 2 s ... between tries; one that still fails, or is answered with a
+4xx status or a malformed body, is a failure. ``reward.on_error`` says what a failure does:
+``raise`` ends the run with one line naming the URL and what went wrong; ``zero`` scores the
+request's items 0, counted in ``reward/remote_failures`` and said on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from rlcore.config.errors import ConfigError
+
+BACKOFF_S = 0.5  # the first wait before trying a request again; doubled at each try
+
+
+class RemoteRewardError(ConfigError):
+    """The reward service failed a request (``reward.on_error: raise``): one line."""
+
+
+@dataclass(frozen=True)
+class RemoteScores:
+    """One batch's answers: a score per item, the verdicts where the service gave them (else
+    None), and the items of failed requests (scored 0 under ``on_error: zero``)."""
+
+    scores: list[float]
+    correct: list[bool] | None
+    failed: int
+
+
+class _Failure(Exception):
+    """A request that failed; ``retry``: a try again may succeed."""
+
+    def __init__(self, message: str, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def check_reachable(url: str, timeout_s: float = 5.0) -> None:
+    """``ConfigError`` unless something accepts connections at ``url``'s host and port (what the
+    dry run and the start check; the contract's POST is not sent)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"reward.url: {url} is unreachable ({type(error).__name__}: {error}); start the "
+            "reward service, or check the address"
+        ) from None
+
+
+class RemoteScorer:
+    """The client of one reward service (see the module docstring); ``config``: the reward
+    section."""
+
+    def __init__(self, config: Any) -> None:
+        self.url = config.url
+        self.batch_size = config.remote_batch_size
+        self.timeout_s = config.remote_timeout_s
+        self.retries = config.remote_retries
+        self.on_error = config.on_error
+        self.pool = ThreadPoolExecutor(config.remote_concurrency, thread_name_prefix="reward")
+
+    def score(self, items: list[dict[str, Any]]) -> RemoteScores:
+        """Every item's score, in order (requests in parallel, each retried)."""
+        chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        answers = list(self.pool.map(self._request, chunks))
+        scores: list[float] = []
+        verdicts: list[bool] | None = []
+        failed = 0
+        for chunk, answer in zip(chunks, answers, strict=True):
+            if isinstance(answer, str):  # failed (on_error: zero)
+                failed += len(chunk)
+                scores += [0.0] * len(chunk)
+                verdicts = None
+                continue
+            chunk_scores, chunk_correct = answer
+            scores += chunk_scores
+            if verdicts is not None and chunk_correct is not None:
+                verdicts += chunk_correct
+            else:
+                verdicts = None
+        return RemoteScores(scores, verdicts, failed)
+
+    def _request(self, chunk: list[dict[str, Any]]) -> tuple[list[float], list[bool] | None] | str:
+        body = json.dumps({"items": chunk}).encode()
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                return self._post(body, len(chunk))
+            except _Failure as failure:
+                problem = str(failure)
+                if not failure.retry:
+                    break
+        tries = f"{attempt + 1} tr{'y' if attempt == 0 else 'ies'}"
+        message = (
+            f"reward.url: {self.url} failed a request of {len(chunk)} items ({tries}): {problem}"
+        )
+        if self.on_error == "raise":
+            raise RemoteRewardError(
+                f"{message}; fix the service, or set reward.on_error=zero to score such "
+                "requests 0 and go on"
+            )
+        return message
+
+    def _post(self, body: bytes, count: int) -> tuple[list[float], list[bool] | None]:
+        request = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            retry = error.code >= 500 or error.code == 429
+            raise _Failure(f"status {error.code} {error.reason}", retry) from None
+        except TimeoutError:  # (socket.timeout is TimeoutError)
+            seconds = f"{self.timeout_s:g}"
+            raise _Failure(f"no answer in reward.remote_timeout_s={seconds} s", True) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise _Failure(f"{type(reason).__name__}: {reason}", True) from None
+        return _parse(raw, count)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _parse(raw: bytes, count: int) -> tuple[list[float], list[bool] | None]:
+    """The answer's scores (and verdicts), or a ``_Failure`` saying what is malformed."""
+    try:
+        answer = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _Failure(f"the answer is not JSON: {raw[:80]!r}", False) from None
+    scores = answer.get("scores") if isinstance(answer, dict) else None
+    if not isinstance(scores, list) or len(scores) != count:
+        got = "no 'scores' list" if not isinstance(scores, list) else f"{len(scores)} scores"
+        raise _Failure(f"the answer has {got} for {count} items", False)
+    if not all(
+        isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s) for s in scores
+    ):
+        raise _Failure(f"a score is not a finite number: {scores[:5]}", False)
+    correct = answer.get("correct")
+    if correct is not None and (
+        not isinstance(correct, list)
+        or len(correct) != count
+        or not all(isinstance(c, bool) for c in correct)
+    ):
+        raise _Failure("'correct' must be one true or false per item", False)
+    return [float(s) for s in scores], correct
