@@ -309,10 +309,11 @@ class OverlongBufferConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class RewardConfig(GroupKeys):
-    kind: Literal["auto", "gsm8k", "math", "custom", "remote"] = key(
+    kind: Literal["auto", "gsm8k", "math", "custom", "remote", "model"] = key(
         "auto",
         doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; remote: an "
-        "HTTP service at reward.url (docs/rewards.md); auto = each row's data_source picks the "
+        "HTTP service at reward.url; model: a reward model at reward.model_path "
+        "(docs/rewards.md); auto = each row's data_source picks the "
         "rule as verl's default scorer does (openai/gsm8k: gsm8k; lighteval/MATH, "
         "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: math), gsm8k for rows "
         "without one (rlcore's own files, the synthetic task)",
@@ -348,6 +349,35 @@ class RewardConfig(GroupKeys):
         "batch's responses (and at least 2) time out: a reward that times out on everything "
         "would take minutes per batch with no end in sight; 1 = never",
         range="[0, 1]",
+    )
+    model_path: str | None = key(
+        None,
+        doc="kind model: a folder holding a sequence-classification model with one label (its "
+        "logit is the score) and its tokenizer",
+        path=True,
+    )
+    model_micro_batch_size: int = key(
+        64, doc="kind model: rows per forward pass of the reward model", range=">= 1"
+    )
+    score_clip: float | None = key(
+        None, doc="kind model: scores clipped to [-c, c]; null = not clipped", range="> 0"
+    )
+    rule: Literal["auto", "gsm8k", "math", "custom"] = key(
+        "auto",
+        doc="kind model: the rule that gives each response's verdict (the accuracy metrics) "
+        "and its rule score for reward.combine; as reward.kind reads these names",
+    )
+    combine: Literal["rule_only_for_accuracy", "sum", "weighted"] = key(
+        "rule_only_for_accuracy",
+        doc="kind model: the reward is the model's score (rule_only_for_accuracy: the rule "
+        "only gives the verdicts), the model's plus the rule's (sum), or model_weight x model "
+        "+ rule_weight x rule (weighted)",
+    )
+    model_weight: float = key(
+        1.0, doc="kind model, combine weighted: the model score's weight", range="any"
+    )
+    rule_weight: float = key(
+        1.0, doc="kind model, combine weighted: the rule score's weight", range="any"
     )
     url: str | None = key(
         None,

@@ -34,6 +34,7 @@ from rlcore.runners.checkpoint import (
 )
 from rlcore.runners.files import check_no_links
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
+from rlcore.workers.reward_model import check_reward_model
 
 
 def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
@@ -75,6 +76,10 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
         attempt(load_custom_fn, config.reward.custom_fn)
     if config.reward.kind == "remote" and config.reward.url is not None:
         attempt(check_reachable, config.reward.url)
+    if config.reward.kind == "model" and config.reward.model_path is not None:
+        attempt(check_reward_model, config.reward.model_path)
+    if config.reward.kind == "model" and config.reward.rule == "custom" and config.reward.custom_fn:
+        attempt(load_custom_fn, config.reward.custom_fn)
     attempt(_check_megatron_models, config)
 
 

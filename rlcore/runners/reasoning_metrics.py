@@ -31,6 +31,12 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         **accuracy("reward/accuracy", scored),
         "reward/unparsed": float(scored["unparsed"].float().mean()),
         "reward/timeouts": int(scored["timed_out"].sum()),
+        # kind model: the reward model's mean score (before reward.combine)
+        **(
+            {"reward/model_score": float(scored["model_scores"].mean())}
+            if "model_scores" in scored
+            else {}
+        ),
         # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
         **(
             {"reward/remote_failures": int(scored["remote_failures"].sum())}

@@ -3,6 +3,7 @@ reference answers with the rules of ``rlcore.rewards``."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from rlcore.rewards.remote import RemoteScorer
 from rlcore.rewards.rules import load_custom_fn
 from rlcore.rewards.scoring import RewardError, Rules, ScoringPool, judge
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.reward_model import ModelScorer
 
 
 class RewardWorker:
@@ -33,11 +35,18 @@ class RewardWorker:
         self.gsm8k = Rules.of(self.config, "gsm8k")
         files = config.data.train_files
         self.data = ", ".join(files) if files else "the synthetic task"
-        if self.config.kind == "custom":
+        # the rule of each verdict: reward.kind, or with a reward model its reward.rule
+        self.rule = self.config.rule if self.config.kind == "model" else self.config.kind
+        if self.rule == "custom":
             load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
         # math and custom score in processes; auto starts them at its first math row
-        self.pool = ScoringPool(self.config) if self.config.kind in ("math", "custom") else None
+        pooled = self.rule in ("math", "custom")
+        self.pool = ScoringPool(self.config, kind=self.rule) if pooled else None
         self.remote = RemoteScorer(self.config) if self.config.kind == "remote" else None
+        self.model = None
+        if self.config.kind == "model":
+            device = ctx.torch_device if ctx is not None else torch.device("cpu")
+            self.model = ModelScorer(config, device)
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
@@ -49,12 +58,15 @@ class RewardWorker:
         pairs = list(zip(texts, batch["answers"], strict=True))
         # verl's data_source and extra_info, where the files have them (None elsewhere)
         sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
-        failures = None
+        failures = model_scores = None
         if self.remote is not None:
             verdicts, failures = self._ask_remote(batch, pairs, sources)
         else:
-            kinds = [scorer_of(self.config.kind, source) for source in sources]
+            kinds = [scorer_of(self.rule, source) for source in sources]
             verdicts = self._judge(pairs, kinds, list(zip(sources, extras, strict=True)))
+        if self.model is not None:
+            model_scores = self.model.score(self._prompts(batch), texts)
+            verdicts = self._combined(verdicts, model_scores)
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
@@ -95,6 +107,8 @@ class RewardWorker:
             rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
         if failures is not None:  # per row, so that the batch's sum is the count
             rows["remote_failures"] = failures
+        if model_scores is not None:  # the reward model's own, before combine
+            rows["model_scores"] = model_scores
         return TensorDict(rows, batch_size=[len(texts)])
 
     def _ask_remote(
@@ -102,16 +116,11 @@ class RewardWorker:
     ) -> tuple[list[Verdict], torch.Tensor]:
         """Each response's verdict from the reward service (``rlcore/rewards/remote.py``), and
         ``[B]`` 1 where its request failed (scored 0 under ``reward.on_error: zero``)."""
-        width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
-        prompt_ids = batch["input_ids"][:, :width]
-        keep = batch["attention_mask"][:, :width].bool()
-        prompts = [
-            self.tokenizer.decode(ids[k], skip_special_tokens=True)
-            for ids, k in zip(prompt_ids, keep, strict=True)
-        ]
         items = [
             {"prompt": prompt, "response": text, "answer": answer, "data_source": source}
-            for prompt, (text, answer), source in zip(prompts, pairs, sources, strict=True)
+            for prompt, (text, answer), source in zip(
+                self._prompts(batch), pairs, sources, strict=True
+            )
         ]
         answer = self.remote.score(items)
         if answer.failed:
@@ -127,6 +136,28 @@ class RewardWorker:
         failed = torch.zeros(len(items))
         failed[: answer.failed] = 1.0  # (a count: which rows does not matter)
         return verdicts, failed
+
+    def _prompts(self, batch: TensorDict) -> list[str]:
+        """Each row's prompt as text, its left padding dropped (what the model saw)."""
+        width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        ids, keep = batch["input_ids"][:, :width], batch["attention_mask"][:, :width].bool()
+        return [
+            self.tokenizer.decode(row[k], skip_special_tokens=True)
+            for row, k in zip(ids, keep, strict=True)
+        ]
+
+    def _combined(self, verdicts: list[Verdict], model_scores: torch.Tensor) -> list[Verdict]:
+        """The rule's verdicts with the reward model's score as ``reward.combine`` says."""
+        cfg = self.config
+        weights = {
+            "rule_only_for_accuracy": (1.0, 0.0),
+            "sum": (1.0, 1.0),
+            "weighted": (cfg.model_weight, cfg.rule_weight),
+        }[cfg.combine]
+        return [
+            dataclasses.replace(v, score=weights[0] * float(m) + weights[1] * v.score)
+            for v, m in zip(verdicts, model_scores, strict=True)
+        ]
 
     def _judge(
         self, pairs: list[tuple[str, str]], kinds: list[str], context: list[tuple[Any, Any]]
@@ -170,6 +201,7 @@ class RewardWorker:
         return torch.stack(columns, dim=1)
 
     def close(self) -> None:
+        self.model = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None

@@ -77,7 +77,14 @@ ADDED_SINCE = {
         **ROLLOUT_CORRECTION,
         "reward.max_timeout_share": 0.5,
         "rollout.calculate_log_probs": False,
-        # reward.kind remote's keys (0.1 had no remote kind)
+        # reward.kind remote's and model's keys (0.1 had neither kind)
+        "reward.model_path": None,
+        "reward.model_micro_batch_size": 64,
+        "reward.score_clip": None,
+        "reward.rule": "auto",
+        "reward.combine": "rule_only_for_accuracy",
+        "reward.model_weight": 1.0,
+        "reward.rule_weight": 1.0,
         "reward.url": None,
         "reward.remote_batch_size": 64,
         "reward.remote_concurrency": 4,

@@ -95,7 +95,8 @@ def worker(components=(), **reward) -> RewardWorker:
     w.tokenizer = Letters()
     w.gsm8k = Rules.of(w.config, "gsm8k")
     w.pool = ScoringPool(w.config) if w.config.kind in ("math", "custom") else None
-    w.remote = None  # (kind remote: tests/rewards/test_remote.py)
+    w.remote = w.model = None  # (kinds remote and model: test_remote.py, test_model.py)
+    w.rule = w.config.kind
     return w
 
 

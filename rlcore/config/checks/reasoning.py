@@ -97,7 +97,8 @@ def _reward(config: ReasoningConfig) -> list[str]:
             "reward.custom_fn: reward.kind is custom, so name the function: "
             "reward.custom_fn=path/to/file.py:function"
         )
-    if reward.kind != "custom" and reward.custom_fn is not None:
+    rule_custom = reward.kind == "model" and reward.rule == "custom"
+    if reward.kind != "custom" and not rule_custom and reward.custom_fn is not None:
         problems.append(
             f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
         )
@@ -110,10 +111,43 @@ def _reward(config: ReasoningConfig) -> list[str]:
         problems.append(
             f"reward.url: set, but reward.kind is {reward.kind}; set reward.kind=remote"
         )
-    if reward.kind == "remote" and config.algorithm.gdpo_reward_keys:
+    if reward.kind == "model" and reward.model_path is None:
         problems.append(
-            "algorithm.gdpo_reward_keys: reward.kind remote gives one score per response, no "
-            "components; use another estimator, or another reward kind"
+            "reward.model_path: null, but reward.kind is model: give the reward model's folder "
+            "(a sequence-classification model with one label)"
+        )
+    if reward.kind != "model":
+        set_here = [
+            name
+            for name, value, default in (
+                ("model_path", reward.model_path, None),
+                ("score_clip", reward.score_clip, None),
+                ("rule", reward.rule, "auto"),
+                ("combine", reward.combine, "rule_only_for_accuracy"),
+                ("model_weight", reward.model_weight, 1.0),
+                ("rule_weight", reward.rule_weight, 1.0),
+            )
+            if value != default
+        ]
+        problems += [
+            f"reward.{name}: set, but reward.kind is {reward.kind}, and only kind model reads "
+            "it; set reward.kind=model, or leave it out"
+            for name in set_here
+        ]
+    elif reward.combine != "weighted" and (reward.model_weight, reward.rule_weight) != (1.0, 1.0):
+        problems.append(
+            f"reward.combine: {reward.combine}, so reward.model_weight and rule_weight are not "
+            "read; set reward.combine=weighted, or leave the weights out"
+        )
+    if reward.kind == "model" and reward.rule == "custom" and reward.custom_fn is None:
+        problems.append(
+            "reward.custom_fn: reward.rule is custom, so name the function: "
+            "reward.custom_fn=path/to/file.py:function"
+        )
+    if reward.kind in ("remote", "model") and config.algorithm.gdpo_reward_keys:
+        problems.append(
+            f"algorithm.gdpo_reward_keys: reward.kind {reward.kind} gives one score per "
+            "response, no components; use another estimator, or another reward kind"
         )
     if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
         problems.append(

@@ -1,0 +1,91 @@
+"""``reward.kind: model``: a discriminative reward model (a Hugging Face sequence-classification
+model with one label, e.g. a Bradley-Terry RM) scores each response: its logit is the score.
+
+The reward component loads it on the device its placement gives it, in ``actor.model.dtype``,
+with its own tokenizer. Each row's text is the conversation ``[user: prompt, assistant:
+response]`` through the RM's chat template when it has one, else the prompt followed by the
+response; rows go through the model ``reward.model_micro_batch_size`` at a time, right-padded
+(the model reads its score at the last token that is not padding), so the micro-batch size does
+not change a score. ``reward.score_clip`` clips the scores to ``[-c, c]``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.config.errors import ConfigError
+from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
+
+
+def check_reward_model(path: str) -> Path:
+    """``path`` as a folder holding a sequence-classification model with one label and its
+    tokenizer, or ``ConfigError`` naming ``reward.model_path``."""
+    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
+    described = json.loads((directory / "config.json").read_text())
+    architectures = described.get("architectures") or []
+    labels = described.get("num_labels", len(described.get("id2label") or {}) or 2)
+    if not any(a.endswith("ForSequenceClassification") for a in architectures) or labels != 1:
+        raise ConfigError(
+            f"reward.model_path: {path} is not a sequence-classification model with one label "
+            f"(architectures {architectures or 'none'}, {labels} labels); give a reward model "
+            "(AutoModelForSequenceClassification, num_labels=1), e.g. one trained by "
+            "examples/reasoning/train_reward_model.py"
+        )
+    return directory
+
+
+def reward_model_text(tokenizer: Any, prompt: str, response: str) -> str:
+    """What a reward model reads for one row: the conversation through its chat template when
+    its tokenizer has one, else the prompt followed by the response."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return prompt + response
+    conversation = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": response},
+    ]
+    return tokenizer.apply_chat_template(conversation, tokenize=False)
+
+
+class ModelScorer:
+    """The reward model of ``config.reward`` on ``device`` (see the module docstring)."""
+
+    def __init__(self, config: Any, device: torch.device) -> None:
+        from transformers import AutoModelForSequenceClassification
+
+        reward = config.reward
+        directory = check_reward_model(reward.model_path)
+        self.tokenizer = load_tokenizer(directory)
+        self.tokenizer.padding_side = "right"
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            str(directory), dtype=DTYPES[config.actor.model.dtype]
+        ).to(device)
+        self.model.eval()
+        if self.model.config.pad_token_id is None:  # the score is read before the padding
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.device = device
+        self.micro = reward.model_micro_batch_size
+        self.clip = reward.score_clip
+        self.chat = getattr(self.tokenizer, "chat_template", None) is not None
+
+    @torch.no_grad()
+    def score(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
+        """``[B]`` float32 scores, one per (prompt, response)."""
+        texts = [
+            reward_model_text(self.tokenizer, p, r) for p, r in zip(prompts, responses, strict=True)
+        ]
+        scores = []
+        for start in range(0, len(texts), self.micro):
+            encoded = self.tokenizer(
+                texts[start : start + self.micro],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=not self.chat,
+            ).to(self.device)
+            logits = self.model(**encoded).logits
+            scores.append(logits[:, 0].float().cpu())
+        out = torch.cat(scores) if scores else torch.zeros(0)
+        return out.clamp(-self.clip, self.clip) if self.clip is not None else out
