@@ -243,8 +243,8 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig = section(
         RolloutCorrectionConfig,
         doc="off-policy correction between the rollout's policy and the trainer's (verl's "
-        "names): importance weights, rejection, or the rollout's log-probs as the old ones",
-        modes=("reasoning",),
+        "names): importance weights, rejection, or the rollout's log-probs as the old ones "
+        "(embodied: token-level weights only)",
     )
 
     @property

@@ -80,7 +80,8 @@ class EmbodiedActor(TrainedComponent):
         """PPO epochs over this rank's rows of ``batch`` (``[N]`` rows of ``[N, T]`` steps, with
         ``advantages`` and ``returns``); the metrics of all ranks."""
         steps = batch.batch_size[0] * batch["valid"].shape[1]
-        flat = TensorDict({k: batch[k].flatten(0, 1) for k in TRAINED_ON}, batch_size=[steps])
+        read = TRAINED_ON + (("rollout_is_weights",) if "rollout_is_weights" in batch else ())
+        flat = TensorDict({k: batch[k].flatten(0, 1) for k in read}, batch_size=[steps])
         metrics = self.trainer.fit(flat, self._loss, mask_key="valid")
         return {_name(k): v for k, v in metrics.items()}
 
@@ -106,6 +107,9 @@ class EmbodiedActor(TrainedComponent):
             value_coef=alg.value_coef,
             value_clip=alg.value_clip,
             huber_delta=alg.huber_delta,
+            rollout_is_weights=(
+                col(micro["rollout_is_weights"]) if "rollout_is_weights" in micro else None
+            ),
             **counts,
         )
 

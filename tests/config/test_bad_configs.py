@@ -256,7 +256,9 @@ BAD = [
     (ARITH, [f"{RC}.loss_type=reinforce"], f"{RC}.loss_type", "is not built"),
     (ARITH, [f"{RC}.bypass_mode=true", "algorithm.adv_type=optimal_token_baseline",
              "algorithm.group_size=2"], f"{RC}.bypass_mode", "the very pass bypass mode skips"),
-    (CARTPOLE, [f"{RC}.rollout_is=token"], RC, "reasoning"),
+    (CARTPOLE, [f"{RC}.rollout_is=sequence"], f"{RC}.rollout_is", "no sequence"),
+    (CARTPOLE, [f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=2"], f"{RC}.rollout_rs",
+     "built for reasoning only"),
     # asynchronous runs: the rollout apart from the actor; what is not built, refused
     (ARITH, ["runner.max_staleness=1"], "runner.max_staleness", "place the rollout apart"),
     (ARITH, ["runner.max_staleness=1", *APART, "cluster.fuse_collocated=true",

@@ -121,6 +121,30 @@ def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_p
     assert batch["episode_length_sum"].tolist() == [6]
 
 
+def test_the_decoupled_correction_compares_the_recomputed_log_probs_and_weights_the_loss(
+    tmp_path,
+):
+    """rollout_is=token: the actor recomputes the old log-probs (the same weights here, so the
+    mismatch is ~0 and every weight ~1); an IcePop interval that 1 is outside zeroes every
+    transition's policy loss (the weights reach the actor's loss)."""
+    runner = runner_for(
+        corridor_config(
+            tmp_path,
+            "runner.rollout_steps=7",
+            "actor.ppo_mini_batch_size=7",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0_3.0",
+        )
+    )
+    try:
+        metrics = runner.iterate(1)
+    finally:
+        runner.close()
+    assert abs(metrics["rollout_corr/kl"]) < 1e-6
+    assert metrics["rollout_corr/rollout_is_oob_ratio"] == 1.0
+    assert metrics["actor/pg_loss"] == 0.0 and "time/recompute_s" in metrics
+
+
 def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
     config = corridor_config(
         tmp_path,

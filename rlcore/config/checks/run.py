@@ -70,6 +70,23 @@ def check_update_sizes(
 def check_embodied(config: EmbodiedConfig) -> list[str]:
     alg, actor = config.algorithm, config.actor
     problems: list[str] = []
+    corr, where = alg.rollout_correction, "algorithm.rollout_correction"
+    for name, value, why in (
+        ("rollout_is", corr.rollout_is == "sequence", "an env row's steps are no sequence"),
+        ("rollout_rs", corr.rollout_rs is not None, "rejection is built for reasoning only"),
+        (
+            "bypass_mode",
+            corr.bypass_mode,
+            "an embodied batch trains against the log-probs it was collected with already "
+            "(unless actor.log_prob_micro_batch_size recomputes them)",
+        ),
+        ("loss_type", corr.loss_type != "ppo_clip", "not built"),
+    ):
+        if value:
+            problems.append(
+                f"{where}.{name}: not in embodied mode ({why}); embodied reads rollout_is: "
+                "token, rollout_is_threshold and rollout_is_batch_normalize"
+            )
     if alg.adv_type in ADVANTAGES and not ADVANTAGES.entry(alg.adv_type).traits.get("episodic"):
         episodic = [n for n in ADVANTAGES.names() if ADVANTAGES.entry(n).traits.get("episodic")]
         problems.append(
