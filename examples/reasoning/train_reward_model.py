@@ -99,6 +99,9 @@ def train_reward_model(actor_dir, pairs, out: Path, epochs: int, lr: float, seed
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(actor_dir)
     tokenizer.padding_side = "right"
+    # the policy was warmed up on plain prompts, not chat turns: the reward model reads (and is
+    # saved to read) the plain text too, which its features were learned on
+    tokenizer.chat_template = None
     model = AutoModelForSequenceClassification.from_pretrained(str(actor_dir), num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     random.Random(seed).shuffle(pairs)
