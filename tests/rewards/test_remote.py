@@ -14,6 +14,7 @@ from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.placement import plan_for_config
+from rlcore.rewards import remote
 from rlcore.rewards.remote import RemoteRewardError, RemoteScorer, check_reachable
 from rlcore.runners.preflight import preflight
 
@@ -96,11 +97,12 @@ def test_scores_come_back_in_order_over_batched_concurrent_requests(service):
     assert RemoteScorer(settings(verdicts.url)).score(items(3)).correct == [True] * 3
 
 
-def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(service):
+def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(service, monkeypatch):
+    monkeypatch.setattr(remote, "BACKOFF_S", 0.1)  # (0.5 s in a run)
     flaky = service(lambda it, n: (503, {}) if n <= 2 else lengths(it, n))
     start = time.monotonic()
     assert RemoteScorer(settings(flaky.url)).score(items(2)).scores == [0.0, 1.0]
-    assert len(flaky.seen) == 3 and time.monotonic() - start >= 1.5  # waited 0.5 s, then 1 s
+    assert len(flaky.seen) == 3 and time.monotonic() - start >= 0.3  # waited 0.1 s, then 0.2 s
     for answer, says in [
         ((400, {"error": "bad"}), "status 400"),
         ((200, b"<html>"), "not JSON"),
