@@ -350,6 +350,12 @@ class RewardConfig(GroupKeys):
         "would take minutes per batch with no end in sight; 1 = never",
         range="[0, 1]",
     )
+    sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model"]] = key(
+        factory=dict,
+        doc="the reward kind of the rows of each data source (verl's data_source column), e.g. "
+        "{openai/gsm8k: gsm8k, my/chat: model}, so one batch mixes rules, a service and a "
+        "reward model; rows of other sources (and without one) take reward.kind",
+    )
     model_path: str | None = key(
         None,
         doc="kind model: a folder holding a sequence-classification model with one label (its "

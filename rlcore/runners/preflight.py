@@ -72,14 +72,14 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
         if files:
             attempt(check_prompt_files, config, files, what)
-    if config.reward.kind == "custom" and config.reward.custom_fn is not None:
-        attempt(load_custom_fn, config.reward.custom_fn)
-    if config.reward.kind == "remote" and config.reward.url is not None:
-        attempt(check_reachable, config.reward.url)
-    if config.reward.kind == "model" and config.reward.model_path is not None:
-        attempt(check_reward_model, config.reward.model_path)
-    if config.reward.kind == "model" and config.reward.rule == "custom" and config.reward.custom_fn:
-        attempt(load_custom_fn, config.reward.custom_fn)
+    reward = config.reward
+    if reward.custom_fn is not None:  # (validation refused it where no row reads it)
+        attempt(load_custom_fn, reward.custom_fn)
+    used = {reward.kind, *reward.sources.values()}
+    if "remote" in used and reward.url is not None:
+        attempt(check_reachable, reward.url)
+    if "model" in used and reward.model_path is not None:
+        attempt(check_reward_model, reward.model_path)
     attempt(_check_megatron_models, config)
 
 

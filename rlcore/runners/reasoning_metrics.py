@@ -33,7 +33,7 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         "reward/timeouts": int(scored["timed_out"].sum()),
         # kind model: the reward model's mean score (before reward.combine)
         **(
-            {"reward/model_score": float(scored["model_scores"].mean())}
+            {"reward/model_score": float(scored["model_scores"].nanmean())}
             if "model_scores" in scored
             else {}
         ),

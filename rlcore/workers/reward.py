@@ -37,14 +37,17 @@ class RewardWorker:
         self.data = ", ".join(files) if files else "the synthetic task"
         # the rule of each verdict: reward.kind, or with a reward model its reward.rule
         self.rule = self.config.rule if self.config.kind == "model" else self.config.kind
-        if self.rule == "custom":
+        used = {self.config.kind, *self.config.sources.values()}  # (reward.sources routes rows)
+        if self.rule == "custom" or "custom" in used:
             load_custom_fn(self.config.custom_fn)  # a bad file fails here, naming the key
-        # math and custom score in processes; auto starts them at its first math row
-        pooled = self.rule in ("math", "custom")
-        self.pool = ScoringPool(self.config, kind=self.rule) if pooled else None
-        self.remote = RemoteScorer(self.config) if self.config.kind == "remote" else None
+        # math and custom score in processes, one pool per rule, started at its first row (at
+        # once for a run that scores every row so)
+        self.pools: dict[str, ScoringPool] = {}
+        if self.rule in ("math", "custom"):
+            self.pools[self.rule] = ScoringPool(self.config, kind=self.rule)
+        self.remote = RemoteScorer(self.config) if "remote" in used else None
         self.model = None
-        if self.config.kind == "model":
+        if "model" in used:
             device = ctx.torch_device if ctx is not None else torch.device("cpu")
             self.model = ModelScorer(config, device)
 
@@ -58,15 +61,38 @@ class RewardWorker:
         pairs = list(zip(texts, batch["answers"], strict=True))
         # verl's data_source and extra_info, where the files have them (None elsewhere)
         sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
+        kinds = [self._kind_of(source) for source in sources]
+        # the verdicts of the rows a rule scores: theirs, and those of the reward model's rows
+        rules = [
+            scorer_of(self.config.rule, s) if k == "model" else (None if k == "remote" else k)
+            for k, s in zip(kinds, sources, strict=True)
+        ]
+        verdicts: list[Any] = [None] * len(pairs)
+        ruled = [i for i, rule in enumerate(rules) if rule is not None]
+        if ruled:
+            context = [(sources[i], extras[i]) for i in ruled]
+            found = self._judge([pairs[i] for i in ruled], [rules[i] for i in ruled], context)
+            for i, verdict in zip(ruled, found, strict=True):
+                verdicts[i] = verdict
         failures = model_scores = None
-        if self.remote is not None:
-            verdicts, failures = self._ask_remote(batch, pairs, sources)
-        else:
-            kinds = [scorer_of(self.rule, source) for source in sources]
-            verdicts = self._judge(pairs, kinds, list(zip(sources, extras, strict=True)))
-        if self.model is not None:
-            model_scores = self.model.score(self._prompts(batch), texts)
-            verdicts = self._combined(verdicts, model_scores)
+        remote = [i for i, k in enumerate(kinds) if k == "remote"]
+        if remote:
+            asked, failed = self._ask_remote(
+                batch[remote], [pairs[i] for i in remote], [sources[i] for i in remote]
+            )
+            failures = torch.zeros(len(pairs))
+            failures[remote] = failed
+            for i, verdict in zip(remote, asked, strict=True):
+                verdicts[i] = verdict
+        modelled = [i for i, k in enumerate(kinds) if k == "model"]
+        if modelled:
+            prompts = self._prompts(batch)
+            scored = self.model.score([prompts[i] for i in modelled], [texts[i] for i in modelled])
+            model_scores = torch.full((len(pairs),), float("nan"))  # (nan: rows it did not score)
+            model_scores[modelled] = scored
+            combined = self._combined([verdicts[i] for i in modelled], scored)
+            for i, verdict in zip(modelled, combined, strict=True):
+                verdicts[i] = verdict
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
@@ -137,6 +163,12 @@ class RewardWorker:
         failed[: answer.failed] = 1.0  # (a count: which rows does not matter)
         return verdicts, failed
 
+    def _kind_of(self, source: Any) -> str:
+        """A row's reward kind: its data source's in ``reward.sources``, else ``reward.kind``;
+        a rule kind resolved to the rule (auto: by the source, as verl's default scorer)."""
+        kind = self.config.sources.get(source, self.config.kind) if source else self.config.kind
+        return kind if kind in ("remote", "model") else scorer_of(kind, source)
+
     def _prompts(self, batch: TensorDict) -> list[str]:
         """Each row's prompt as text, its left padding dropped (what the model saw)."""
         width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
@@ -170,11 +202,12 @@ class RewardWorker:
         for i, kind in enumerate(kinds):
             if kind == "gsm8k":
                 verdicts[i] = judge(self.gsm8k, None, *pairs[i], i)
-        if pooled:
-            if self.pool is None:  # (auto: the first row routed to math)
-                self.pool = ScoringPool(self.config, kind="math")
-            items = [(*pairs[i], *context[i]) for i in pooled]
-            for i, verdict in zip(pooled, self.pool.score(items), strict=True):
+        for rule in sorted({kinds[i] for i in pooled}):
+            rows = [i for i in pooled if kinds[i] == rule]
+            if rule not in self.pools:  # (auto or reward.sources: the first row of that rule)
+                self.pools[rule] = ScoringPool(self.config, kind=rule)
+            items = [(*pairs[i], *context[i]) for i in rows]
+            for i, verdict in zip(rows, self.pools[rule].score(items), strict=True):
                 verdicts[i] = verdict
         return verdicts
 
@@ -202,9 +235,9 @@ class RewardWorker:
 
     def close(self) -> None:
         self.model = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
         if self.remote is not None:
             self.remote.close()
 

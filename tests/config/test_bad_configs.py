@@ -259,6 +259,12 @@ BAD = [
     (CARTPOLE, [f"{RC}.rollout_is=sequence"], f"{RC}.rollout_is", "no sequence"),
     (CARTPOLE, [f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=2"], f"{RC}.rollout_rs",
      "built for reasoning only"),
+    # the reward kinds
+    (ARITH, ["+reward.sources={my/data: modle}"], "reward.sources", "did you mean 'model'"),
+    (ARITH, ["+reward.sources={my/data: remote}"], "reward.url",
+     "reward.sources names remote: give the remote service's address"),
+    (ARITH, ["reward.kind=model"], "reward.model_path", "give the reward model's folder"),
+    (ARITH, ["reward.url=http://127.0.0.1:1/x"], "reward.url", "set reward.kind=remote"),
     # asynchronous runs: the rollout apart from the actor; what is not built, refused
     (ARITH, ["runner.max_staleness=1"], "runner.max_staleness", "place the rollout apart"),
     (ARITH, ["runner.max_staleness=1", *APART, "cluster.fuse_collocated=true",

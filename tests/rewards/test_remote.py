@@ -184,3 +184,36 @@ def test_the_reward_worker_sends_each_rows_prompt_response_and_answer(tiny_lm, s
     assert (sent["answer"], sent["data_source"]) == ("42", None)
     assert rows["scores"].tolist() == [float(len(tok.decode(response)))]
     assert rows["remote_failures"].tolist() == [0.0] and not rows["judged"].any()
+
+
+def test_reward_sources_route_each_row_to_its_kind_in_one_batch(tiny_lm, service):
+    """reward.sources: rows of data source 'svc' go to the service, the others to the rule."""
+    from rlcore.models.lm import load_tokenizer
+    from rlcore.workers.reward import RewardWorker
+
+    config, dirs = tiny_lm
+    s = service(lambda it, n: (200, {"scores": [5.0] * len(it)}))
+    keys = {"reward.kind": "gsm8k", "reward.sources": {"svc": "remote"}, "reward.url": s.url}
+    worker = RewardWorker(None, replace_keys(config, keys), dirs.actor)
+    tok = load_tokenizer(dirs.actor)
+    response = tok(" #### 42", add_special_tokens=False)["input_ids"]
+    prompt = tok("What is 40 + 2?", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + response] * 3)
+    batch = TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "responses": torch.tensor([response] * 3),
+            "response_mask": torch.ones(3, len(response), dtype=torch.long),
+        },
+        batch_size=[3],
+    )
+    batch["answers"] = NonTensorStack("42", "42", "41")
+    batch["sources"] = NonTensorStack("svc", None, "other")
+    try:
+        rows = worker.score(batch)
+    finally:
+        worker.close()
+    assert [item["data_source"] for items in s.seen for item in items] == ["svc"]
+    assert rows["scores"].tolist() == [5.0, 1.0, 0.0]  # the service's; gsm8k right; wrong
+    assert rows["remote_failures"].tolist() == [0.0, 0.0, 0.0]

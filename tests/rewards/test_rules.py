@@ -89,12 +89,15 @@ def worker(components=(), **reward) -> RewardWorker:
         "timeout_s": 2.0,
         "num_processes": 1,
         "overlong_buffer": SimpleNamespace(enable=False),
+        "sources": {},
+        "rule": "auto",
     }
     w.config = SimpleNamespace(**(defaults | reward))
     w.max_response_length = 12
     w.tokenizer = Letters()
     w.gsm8k = Rules.of(w.config, "gsm8k")
-    w.pool = ScoringPool(w.config) if w.config.kind in ("math", "custom") else None
+    kind = w.config.kind
+    w.pools = {kind: ScoringPool(w.config, kind=kind)} if kind in ("math", "custom") else {}
     w.remote = w.model = None  # (kinds remote and model: test_remote.py, test_model.py)
     w.rule = w.config.kind
     return w
@@ -135,7 +138,7 @@ def test_auto_scores_each_row_by_its_data_source_as_verl_does():
         )
         assert out["correct"].tolist() == [False, True, True]
         assert out["unparsed"].tolist() == [True, False, False]
-        assert w.pool is not None and w.pool.rules.kind == "math"  # started for the MATH row
+        assert list(w.pools) == ["math"] and w.pools["math"].rules.kind == "math"  # for MATH
     finally:
         w.close()
 

@@ -92,31 +92,33 @@ def _estimator_inputs(config: ReasoningConfig) -> tuple[str, ...]:
 
 def _reward(config: ReasoningConfig) -> list[str]:
     reward, problems = config.reward, []
-    if reward.kind == "custom" and reward.custom_fn is None:
+    used = {reward.kind, *reward.sources.values()}  # every kind that scores some row
+    by = (
+        f"reward.kind is {reward.kind}"
+        if not reward.sources
+        else f"reward.kind is {reward.kind} and reward.sources names {', '.join(sorted(set(reward.sources.values())))}"  # noqa: E501
+    )
+    custom = "custom" in used or ("model" in used and reward.rule == "custom")
+    if custom and reward.custom_fn is None:
         problems.append(
-            "reward.custom_fn: reward.kind is custom, so name the function: "
+            "reward.custom_fn: a custom rule scores some rows, so name the function: "
             "reward.custom_fn=path/to/file.py:function"
         )
-    rule_custom = reward.kind == "model" and reward.rule == "custom"
-    if reward.kind != "custom" and not rule_custom and reward.custom_fn is not None:
+    if not custom and reward.custom_fn is not None:
+        problems.append(f"reward.custom_fn: set, but {by}; set reward.kind=custom")
+    if "remote" in used and not (reward.url or "").startswith(("http://", "https://")):
         problems.append(
-            f"reward.custom_fn: set, but reward.kind is {reward.kind}; set reward.kind=custom"
-        )
-    if reward.kind == "remote" and not (reward.url or "").startswith(("http://", "https://")):
-        problems.append(
-            f"reward.url: {reward.url!r}, but reward.kind is remote: give the service's address, "
+            f"reward.url: {reward.url!r}, but {by}: give the remote service's address, "
             "e.g. reward.url=http://127.0.0.1:8000/score"
         )
-    if reward.kind != "remote" and reward.url is not None:
+    if "remote" not in used and reward.url is not None:
+        problems.append(f"reward.url: set, but {by}; set reward.kind=remote")
+    if "model" in used and reward.model_path is None:
         problems.append(
-            f"reward.url: set, but reward.kind is {reward.kind}; set reward.kind=remote"
+            f"reward.model_path: null, but {by}: give the reward model's folder (a "
+            "sequence-classification model with one label)"
         )
-    if reward.kind == "model" and reward.model_path is None:
-        problems.append(
-            "reward.model_path: null, but reward.kind is model: give the reward model's folder "
-            "(a sequence-classification model with one label)"
-        )
-    if reward.kind != "model":
+    if "model" not in used:
         set_here = [
             name
             for name, value, default in (
@@ -130,8 +132,8 @@ def _reward(config: ReasoningConfig) -> list[str]:
             if value != default
         ]
         problems += [
-            f"reward.{name}: set, but reward.kind is {reward.kind}, and only kind model reads "
-            "it; set reward.kind=model, or leave it out"
+            f"reward.{name}: set, but {by}, and only kind model reads it; set "
+            "reward.kind=model, or leave it out"
             for name in set_here
         ]
     elif reward.combine != "weighted" and (reward.model_weight, reward.rule_weight) != (1.0, 1.0):
@@ -139,14 +141,9 @@ def _reward(config: ReasoningConfig) -> list[str]:
             f"reward.combine: {reward.combine}, so reward.model_weight and rule_weight are not "
             "read; set reward.combine=weighted, or leave the weights out"
         )
-    if reward.kind == "model" and reward.rule == "custom" and reward.custom_fn is None:
+    if used & {"remote", "model"} and config.algorithm.gdpo_reward_keys:
         problems.append(
-            "reward.custom_fn: reward.rule is custom, so name the function: "
-            "reward.custom_fn=path/to/file.py:function"
-        )
-    if reward.kind in ("remote", "model") and config.algorithm.gdpo_reward_keys:
-        problems.append(
-            f"algorithm.gdpo_reward_keys: reward.kind {reward.kind} gives one score per "
+            f"algorithm.gdpo_reward_keys: {by}, and kinds remote and model give one score per "
             "response, no components; use another estimator, or another reward kind"
         )
     if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
