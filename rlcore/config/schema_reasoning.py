@@ -309,14 +309,14 @@ class OverlongBufferConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class RewardConfig(GroupKeys):
-    kind: Literal["auto", "gsm8k", "math", "custom", "remote", "model"] = key(
+    kind: Literal["auto", "gsm8k", "math", "custom", "remote", "model", "judge"] = key(
         "auto",
         doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; remote: an "
-        "HTTP service at reward.url; model: a reward model at reward.model_path "
-        "(docs/rewards.md); auto = each row's data_source picks the "
-        "rule as verl's default scorer does (openai/gsm8k: gsm8k; lighteval/MATH, "
-        "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: math), gsm8k for rows "
-        "without one (rlcore's own files, the synthetic task)",
+        "HTTP service at reward.url; model: a reward model at reward.model_path; judge: a causal "
+        "LM at reward.model_path grading by reward.judge_template (docs/rewards.md); auto = "
+        "each row's data_source picks the rule as verl's default scorer does (openai/gsm8k: "
+        "gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: "
+        "math), gsm8k for rows without one (rlcore's own files, the synthetic task)",
     )
     gsm8k_mode: Literal["strict", "flexible"] = key(
         "strict", doc="strict: '#### N' is required; flexible: the last number in the response"
@@ -350,7 +350,7 @@ class RewardConfig(GroupKeys):
         "would take minutes per batch with no end in sight; 1 = never",
         range="[0, 1]",
     )
-    sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model"]] = key(
+    sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model", "judge"]] = key(
         factory=dict,
         doc="the reward kind of the rows of each data source (verl's data_source column), e.g. "
         "{openai/gsm8k: gsm8k, my/chat: model}, so one batch mixes rules, a service and a "
@@ -359,11 +359,25 @@ class RewardConfig(GroupKeys):
     model_path: str | None = key(
         None,
         doc="kind model: a folder holding a sequence-classification model with one label (its "
-        "logit is the score) and its tokenizer",
+        "logit is the score) and its tokenizer; kind judge: a causal LM and its tokenizer",
         path=True,
     )
+    judge_template: str | None = key(
+        None,
+        doc="kind judge: a text file, the judge's prompt, with {response} and optionally "
+        "{prompt} and {answer} filled in (a literal brace written twice)",
+        path=True,
+    )
+    judge_parser: str = key(
+        "(-?\\d+(?:\\.\\d+)?)",
+        doc="kind judge: a regular expression whose first group, at its first match in the "
+        "judge's answer, is the score (none: the score is 0, counted in reward/judge_unparsed)",
+    )
+    judge_max_new_tokens: int = key(
+        16, doc="kind judge: tokens the judge may answer with (greedy)", range=">= 1"
+    )
     model_micro_batch_size: int = key(
-        64, doc="kind model: rows per forward pass of the reward model", range=">= 1"
+        64, doc="kinds model and judge: rows per pass of the model", range=">= 1"
     )
     score_clip: float | None = key(
         None, doc="kind model: scores clipped to [-c, c]; null = not clipped", range="> 0"

@@ -34,6 +34,7 @@ from rlcore.runners.checkpoint import (
 )
 from rlcore.runners.files import check_no_links
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
+from rlcore.workers.reward_judge import check_judge, compile_parser, read_template
 from rlcore.workers.reward_model import check_reward_model
 
 
@@ -80,6 +81,12 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
         attempt(check_reachable, reward.url)
     if "model" in used and reward.model_path is not None:
         attempt(check_reward_model, reward.model_path)
+    if "judge" in used and reward.model_path is not None:
+        attempt(check_judge, reward.model_path)
+    if "judge" in used and reward.judge_template is not None:
+        attempt(read_template, reward.judge_template)
+    if "judge" in used:
+        attempt(compile_parser, reward.judge_parser)
     attempt(_check_megatron_models, config)
 
 

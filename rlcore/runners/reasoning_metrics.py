@@ -37,6 +37,12 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
             if "model_scores" in scored
             else {}
         ),
+        # kind judge: answers of the judge that gave no score (scored 0)
+        **(
+            {"reward/judge_unparsed": int(scored["judge_unparsed"].sum())}
+            if "judge_unparsed" in scored
+            else {}
+        ),
         # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
         **(
             {"reward/remote_failures": int(scored["remote_failures"].sum())}

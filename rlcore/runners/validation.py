@@ -51,11 +51,14 @@ def sample_metrics(scored: TensorDict, n: int) -> dict[str, float]:
 def _generation(tokenizer: Any, row: TensorDict) -> dict[str, Any]:
     response = row["responses"][row["response_mask"].bool()]
     verdict = bool(row["correct"]) if bool(row["judged"]) else None
-    return {
+    generation = {
         "response": tokenizer.decode(response, skip_special_tokens=True),
         "score": float(row["scores"]),
         "correct": verdict,
     }
+    if "judge_outputs" in row:  # reward.kind judge: what the judge answered
+        generation["judge"] = row["judge_outputs"]
+    return generation
 
 
 def write_generations(

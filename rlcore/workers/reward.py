@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import scorer_of
@@ -19,6 +19,7 @@ from rlcore.rewards.remote import RemoteScorer
 from rlcore.rewards.rules import load_custom_fn
 from rlcore.rewards.scoring import RewardError, Rules, ScoringPool, judge
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.workers.reward_judge import JudgeScorer
 from rlcore.workers.reward_model import ModelScorer
 
 
@@ -46,10 +47,13 @@ class RewardWorker:
         if self.rule in ("math", "custom"):
             self.pools[self.rule] = ScoringPool(self.config, kind=self.rule)
         self.remote = RemoteScorer(self.config) if "remote" in used else None
-        self.model = None
+        self.model: ModelScorer | None = None
+        self.judge: JudgeScorer | None = None
+        device = ctx.torch_device if ctx is not None else torch.device("cpu")
         if "model" in used:
-            device = ctx.torch_device if ctx is not None else torch.device("cpu")
             self.model = ModelScorer(config, device)
+        if "judge" in used:
+            self.judge = JudgeScorer(config, device)
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
@@ -64,7 +68,9 @@ class RewardWorker:
         kinds = [self._kind_of(source) for source in sources]
         # the verdicts of the rows a rule scores: theirs, and those of the reward model's rows
         rules = [
-            scorer_of(self.config.rule, s) if k == "model" else (None if k == "remote" else k)
+            scorer_of(self.config.rule, s)
+            if k in ("model", "judge")
+            else (None if k == "remote" else k)
             for k, s in zip(kinds, sources, strict=True)
         ]
         verdicts: list[Any] = [None] * len(pairs)
@@ -84,10 +90,17 @@ class RewardWorker:
             failures[remote] = failed
             for i, verdict in zip(remote, asked, strict=True):
                 verdicts[i] = verdict
-        modelled = [i for i, k in enumerate(kinds) if k == "model"]
+        modelled = [i for i, k in enumerate(kinds) if k in ("model", "judge")]
+        judge_rows = None
         if modelled:
             prompts = self._prompts(batch)
-            scored = self.model.score([prompts[i] for i in modelled], [texts[i] for i in modelled])
+            asked = [prompts[i] for i in modelled], [texts[i] for i in modelled]
+            if self.judge is not None:  # (validation: one or the other is used)
+                answers = [pairs[i][1] for i in modelled]
+                scored = self.judge.score(*asked, answers)
+                judge_rows = (modelled, self.judge.outputs, self.judge.unparsed)
+            else:
+                scored = self.model.score(*asked)
             model_scores = torch.full((len(pairs),), float("nan"))  # (nan: rows it did not score)
             model_scores[modelled] = scored
             combined = self._combined([verdicts[i] for i in modelled], scored)
@@ -135,6 +148,17 @@ class RewardWorker:
             rows["remote_failures"] = failures
         if model_scores is not None:  # the reward model's own, before combine
             rows["model_scores"] = model_scores
+        if judge_rows is not None:  # the judge's answers (validation samples) and misses
+            rows_judged, outputs, unparsed = judge_rows
+            said = [""] * len(texts)
+            for i, output in zip(rows_judged, outputs, strict=True):
+                said[i] = output
+            missed = torch.zeros(len(texts))
+            missed[:unparsed] = 1.0  # (a count: which rows does not matter)
+            rows["judge_unparsed"] = missed
+            answer = TensorDict(rows, batch_size=[len(texts)])
+            answer["judge_outputs"] = NonTensorStack(*said)
+            return answer
         return TensorDict(rows, batch_size=[len(texts)])
 
     def _ask_remote(
@@ -234,7 +258,7 @@ class RewardWorker:
         return torch.stack(columns, dim=1)
 
     def close(self) -> None:
-        self.model = None
+        self.model = self.judge = None
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()

@@ -79,6 +79,9 @@ ADDED_SINCE = {
         "rollout.calculate_log_probs": False,
         # reward.kind remote's and model's keys (0.1 had neither kind)
         "reward.model_path": None,
+        "reward.judge_template": None,
+        "reward.judge_parser": "(-?\\d+(?:\\.\\d+)?)",
+        "reward.judge_max_new_tokens": 16,
         "reward.model_micro_batch_size": 64,
         "reward.score_clip": None,
         "reward.rule": "auto",

@@ -8,6 +8,8 @@ from rlcore.config.checks.algorithm import check_gdpo
 from rlcore.config.checks.run import check_update_sizes
 from rlcore.config.schema import ReasoningConfig
 
+JUDGE_PARSER = "(-?\\d+(?:\\.\\d+)?)"  # reward.judge_parser's default
+
 
 def check_reasoning(config: ReasoningConfig) -> list[str]:
     return [
@@ -98,7 +100,7 @@ def _reward(config: ReasoningConfig) -> list[str]:
         if not reward.sources
         else f"reward.kind is {reward.kind} and reward.sources names {', '.join(sorted(set(reward.sources.values())))}"  # noqa: E501
     )
-    custom = "custom" in used or ("model" in used and reward.rule == "custom")
+    custom = "custom" in used or (bool(used & {"model", "judge"}) and reward.rule == "custom")
     if custom and reward.custom_fn is None:
         problems.append(
             "reward.custom_fn: a custom rule scores some rows, so name the function: "
@@ -118,7 +120,31 @@ def _reward(config: ReasoningConfig) -> list[str]:
             f"reward.model_path: null, but {by}: give the reward model's folder (a "
             "sequence-classification model with one label)"
         )
-    if "model" not in used:
+    if "judge" in used and reward.model_path is None:
+        problems.append(f"reward.model_path: null, but {by}: give the judge's folder (a causal LM)")
+    if {"model", "judge"} <= used:
+        problems.append(
+            f"reward.sources: {by}, but reward.model_path holds one model; score with a reward "
+            "model or with a judge"
+        )
+    if "judge" in used and reward.judge_template is None:
+        problems.append(
+            f"reward.judge_template: null, but {by}: give the judge's prompt, a text file "
+            "with {response} (and optionally {prompt}, {answer}) where they go"
+        )
+    judge_keys = (
+        ("judge_template", reward.judge_template, None),
+        ("judge_parser", reward.judge_parser, JUDGE_PARSER),
+        ("judge_max_new_tokens", reward.judge_max_new_tokens, 16),
+    )
+    if "judge" not in used:
+        problems += [
+            f"reward.{name}: set, but {by}, and only kind judge reads it; set "
+            "reward.kind=judge, or leave it out"
+            for name, value, default in judge_keys
+            if value != default
+        ]
+    if not used & {"model", "judge"}:
         set_here = [
             name
             for name, value, default in (
@@ -132,7 +158,7 @@ def _reward(config: ReasoningConfig) -> list[str]:
             if value != default
         ]
         problems += [
-            f"reward.{name}: set, but {by}, and only kind model reads it; set "
+            f"reward.{name}: set, but {by}, and only the kinds model and judge read it; set "
             "reward.kind=model, or leave it out"
             for name in set_here
         ]
@@ -141,10 +167,10 @@ def _reward(config: ReasoningConfig) -> list[str]:
             f"reward.combine: {reward.combine}, so reward.model_weight and rule_weight are not "
             "read; set reward.combine=weighted, or leave the weights out"
         )
-    if used & {"remote", "model"} and config.algorithm.gdpo_reward_keys:
+    if used & {"remote", "model", "judge"} and config.algorithm.gdpo_reward_keys:
         problems.append(
-            f"algorithm.gdpo_reward_keys: {by}, and kinds remote and model give one score per "
-            "response, no components; use another estimator, or another reward kind"
+            f"algorithm.gdpo_reward_keys: {by}, and kinds remote, model and judge give one "
+            "score per response, no components; use another estimator, or another reward kind"
         )
     if config.algorithm.filter_groups.enable and config.algorithm.group_size < 2:
         problems.append(

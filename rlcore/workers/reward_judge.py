@@ -1,0 +1,160 @@
+"""``reward.kind: judge``: a causal language model grades each response (a generative judge).
+
+The reward component loads the judge (``reward.model_path``: a causal LM folder with its
+tokenizer) on the device its placement gives it, in ``actor.model.dtype``. Each row's judge
+prompt is ``reward.judge_template`` (a text file) with ``{prompt}``, ``{response}`` and
+``{answer}`` filled in (``{response}`` is required; write a literal brace twice: ``{{``), sent
+through the judge's chat template as a user turn when its tokenizer has one. The judge answers
+greedily, at most ``reward.judge_max_new_tokens`` tokens, ``reward.model_micro_batch_size`` rows
+at a time; ``reward.judge_parser``, a regular expression whose first group is a number, reads the
+score from the first match in the answer (a judge that gives none scores 0, counted in
+``reward/judge_unparsed``). The verdicts (accuracy) and the combination with the rule's score are
+those of ``kind: model`` (``reward.rule``, ``reward.combine``). Each row's raw judge answer goes
+to the validation samples in the run folder.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.config.errors import ConfigError
+from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
+
+PLACEHOLDERS = ("prompt", "response", "answer")
+
+
+def read_template(path: str) -> str:
+    """``reward.judge_template``'s text, or ``ConfigError`` when it cannot be read or fills in
+    other placeholders than ``PLACEHOLDERS``, or not ``{response}``."""
+    try:
+        text = Path(path).expanduser().read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"reward.judge_template: {path} cannot be read ({error})") from None
+    try:
+        names = {field for _, field, _, _ in string.Formatter().parse(text) if field is not None}
+    except ValueError as error:
+        raise ConfigError(
+            f"reward.judge_template: {path} is not a template ({error}); write a literal brace "
+            "twice ({{ or }})"
+        ) from None
+    unknown = sorted(names - set(PLACEHOLDERS))
+    if unknown:
+        raise ConfigError(
+            f"reward.judge_template: {path} fills in {', '.join(unknown)}, which rlcore does not "
+            f"give; use {{prompt}}, {{response}} and {{answer}} (a literal brace: {{{{ or }}}})"
+        )
+    if "response" not in names:
+        raise ConfigError(
+            f"reward.judge_template: {path} has no {{response}}, so the judge would never see "
+            "the answer it grades; put {response} where it goes"
+        )
+    return text
+
+
+def compile_parser(pattern: str) -> re.Pattern[str]:
+    """``reward.judge_parser`` compiled, or ``ConfigError`` naming what is wrong with it."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        raise ConfigError(
+            f"reward.judge_parser: {pattern!r} is no regular expression ({error})"
+        ) from None
+    if compiled.groups < 1:
+        raise ConfigError(
+            f"reward.judge_parser: {pattern!r} has no group; put the score in the first one, "
+            "e.g. 'Score: (-?\\d+(?:\\.\\d+)?)'"
+        )
+    return compiled
+
+
+def parse_score(parser: re.Pattern[str], output: str) -> float | None:
+    """The number the judge's ``output`` gives by ``parser`` (its first match's first group),
+    or None when it gives none."""
+    found = parser.search(output)
+    if found is None:
+        return None
+    try:
+        value = float(found.group(1))
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def check_judge(path: str) -> Path:
+    """``path`` as a folder holding a causal LM and its tokenizer, or ``ConfigError``."""
+    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
+    import json
+
+    architectures = json.loads((directory / "config.json").read_text()).get("architectures") or []
+    if not any(a.endswith("ForCausalLM") for a in architectures):
+        raise ConfigError(
+            f"reward.model_path: {path} is not a causal language model (architectures "
+            f"{architectures or 'none'}); reward.kind judge generates with one"
+        )
+    return directory
+
+
+class JudgeScorer:
+    """The judge of ``config.reward`` on ``device`` (see the module docstring)."""
+
+    def __init__(self, config: Any, device: torch.device) -> None:
+        from transformers import AutoModelForCausalLM
+
+        reward = config.reward
+        directory = check_judge(reward.model_path)
+        self.template = read_template(reward.judge_template)
+        self.parser = compile_parser(reward.judge_parser)
+        self.tokenizer = load_tokenizer(directory)
+        self.tokenizer.padding_side = "left"  # generation continues each row's end
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(directory), dtype=DTYPES[config.actor.model.dtype]
+        ).to(device)
+        self.model.eval()
+        self.device = device
+        self.micro = reward.model_micro_batch_size
+        self.max_new_tokens = reward.judge_max_new_tokens
+        self.chat = getattr(self.tokenizer, "chat_template", None) is not None
+        self.outputs: list[str] = []  # the judge's answers to the last rows scored
+        self.unparsed = 0  # of those, answers that gave no score
+
+    def judge_prompt(self, prompt: str, response: str, answer: str | None) -> str:
+        text = self.template.format(prompt=prompt, response=response, answer=answer or "")
+        if not self.chat:
+            return text
+        turn = [{"role": "user", "content": text}]
+        return self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+
+    @torch.no_grad()
+    def score(
+        self, prompts: list[str], responses: list[str], answers: list[str | None]
+    ) -> torch.Tensor:
+        """``[B]`` float32 scores (0 where the judge gave none); ``outputs`` keeps its answers."""
+        texts = [
+            self.judge_prompt(p, r, a) for p, r, a in zip(prompts, responses, answers, strict=True)
+        ]
+        self.outputs, scores = [], []
+        pad = self.tokenizer.pad_token_id
+        for start in range(0, len(texts), self.micro):
+            encoded = self.tokenizer(
+                texts[start : start + self.micro],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=not self.chat,
+            ).to(self.device)
+            out = self.model.generate(
+                **encoded,
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=pad,
+            )
+            new = out[:, encoded["input_ids"].shape[1] :]
+            self.outputs += self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        parsed = [parse_score(self.parser, output) for output in self.outputs]
+        self.unparsed = sum(value is None for value in parsed)
+        scores = [0.0 if value is None else value for value in parsed]
+        return torch.tensor(scores, dtype=torch.float32)

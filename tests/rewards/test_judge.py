@@ -1,0 +1,108 @@
+"""``reward.kind: judge``: the verdict parser on fixed answers, templates refused before the
+start, and the reward component grading with a causal LM (the tiny policy as judge)."""
+
+import re
+import shutil
+
+import pytest
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from rlcore.config import ConfigError, load_config, replace_keys
+from rlcore.models.lm import load_tokenizer
+from rlcore.workers.reward_judge import compile_parser, parse_score, read_template
+
+DEFAULT = load_config("reasoning/tiny_arith_ppo", []).reward.judge_parser
+
+
+@pytest.mark.parametrize(
+    ("parser", "output", "score"),
+    [
+        (DEFAULT, "I would give it 7 out of 10.", 7.0),  # the first number
+        (DEFAULT, "-2.5", -2.5),
+        (DEFAULT, "no number here", None),
+        (r"Score:\s*(\d+)", "Reasoning 3 steps. Score: 9", 9.0),  # the group, not the first digit
+        (r"Score:\s*(\d+)", "Score: none", None),
+        (r"(CORRECT|WRONG)", "CORRECT", None),  # a group that is no number gives no score
+        (r"\[\[(\d+(?:\.\d+)?)\]\]", "Rating: [[8.5]] and [[2]]", 8.5),  # the first match
+    ],
+)
+def test_the_parser_reads_the_first_matchs_first_group_as_the_score(parser, output, score):
+    assert parse_score(compile_parser(parser), output) == score
+
+
+def test_parsers_and_templates_that_cannot_work_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="has no group"):
+        compile_parser(r"Score: \d+")
+    with pytest.raises(ConfigError, match="is no regular expression"):
+        compile_parser(r"Score: (\d+")
+    cases = {
+        "no_response.txt": ("Grade {prompt}", r"has no \{response\}"),
+        "unknown.txt": ("Grade {response} against {reference}", "fills in reference"),
+        "brace.txt": ("Grade {response} in JSON {", "write a literal brace twice"),
+    }
+    for name, (text, says) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=says):
+            read_template(str(tmp_path / name))
+    (tmp_path / "ok.txt").write_text('Q: {prompt}\nA: {response}\nKey: {answer}\n{{"score": N}}')
+    assert "{response}" in read_template(str(tmp_path / "ok.txt"))
+    with pytest.raises(ConfigError, match=r"reward\.judge_template: null"):
+        load_config("reasoning/tiny_arith_ppo", ["reward.kind=judge", "reward.model_path=x"])
+
+
+def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
+    """The tiny policy as a judge: its greedy answers are whatever it writes; the scores are
+    what the parser reads from them (0 where it reads nothing, counted)."""
+    from rlcore.workers.reward import RewardWorker
+
+    config, dirs = tiny_lm
+    judge = tmp_path / "judge"  # the policy, read as plain text (its tokenizer without a chat
+    shutil.copytree(dirs.actor, judge)  # template: it was warmed up on plain prompts)
+    plain = load_tokenizer(judge)
+    plain.chat_template = None
+    plain.save_pretrained(judge)
+    (judge / "chat_template.jinja").unlink(missing_ok=True)
+    template = tmp_path / "judge.txt"
+    template.write_text("What is 1 + {answer}? Answer after ####. {response}")
+    config = replace_keys(
+        config,
+        {
+            "reward.kind": "judge",
+            "reward.model_path": str(judge),
+            "reward.judge_template": str(template),
+            "reward.judge_max_new_tokens": 6,
+        },
+    )
+    worker = RewardWorker(None, config, dirs.actor)
+    tok = load_tokenizer(dirs.actor)
+    prompt = tok("What is 40 + 2?", add_special_tokens=False)["input_ids"]
+    responses = [" #### 42", " #### 7"]
+    ids = [tok(r, add_special_tokens=False)["input_ids"] for r in responses]
+    width = max(map(len, ids))
+    pad = tok.pad_token_id
+    response_ids = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
+    mask = (response_ids != pad).long()
+    input_ids = torch.cat([torch.tensor([prompt] * 2), response_ids], dim=1)
+    batch = TensorDict(
+        {
+            "input_ids": input_ids,
+            "attention_mask": torch.cat([torch.ones(2, len(prompt), dtype=torch.long), mask], 1),
+            "responses": response_ids,
+            "response_mask": mask,
+        },
+        batch_size=[2],
+    )
+    batch["answers"] = NonTensorStack("42", "42")
+    try:
+        rows = worker.score(batch)
+    finally:
+        worker.close()
+    outputs = rows["judge_outputs"]
+    assert len(outputs) == 2 and all(isinstance(o, str) and o for o in outputs)
+    number = re.compile(DEFAULT)
+    expected = [float(m.group(1)) if (m := number.search(o)) else 0.0 for o in outputs]
+    assert rows["model_scores"].tolist() == pytest.approx(expected)
+    assert rows["judge_unparsed"].sum().item() == sum(number.search(o) is None for o in outputs)
+    assert rows["judge_unparsed"].sum().item() < 2, outputs  # (the tiny policy: numbers)
+    assert rows["correct"].tolist() == [True, False]  # the rule's verdicts
