@@ -379,6 +379,11 @@ class RewardConfig(GroupKeys):
     model_micro_batch_size: int = key(
         64, doc="kinds model and judge: rows per pass of the model", range=">= 1"
     )
+    score_normalize: bool = key(
+        False,
+        doc="kinds model and judge: the model's score standardised by the running mean and std "
+        "of every score it gave in training so far (kept in checkpoints); validation unchanged",
+    )
     score_clip: float | None = key(
         None, doc="kind model: scores clipped to [-c, c]; null = not clipped", range="> 0"
     )

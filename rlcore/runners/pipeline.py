@@ -143,7 +143,7 @@ class Pipeline(Ahead):
             current, responses, staleness = self.take(r.version)
             batch = current.asked.update(responses)
         with watch("reward"):
-            scored = r.reward.score(batch)
+            scored = r.score(batch)
         batch = trim_padding(batch)
         if r.reuse_log_probs:  # bypass mode: the rollout's log-probs are the old ones
             batch.rename_key_("rollout_log_probs", "old_log_probs")
@@ -188,6 +188,7 @@ class Pipeline(Ahead):
             r.version += 1
             self.syncing.append(r.components.start_sync("actor", "rollout", r.version))
         metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
+        metrics.update(r.normalized)
         metrics.update(watch.metrics())
         total = sum(watch.seconds.values())
         metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)

@@ -51,6 +51,7 @@ from rlcore.runners.driver import Driver
 from rlcore.runners.dynamic_sampling import generate_groups
 from rlcore.runners.pipeline import Pipeline
 from rlcore.runners.progress import Stopwatch
+from rlcore.runners.score_normalizer import ScoreNormalizer
 from rlcore.runners.validation import validate
 from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
@@ -74,6 +75,9 @@ class ReasoningRunner(Driver):
         self.generated_tokens = 0  # response tokens generated for training, dropped included
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
         self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
+        # reward.score_normalize: the model's scores standardised by running statistics
+        self.normalize = ScoreNormalizer(config.reward) if config.reward.score_normalize else None
+        self.normalized: dict[str, float] = {}  # its statistics after the latest batch
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
             iterations=run.total_iterations,
@@ -136,6 +140,7 @@ class ReasoningRunner(Driver):
             "sampler": sampler.state_dict() if self.pipeline is None else sampler.sampler_state(),
             "in_flight": 0 if self.pipeline is None else len(self.pipeline.queue),
             "kl_ctrl": self.kl_ctrl.state_dict(),
+            **({} if self.normalize is None else {"score_norm": self.normalize.state_dict()}),
             "version": self.version,
             "generated_tokens": self.generated_tokens,
             **data_state(data_files(self.config), len(self.train_set)),  # what it trained on
@@ -145,6 +150,8 @@ class ReasoningRunner(Driver):
         self.changed_data = resumed_data(state, data_files(self.config), len(self.train_set))
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if self.normalize is not None and "score_norm" in state:
+            self.normalize.load_state_dict(state["score_norm"])
         self.version = state["version"]
         self.generated_tokens = state.get("generated_tokens", 0)
         self.regenerated = state.get("in_flight", 0)
@@ -200,6 +207,7 @@ class ReasoningRunner(Driver):
             metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
             self.version += 1
         metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
+        metrics.update(self.normalized)
         metrics.update(watch.metrics())
         self.generated_tokens += reasoning_metrics.throughput(metrics, watch.seconds, batch)
         return metrics
@@ -222,10 +230,17 @@ class ReasoningRunner(Driver):
                 )
                 batch = prompts.update(responses)
             with watch("reward"):
-                return batch, self.reward.score(batch)
+                return batch, self.score(batch)
 
         rule = cfg.algorithm.filter_groups
         return generate_groups(rule, wanted, size, pad, prompts, generate_and_score)
+
+    def score(self, batch: TensorDict) -> TensorDict:
+        """A training batch's rewards (normalised with ``reward.score_normalize``)."""
+        scored = self.reward.score(batch)
+        if self.normalize is not None:
+            self.normalized = self.normalize(scored)
+        return scored
 
     def whole_shards(self, rows: list[int]) -> list[int]:
         """``rows`` padded with its first ones to whole shards of every rollout and reward rank;

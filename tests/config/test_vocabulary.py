@@ -84,6 +84,7 @@ ADDED_SINCE = {
         "reward.judge_max_new_tokens": 16,
         "reward.model_micro_batch_size": 64,
         "reward.score_clip": None,
+        "reward.score_normalize": False,
         "reward.rule": "auto",
         "reward.combine": "rule_only_for_accuracy",
         "reward.model_weight": 1.0,

@@ -147,3 +147,31 @@ def test_a_folder_that_is_no_one_label_classifier_is_refused_before_the_start(
             "reasoning/tiny_arith_ppo",
             ["reward.kind=model", f"reward.model_path={reward_model}", "reward.rule_weight=2"],
         )
+
+
+def test_score_normalize_standardises_the_model_part_by_running_statistics():
+    from types import SimpleNamespace
+
+    from rlcore.runners.score_normalizer import ScoreNormalizer
+
+    def scored(model, rule):
+        model, rule = torch.tensor(model), torch.tensor(rule)
+        scores = 0.5 * torch.nan_to_num(model) + rule  # combine weighted: 0.5 x model + rule
+        return TensorDict({"scores": scores, "model_scores": model}, batch_size=[len(model)])
+
+    norm = ScoreNormalizer(SimpleNamespace(combine="weighted", model_weight=0.5))
+    first = scored([1.0, 3.0, float("nan")], [1.0, 0.0, 1.0])  # the third: no model score
+    norm(first)  # mean 2, population std 1: the model parts become -1 and 1
+    assert first["scores"].tolist() == pytest.approx([0.5 * -1 + 1, 0.5 * 1 + 0, 1.0])
+    second = scored([5.0], [0.0])
+    metrics = norm(second)  # over 1, 3, 5: mean 3, std sqrt(8/3)
+    z = (5 - 3) / (8 / 3) ** 0.5
+    assert second["scores"].tolist() == pytest.approx([0.5 * z])
+    assert metrics["reward/model_score_running_std"] == pytest.approx((8 / 3) ** 0.5)
+    again = ScoreNormalizer(SimpleNamespace(combine="sum", model_weight=0.5))
+    again.load_state_dict(norm.state_dict())  # what a checkpoint carries
+    third = TensorDict(
+        {"scores": torch.tensor([3.0]), "model_scores": torch.tensor([3.0])}, batch_size=[1]
+    )
+    again(third)  # sum: weight 1; 3 is the mean of 1, 3, 5, 3
+    assert third["scores"].tolist() == pytest.approx([0.0])

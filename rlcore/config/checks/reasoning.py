@@ -150,6 +150,7 @@ def _reward(config: ReasoningConfig) -> list[str]:
             for name, value, default in (
                 ("model_path", reward.model_path, None),
                 ("score_clip", reward.score_clip, None),
+                ("score_normalize", reward.score_normalize, False),
                 ("rule", reward.rule, "auto"),
                 ("combine", reward.combine, "rule_only_for_accuracy"),
                 ("model_weight", reward.model_weight, 1.0),
