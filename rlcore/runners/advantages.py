@@ -90,19 +90,29 @@ def reasoning_advantages(
     return metrics
 
 
-def _correct(alg: AlgorithmConfig, batch: TensorDict, metrics: dict[str, float]) -> torch.Tensor:
-    """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``response_mask``
-    without the rejected tokens (returned), the ``rollout_corr/`` metrics."""
+def corrected(
+    alg: AlgorithmConfig, old: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """``rollout_correction`` with ``algorithm.rollout_correction``'s settings, both modes:
+    the weights (None without ``rollout_is``), the mask after rejection, the metrics."""
     corr = alg.rollout_correction
-    weights, mask, found = rollout_correction(
-        batch["old_log_probs"],
-        batch["rollout_log_probs"],
-        batch["response_mask"],
+    return rollout_correction(
+        old,
+        rollout,
+        mask,
         rollout_is=corr.rollout_is,
         rollout_is_threshold=corr.rollout_is_threshold,
         rollout_is_batch_normalize=corr.rollout_is_batch_normalize,
         rollout_rs=corr.rollout_rs,
         rollout_rs_threshold=corr.rollout_rs_threshold,
+    )
+
+
+def _correct(alg: AlgorithmConfig, batch: TensorDict, metrics: dict[str, float]) -> torch.Tensor:
+    """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``response_mask``
+    without the rejected tokens (returned), the ``rollout_corr/`` metrics."""
+    weights, mask, found = corrected(
+        alg, batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
     )
     metrics.update(found)
     if weights is not None:

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from tensordict import TensorDict
 
 from rlcore.algorithms import explained_variance
-from rlcore.algorithms.rollout_correction import rollout_correction
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs.registry import solved_threshold
 from rlcore.log import say, warn
 from rlcore.placement import PlacementPlan
-from rlcore.runners.advantages import embodied_advantages
+from rlcore.runners.advantages import corrected, embodied_advantages
 from rlcore.runners.driver import Driver
 from rlcore.runners.pipeline import Ahead, InFlight
 from rlcore.runners.progress import Stopwatch
@@ -110,42 +108,28 @@ class EmbodiedRunner(Driver):
                 self.sync()
             with watch("collect"):
                 batch = self.rollout.collect(self.version)  # env <-> rollout
-        corr = self.config.algorithm.rollout_correction
-        correcting = corr.rollout_is is not None
+        correcting = self.config.algorithm.rollout_correction.rollout_is is not None
+        corrections: dict[str, float] = {}
         if self.config.actor.log_prob_micro_batch_size is not None or correcting:
             behaviour = batch["log_probs"]  # the rollout's, as it collected
             with watch("recompute"):  # the actor's own numbers, not the rollout's
                 batch.update(self.actor.recompute(batch.select("obs", "actions", "last_obs")))
-            metrics_before = self._corrected(batch, behaviour) if correcting else {}
-        else:
-            metrics_before = {}
+            if correcting:  # the decoupled objective: weights to the collecting policy
+                weights, _, corrections = corrected(
+                    self.config.algorithm, batch["log_probs"], behaviour, batch["valid"]
+                )
+                batch["rollout_is_weights"] = weights
         with watch("advantages"):
             embodied_advantages(self.config.algorithm, batch)
         with watch("update"):
             metrics = self.actor.update(batch)
-        metrics.update(metrics_before)
+        metrics.update(corrections)
         self.version += 1
         if self.ahead is not None:  # the new weights go to the rollout after its collection
             self.ahead.syncing.append(self.components.start_sync("actor", "rollout", self.version))
             metrics["async/staleness"] = float(staleness)
         metrics.update(self._batch_metrics(batch))
         metrics.update(watch.metrics())
-        return metrics
-
-    def _corrected(self, batch: TensorDict, behaviour: torch.Tensor) -> dict[str, float]:
-        """The decoupled correction (``algorithm.rollout_correction.rollout_is: token``): each
-        transition's loss weighted by ``min(pi_old / pi_behaviour, threshold)``, pi_old the
-        actor's recomputed log-probs (``rlcore/algorithms/rollout_correction.py``)."""
-        corr = self.config.algorithm.rollout_correction
-        weights, _, metrics = rollout_correction(
-            batch["log_probs"],
-            behaviour,
-            batch["valid"],
-            rollout_is=corr.rollout_is,
-            rollout_is_threshold=corr.rollout_is_threshold,
-            rollout_is_batch_normalize=corr.rollout_is_batch_normalize,
-        )
-        batch["rollout_is_weights"] = weights
         return metrics
 
     def _collected_ahead(self, iteration: int, watch: Stopwatch) -> tuple[TensorDict, int]:

@@ -134,10 +134,13 @@ class ReasoningRunner(Driver):
         return saved if self.critic is None else {**saved, "critic": self.critic}
 
     def state(self) -> dict[str, Any]:
-        sampler = self.sampler if self.pipeline is None else self.pipeline
         return {
             # asynchronous: before the batches in flight, which a resumed run generates again
-            "sampler": sampler.state_dict() if self.pipeline is None else sampler.sampler_state(),
+            "sampler": (
+                self.sampler.state_dict()
+                if self.pipeline is None
+                else self.pipeline.sampler_state()
+            ),
             "in_flight": 0 if self.pipeline is None else len(self.pipeline.queue),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             **({} if self.normalize is None else {"score_norm": self.normalize.state_dict()}),

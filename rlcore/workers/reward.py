@@ -156,9 +156,7 @@ class RewardWorker:
             missed = torch.zeros(len(texts))
             missed[:unparsed] = 1.0  # (a count: which rows does not matter)
             rows["judge_unparsed"] = missed
-            answer = TensorDict(rows, batch_size=[len(texts)])
-            answer["judge_outputs"] = NonTensorStack(*said)
-            return answer
+            rows["judge_outputs"] = NonTensorStack(*said)
         return TensorDict(rows, batch_size=[len(texts)])
 
     def _ask_remote(

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from rlcore.config.errors import ConfigError
-from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
+from rlcore.models.lm import DTYPES, load_tokenizer
+from rlcore.workers.reward_model import described_model, encoded_in_parts
 
 PLACEHOLDERS = ("prompt", "response", "answer")
 
@@ -87,10 +88,7 @@ def parse_score(parser: re.Pattern[str], output: str) -> float | None:
 
 def check_judge(path: str) -> Path:
     """``path`` as a folder holding a causal LM and its tokenizer, or ``ConfigError``."""
-    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
-    import json
-
-    architectures = json.loads((directory / "config.json").read_text()).get("architectures") or []
+    directory, _, architectures = described_model(path)
     if not any(a.endswith("ForCausalLM") for a in architectures):
         raise ConfigError(
             f"reward.model_path: {path} is not a causal language model (architectures "
@@ -137,20 +135,13 @@ class JudgeScorer:
         texts = [
             self.judge_prompt(p, r, a) for p, r, a in zip(prompts, responses, answers, strict=True)
         ]
-        self.outputs, scores = [], []
-        pad = self.tokenizer.pad_token_id
-        for start in range(0, len(texts), self.micro):
-            encoded = self.tokenizer(
-                texts[start : start + self.micro],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=not self.chat,
-            ).to(self.device)
+        self.outputs = []
+        for encoded in encoded_in_parts(self, texts):
             out = self.model.generate(
                 **encoded,
                 do_sample=False,
                 max_new_tokens=self.max_new_tokens,
-                pad_token_id=pad,
+                pad_token_id=self.tokenizer.pad_token_id,
             )
             new = out[:, encoded["input_ids"].shape[1] :]
             self.outputs += self.tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -12,6 +12,7 @@ not change a score. ``reward.score_clip`` clips the scores to ``[-c, c]``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,30 @@ from rlcore.config.errors import ConfigError
 from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
 
 
+def described_model(path: str) -> tuple[Path, dict[str, Any], list[str]]:
+    """``reward.model_path`` checked as a model folder with a tokenizer (``ConfigError``
+    otherwise): the folder, its config.json and its architectures."""
+    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
+    described = json.loads((directory / "config.json").read_text())
+    return directory, described, described.get("architectures") or []
+
+
+def encoded_in_parts(scorer: Any, texts: list[str]) -> Iterator[Any]:
+    """``texts`` tokenised ``scorer.micro`` at a time, padded on the tokenizer's side, on
+    ``scorer.device`` (special tokens added unless a chat template wrote them)."""
+    for start in range(0, len(texts), scorer.micro):
+        yield scorer.tokenizer(
+            texts[start : start + scorer.micro],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=not scorer.chat,
+        ).to(scorer.device)
+
+
 def check_reward_model(path: str) -> Path:
     """``path`` as a folder holding a sequence-classification model with one label and its
     tokenizer, or ``ConfigError`` naming ``reward.model_path``."""
-    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
-    described = json.loads((directory / "config.json").read_text())
-    architectures = described.get("architectures") or []
+    directory, described, architectures = described_model(path)
     labels = described.get("num_labels", len(described.get("id2label") or {}) or 2)
     if not any(a.endswith("ForSequenceClassification") for a in architectures) or labels != 1:
         raise ConfigError(
@@ -77,15 +96,9 @@ class ModelScorer:
         texts = [
             reward_model_text(self.tokenizer, p, r) for p, r in zip(prompts, responses, strict=True)
         ]
-        scores = []
-        for start in range(0, len(texts), self.micro):
-            encoded = self.tokenizer(
-                texts[start : start + self.micro],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=not self.chat,
-            ).to(self.device)
-            logits = self.model(**encoded).logits
-            scores.append(logits[:, 0].float().cpu())
+        scores = [
+            self.model(**encoded).logits[:, 0].float().cpu()
+            for encoded in encoded_in_parts(self, texts)
+        ]
         out = torch.cat(scores) if scores else torch.zeros(0)
         return out.clamp(-self.clip, self.clip) if self.clip is not None else out

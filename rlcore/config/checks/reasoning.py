@@ -4,11 +4,11 @@ the update sizes of the actor and critic."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlcore.config.checks.algorithm import check_gdpo
 from rlcore.config.checks.run import check_update_sizes
 from rlcore.config.schema import ReasoningConfig
-
-JUDGE_PARSER = "(-?\\d+(?:\\.\\d+)?)"  # reward.judge_parser's default
 
 
 def check_reasoning(config: ReasoningConfig) -> list[str]:
@@ -85,6 +85,12 @@ def _rollout_correction(config: ReasoningConfig) -> list[str]:
     return problems
 
 
+def _changed(section: Any, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` whose value in ``section`` is not the key's declared default."""
+    defaults = type(section)()
+    return [name for name in names if getattr(section, name) != getattr(defaults, name)]
+
+
 def _estimator_inputs(config: ReasoningConfig) -> tuple[str, ...]:
     from rlcore.algorithms import ADVANTAGES
 
@@ -132,38 +138,21 @@ def _reward(config: ReasoningConfig) -> list[str]:
             f"reward.judge_template: null, but {by}: give the judge's prompt, a text file "
             "with {response} (and optionally {prompt}, {answer}) where they go"
         )
-    judge_keys = (
-        ("judge_template", reward.judge_template, None),
-        ("judge_parser", reward.judge_parser, JUDGE_PARSER),
-        ("judge_max_new_tokens", reward.judge_max_new_tokens, 16),
-    )
     if "judge" not in used:
         problems += [
             f"reward.{name}: set, but {by}, and only kind judge reads it; set "
             "reward.kind=judge, or leave it out"
-            for name, value, default in judge_keys
-            if value != default
+            for name in _changed(reward, ("judge_template", "judge_parser", "judge_max_new_tokens"))
         ]
+    model_keys = ("model_path", "score_clip", "score_normalize", "rule", "combine")
+    weights = ("model_weight", "rule_weight")
     if not used & {"model", "judge"}:
-        set_here = [
-            name
-            for name, value, default in (
-                ("model_path", reward.model_path, None),
-                ("score_clip", reward.score_clip, None),
-                ("score_normalize", reward.score_normalize, False),
-                ("rule", reward.rule, "auto"),
-                ("combine", reward.combine, "rule_only_for_accuracy"),
-                ("model_weight", reward.model_weight, 1.0),
-                ("rule_weight", reward.rule_weight, 1.0),
-            )
-            if value != default
-        ]
         problems += [
             f"reward.{name}: set, but {by}, and only the kinds model and judge read it; set "
             "reward.kind=model, or leave it out"
-            for name in set_here
+            for name in _changed(reward, model_keys + weights)
         ]
-    elif reward.combine != "weighted" and (reward.model_weight, reward.rule_weight) != (1.0, 1.0):
+    elif reward.combine != "weighted" and _changed(reward, weights):
         problems.append(
             f"reward.combine: {reward.combine}, so reward.model_weight and rule_weight are not "
             "read; set reward.combine=weighted, or leave the weights out"
