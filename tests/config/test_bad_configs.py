@@ -265,6 +265,8 @@ BAD = [
      "reward.sources names remote: give the remote service's address"),
     (ARITH, ["reward.kind=model"], "reward.model_path", "give the reward model's folder"),
     (ARITH, ["reward.url=http://127.0.0.1:1/x"], "reward.url", "set reward.kind=remote"),
+    (ARITH, ["reward.on_error=zero"], "reward.on_error", "set reward.kind=remote"),
+    (ARITH, ["reward.remote_retries=0"], "reward.remote_retries", "set reward.kind=remote"),
     # asynchronous runs: the rollout apart from the actor; what is not built, refused
     (ARITH, ["runner.max_staleness=1"], "runner.max_staleness", "place the rollout apart"),
     (ARITH, ["runner.max_staleness=1", *APART, "cluster.fuse_collocated=true",

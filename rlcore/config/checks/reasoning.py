@@ -119,8 +119,12 @@ def _reward(config: ReasoningConfig) -> list[str]:
             f"reward.url: {reward.url!r}, but {by}: give the remote service's address, "
             "e.g. reward.url=http://127.0.0.1:8000/score"
         )
-    if "remote" not in used and reward.url is not None:
-        problems.append(f"reward.url: set, but {by}; set reward.kind=remote")
+    if "remote" not in used:
+        remote_keys = ("url", "remote_batch_size", "remote_concurrency", "remote_timeout_s")
+        problems += [
+            f"reward.{name}: set, but {by}; set reward.kind=remote, or leave it out"
+            for name in _changed(reward, (*remote_keys, "remote_retries", "on_error"))
+        ]
     if "model" in used and reward.model_path is None:
         problems.append(
             f"reward.model_path: null, but {by}: give the reward model's folder (a "
