@@ -7,14 +7,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlcore"
 LAYERS = [  # lowest first
-    {"compile_marks", "did_you_mean", "lazy", "log"},
+    {"compile_marks", "did_you_mean", "lazy", "log", "procpool"},
     {"algorithms"},
     {"config"},
     {"placement"},
     {"scheduler"},
     {"envs"},
     {"data"},
-    {"rewards"},
+    {"rewards", "tools"},
     {"models"},
     {"workers", "prepare"},
     {"runners", "export"},

@@ -79,7 +79,7 @@ def test_a_scorer_spinning_in_c_is_stopped_at_the_deadline_and_the_next_batch_go
         assert [v.correct for v in again] == [True, False]
     finally:
         scoring.close()
-    assert all(not p.is_alive() for p, _ in scoring._workers)
+    assert all(not p.is_alive() for p, _ in scoring.pool._workers)
 
 
 def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path):
@@ -171,16 +171,16 @@ def test_a_process_killed_at_its_deadline_is_replaced_by_a_warm_spare(tmp_path):
     try:
         scoring.score([("warm", "up")])
         deadline = time.monotonic() + 30
-        while not scoring._spare_is_ready() and time.monotonic() < deadline:
+        while not scoring.pool._spare_is_ready() and time.monotonic() < deadline:
             time.sleep(0.05)
-        spare = scoring._spare[0].pid
+        spare = scoring.pool._spare[0].pid
         (slow,) = scoring.score([("slow", "7")])
         assert slow.timed_out
         # the spare took the killed one's place, ready: no process start before the next one
-        assert scoring._workers[0][0].pid == spare and scoring._ready == [True]
-        assert scoring._spare[0].pid != spare
+        assert scoring.pool._workers[0][0].pid == spare and scoring.pool._ready == [True]
+        assert scoring.pool._spare[0].pid != spare
         (right,) = scoring.score([("7", "7")])
         assert right.correct
     finally:
         scoring.close()
-    assert not scoring._spare[0].is_alive()
+    assert not scoring.pool._spare[0].is_alive()

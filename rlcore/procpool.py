@@ -1,0 +1,192 @@
+"""``DeadlinePool``: work that may not finish (a reward scorer in sympy, a user's function, a
+tool call) runs in worker processes under a deadline that holds.
+
+A thread cannot be stopped, and code stuck in C (sympy on ``9^{9^{9^{9}}}``, a huge integer
+power) holds the GIL: a timeout on a thread neither frees the run nor lets Ctrl-C through. A
+process can be killed. Each item gets ``timeout_s`` in one of ``processes`` processes (the clock
+starts when a ready process takes it); past it, the process is killed and replaced (by a warm
+spare, already started, when it is ready) and the item's outcome is ``TIMEOUT``. So a batch of N
+items takes at most ``ceil(N / processes) * timeout_s`` plus the restarts, whatever the work
+does. Users: the reward's ``ScoringPool`` (rlcore/rewards/scoring.py) and the rollout's tool
+calls (rlcore/tools/pool.py).
+
+The protocol of a process's ``serve(conn, payload)``: it sends ``("ready", None)`` once set up
+(or ``("failed", message)`` and returns), then answers each ``(index, *item)`` with
+``(index, result)`` until it receives ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+START_TIMEOUT_S = 60.0  # a process that is not ready by then is a failure
+
+
+class PoolFailed(RuntimeError):
+    """A process could not set up (its ``"failed"`` message), or none started in time."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One item's end: ``result`` (``kind`` "ok"), past its deadline ("timeout"), or its process
+    died on it ("died", ``result``: how, e.g. "killed by SIGKILL (out of memory?)")."""
+
+    kind: str
+    result: Any = None
+
+
+TIMEOUT = Outcome("timeout")
+
+
+class DeadlinePool:
+    """``processes`` processes running ``serve(conn, payload)`` (see the module docstring)."""
+
+    def __init__(
+        self, serve: Callable[..., None], payload: Any, processes: int, timeout_s: float
+    ) -> None:
+        self.serve, self.payload, self.timeout_s = serve, payload, timeout_s
+        # spawn: a fork of a process running torch's threads may deadlock
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: list[tuple[Any, Any]] = []
+        self._ready: list[bool] = []
+        for _ in range(processes):
+            self._workers.append(self._start())
+            self._ready.append(False)
+        # a warm spare: a process killed past its deadline is replaced by one already started
+        self._spare: tuple[Any, Any] = self._start()
+        self._spare_ready = False
+
+    def _start(self) -> tuple[Any, Any]:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=self.serve, args=(child, self.payload), daemon=True)
+        process.start()
+        child.close()
+        return process, parent
+
+    def run(self, items: list[tuple], stop_on_death: bool = False) -> list[Outcome]:
+        """One ``Outcome`` per item, in order. ``stop_on_death``: return at the first process
+        that dies on an item (its outcome "died", the items not done ``None``)."""
+        busy: dict[int, tuple[int, float]] = {}  # worker -> (index, deadline)
+        try:
+            return self._run(items, busy, stop_on_death)
+        except BaseException:  # Ctrl-C, a failed start: no process keeps a stale item
+            for worker in busy:
+                self._replace(worker)
+            raise
+
+    def _run(
+        self, items: list[tuple], busy: dict[int, tuple[int, float]], stop_on_death: bool
+    ) -> list[Outcome]:
+        results: list[Outcome | None] = [None] * len(items)
+        todo = deque(enumerate(items))
+        idle = [w for w, ready in enumerate(self._ready) if ready]
+        while todo or busy:
+            while todo and idle:
+                worker, (index, item) = idle.pop(), todo.popleft()
+                self._workers[worker][1].send((index, *item))
+                busy[worker] = (index, time.monotonic() + self.timeout_s)
+            starting = [w for w, ready in enumerate(self._ready) if not ready]
+            deadlines = [deadline for _, deadline in busy.values()]
+            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else START_TIMEOUT_S
+            conns = {self._workers[w][1]: w for w in [*busy, *starting]}
+            answered = multiprocessing.connection.wait(list(conns), timeout=wait_s)
+            if not answered and not busy:
+                raise PoolFailed(f"no process started within {START_TIMEOUT_S:g} s")
+            for conn in answered:
+                worker = conns[conn]
+                try:
+                    index, result = conn.recv()
+                except EOFError:  # the process died
+                    if worker in busy:
+                        index = busy.pop(worker)[0]
+                        results[index] = Outcome("died", self._death(worker))
+                        if stop_on_death:
+                            for other in [worker, *busy]:
+                                self._replace(other)
+                            busy.clear()
+                            return results  # type: ignore[return-value]
+                    self._replace(worker)
+                    if self._ready[worker]:
+                        idle.append(worker)
+                    continue
+                if index == "failed":
+                    raise PoolFailed(result)
+                if index == "ready":
+                    self._ready[worker] = True
+                    idle.append(worker)
+                    continue
+                results[index] = Outcome("ok", result)
+                del busy[worker]
+                if self._ready[worker]:
+                    idle.append(worker)
+            now = time.monotonic()
+            for worker, (index, deadline) in list(busy.items()):
+                if now >= deadline:
+                    self._replace(worker)
+                    results[index] = TIMEOUT
+                    del busy[worker]
+                    if self._ready[worker]:  # the warm spare
+                        idle.append(worker)
+        return results  # type: ignore[return-value]
+
+    def _death(self, worker: int) -> str:
+        """How ``worker``'s process ended: its exit code or signal (told apart from a
+        timeout)."""
+        process = self._workers[worker][0]
+        process.join(timeout=5)
+        code = process.exitcode
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            return how + (" (out of memory?)" if -code == signal.SIGKILL else "")
+        return f"exit code {code} (os._exit, or a crash in native code)"
+
+    def _replace(self, worker: int) -> None:
+        """Kill ``worker``'s process; the warm spare takes its place when it is ready (and a
+        new spare starts), else a new process (ready when it says so)."""
+        process, conn = self._workers[worker]
+        process.kill()
+        process.join(timeout=5)
+        conn.close()
+        if self._spare_is_ready():
+            self._workers[worker], self._ready[worker] = self._spare, True
+            self._spare, self._spare_ready = self._start(), False
+        else:
+            self._workers[worker], self._ready[worker] = self._start(), False
+
+    def _spare_is_ready(self) -> bool:
+        process, conn = self._spare
+        if not self._spare_ready and conn.poll(0):
+            try:
+                tag, _ = conn.recv()
+            except EOFError:
+                tag = "died"
+            if tag != "ready":  # (a failing start fails the workers too, and is said there)
+                process.kill()
+                self._spare = self._start()
+                return False
+            self._spare_ready = True
+        return self._spare_ready
+
+    def close(self) -> None:
+        """Stop the processes: a ready one when asked, one still starting at once."""
+        self._workers.append(self._spare)
+        self._ready.append(self._spare_ready)
+        for (process, conn), ready in zip(self._workers, self._ready, strict=True):
+            if not ready:
+                process.kill()
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for process, conn in self._workers:
+            process.join(timeout=2)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+            conn.close()
