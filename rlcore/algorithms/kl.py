@@ -109,8 +109,11 @@ def build_kl_controller(
 
 
 def scores_to_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` rewards with each sequence's score ``[B]`` on its last valid token."""
-    last = (response_mask.sum(-1) - 1).clamp(min=0)
+    """``[B, T]`` rewards with each sequence's score ``[B]`` on its last valid token (the
+    model's last, where tool tokens leave holes in the mask)."""
+    T = response_mask.shape[-1]
+    positions = torch.arange(T, device=response_mask.device)
+    last = torch.where(response_mask.bool(), positions, -1).amax(-1).clamp(min=0)
     rewards = torch.zeros(response_mask.shape, dtype=torch.float32, device=scores.device)
     rewards[torch.arange(len(scores), device=scores.device), last] = scores.float()
     return rewards

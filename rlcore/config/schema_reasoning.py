@@ -287,6 +287,41 @@ class RolloutConfig(GroupKeys):
         "SGLang's own choice; sglang only",
         range="(0, 1]",
     )
+    tools: list[str] = key(
+        factory=list,
+        doc="tools the model may call in a multi-turn rollout (docs/agents.md): each "
+        "'module:Class', 'path/to/file.py:Class' or a built-in (calculator, python); a class "
+        "built with no arguments with name, description, parameters (a JSON schema) and "
+        "call(self, arguments: dict) -> str. Empty: one turn, no tools",
+    )
+    max_turns: int = key(
+        4,
+        doc="with rollout.tools or rollout.interaction: the most model turns in a trajectory "
+        "(a turn ends at the model's end-of-turn token); a tool call in the last one is not "
+        "run, and counts as hitting the limit (verl's multi_turn.max_assistant_turns)",
+        range=">= 1",
+    )
+    tool_call_regex: str | None = key(
+        None,
+        doc="how tool calls are found in a model turn: null = the Hermes/Qwen format of chat "
+        'templates that have one (<tool_call>{"name": ..., "arguments": {...}}</tool_call>); '
+        "else a regex with named groups name and arguments (a JSON object), for other models",
+    )
+    tool_timeout_s: float = key(
+        10.0,
+        doc="wall-clock deadline of one tool call (or interaction reply), in its process: past "
+        "it the process is killed and the model reads an error (counted in tools/timeouts)",
+        range="> 0",
+    )
+    tool_processes: int = key(
+        2, doc="processes running tool calls side by side (each a Python process)", range=">= 1"
+    )
+    interaction: str | None = key(
+        None,
+        doc="verl's interaction: 'module:Class' or 'file.py:Class' playing the user, with "
+        "respond(self, messages: list[dict], answer: str) -> str | None, asked after each model "
+        "turn without a tool call (its text goes back as the user's message; None ends)",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -453,6 +488,13 @@ class WarmupConfig:
     )
     lr: float = key(1e-3, doc="AdamW learning rate of the warm-up", range="> 0")
     batch_size: int = key(64, doc="examples per warm-up step", range=">= 1")
+    examples: int | None = key(
+        None,
+        doc="the warm-up learns from the first this many training problems; null = all. With "
+        "rollout.tools (the calculator), each is a trajectory: the call with the question's "
+        "expression, the calculator's answer, then '#### N' (docs/agents.md)",
+        range=">= 1",
+    )
     cache_dir: str = key(
         ".cache/rlcore",
         doc="the tiny model, tokenizer and warmed-up weights are cached here",

@@ -197,6 +197,7 @@ class PromptSet:
         chat_template: bool | None,
         max_length: int,
         what: str,
+        tools: list[dict[str, Any]] | None = None,
     ) -> PromptSet:
         """``chat_template``: None = chat messages through the tokenizer's template, text as
         written (+ ``suffix``); True = both through it; False = neither (a chat prompt's last
@@ -224,6 +225,7 @@ class PromptSet:
                 t if isinstance(t, list) else [{"role": "user", "content": t}],
                 add_generation_prompt=True,
                 tokenize=False,
+                **({"tools": tools} if tools else {}),
             )
             if use
             else t

@@ -25,9 +25,14 @@ def data_name(data: Any) -> str:
 
 
 def load_prompt_set(
-    config: ReasoningConfig, tokenizer: Any, train: bool, log: Callable[[str], None]
+    config: ReasoningConfig,
+    tokenizer: Any,
+    train: bool,
+    log: Callable[[str], None],
+    tools: list[dict[str, Any]] | None = None,
 ) -> PromptSet:
-    """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty."""
+    """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
+    ``tools``: the function schemas a chat template lists for the model (``rollout.tools``)."""
     data = config.data
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files
@@ -66,6 +71,7 @@ def load_prompt_set(
         chat_template=data.chat_template,
         max_length=data.max_prompt_length,
         what=what,
+        tools=tools,
     )
     if prompts.dropped:
         log(

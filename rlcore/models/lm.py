@@ -24,6 +24,15 @@ CHAT_TEMPLATE = (
     "{% else %}<|assistant|>{{ m['content'] }}<|endoftext|>{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+# With tools (rollout.tools): Hermes-style call and response tags, and tool messages rendered
+# as a user turn holding the tool's answer.
+TOOL_SPECIALS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+TOOL_CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}"
+    "{% elif m['role'] == 'tool' %}<|user|><tool_response>{{ m['content'] }}</tool_response>"
+    "{% else %}<|assistant|>{{ m['content'] }}<|endoftext|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -257,9 +266,11 @@ def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:
     return _no_dropout(model)
 
 
-def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512) -> Any:
+def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512, tools: bool = False) -> Any:
     """A byte-level BPE tokenizer trained on ``corpus``, digits split one per token (so numbers
-    are read digit by digit), with an end-of-text token that also pads."""
+    are read digit by digit), with an end-of-text token that also pads; ``tools``: the tool
+    tags as special tokens and a chat template that renders tool messages."""
+    specials = SPECIALS + (TOOL_SPECIALS if tools else ())
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -270,7 +281,7 @@ def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512) -> Any:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIALS),
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -279,9 +290,9 @@ def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512) -> Any:
         tokenizer_object=tokenizer,
         eos_token=SPECIALS[0],
         pad_token=SPECIALS[0],
-        additional_special_tokens=list(SPECIALS[1:]),
+        additional_special_tokens=list(specials[1:]),
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = TOOL_CHAT_TEMPLATE if tools else CHAT_TEMPLATE
     fast.padding_side = "left"
     return fast
 

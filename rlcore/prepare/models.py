@@ -26,7 +26,13 @@ from rlcore.data.sampler import load_prompt_set
 from rlcore.log import say
 from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import build_tiny_lm, check_model_dir, check_positions, train_tiny_tokenizer
-from rlcore.prepare.warmup import accuracy_reached, sft_examples, supervised_warmup
+from rlcore.prepare.warmup import (
+    accuracy_reached,
+    calculator_call,
+    sft_examples,
+    supervised_warmup,
+    tool_examples,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,10 @@ def _fingerprint(config: ReasoningConfig) -> str:
         "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
         "version": 3,  # bump when the recipe below changes
     }
+    if config.rollout.tools:  # (only then: the caches of runs without tools stay valid)
+        shape["tools"] = sorted(config.rollout.tools)
+    if config.warmup.examples is not None:
+        shape["examples"] = config.warmup.examples
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -88,8 +98,11 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
         syn.num_train, digits=syn.digits, operations=syn.operations, seed=syn.seed
     )
     suffix = config.data.prompt_suffix
+    tools = bool(config.rollout.tools)
     corpus = [row["question"] + suffix + " " + row["answer"] for row in rows]
-    tokenizer = train_tiny_tokenizer(corpus)
+    if tools:  # the calls' JSON too, so that BPE merges its fixed parts
+        corpus += [calculator_call(r["question"][8:-1]) for r in rows[:2000]]
+    tokenizer = train_tiny_tokenizer(corpus, tools=tools)
     tiny = config.actor.model.tiny
     model = build_tiny_lm(
         tokenizer,
@@ -100,8 +113,13 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
         seed=syn.seed,
     )
     if config.warmup.steps:
-        examples = sft_examples(rows, tokenizer, suffix, config.data.chat_template is True)
         warm = config.warmup
+        taught = rows[: warm.examples] if warm.examples is not None else rows
+        examples = (
+            tool_examples(taught, tokenizer, suffix)
+            if tools
+            else sft_examples(taught, tokenizer, suffix, config.data.chat_template is True)
+        )
         log(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
         stop = None
         if warm.stop_at_accuracy is not None:

@@ -4,6 +4,7 @@ of the run's preparation (``rlcore/prepare/models.py``), before any driver is bu
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -31,6 +32,35 @@ def sft_examples(
         target = tokenizer(("" if chat else " ") + row["answer"], add_special_tokens=False)
         examples.append((prompt, target["input_ids"] + [tokenizer.eos_token_id]))
     return examples
+
+
+def tool_examples(
+    rows: list[dict[str, str]], tokenizer: Any, suffix: str
+) -> list[tuple[list[int], list[int], list[int]]]:
+    """``(prompt_ids, target_ids, trained)`` calculator trajectories, tokenised as the agent
+    loop lays them out (``rlcore.workers.agent_loop``): the model's call with the question's
+    expression and its end token, the calculator's answer as a tool message (``trained`` 0: no
+    loss on it, as in PPO), then ``#### N`` and the end token."""
+    from rlcore.tools.calculator import evaluate
+    from rlcore.workers.agent_loop import TurnRenderer
+
+    render, eos = TurnRenderer(tokenizer), tokenizer.eos_token_id
+    examples = []
+    for (prompt, _), row in zip(sft_examples(rows, tokenizer, suffix, True), rows, strict=True):
+        expression = row["question"].removeprefix("What is ").removesuffix("?")
+        call = tokenizer(calculator_call(expression), add_special_tokens=False)["input_ids"]
+        result = render.tokens([{"role": "tool", "content": evaluate(expression)}], eos)
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        target = [*call, eos, *result, *answer, eos]
+        trained = [1] * (len(call) + 1) + [0] * len(result) + [1] * (len(answer) + 1)
+        examples.append((prompt, target, trained))
+    return examples
+
+
+def calculator_call(expression: str) -> str:
+    """The Hermes-format call of the calculator on ``expression``."""
+    arguments = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
+    return f"<tool_call>{arguments}</tool_call>"
 
 
 def accuracy_reached(
@@ -72,7 +102,7 @@ def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningC
 def supervised_warmup(
     model: torch.nn.Module,
     pad_id: int,
-    examples: list[tuple[list[int], list[int]]],
+    examples: list[tuple[list[int], ...]],
     config: ReasoningConfig,
     seed: int,
     stop: Any = None,
@@ -106,15 +136,20 @@ def supervised_warmup(
 
 
 def _right_padded(
-    pairs: list[tuple[list[int], list[int]]], pad_id: int
+    examples: list[tuple[list[int], ...]], pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(p) + len(t) for p, t in pairs)
-    ids = torch.full((len(pairs), width), pad_id)
-    labels = torch.full((len(pairs), width), -100)  # -100: no loss on the prompt and the padding
-    mask = torch.zeros((len(pairs), width), dtype=torch.long)
-    for row, (prompt, target) in enumerate(pairs):
+    """``(prompt, target)`` or ``(prompt, target, trained)`` examples (``trained``: 0 where a
+    target token takes no loss, a tool's answer)."""
+    width = max(len(e[0]) + len(e[1]) for e in examples)
+    ids = torch.full((len(examples), width), pad_id)
+    labels = torch.full((len(examples), width), -100)  # -100: no loss on the prompt, padding
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, (prompt, target, *trained) in enumerate(examples):
         n = len(prompt) + len(target)
         ids[row, :n] = torch.tensor(prompt + target)
-        labels[row, len(prompt) : n] = torch.tensor(target)
+        taken = torch.tensor(target)
+        if trained:
+            taken = torch.where(torch.tensor(trained[0]).bool(), taken, -100)
+        labels[row, len(prompt) : n] = taken
         mask[row, :n] = 1
     return ids, labels, mask

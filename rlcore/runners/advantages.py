@@ -60,7 +60,7 @@ def reasoning_advantages(
     ``values`` ... as the estimator reads them); ``scored``: the reward's rows. The KL metrics
     (``kl/to_ref``, ``kl/coef``); ``kl_ctrl`` (fixed or adaptive) steps with the KL it saw."""
     metrics: dict[str, float] = {}
-    mask = batch["response_mask"]
+    mask = batch["loss_mask"]  # the model's own tokens (tool tokens are context)
     rewards = scores_to_token_rewards(scored["scores"], mask)
     if "ref_log_probs" in batch:
         old, ref = batch["old_log_probs"], batch["ref_log_probs"]
@@ -109,13 +109,13 @@ def corrected(
 
 
 def _correct(alg: AlgorithmConfig, batch: TensorDict, metrics: dict[str, float]) -> torch.Tensor:
-    """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``response_mask``
+    """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``loss_mask``
     without the rejected tokens (returned), the ``rollout_corr/`` metrics."""
     weights, mask, found = corrected(
-        alg, batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]
+        alg, batch["old_log_probs"], batch["rollout_log_probs"], batch["loss_mask"]
     )
     metrics.update(found)
     if weights is not None:
         batch["rollout_is_weights"] = weights
-    batch["response_mask"] = mask
+    batch["loss_mask"] = mask
     return mask

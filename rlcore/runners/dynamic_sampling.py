@@ -40,7 +40,7 @@ def generate_groups(
     while True:
         batch, scored = generate_and_score(prompts(generations))
         generations += 1
-        generated += int(batch["response_mask"].sum())
+        generated += int(batch["loss_mask"].sum())
         if not rule.enable:
             return batch, scored, {"sampling/generated_tokens": float(generated)}
         varied = varied_groups(scored, rule.metric, size)

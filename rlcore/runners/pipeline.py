@@ -169,7 +169,7 @@ class Pipeline(Ahead):
                     key = {"logprob": "old_log_probs", "ref": "ref_log_probs"}.get(name, name)
                     batch[key] = value
         metrics: dict[str, float] = {
-            "sampling/generated_tokens": float(batch["response_mask"].sum()),
+            "sampling/generated_tokens": float(batch["loss_mask"].sum()),
             "async/staleness": float(staleness),
         }
         with watch("advantages"):

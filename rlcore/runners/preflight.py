@@ -33,6 +33,7 @@ from rlcore.runners.checkpoint import (
     checkpoint_to_resume,
 )
 from rlcore.runners.files import check_no_links
+from rlcore.tools.protocol import load_interaction, load_tools
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 from rlcore.workers.reward_judge import check_judge, compile_parser, read_template
 from rlcore.workers.reward_model import check_reward_model
@@ -88,6 +89,27 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if "judge" in used:
         attempt(compile_parser, reward.judge_parser)
     attempt(_check_megatron_models, config)
+    if config.rollout.tools or config.rollout.interaction is not None:
+        attempt(_check_tools, config)
+
+
+def _check_tools(config: ReasoningConfig) -> None:
+    """The tool classes (the protocol, distinct names), the interaction, and a way to find the
+    calls: the model's chat template (Hermes format) or ``rollout.tool_call_regex``."""
+    rollout = config.rollout
+    load_tools(rollout.tools)
+    if rollout.interaction is not None:
+        load_interaction(rollout.interaction)
+    path = config.actor.model.path
+    folder = local_model_dir(path, "actor.model.path", download=False) if path else None
+    if folder is not None and rollout.tool_call_regex is None:
+        from rlcore.models.lm import load_tokenizer
+
+        if getattr(load_tokenizer(folder), "chat_template", None) is None:
+            raise ConfigError(
+                f"rollout.tools: {path} has no chat template, so its tool-call format is "
+                "unknown; give rollout.tool_call_regex (named groups name and arguments)"
+            )
 
 
 def _check_model(path: str, setting: str, config: ReasoningConfig) -> None:

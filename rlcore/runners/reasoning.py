@@ -55,6 +55,7 @@ from rlcore.runners.score_normalizer import ScoreNormalizer
 from rlcore.runners.validation import validate
 from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
+from rlcore.tools.protocol import load_tools, schema
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
 from rlcore.workers.reward import RewardWorker
 from rlcore.workers.rollout import RolloutWorker
@@ -67,8 +68,10 @@ class ReasoningRunner(Driver):
         run, alg = config.runner, config.algorithm
         self.models = models
         self.tokenizer = load_tokenizer(models.actor)
-        self.train_set = load_prompt_set(config, self.tokenizer, train=True, log=say)
-        self.val_set = load_prompt_set(config, self.tokenizer, train=False, log=say)
+        # rollout.tools: their schemas, for a chat template that lists them to the model
+        tools = [schema(t) for t in load_tools(config.rollout.tools).values()] or None
+        self.train_set = load_prompt_set(config, self.tokenizer, True, say, tools)
+        self.val_set = load_prompt_set(config, self.tokenizer, False, say, tools)
         self.sampler = PromptSampler(len(self.train_set), run.seed, config.data.shuffle)
         ctrl = alg.kl_ctrl
         self.kl_ctrl = build_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)

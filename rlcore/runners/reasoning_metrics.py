@@ -24,8 +24,8 @@ def accuracy(name: str, scored: TensorDict) -> dict[str, float]:
 
 def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict) -> dict:
     """The rewards, responses, padding and values of one training batch."""
-    mask = batch["response_mask"].bool()
-    lengths = mask.sum(-1).float()
+    lengths = batch["response_mask"].sum(-1).float()  # every response token, tools' included
+    mask = batch["loss_mask"].bool()  # the model's own tokens
     metrics = {
         "reward/mean": float(scored["scores"].mean()),
         **accuracy("reward/accuracy", scored),
@@ -63,11 +63,44 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         means = scored["reward_components"].mean(0).tolist()
         for key, mean in zip(config.algorithm.gdpo_reward_keys, means, strict=True):
             metrics[f"reward/component/{key}_mean"] = mean
+    if "trajectories" in batch:
+        metrics.update(trajectory_metrics(batch["trajectories"].tolist()))
     if "values" in batch:
         values = batch["values"]
         metrics["critic/value_mean"] = float(masked_mean(values, mask))
         metrics["critic/vf_explained_var"] = float(
             explained_variance(values, batch["returns"], mask)
+        )
+    return metrics
+
+
+def trajectory_metrics(trajectories: list[dict[str, Any]]) -> dict[str, float]:
+    """Multi-turn batches (docs/agents.md): turns (verl's ``num_turns/``), tool calls per
+    trajectory by tool, tool errors, timeouts and malformed calls per trajectory, the share of
+    trajectories ending at each limit, and the seconds spent in tool calls."""
+    n = len(trajectories)
+    turns = [t["turns"] for t in trajectories]
+    metrics: dict[str, float] = {
+        "num_turns/mean": sum(turns) / n,
+        "num_turns/min": float(min(turns)),
+        "num_turns/max": float(max(turns)),
+        "tools/calls_per_trajectory": sum(len(t["calls"]) for t in trajectories) / n,
+        "tools/errors_per_trajectory": sum(t["tool_errors"] for t in trajectories) / n,
+        "tools/timeouts": float(sum(t["tool_timeouts"] for t in trajectories)),
+        "tools/malformed_per_trajectory": sum(t["malformed_calls"] for t in trajectories) / n,
+        "tools/hit_turn_limit": sum(t["stop"] == "turn_limit" for t in trajectories) / n,
+        "tools/hit_token_limit": sum(t["stop"] == "token_limit" for t in trajectories) / n,
+        "tools/seconds": sum(t["tool_s"] for t in trajectories),
+    }
+    names = sorted({c["name"] for t in trajectories for c in t["calls"] if not c["malformed"]})
+    for name in names:
+        count = sum(
+            c["name"] == name and not c["malformed"] for t in trajectories for c in t["calls"]
+        )
+        metrics[f"tools/calls_per_trajectory/{name}"] = count / n
+    if any(t["interactions"] for t in trajectories):
+        metrics["interaction/replies_per_trajectory"] = (
+            sum(t["interactions"] for t in trajectories) / n
         )
     return metrics
 
@@ -80,6 +113,8 @@ def throughput(metrics: dict, seconds: dict[str, float], batch: TensorDict) -> i
     metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
     generated = metrics.pop("sampling/generated_tokens")
     metrics["perf/generated_tokens_per_s"] = generated / max(seconds["generate"], 1e-9)
+    if "tools/seconds" in metrics:  # the share of the generation stage spent in tool calls
+        metrics["tools/time_share"] = metrics["tools/seconds"] / max(seconds["generate"], 1e-9)
     return int(generated)
 
 

@@ -58,6 +58,9 @@ def _generation(tokenizer: Any, row: TensorDict) -> dict[str, Any]:
     }
     if "judge_outputs" in row:  # reward.kind judge: what the judge answered
         generation["judge"] = row["judge_outputs"]
+    if "trajectories" in row:  # multi-turn: the turns and tool answers, and how it stopped
+        trajectory = row["trajectories"]
+        generation["messages"], generation["stop"] = trajectory["messages"], trajectory["stop"]
     return generation
 
 

@@ -55,6 +55,7 @@ ACTOR_READS = (
     "position_ids",
     "responses",
     "response_mask",
+    "loss_mask",
     "old_log_probs",
     "advantages",
 )
@@ -64,6 +65,7 @@ CRITIC_READS = (
     "position_ids",
     "responses",
     "response_mask",
+    "loss_mask",
     "values",
     "returns",
 )
@@ -290,7 +292,7 @@ class LMActor(TrainedComponent):
     def update(self, batch: TensorDict) -> dict[str, float]:
         reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.kl_loss_on else ())
         reads += ("rollout_is_weights",) if "rollout_is_weights" in batch else ()
-        metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key="response_mask")
+        metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key="loss_mask")
         return {f"actor/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
@@ -300,7 +302,7 @@ class LMActor(TrainedComponent):
             log_probs,
             micro["old_log_probs"],
             micro["advantages"],
-            micro["response_mask"],
+            micro["loss_mask"],
             entropy=entropy,
             policy_loss_fn=self.policy_loss,
             clip_ratio_low=alg.clip_ratio_low,
@@ -362,7 +364,7 @@ class LMCritic(TrainedComponent):
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        metrics = self.trainer.fit(batch.select(*CRITIC_READS), self._loss, "response_mask")
+        metrics = self.trainer.fit(batch.select(*CRITIC_READS), self._loss, "loss_mask")
         return {f"critic/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
@@ -371,7 +373,7 @@ class LMCritic(TrainedComponent):
             self._values(module, micro),
             micro["returns"],
             micro["values"],
-            micro["response_mask"],
+            micro["loss_mask"],
             value_clip=alg.value_clip,
             huber_delta=alg.huber_delta,
             loss_agg_mode=alg.loss_agg_func,

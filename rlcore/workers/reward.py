@@ -57,15 +57,23 @@ class RewardWorker:
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
-        texts = self.tokenizer.batch_decode(
-            batch["responses"] * batch["response_mask"]
-            + self.tokenizer.pad_token_id * (1 - batch["response_mask"]),
-            skip_special_tokens=True,
-        )
+        texts = self._decoded(batch, "response_mask")
         pairs = list(zip(texts, batch["answers"], strict=True))
         # verl's data_source and extra_info, where the files have them (None elsewhere)
         sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
         kinds = [self._kind_of(source) for source in sources]
+        if "trajectories" in batch:  # multi-turn (rollout.tools): docs/agents.md
+            # a custom function reads the whole trajectory (text and extra_info["trajectory"]);
+            # the built-in rules the model's own text, so a tool's output never scores
+            trajectories = batch["trajectories"].tolist()
+            extras = [
+                {**(e or {}), "trajectory": t} for e, t in zip(extras, trajectories, strict=True)
+            ]
+            own = self._decoded(batch, "loss_mask")
+            pairs = [
+                (own[i], answer) if kind in ("gsm8k", "math") else (text, answer)
+                for i, ((text, answer), kind) in enumerate(zip(pairs, kinds, strict=True))
+            ]
         # the verdicts of the rows a rule scores: theirs, and those of the reward model's rows
         rules = [
             scorer_of(self.config.rule, s)
@@ -158,6 +166,14 @@ class RewardWorker:
             rows["judge_unparsed"] = missed
             rows["judge_outputs"] = NonTensorStack(*said)
         return TensorDict(rows, batch_size=[len(texts)])
+
+    def _decoded(self, batch: TensorDict, mask_key: str) -> list[str]:
+        """The responses' tokens under ``batch[mask_key]`` as text."""
+        mask = batch[mask_key]
+        return self.tokenizer.batch_decode(
+            batch["responses"] * mask + self.tokenizer.pad_token_id * (1 - mask),
+            skip_special_tokens=True,
+        )
 
     def _ask_remote(
         self, batch: TensorDict, pairs: list[tuple[str, str]], sources: list[Any]

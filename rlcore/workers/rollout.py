@@ -24,11 +24,12 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.sequences import position_ids, response_mask
+from rlcore.data.sequences import left_pad, position_ids, response_mask
 from rlcore.models.forward import cache_inputs, inner_model
 from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
+from rlcore.workers.agent_loop import AgentLoop
 from rlcore.workers.sampling import sampling
 from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
@@ -96,6 +97,16 @@ class HFEngine:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
         self.released = False
+        # rollout.tools / rollout.interaction: multi-turn trajectories (agent_loop.py)
+        self.agent = (
+            AgentLoop(config, self.tokenizer, eos)
+            if config.rollout.tools or config.rollout.interaction is not None
+            else None
+        )
+
+    def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
 
     pushes_weights = False
 
@@ -111,7 +122,9 @@ class HFEngine:
         tensors = self.model.state_dict()
         return {k: v for k, v in tensors.items() if not self.lora or is_adapter(k)}
 
-    def generation_config(self, greedy: bool, validation: bool = False) -> Any:
+    def generation_config(
+        self, greedy: bool, validation: bool = False, max_new_tokens: int | None = None
+    ) -> Any:
         from transformers import GenerationConfig
 
         options: dict[str, Any] = {"do_sample": False}
@@ -124,7 +137,7 @@ class HFEngine:
                 "top_k": top_k,
             }
         return GenerationConfig(
-            max_new_tokens=self.config.data.max_response_length,
+            max_new_tokens=max_new_tokens or self.config.data.max_response_length,
             eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,
@@ -142,12 +155,46 @@ class HFEngine:
     ) -> TensorDict:
         was_training = self.model.training
         self.model.eval()
-        config = self.generation_config(greedy, validation)
-        recorder = SampledLogProbs(sampling(self.config, validation)[0])
+        temperature = sampling(self.config, validation)[0]
         try:
+            if self.agent is not None:
+                return self.agent.run(
+                    prompts,
+                    lambda contexts, budget: self._turn(
+                        contexts,
+                        self.generation_config(greedy, validation, budget),
+                        SampledLogProbs(temperature) if log_probs else None,
+                    ),
+                    log_probs,
+                )
+            config = self.generation_config(greedy, validation)
+            recorder = SampledLogProbs(temperature)
             return self._generate(prompts, config, recorder if log_probs else None)
         finally:
             self.model.train(was_training)
+
+    def _turn(
+        self, contexts: list[list[int]], generation_config: Any, recorder: SampledLogProbs | None
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One turn of the agent loop: each context's new tokens, up to and including its first
+        end-of-turn token, and their log-probs when ``recorder``."""
+        from transformers import LogitsProcessorList
+
+        ids, mask = left_pad(contexts, self.tokenizer.pad_token_id)
+        with rollout_keys_only(self.model):
+            out = self.model.generate(
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                generation_config=generation_config,
+                logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
+            )
+        new = out[:, ids.shape[1] :].cpu()
+        lengths = response_mask(new, self.eos_ids).sum(-1).tolist()
+        tokens = [row[:n].tolist() for row, n in zip(new, lengths, strict=True)]
+        if recorder is None:
+            return tokens, None
+        recorded = recorder.finish(out[:, -1]).cpu()
+        return tokens, [row[:n].tolist() for row, n in zip(recorded, lengths, strict=True)]
 
     def _generate(
         self, prompts: TensorDict, generation_config: Any, recorder: SampledLogProbs | None
@@ -180,6 +227,7 @@ class HFEngine:
             "position_ids": position_ids(attention),
             "responses": responses,
             "response_mask": resp_mask,
+            "loss_mask": resp_mask.clone(),  # one turn: every response token is the model's
         }
         if recorder is not None:
             recorded = recorder.finish(out[:, -1])

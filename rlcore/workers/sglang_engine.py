@@ -147,6 +147,7 @@ class SGLangEngine:
             "position_ids": position_ids(attention),
             "responses": responses,
             "response_mask": resp_mask,
+            "loss_mask": resp_mask.clone(),  # one turn: every response token is the model's
         }
         if log_probs:
             generated["rollout_log_probs"] = logp * resp_mask

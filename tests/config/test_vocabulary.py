@@ -95,6 +95,14 @@ ADDED_SINCE = {
         "reward.remote_timeout_s": 30.0,
         "reward.remote_retries": 3,
         "reward.on_error": "raise",
+        # multi-turn rollouts with tools (0.1 had one turn)
+        "rollout.tools": [],
+        "rollout.max_turns": 4,
+        "rollout.tool_call_regex": None,
+        "rollout.tool_timeout_s": 10.0,
+        "rollout.tool_processes": 2,
+        "rollout.interaction": None,
+        "warmup.examples": None,
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)

@@ -41,6 +41,7 @@ def make_batch(config, dirs, n=8, seed=0):
     width = batch["responses"].shape[1]
     ends = torch.tensor([width, 3, 5, 2, 7, width, 1, 4])[:n, None]
     batch["response_mask"] = (torch.arange(width) < ends).long()
+    batch["loss_mask"] = batch["response_mask"].clone()  # one turn: all trained
     # no stop or padding token inside a response, as the rollout masks them (a row that stopped
     # early carries them where it is now made to go on): one stands in for it
     stop = torch.isin(
@@ -402,6 +403,7 @@ def test_a_batch_cut_to_its_longest_response_gives_the_same_log_probs_and_update
     width = batch["responses"].shape[1]
     mask = (torch.arange(width) < batch["response_mask"].sum(-1, keepdim=True).clamp(max=5)).long()
     batch["response_mask"], batch["attention_mask"][:, -width:] = mask, mask
+    batch["loss_mask"] = batch["response_mask"].clone()  # one turn: all trained
     batch["advantages"] *= mask
     batch["returns"] *= mask
     cut = trim_padding(batch.exclude("advantages", "returns"))  # as generated
@@ -497,6 +499,7 @@ def grouped_batch(config, dirs, prompts=4, group=3):
     width = batch["responses"].shape[1]
     ends = (torch.arange(prompts * group) * 5 % width + 1)[:, None]
     batch["response_mask"] = (torch.arange(width) < ends).long()
+    batch["loss_mask"] = batch["response_mask"].clone()  # one turn: all trained
     batch["attention_mask"][:, -width:] = batch["response_mask"]
     gen = torch.Generator().manual_seed(1)
     batch["advantages"] = torch.randn(batch["responses"].shape, generator=gen)

@@ -21,7 +21,40 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_update_sizes(config),
         *_rollout_correction(config),
         *_asynchronous(config),
+        *_tools(config),
     ]
+
+
+def _tools(config: ReasoningConfig) -> list[str]:
+    """The multi-turn keys: read only with tools or an interaction; the hf engine's loop."""
+    import re
+
+    rollout, problems = config.rollout, []
+    if not rollout.tools and rollout.interaction is None:
+        keys = ("max_turns", "tool_call_regex", "tool_timeout_s", "tool_processes")
+        return [
+            f"rollout.{name}: set, but no rollout.tools and no rollout.interaction; add tools "
+            "(e.g. rollout.tools=[calculator]) or leave it out"
+            for name in _changed(rollout, keys)
+        ]
+    if rollout.backend != "hf":
+        problems.append(
+            "rollout.tools: the agent loop runs on the hf engine; rollout.backend="
+            f"{rollout.backend} has none yet (use rollout.backend=hf)"
+        )
+    if rollout.tool_call_regex is not None:
+        try:
+            groups = re.compile(rollout.tool_call_regex).groupindex
+        except re.error as error:
+            problems.append(f"rollout.tool_call_regex: not a regex: {error}")
+        else:
+            missing = [g for g in ("name", "arguments") if g not in groups]
+            if missing:
+                problems.append(
+                    f"rollout.tool_call_regex: no named group {' or '.join(missing)}; write "
+                    "(?P<name>...) and (?P<arguments>...) (a JSON object)"
+                )
+    return problems
 
 
 def _asynchronous(config: ReasoningConfig) -> list[str]:
@@ -251,6 +284,28 @@ def _model(config: ReasoningConfig) -> list[str]:
             "warmup.steps: the supervised warm-up trains the tiny model only; set it to 0 when "
             "actor.model.path is set"
         )
+    warm = config.warmup
+    if model.path is None and warm.steps and config.rollout.tools:
+        if "calculator" not in config.rollout.tools:
+            problems.append(
+                "rollout.tools: the tiny model's warm-up teaches the calculator's call on the "
+                "synthetic task, so the tools must include calculator (or set warmup.steps=0)"
+            )
+        if config.data.train_files:
+            problems.append(
+                "warmup.steps: with rollout.tools the warm-up writes calculator trajectories "
+                "for the synthetic task; data.train_files are not; set warmup.steps=0"
+            )
+        if warm.stop_at_accuracy is not None:
+            problems.append(
+                "warmup.stop_at_accuracy: its check decodes one turn, not the tool loop; with "
+                "rollout.tools set a number of warmup.steps and leave it null"
+            )
+        if config.data.chat_template is not True:
+            problems.append(
+                "data.chat_template: with rollout.tools the tiny model's prompts and tool "
+                "messages are chat turns; set data.chat_template=true"
+            )
     return problems
 
 
