@@ -30,6 +30,29 @@ from typing import Any
 START_TIMEOUT_S = 60.0  # a process that is not ready by then is a failure
 
 
+def serve_items(
+    conn: Any, setup: Callable[[], Any], answer: Callable[[Any, int, tuple], Any]
+) -> None:
+    """The process side of the protocol: ``state = setup()`` (an error is sent as ``"failed"``),
+    ``"ready"``, then each ``(index, *item)`` answered with ``(index, answer(state, index,
+    item))`` until ``None`` or a closed pipe."""
+    try:
+        state = setup()
+    except Exception as error:
+        conn.send(("failed", f"{type(error).__name__}: {error}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        index, *item = message
+        conn.send((index, answer(state, index, tuple(item))))
+
+
 class PoolFailed(RuntimeError):
     """A process could not set up (its ``"failed"`` message), or none started in time."""
 

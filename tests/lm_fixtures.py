@@ -1,8 +1,12 @@
 """A tiny reasoning config and model shared by the reasoning tests (built once per session)."""
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
+
+import torch
+from safetensors.torch import load_file
 
 from rlcore.config import load_config
 from rlcore.config.schema import ReasoningConfig
@@ -61,3 +65,35 @@ def once(*overrides: str) -> list[str]:
     key given twice; a test layers its own values over ``TINY``)."""
     last = {o.split("=", 1)[0]: o for o in overrides}
     return list(last.values())
+
+
+def resumed_at_two(cache: Path, output: Path, *overrides: str) -> Any:
+    """The runner of a run in ``output/cut`` resuming the iteration-2 checkpoint of the run
+    ``output/full`` (3 iterations, checkpointed every one) as if it had stopped there; not run."""
+    from rlcore.placement import plan_for_config
+    from rlcore.runners.supervisor import build_runner
+
+    checkpoint = "checkpoints/iter_000002"
+    shutil.copytree(output / "full" / checkpoint, output / "cut" / checkpoint)
+    resumed = tiny_config(
+        cache,
+        output,
+        *overrides,
+        "runner.total_iterations=3",
+        f"runner.resume_dir={output / 'cut'}",
+    )
+    return build_runner(resumed, plan_for_config(resumed))
+
+
+def assert_resumed_like_unbroken(output: Path, names: tuple[str, ...] = ("actor", "critic")):
+    """The resumed run's (``resumed_at_two``) final weights equal the unbroken run's, bit for
+    bit, and differ from the first iteration's (they trained)."""
+    for name in names:
+        full, resumed, start = (
+            load_file(output / run / f"checkpoints/iter_00000{i}" / name / "model.safetensors")
+            for run, i in (("full", 3), ("cut", 3), ("full", 1))
+        )
+        assert full.keys() == resumed.keys()
+        assert any(not torch.equal(full[k], start[k]) for k in full)
+        for key in full:
+            assert torch.equal(full[key], resumed[key]), f"{name}.{key} differs after resuming"

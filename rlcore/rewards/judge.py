@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.data.answers import math_verify_seconds
+from rlcore.procpool import serve_items
 from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
 
 
@@ -158,10 +159,11 @@ def judge(
 
 
 def serve(conn: Any, rules: Rules) -> None:
-    """A scoring process: says ``"ready"``, then ``(index, response, answer[, data_source,
-    extra_info])`` in, ``(index,
-    Verdict)`` or ``(index, message)`` (a bad reward, a failure) out, until ``None``."""
-    try:
+    """A scoring process (``rlcore.procpool``'s protocol): ``(index, response, answer[,
+    data_source, extra_info])`` in, ``(index, Verdict)`` or ``(index, message)`` (a bad reward,
+    a failure) out."""
+
+    def setup() -> Any:
         custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
         if rules.kind == "math":
             # math-verify loads its grammar and sympy on first use (seconds on a busy machine):
@@ -169,22 +171,16 @@ def serve(conn: Any, rules: Rules) -> None:
             math_correct(
                 "\\boxed{\\frac{1}{2}}", "0.5", timeout_s=math_verify_seconds(rules.timeout_s)
             )
-    except Exception as error:
-        conn.send(("failed", f"{type(error).__name__}: {error}"))
-        return
-    conn.send(("ready", None))
-    while True:
+        return custom
+
+    def answer(custom: Any, index: int, item: tuple) -> Any:
+        response, reference, *context = item  # (context: data_source, extra_info)
         try:
-            message = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        index, response, answer, *context = message  # (context: data_source, extra_info)
-        try:
-            conn.send((index, judge(rules, custom, response, answer, index, *context)))
+            return judge(rules, custom, response, reference, index, *context)
         except BadReward as error:
-            conn.send((index, str(error)))
+            return str(error)
         except Exception as error:  # the rules themselves failing: say where
             detail = traceback.format_exc(limit=-3)
-            conn.send((index, f"reward: scoring response {index} failed: {error}\n{detail}"))
+            return f"reward: scoring response {index} failed: {error}\n{detail}"
+
+    serve_items(conn, setup, answer)

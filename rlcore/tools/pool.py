@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.config.errors import ConfigError
-from rlcore.procpool import DeadlinePool, PoolFailed
+from rlcore.procpool import DeadlinePool, PoolFailed, serve_items
 from rlcore.tools.calls import Call
 
 
@@ -28,52 +28,43 @@ class ToolResult:
 def serve(conn: Any, setup: tuple[tuple[str, ...], str | None]) -> None:
     """A tool process (``rlcore.procpool``'s protocol): ``(index, "call", name, arguments)`` or
     ``(index, "respond", messages, answer)`` in, ``(index, (ok, text))`` out."""
-    from rlcore.tools.protocol import load_interaction, load_tools
-
     entries, interaction_entry = setup
-    try:
-        tools = load_tools(entries)
-        interaction = load_interaction(interaction_entry) if interaction_entry else None
+
+    def load() -> tuple[dict[str, Any], Any, dict[str, Any]]:
         import jsonschema
 
-        validators = {
-            name: jsonschema.Draft202012Validator(tool.parameters) for name, tool in tools.items()
-        }
+        from rlcore.tools.protocol import load_interaction, load_tools
+
+        tools = load_tools(entries)
+        interaction = load_interaction(interaction_entry) if interaction_entry else None
+        validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in tools.items()}
+        return tools, interaction, validators
+
+    serve_items(conn, load, _answer)
+
+
+def _answer(loaded: tuple, index: int, item: tuple) -> tuple[bool, str | None]:
+    tools, interaction, validators = loaded
+    kind, first, second = item
+    try:
+        if kind == "respond":
+            reply = interaction.respond(first, second)
+            if reply is not None and not isinstance(reply, str):
+                raise TypeError(f"respond returned {type(reply).__name__}, not str or None")
+            return True, reply
+        tool = tools.get(first)
+        if tool is None:
+            return False, f"unknown tool '{first}'; the tools are: {', '.join(sorted(tools))}"
+        problem = next(iter(validators[first].iter_errors(second)), None)
+        if problem is not None:
+            return False, f"bad arguments for {first}: {problem.message}"
+        text = tool.call(second)
+        return True, text if isinstance(text, str) else str(text)
     except Exception as error:
-        conn.send(("failed", f"{type(error).__name__}: {error}"))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        index, kind, first, second = message
-        try:
-            if kind == "respond":
-                reply = interaction.respond(first, second)
-                if reply is not None and not isinstance(reply, str):
-                    raise TypeError(f"respond returned {type(reply).__name__}, not str or None")
-                conn.send((index, (True, reply)))
-                continue
-            tool = tools.get(first)
-            if tool is None:
-                known = ", ".join(sorted(tools))
-                conn.send((index, (False, f"unknown tool '{first}'; the tools are: {known}")))
-                continue
-            problem = next(iter(validators[first].iter_errors(second)), None)
-            if problem is not None:
-                conn.send((index, (False, f"bad arguments for {first}: {problem.message}")))
-                continue
-            text = tool.call(second)
-            conn.send((index, (True, text if isinstance(text, str) else str(text))))
-        except Exception as error:
-            detail = f"{type(error).__name__}: {error}"
-            if kind == "respond":
-                detail += "\n" + traceback.format_exc(limit=-2)
-            conn.send((index, (False, detail)))
+        detail = f"{type(error).__name__}: {error}"
+        if kind == "respond":
+            detail += "\n" + traceback.format_exc(limit=-2)
+        return False, detail
 
 
 class ToolPool:

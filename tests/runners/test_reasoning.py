@@ -3,12 +3,10 @@ Ray processes; bad model paths and data fail before anything starts."""
 
 import json
 import re
-import shutil
 import time
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from rlcore.cli import run_entry_point
 from rlcore.config.errors import ConfigError
@@ -19,7 +17,13 @@ from rlcore.runners.baselines import greedy_baselines
 from rlcore.runners.preflight import preflight
 from rlcore.runners.supervisor import build_runner
 from rlcore.scheduler import WorkerError
-from tests.lm_fixtures import TINY, once, tiny_config
+from tests.lm_fixtures import (
+    TINY,
+    assert_resumed_like_unbroken,
+    once,
+    resumed_at_two,
+    tiny_config,
+)
 
 # every Ray run of this module joins one local Ray (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("local_ray")
@@ -239,28 +243,11 @@ def test_a_resumed_run_ends_with_the_same_weights_as_an_unbroken_one(tiny_lm, tm
     assert "val_accuracy_after" not in summary
     assert 0.0 <= summary["val_reward_mean_after"] <= 2.0
     # Stopped after iteration 2: a run folder holding only the iteration-2 checkpoint.
-    shutil.copytree(
-        tmp_path / "full/checkpoints/iter_000002", tmp_path / "cut/checkpoints/iter_000002"
-    )
-    resumed = tiny_config(
-        cache,
-        tmp_path,
-        *common,
-        "runner.total_iterations=3",
-        f"runner.resume_dir={tmp_path / 'cut'}",
-    )
-    runner = build_runner(resumed, plan_for_config(resumed))
+    runner = resumed_at_two(cache, tmp_path, *common)
     if layout == "disaggregated":
         the_rollout_holds_only_the_weights_it_was_synced(runner)
     runner.run()
-    for name in ("actor", "critic"):
-        full = load_file(tmp_path / "full/checkpoints/iter_000003" / name / "model.safetensors")
-        resumed = load_file(tmp_path / "cut/checkpoints/iter_000003" / name / "model.safetensors")
-        start = load_file(tmp_path / "full/checkpoints/iter_000001" / name / "model.safetensors")
-        assert full.keys() == resumed.keys()
-        assert any(not torch.equal(full[k], start[k]) for k in full)
-        for key in full:
-            assert torch.equal(full[key], resumed[key]), f"{name}.{key} differs after resuming"
+    assert_resumed_like_unbroken(tmp_path)
     if layout == "data-parallel":  # DDP in step: both ranks' optimisers saw the same gradients
         saved = tmp_path / "full/checkpoints/iter_000003/actor"
         ranks = [torch.load(saved / f"trainer_rank{r}.pt")["optimizer"]["state"] for r in (0, 1)]
