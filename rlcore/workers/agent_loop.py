@@ -1,5 +1,5 @@
 """The agent loop of a multi-turn rollout (``rollout.tools``, ``rollout.interaction``;
-docs/agents.md), run by the hf engine for every batch it generates.
+docs/agents.md), run by the rollout's engine (hf or sglang) for every batch it generates.
 
 All trajectories of a batch advance together, one batched generation per turn: each model turn
 runs to the model's end-of-turn token (or the response budget); the turn's tool calls
@@ -12,8 +12,9 @@ response reaches ``data.max_response_length`` tokens.
 The response of a trajectory is every token after the prompt: model turns and tool (or user)
 messages. ``response_mask`` covers all of them, ``loss_mask`` the model's own tokens only: the
 losses, log-probs, values, KL, advantages and their metrics read ``loss_mask``; tool tokens are
-context. Each turn is a new prefill of the whole context (transformers' ``generate`` keeps no
-cache across calls with different padding).
+context. The engine gives ``sample`` (``HFEngine._turn``, ``SGLangEngine.turn``); on hf each
+turn is a new prefill of the whole context (transformers' ``generate`` keeps no cache across
+calls with different padding), on sglang the radix cache keeps the shared prefix.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import position_ids, response_mask
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
+from rlcore.workers.agent_loop import AgentLoop
 from rlcore.workers.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
@@ -85,6 +86,13 @@ class SGLangEngine:
             base_gpu_id=0,  # the first GPU this process sees (CUDA_VISIBLE_DEVICES holds its own)
             log_level="error",
         )
+        # rollout.tools / rollout.interaction: multi-turn trajectories (agent_loop.py); each
+        # turn's context starts with the last one's, which SGLang's radix cache keeps
+        self.agent = (
+            AgentLoop(config, self.tokenizer, self.eos_ids)
+            if config.rollout.tools or config.rollout.interaction is not None
+            else None
+        )
 
     # generation --------------------------------------------------------------------------------
 
@@ -121,6 +129,12 @@ class SGLangEngine:
     ) -> TensorDict:
         if self.released:
             raise RuntimeError("the sglang engine's memory is released: resume_memory() first")
+        if self.agent is not None:
+            return self.agent.run(
+                prompts,
+                lambda contexts, budget: self.turn(contexts, budget, greedy, validation, log_probs),
+                log_probs,
+            )
         ids, mask = prompts["input_ids"].cpu(), prompts["attention_mask"].cpu()
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         outputs = self.engine.generate(
@@ -152,6 +166,31 @@ class SGLangEngine:
         if log_probs:
             generated["rollout_log_probs"] = logp * resp_mask
         return TensorDict(generated, batch_size=[len(requests)])
+
+    def turn(
+        self,
+        contexts: list[list[int]],
+        budget: int,
+        greedy: bool,
+        validation: bool,
+        log_probs: bool,
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One turn of the agent loop: each context's new tokens, up to and including its first
+        end-of-turn token (SGLang's ``output_ids`` hold the stop token), and their log-probs."""
+        params = {**self.sampling_params(greedy, validation), "max_new_tokens": budget}
+        outputs = self.engine.generate(
+            input_ids=contexts, sampling_params=params, return_logprob=log_probs
+        )
+        tokens: list[list[int]] = []
+        logps: list[list[float]] = []
+        for out in outputs:
+            ids = list(out["output_ids"])[:budget]
+            ends = [i for i, token in enumerate(ids) if token in self.eos_ids]
+            n = ends[0] + 1 if ends else len(ids)
+            tokens.append(ids[:n])
+            if log_probs:
+                logps.append([entry[0] for entry in out["meta_info"]["output_token_logprobs"]][:n])
+        return tokens, logps if log_probs else None
 
     # weights -----------------------------------------------------------------------------------
 
@@ -196,6 +235,8 @@ class SGLangEngine:
             self.released = False
 
     def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
         self.engine.shutdown()
 
 

@@ -28,7 +28,6 @@ class Again:
         (("rollout.max_turns=0",), "rollout.max_turns"),
         (("rollout.tool_timeout_s=3",), "rollout.tool_timeout_s: set, but no rollout.tools"),
         ((*TOOLS, "rollout.tool_call_regex='CALL (\\w+)'"), "no named group name or arguments"),
-        ((*TOOLS, "rollout.backend=sglang"), "the agent loop runs on the hf engine"),
         (("rollout.tools=[python]", *TOOLS[1:]), "must include calculator"),
         (("rollout.tools=[calculator]", TOOLS[2]), "set data.chat_template=true"),
         (TOOLS[:2], "warmup.stop_at_accuracy: its check decodes one turn"),

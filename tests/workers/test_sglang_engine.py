@@ -5,10 +5,12 @@ and a run pushes the actor's weights into the engine each sync, flushes its cach
 its memory back while the actor trains, syncing again after taking it back."""
 
 import inspect
+import json
+import shutil
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
 from rlcore.data.sequences import left_pad
@@ -101,6 +103,47 @@ def test_sampled_log_probs_equal_the_actors_recomputed_ones(tiny_lm, tmp_path, f
     actor = LMActor(SOLO, config, dirs.actor)  # teacher-forced, at rollout.temperature
     recomputed = actor.compute_log_probs(batch)
     torch.testing.assert_close(batch["rollout_log_probs"], recomputed * mask, atol=1e-5, rtol=0)
+
+
+def test_the_agent_loop_gives_on_sglang_what_it_gives_on_hf(tiny_lm, tmp_path, fake_engines):
+    """Multi-turn (an interaction replies once, so every trajectory has two model turns unless
+    the budget ends it): greedy trajectories, masks and records equal the hf engine's."""
+    _, dirs = tiny_lm
+    (tmp_path / "again.py").write_text(
+        "class Again:\n    def respond(self, messages, answer):\n"
+        "        return 'Again.' if len(messages) < 2 else None\n"
+    )
+    config = sglang_config(
+        dirs,
+        tmp_path,
+        f"rollout.interaction={tmp_path}/again.py:Again",
+        "rollout.tool_processes=1",
+        "data.max_response_length=24",
+        "warmup.stop_at_accuracy=null",
+    )
+    # the barely trained model never ends a turn: a copy whose end tokens are the ones it says
+    # first, so that each turn ends at once and the interaction's reply comes in between
+    model = tmp_path / "model"
+    shutil.copytree(dirs.actor, model)
+    prompts = prompts_td(HFEngine(config, dirs.actor, CPU))
+    first = HFEngine(config, dirs.actor, CPU).generate(prompts, greedy=True)["responses"][:, 0]
+    settings = json.loads((model / "generation_config.json").read_text())
+    settings["eos_token_id"] = sorted({*first.tolist(), settings["eos_token_id"]})
+    (model / "generation_config.json").write_text(json.dumps(settings))
+    engine = SGLangEngine(config, model, CPU, rank=0, tp_size=1, collocated=False)
+    hf = HFEngine(config, model, CPU)
+    try:
+        prompts["answers"] = NonTensorStack(*["3"] * len(prompts))
+        ours, theirs = engine.generate(prompts, greedy=True), hf.generate(prompts, greedy=True)
+    finally:
+        engine.close()
+        hf.close()
+    for key in ("input_ids", "attention_mask", "responses", "response_mask", "loss_mask"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert ours["trajectories"].tolist() == [
+        {**t, "tool_s": 0.0} for t in theirs["trajectories"].tolist()
+    ]
+    assert (ours["response_mask"] != ours["loss_mask"]).any()  # the replies are context
 
 
 def test_a_run_pushes_weights_flushes_and_resyncs_after_releasing_memory(

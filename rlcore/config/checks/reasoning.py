@@ -37,11 +37,6 @@ def _tools(config: ReasoningConfig) -> list[str]:
             "(e.g. rollout.tools=[calculator]) or leave it out"
             for name in _changed(rollout, keys)
         ]
-    if rollout.backend != "hf":
-        problems.append(
-            "rollout.tools: the agent loop runs on the hf engine; rollout.backend="
-            f"{rollout.backend} has none yet (use rollout.backend=hf)"
-        )
     if rollout.tool_call_regex is not None:
         try:
             groups = re.compile(rollout.tool_call_regex).groupindex
