@@ -200,6 +200,8 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
             "activation": m.activation,
             "shared_backbone": m.shared_backbone,
             "log_std_init": m.log_std_init,
+            # actor.model.cls: the user's class, imported again to load the export
+            "cls": m.cls,
         },
         # env rank 0's running statistics (each env rank keeps its own)
         "obs_norm": None if norm is None else {"clip": config.env.clip_obs},
@@ -251,6 +253,7 @@ def load_policy(path: str | Path) -> Policy:
     from rlcore.envs.normalization import ObsNormalizer
     from rlcore.envs.vector import SpaceSpec
     from rlcore.models.actor_critic import ActorCritic
+    from rlcore.models.user_policy import UserPolicy, load_policy_class
 
     folder = Path(path)
     described_file = folder / "policy.json"
@@ -276,14 +279,17 @@ def load_policy(path: str | Path) -> Policy:
         None if s.get("obs_one_hot") is None else tuple(tuple(x) for x in s["obs_one_hot"]),
     )
     m = described["model"]
-    model = ActorCritic(
-        spec,
-        m["hidden_sizes"],
-        m["activation"],
-        m["shared_backbone"],
-        ortho_init=False,
-        log_std_init=m["log_std_init"],
-    )
+    if m.get("cls") is not None:  # a user's policy class (actor.model.cls)
+        model = UserPolicy(load_policy_class(m["cls"]), spec, m["cls"])
+    else:
+        model = ActorCritic(
+            spec,
+            m["hidden_sizes"],
+            m["activation"],
+            m["shared_backbone"],
+            ortho_init=False,
+            log_std_init=m["log_std_init"],
+        )
     tensors = load_file(str(folder / "policy.safetensors"))
     model.load_state_dict(
         {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}

@@ -22,6 +22,7 @@ from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.supervisor import build_runner
 from rlcore.workers.weights_file import read_trained_weights
 from tests.lm_fixtures import tiny_config
+from tests.models.test_user_policy import FILE as USER_POLICIES
 from tests.runners.test_reasoning import length_reward
 
 
@@ -101,9 +102,13 @@ def _planned(config):
     return config, plan_for_config(config)
 
 
-def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path):
+@pytest.mark.parametrize("policy", ["built-in", "user-class"])
+def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path, policy):
     """The default job trained to its threshold, exported: the loaded policy keeps a plain
-    gymnasium CartPole up for the full 500 steps, as the run's evaluation said it would."""
+    gymnasium CartPole up for the full 500 steps, as the run's evaluation said it would. With
+    actor.model.cls, a policy class of the test's own (tests/models/user_policies.py) trains to
+    the threshold and exports the same way."""
+    user = [f"actor.model.cls={USER_POLICIES}:SharedMLP"] if policy == "user-class" else []
     config = load_config(
         "embodied/cartpole_ppo",
         [
@@ -111,12 +116,28 @@ def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path):
             "runner.run_name=c",
             "runner.progress=false",
             "logger.tensorboard=false",
+            *user,
         ],
     )
     summary = EmbodiedRunner(config, plan_for_config(config)).run()
     assert summary["eval_return_mean"] >= 475
     assert main(["export", str(tmp_path / "c"), str(tmp_path / "policy")]) == 0
     policy = rlcore.load_policy(tmp_path / "policy")
+    if user:  # the class rebuilt from its file: the trained module's own greedy actions
+        from safetensors.torch import load_file
+
+        from rlcore.envs import SpaceSpec
+        from rlcore.models.user_policy import UserPolicy, load_policy_class
+
+        (last,) = sorted((tmp_path / "c/checkpoints").iterdir())[-1:]
+        trained = UserPolicy(
+            load_policy_class(user[0].split("=")[1]), SpaceSpec((4,), "discrete", (2,))
+        )
+        trained.load_state_dict(load_file(last / "actor/model.safetensors"))
+        obs = torch.randn(200, 4) * torch.tensor([1.0, 1.0, 0.1, 1.0])
+        greedy = trained.act(obs, deterministic=True)[0]
+        assert [int(policy(o.numpy())) for o in obs] == greedy.tolist()
+        return  # (its greedy returns at the first evaluation over 475 vary with the seeds)
     returns = []
     for seed in range(5):
         env = gym.make("CartPole-v1")

@@ -34,6 +34,13 @@ class ActorModelConfig:
     log_std_init: float = key(
         0.0, doc="initial log-std of Gaussian policies (Box actions)", range="any"
     )
+    cls: str | None = key(
+        None,
+        doc="a policy class of your own, 'module:Class' or 'path/to/file.py:Class': a "
+        "torch.nn.Module built as cls(observation_space, action_space) whose forward(obs) "
+        "returns (a torch.distributions.Distribution over the actions, [B] values) "
+        "(docs/embodied.md); null = the built-in MLP/CNN actor-critic above",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -23,6 +23,7 @@ from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
 from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
+from rlcore.models.user_policy import check_user_policy
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
 from rlcore.rewards.remote import check_reachable
@@ -178,7 +179,10 @@ def _probe_env(config: EmbodiedConfig) -> None:
     """One copy of the env, made and checked as the env worker makes its envs, then closed."""
     envs = make_vector_env(config.env.id, 1, config.env.vector_mode, config.env.kwargs)
     try:
-        check_image_shape(space_spec(envs, config.env.id).obs_shape, config.env.id)
+        spec = space_spec(envs, config.env.id)
+        check_image_shape(spec.obs_shape, config.env.id)
+        if config.actor.model.cls is not None:
+            check_user_policy(config.actor.model.cls, spec)
         if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":
             check_envs_can_be_saved(envs, config.env.id)
     finally:

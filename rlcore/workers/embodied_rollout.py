@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
+from rlcore.models.user_policy import UserPolicy, load_policy_class
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.state_files import load_state, save_state
@@ -28,11 +29,13 @@ from rlcore.workers.weight_version import check_weight_version
 STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
 
 
-def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic:
-    """The actor-critic of ``actor.model``, initialised from ``runner.seed`` (the same weights in
-    every process that builds it)."""
+def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic | UserPolicy:
+    """The actor-critic of ``actor.model`` (the user's class with ``actor.model.cls``),
+    initialised from ``runner.seed`` (the same weights in every process that builds it)."""
     m = config.actor.model
     torch.manual_seed(config.runner.seed)
+    if m.cls is not None:
+        return UserPolicy(load_policy_class(m.cls), spec, m.cls)
     return ActorCritic(
         spec, m.hidden_sizes, m.activation, m.shared_backbone, m.ortho_init, m.log_std_init
     )

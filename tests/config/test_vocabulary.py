@@ -71,7 +71,8 @@ ADDED_IN_BOTH_MODES = {
     "runner.max_staleness": 0,  # (0.1's lockstep loop)
 }
 ADDED_SINCE = {
-    "embodied": {**ADDED_IN_BOTH_MODES, **ROLLOUT_CORRECTION},
+    # actor.model.cls: a user's policy class (0.1 had the built-in heads only)
+    "embodied": {**ADDED_IN_BOTH_MODES, **ROLLOUT_CORRECTION, "actor.model.cls": None},
     "reasoning": {
         **ADDED_IN_BOTH_MODES,
         **ROLLOUT_CORRECTION,

@@ -76,6 +76,11 @@ def test_a_run_resumes_bit_for_bit(tmp_path):
     resume_matches(tmp_path)
 
 
+def test_a_user_policy_class_resumes_bit_for_bit(tmp_path):
+    """actor.model.cls: its sampling draws from the rollout's generator (checkpointed)."""
+    resume_matches(tmp_path, f"actor.model.cls={REPO}/tests/models/user_policies.py:SharedMLP")
+
+
 def test_normalised_continuous_runs_resume_bit_for_bit(tmp_path):
     resume_matches(
         tmp_path,

@@ -12,8 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from rlcore.scheduler.processes import alive, children, command_lines, listening
 
 REPO = Path(__file__).resolve().parents[2]

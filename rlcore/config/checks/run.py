@@ -67,9 +67,21 @@ def check_update_sizes(
     return []
 
 
+# the built-in actor-critic's shape, which a user's class (actor.model.cls) does not read
+ARCHITECTURE_KEYS = ("hidden_sizes", "activation", "shared_backbone", "ortho_init", "log_std_init")
+
+
 def check_embodied(config: EmbodiedConfig) -> list[str]:
     alg, actor = config.algorithm, config.actor
     problems: list[str] = []
+    if actor.model.cls is not None:  # the user's class decides its architecture
+        defaults = type(actor.model)()
+        problems += [
+            f"actor.model.{name}: set, but actor.model.cls={actor.model.cls} builds the policy; "
+            "give your class its architecture, or leave this key out"
+            for name in ARCHITECTURE_KEYS
+            if getattr(actor.model, name) != getattr(defaults, name)
+        ]
     corr, where = alg.rollout_correction, "algorithm.rollout_correction"
     for name, value, why in (
         ("rollout_is", corr.rollout_is == "sequence", "an env row's steps are no sequence"),
