@@ -1,8 +1,11 @@
 """A Python file of the user's, named by a key (``reward.custom_fn``, ``env.id``), imported as a
-module; what goes wrong is a ``ConfigError`` naming the key and the file, in one line."""
+module, and a user's class named ``module:Class`` or ``path/to/file.py:Class`` (``rollout.tools``,
+``actor.model.cls``); what goes wrong is a ``ConfigError`` naming the key and the file, in one
+line."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -40,3 +43,27 @@ def import_user_file(
         what = f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}{at}"
         raise error(f"{key}: {shown} cannot be loaded: {what}") from None
     return module
+
+
+def load_user_class(entry: str, key: str, kinds: str = "module:Class") -> type:
+    """``module:Class`` or ``path/to/file.py:Class`` -> the class it names; ``kinds``: how
+    the error names the accepted forms."""
+    path, sep, name = entry.rpartition(":")
+    if not sep or not path or not name:
+        raise ConfigError(f"{key}: '{entry}' is not {kinds} or 'path/to/file.py:Class'")
+    file = Path(path).expanduser()
+    if path.endswith(".py") or file.is_file():
+        if not file.is_file():
+            raise ConfigError(f"{key}: {path} does not exist")
+        module = import_user_file(file, f"rlcore_user_{file.stem}", key, path)
+    else:
+        try:
+            module = importlib.import_module(path)
+        except Exception as error:  # any import failure: name the entry
+            raise ConfigError(
+                f"{key}: cannot import {path}: {type(error).__name__}: {error}"
+            ) from None
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise ConfigError(f"{key}: {path} defines no class '{name}'")
+    return cls

@@ -17,8 +17,6 @@ RNG), so runs resume bit for bit as with the built-in heads.
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,23 +31,16 @@ KEY = "actor.model.cls"
 def load_policy_class(entry: str, key: str = KEY) -> type:
     """``module:Class`` or ``path/to/file.py:Class`` -> the class (a ``ConfigError`` naming
     ``key`` otherwise)."""
-    from rlcore.config.user_files import import_user_file
+    from rlcore.config.user_files import load_user_class
 
-    path, sep, name = entry.rpartition(":")
-    if not sep or not path or not name:
-        raise ConfigError(f"{key}: '{entry}' is not 'module:Class' or 'path/to/file.py:Class'")
-    file = Path(path).expanduser()
-    if path.endswith(".py") or file.is_file():
-        if not file.is_file():
-            raise ConfigError(f"{key}: {path} does not exist")
-        module = import_user_file(file, f"rlcore_user_policy_{file.stem}", key, path)
-    else:
-        try:
-            module = importlib.import_module(path)
-        except Exception as error:
-            raise ConfigError(f"{key}: cannot import {path}: {error}") from None
-    cls = getattr(module, name, None)
+    try:
+        cls = load_user_class(entry, key)
+    except ConfigError as error:
+        if "defines no class" not in str(error):
+            raise
+        cls = None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        path, name = entry.rpartition(":")[::2]
         raise ConfigError(f"{key}: {path} defines no torch.nn.Module class '{name}'")
     return cls
 

@@ -13,10 +13,8 @@ term) is a class built with no arguments with ``respond(self, messages: list[dic
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from rlcore.config.errors import ConfigError
@@ -31,30 +29,10 @@ NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 def load_class(entry: str, key: str) -> type:
     """``module:Class``, ``file.py:Class`` or a built-in's name -> the class; a ``ConfigError``
     naming ``key`` otherwise."""
-    from rlcore.config.user_files import import_user_file
+    from rlcore.config.user_files import load_user_class
 
-    spec = BUILT_INS.get(entry, entry)
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise ConfigError(
-            f"{key}: '{entry}' is not 'module:Class', 'path/to/file.py:Class' or one of "
-            f"{sorted(BUILT_INS)}"
-        )
-    file = Path(path).expanduser()
-    if path.endswith(".py") or file.is_file():
-        if not file.is_file():
-            raise ConfigError(f"{key}: {path} does not exist")
-        module = import_user_file(file, f"rlcore_user_tool_{file.stem}", key, path)
-    else:
-        try:
-            module = importlib.import_module(path)
-        except Exception as error:  # any import failure: name the entry
-            message = f"{key}: cannot import {path}: {type(error).__name__}: {error}"
-            raise ConfigError(message) from None
-    cls = getattr(module, name, None)
-    if not isinstance(cls, type):
-        raise ConfigError(f"{key}: {path} defines no class '{name}'")
-    return cls
+    kinds = f"'module:Class', one of {sorted(BUILT_INS)}"
+    return load_user_class(BUILT_INS.get(entry, entry), key, kinds)
 
 
 def build(entry: str, key: str) -> Any:
