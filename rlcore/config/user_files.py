@@ -45,9 +45,11 @@ def import_user_file(
     return module
 
 
-def load_user_class(entry: str, key: str, kinds: str = "module:Class") -> type:
-    """``module:Class`` or ``path/to/file.py:Class`` -> the class it names; ``kinds``: how
-    the error names the accepted forms."""
+def load_user_class(
+    entry: str, key: str, kinds: str = "module:Class", base: type = object, what: str = "class"
+) -> type:
+    """``module:Class`` or ``path/to/file.py:Class`` -> the class it names, a subclass of
+    ``base``; ``kinds``: how the error names the accepted forms, ``what``: the class wanted."""
     path, sep, name = entry.rpartition(":")
     if not sep or not path or not name:
         raise ConfigError(f"{key}: '{entry}' is not {kinds} or 'path/to/file.py:Class'")
@@ -64,6 +66,6 @@ def load_user_class(entry: str, key: str, kinds: str = "module:Class") -> type:
                 f"{key}: cannot import {path}: {type(error).__name__}: {error}"
             ) from None
     cls = getattr(module, name, None)
-    if not isinstance(cls, type):
-        raise ConfigError(f"{key}: {path} defines no class '{name}'")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{key}: {path} defines no {what} '{name}'")
     return cls

@@ -12,6 +12,15 @@ from rlcore.config.errors import ConfigError
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
+QUESTION = "What is {expression}?"
+
+
+def expression_of(question: str) -> str:
+    """The arithmetic in one of these questions (``"12 + 7"`` of ``"What is 12 + 7?"``)."""
+    head, tail = QUESTION.split("{expression}")
+    return question.removeprefix(head).removesuffix(tail)
+
+
 def arithmetic_problems(
     count: int, *, digits: int, operations: list[str], seed: int, exclude: set[str] | None = None
 ) -> list[dict[str, str]]:
@@ -38,7 +47,7 @@ def arithmetic_problems(
     while len(rows) < count:
         a, b = rng.randrange(10**digits), rng.randrange(10**digits)
         op = rng.choice(operations)
-        question = f"What is {a} {op} {b}?"
+        question = QUESTION.format(expression=f"{a} {op} {b}")
         if question in taken:
             continue
         taken.add(question)

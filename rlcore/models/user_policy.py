@@ -29,20 +29,11 @@ KEY = "actor.model.cls"
 
 
 def load_policy_class(entry: str, key: str = KEY) -> type:
-    """``module:Class`` or ``path/to/file.py:Class`` -> the class (a ``ConfigError`` naming
-    ``key`` otherwise)."""
+    """``module:Class`` or ``path/to/file.py:Class`` -> the ``torch.nn.Module`` class (a
+    ``ConfigError`` naming ``key`` otherwise)."""
     from rlcore.config.user_files import load_user_class
 
-    try:
-        cls = load_user_class(entry, key)
-    except ConfigError as error:
-        if "defines no class" not in str(error):
-            raise
-        cls = None
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        path, name = entry.rpartition(":")[::2]
-        raise ConfigError(f"{key}: {path} defines no torch.nn.Module class '{name}'")
-    return cls
+    return load_user_class(entry, key, base=nn.Module, what="torch.nn.Module class")
 
 
 def spaces_of(spec: Any) -> tuple[Any, Any]:
@@ -71,16 +62,13 @@ class UserPolicy(nn.Module):
                 f"{type(error).__name__}: {error}"
             ) from None
 
-    def _out(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
-        return self.net(obs)
-
     def act(
         self,
         obs: torch.Tensor,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist, value = self._out(obs)
+        dist, value = self.net(obs)
         if deterministic:
             action = dist.mode
         elif generator is None:
@@ -96,11 +84,11 @@ class UserPolicy(nn.Module):
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist, value = self._out(obs)
+        dist, value = self.net(obs)
         return dist.log_prob(actions), dist.entropy(), value
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._out(obs)[1]
+        return self.net(obs)[1]
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):
         """``evaluate``: training goes through ``forward`` so that DDP sees it."""

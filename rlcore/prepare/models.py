@@ -21,7 +21,7 @@ from typing import Any
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.arith import arithmetic_problems
+from rlcore.data.arith import arithmetic_problems, expression_of
 from rlcore.data.sampler import load_prompt_set
 from rlcore.log import say
 from rlcore.models.hub import local_model_dir
@@ -101,7 +101,7 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
     tools = bool(config.rollout.tools)
     corpus = [row["question"] + suffix + " " + row["answer"] for row in rows]
     if tools:  # the calls' JSON too, so that BPE merges its fixed parts
-        corpus += [calculator_call(r["question"][8:-1]) for r in rows[:2000]]
+        corpus += [calculator_call(expression_of(r["question"])) for r in rows[:2000]]
     tokenizer = train_tiny_tokenizer(corpus, tools=tools)
     tiny = config.actor.model.tiny
     model = build_tiny_lm(

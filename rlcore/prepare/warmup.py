@@ -12,6 +12,7 @@ import torch
 from tqdm import tqdm
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.data.arith import expression_of
 from rlcore.data.sequences import left_pad
 from rlcore.log import say
 from rlcore.rewards.rules import gsm8k_correct
@@ -47,7 +48,7 @@ def tool_examples(
     render, eos = TurnRenderer(tokenizer), tokenizer.eos_token_id
     examples = []
     for (prompt, _), row in zip(sft_examples(rows, tokenizer, suffix, True), rows, strict=True):
-        expression = row["question"].removeprefix("What is ").removesuffix("?")
+        expression = expression_of(row["question"])
         call = tokenizer(calculator_call(expression), add_special_tokens=False)["input_ids"]
         result = render.tokens([{"role": "tool", "content": evaluate(expression)}], eos)
         answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]

@@ -35,7 +35,8 @@ from rlcore.tools.pool import ToolPool
 # first end-of-turn token) and, when recorded, their log-probs
 Sampler = Callable[[list[list[int]], int], tuple[list[list[int]], list[list[float]] | None]]
 
-STOPS = ("answer", "turn_limit", "token_limit", "interaction")
+# what the renderer puts the new messages after: a user turn and a model turn
+BASE = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
 
 
 class TurnRenderer:
@@ -48,28 +49,35 @@ class TurnRenderer:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.template = getattr(tokenizer, "chat_template", None) is not None
-        # a template renders the tool role when the probe shows, not as an assistant turn
-        probe = "\x00probe"
-        as_tool = (
-            self._render([{"role": "tool", "content": probe}], safe=True) if self.template else ""
-        )
-        as_model = self._render([{"role": "assistant", "content": probe}], safe=True)
-        self.tool_role = probe in as_tool and as_tool != as_model
+        self.tool_role = False
+        if self.template:
+            self.base = tokenizer.apply_chat_template(BASE, tokenize=False)
+            # a template renders the tool role when the probe shows, not as an assistant turn
+            probe = "\x00probe"
+            as_tool = self._render([{"role": "tool", "content": probe}], safe=True)
+            as_model = self._render([{"role": "assistant", "content": probe}], safe=True)
+            self.tool_role = probe in as_tool and as_tool != as_model
 
     def _render(self, messages: list[dict[str, str]], safe: bool = False) -> str:
-        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+        """What the template writes after ``BASE`` for ``messages`` and the generation prompt
+        (``safe``: "" where it cannot)."""
         try:
-            prefix = self.tokenizer.apply_chat_template(base, tokenize=False)
             full = self.tokenizer.apply_chat_template(
-                base + messages, tokenize=False, add_generation_prompt=True
+                BASE + messages, tokenize=False, add_generation_prompt=True
             )
         except Exception:  # a template that raises on a role it does not know
             if safe:
                 return ""
             raise
-        if not full.startswith(prefix):
-            return "" if safe else full
-        return full[len(prefix) :]
+        if not full.startswith(self.base):
+            if safe:
+                return ""
+            raise ValueError(
+                "the chat template writes the earlier turns differently once "
+                f"{[m['role'] for m in messages]} messages follow them, so the new messages "
+                "cannot be appended to a trajectory"
+            )
+        return full[len(self.base) :]
 
     def tokens(self, messages: list[dict[str, str]], end_token: int) -> list[int]:
         """``messages`` (role ``tool`` or ``user``) after a turn that ended with ``end_token``."""
@@ -81,12 +89,8 @@ class TurnRenderer:
         if not self.template:
             text = "\n" + "\n".join(m["content"] for m in messages) + "\n"
         else:
-            base = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}],
-                tokenize=False,
-            )
             end = self.tokenizer.decode([end_token])
-            glue = base[base.rfind(end) + len(end) :] if end and end in base else ""
+            glue = self.base[self.base.rfind(end) + len(end) :] if end and end in self.base else ""
             text = glue + self._render(messages)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 

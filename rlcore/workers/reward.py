@@ -62,18 +62,16 @@ class RewardWorker:
         # verl's data_source and extra_info, where the files have them (None elsewhere)
         sources, extras = (_column(batch, key, len(pairs)) for key in ("sources", "extras"))
         kinds = [self._kind_of(source) for source in sources]
+        own = texts  # the model's own text: all of it, unless tools answered in between
         if "trajectories" in batch:  # multi-turn (rollout.tools): docs/agents.md
-            # a custom function reads the whole trajectory (text and extra_info["trajectory"]);
-            # the built-in rules the model's own text, so a tool's output never scores
+            # a custom function (and a reward model, judge or service) reads the whole
+            # trajectory, text and extra_info["trajectory"]; the built-in rules (below) the
+            # model's own text, so a tool's output never scores
             trajectories = batch["trajectories"].tolist()
             extras = [
                 {**(e or {}), "trajectory": t} for e, t in zip(extras, trajectories, strict=True)
             ]
             own = self._decoded(batch, "loss_mask")
-            pairs = [
-                (own[i], answer) if kind in ("gsm8k", "math") else (text, answer)
-                for i, ((text, answer), kind) in enumerate(zip(pairs, kinds, strict=True))
-            ]
         # the verdicts of the rows a rule scores: theirs, and those of the reward model's rows
         rules = [
             scorer_of(self.config.rule, s)
@@ -85,7 +83,9 @@ class RewardWorker:
         ruled = [i for i, rule in enumerate(rules) if rule is not None]
         if ruled:
             context = [(sources[i], extras[i]) for i in ruled]
-            found = self._judge([pairs[i] for i in ruled], [rules[i] for i in ruled], context)
+            read = [(own[i] if rules[i] in ("gsm8k", "math") else texts[i]) for i in ruled]
+            ruled_pairs = [(text, pairs[i][1]) for text, i in zip(read, ruled, strict=True)]
+            found = self._judge(ruled_pairs, [rules[i] for i in ruled], context)
             for i, verdict in zip(ruled, found, strict=True):
                 verdicts[i] = verdict
         failures = model_scores = None

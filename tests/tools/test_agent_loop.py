@@ -251,3 +251,28 @@ def test_advantages_run_over_the_model_tokens_in_order():
         rewards[:, keep], torch.ones(1, 5), values=values[:, keep], gamma=0.9, lam=0.8
     )
     assert torch.allclose(adv[:, keep], compact) and torch.allclose(returns[:, keep], ret)
+
+
+def test_rules_score_the_models_own_text_and_a_custom_reward_the_whole_trajectory(tmp_path):
+    """A tool's answer that reads '#### 6' scores nothing for a model that never wrote it; a
+    custom function gets the whole text and the trajectory (here it pays for calls)."""
+    from tests.rewards.test_rules import encode, worker
+
+    text = "call#### 6 nope"  # the model's 'call', the tool's '#### 6', the model's ' nope'
+    batch = encode([text, "#### 6"], ["6", "6"], width=16)
+    batch["loss_mask"] = batch["response_mask"].clone()
+    batch["loss_mask"][0, 4:10] = 0  # the tool's answer
+    calls = [{"name": "calculator"}]
+    batch["trajectories"] = NonTensorStack({"calls": calls}, {"calls": []})
+    out = worker().score(batch)
+    assert out["correct"].tolist() == [False, True]  # row 0's own text is 'call nope'
+    assert out["unparsed"].tolist() == [True, False]
+    (tmp_path / "r.py").write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return len(solution_str) + 100 * len(extra_info['trajectory']['calls'])\n"
+    )
+    custom = worker(kind="custom", custom_fn=f"{tmp_path}/r.py:score")
+    try:
+        assert custom.score(batch)["scores"].tolist() == [100.0 + len(text), 6.0]
+    finally:
+        custom.close()
