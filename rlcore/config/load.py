@@ -420,9 +420,13 @@ def _no_warmup_for_a_given_model(cfg: DictConfig, said: list[str]) -> None:
     if cfg.get("mode") != "reasoning" or path is None or not isinstance(steps, int) or steps <= 0:
         return
     cfg.warmup.steps = 0
+    examples = OmegaConf.select(cfg, "warmup.examples", default=None)
+    if examples is not None:  # (the warm-up's problems: none either)
+        cfg.warmup.examples = None
     said.append(
-        f"warmup.steps: {steps} set to 0: the supervised warm-up trains the tiny model only, and "
-        f"actor.model.path names a model ({path})"
+        f"warmup.steps: {steps} set to 0{' (and warmup.examples to null)' if examples else ''}: "
+        "the supervised warm-up trains the tiny model only, and actor.model.path names a model "
+        f"({path})"
     )
 
 

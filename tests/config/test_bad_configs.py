@@ -301,6 +301,10 @@ def test_a_given_model_turns_the_tiny_models_warm_up_off_and_says_so(capsys):
         "and actor.model.path names a model (/models/qwen)"
     ]
     assert load_config(ARITH, []).warmup.steps == 600  # the tiny model keeps its warm-up
+    # the tool task's warm-up problems go with its steps
+    tools = load_config("reasoning/tiny_calc_tools_grpo", ["actor.model.path=/models/qwen"])
+    assert (tools.warmup.steps, tools.warmup.examples) == (0, None)
+    assert "(and warmup.examples to null)" in capsys.readouterr().err
 
 
 def test_one_data_file_may_be_given_as_verl_writes_it():

@@ -31,6 +31,7 @@ class Again:
         (("rollout.tools=[python]", *TOOLS[1:]), "must include calculator"),
         (("rollout.tools=[calculator]", TOOLS[2]), "set data.chat_template=true"),
         (TOOLS[:2], "warmup.stop_at_accuracy: its check decodes one turn"),
+        (("warmup.steps=0", "warmup.examples=8"), "warmup.examples: set, but no warm-up runs"),
     ],
 )
 def test_bad_multi_turn_settings_are_refused_by_the_config(tmp_path, overrides, message):

@@ -280,6 +280,11 @@ def _model(config: ReasoningConfig) -> list[str]:
             "actor.model.path is set"
         )
     warm = config.warmup
+    if warm.examples is not None and (model.path is not None or not warm.steps):
+        problems.append(
+            "warmup.examples: set, but no warm-up runs (it trains the tiny model only, for "
+            "warmup.steps > 0); leave it out"
+        )
     if model.path is None and warm.steps and config.rollout.tools:
         if "calculator" not in config.rollout.tools:
             problems.append(
