@@ -12,8 +12,10 @@ that tells each loss: restarting again would only repeat it. An exception raised
 component's code (a bug, a bad input) is not a loss: it ends the run as before, as does any
 error in a plan that runs in the driver's own process (nothing there can die alone).
 
-Ray is started (or joined) once for all attempts, so a restart costs the workers' start-up,
-not Ray's.
+Ray is started (or joined) once for all attempts, and the worker processes that survive a
+loss (those that close their components within ``CLOSE_AFTER_LOSS_S``) are kept and adopted by
+the next attempt (``rlcore.scheduler.warm``): a restart costs the lost processes' start-up, not
+Ray's nor every worker's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.prepare import ModelDirs, prepare
 from rlcore.runners.checkpoint import newest_complete
 from rlcore.runners.loop import train
+from rlcore.scheduler import warm
 from rlcore.scheduler.errors import WorkerError, WorkerLost, is_collective_failure
 
 # How long the surviving workers get to close their components once a peer is gone.
@@ -119,6 +122,13 @@ class Supervisor:
         self.run_dir: Path | None = None  # known once the first attempt has built its runner
 
     def run(self) -> dict[str, Any]:
+        # the processes that survive a loss are kept for the next attempt (warm.py), so that a
+        # restart starts only the lost ones; whatever is kept is stopped when the run ends,
+        # unless the program keeps processes warm itself
+        with warm.keep_processes_warm():
+            return self._attempts()
+
+    def _attempts(self) -> dict[str, Any]:
         config = self.config
         while True:
             runner = None
@@ -129,8 +139,10 @@ class Supervisor:
                 summary = train(runner)
             except Exception as error:
                 loss = self._loss(runner, error)
-                if runner is not None:
-                    runner.components.close(CLOSE_AFTER_LOSS_S if loss else 10.0)
+                if runner is not None and loss is not None:
+                    runner.components.close_after_loss(CLOSE_AFTER_LOSS_S)
+                elif runner is not None:
+                    runner.components.close(10.0)
                 if loss is None or self.run_dir is None:  # a first start has nothing to resume
                     raise
                 # Lost while starting again: nothing new was done since the last resume.

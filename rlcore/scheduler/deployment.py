@@ -124,6 +124,14 @@ class _Deployment(abc.ABC):
         """``launch`` each of ``specs``, in order; a handle to each."""
         return [self.launch(spec) for spec in specs]
 
+    @abc.abstractmethod
+    def close(self, wait_s: float = 10.0, keep_warm: bool = False) -> None:
+        """Close the components and stop their processes (see ``OnRay.close``)."""
+
+    def close_after_loss(self, wait_s: float) -> None:
+        """``close``, after a worker was lost (see ``OnRay.close_after_loss``)."""
+        self.close(wait_s)
+
 
 class InDriver(_Deployment):
     """Every component in this process, called directly."""
@@ -285,6 +293,15 @@ class OnRay(_Deployment):
         when processes are kept warm (``warm.py``)."""
         if keep_warm and warm.enabled() and self.scheduler.release_components(wait_s):
             warm.give(self._key, self.scheduler)
+            return
+        self.scheduler.shutdown(wait_s)
+
+    def close_after_loss(self, wait_s: float) -> None:
+        """Stop the processes after a loss; when processes are kept warm, keep those that
+        close their components within ``wait_s`` for the next attempt to adopt
+        (``Scheduler.keep_survivors``)."""
+        if warm.enabled() and self.scheduler.keep_survivors(wait_s):
+            warm.give(None, self.scheduler)
             return
         self.scheduler.shutdown(wait_s)
 

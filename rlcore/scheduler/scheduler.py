@@ -123,16 +123,30 @@ class Scheduler:
 
     # start-up ----------------------------------------------------------------------------------
 
+    @property
+    def slot_shape(self) -> tuple:
+        """What this scheduler's slots are: the Ray it runs on and the placement groups it
+        reserves there (one per node, a bundle per device slot)."""
+        plan = self.plan
+        return (self.address, plan.device, plan.num_nodes, plan.devices_per_node)
+
     def start(self) -> None:
-        warm.release(unless=self)  # processes kept warm for another run hold slots
+        # Processes a finished run kept warm (warm.py) are adopted when they stand on the slots
+        # this plan asks for, and stopped otherwise (they hold slots).
+        kept = warm.adopt(self.slot_shape)
+        if kept is not None:
+            kept._restore_sigterm()
         self._catch_sigterm()
         try:
-            # Where a worker's watchdog writes its last words (last_words.py), on this node.
-            self._last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
-            self._owns_ray = connect(self.plan, self.address)
-            self._slots = reserve(self.plan, self.timeout_s, self.tag)
             processes = self.plan.processes()
-            handles = [self._spawn(p) for p in processes]
+            if kept is None:
+                # Where a worker's watchdog writes its last words (last_words.py), on this node.
+                self._last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
+                self._owns_ray = connect(self.plan, self.address)
+                self._slots = reserve(self.plan, self.timeout_s, self.tag)
+                handles = [self._spawn(p) for p in processes]
+            else:
+                handles = self._adopt(kept, processes)
             infos = ray.get([h.describe.remote() for h in handles], timeout=self.timeout_s)
             for process, handle, info in zip(processes, handles, infos, strict=True):
                 self._check_where(process, info)
@@ -159,6 +173,57 @@ class Scheduler:
 
     def _spawn(self, process: Process) -> Any:
         plan = self.plan
+        slot = self._slots[process.node]
+        return _RemoteProcess.options(
+            num_gpus=process.fraction if plan.device == "cuda" else 0,
+            num_cpus=process.fraction if plan.device == "cpu" else 0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                slot.group, placement_group_bundle_index=process.devices[0]
+            ),
+            name=f"rlcore-{self.tag}:{'+'.join(map(plan.group_name, process.components))}:"
+            f"{process.rank}",
+        ).remote(*self._identity(process))
+
+    @staticmethod
+    def _where(process: Process) -> tuple:
+        """A process's place: what a kept process must stand on to be adopted for it."""
+        return (process.node, tuple(process.devices), process.fraction)
+
+    def _adopt(self, kept: Scheduler, processes: list[Process]) -> list[Any]:
+        """Take over ``kept``'s slots and each of its processes that stands where this plan puts
+        one (the same node, devices and share of them), given its new identity (its groups are
+        set up afresh); stop the others, and start the processes still missing."""
+        self._slots, self._last_words, self._owns_ray = (
+            kept._slots,
+            kept._last_words,
+            kept._owns_ray,
+        )
+        free: dict[tuple, list[Any]] = {}
+        for process in kept.plan.processes():
+            handle = kept._handles.get((process.components[0], process.rank))
+            if handle is not None:
+                free.setdefault(self._where(process), []).append(handle)
+        kept._handles.clear()
+        kept._slots, kept._last_words, kept._owns_ray = [], None, False
+        handles = [
+            free[where].pop(0) if free.get(where) else None for where in map(self._where, processes)
+        ]
+        _stop([h for left in free.values() for h in left], {}, wait_s=10.0)
+        assigning = [
+            handle.assign.remote(*self._identity(process))
+            for process, handle in zip(processes, handles, strict=True)
+            if handle is not None
+        ]
+        handles = [
+            self._spawn(process) if handle is None else handle
+            for process, handle in zip(processes, handles, strict=True)
+        ]
+        ray.get(assigning, timeout=self.timeout_s)
+        return handles
+
+    def _identity(self, process: Process) -> tuple:
+        """The arguments of ``process``'s ``WorkerProcess`` (and of its ``assign``)."""
+        plan = self.plan
         first = process.components[0]
         world = plan.world_size(first)
         same_node = [r.rank for r in plan.components[first] if r.node == process.node]
@@ -175,16 +240,7 @@ class Scheduler:
         if plan.device == "cuda" and len(process.devices) > 1:
             # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in process.devices)
-        slot = self._slots[process.node]
-        return _RemoteProcess.options(
-            num_gpus=process.fraction if plan.device == "cuda" else 0,
-            num_cpus=process.fraction if plan.device == "cpu" else 0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                slot.group, placement_group_bundle_index=process.devices[0]
-            ),
-            name=f"rlcore-{self.tag}:{'+'.join(map(plan.group_name, process.components))}:"
-            f"{process.rank}",
-        ).remote(
+        return (
             process.components,
             process.rank,
             world,
@@ -349,20 +405,40 @@ class Scheduler:
 
     # shutdown ----------------------------------------------------------------------------------
 
+    def keep_survivors(self, wait_s: float) -> bool:
+        """After a loss: stop the processes lost (dead, stopped, or not closing their
+        components within ``wait_s``: busy in a call that waits on a lost peer) and keep the
+        others, their components closed, for the next attempt to adopt (``warm.py``); False,
+        and every process stopped, when none is left."""
+        lost = {
+            id(self._handles[(components[0], rank)])
+            for components, rank, _, _ in self.dead_processes(wait_s)
+        }
+        alive = [h for h in self._processes() if id(h) not in lost]
+        releasing = {h.release.remote(): h for h in alive}
+        done, _ = ray.wait(list(releasing), num_returns=len(releasing), timeout=wait_s)
+        closed = set()
+        for ref in done:
+            with contextlib.suppress(Exception):
+                ray.get(ref)
+                closed.add(id(releasing[ref]))
+        _kill([h for h in self._processes() if id(h) not in closed])
+        self._handles = {key: h for key, h in self._handles.items() if id(h) in closed}
+        if not self._handles:
+            self.shutdown(wait_s)
+            return False
+        return True
+
     def shutdown(self, wait_s: float = 10.0) -> None:
         """Stop every process this scheduler started, giving them ``wait_s`` to close their
         components first; safe to call more than once."""
         handles = self._processes()
         if handles and ray.is_initialized():
-            # A dead or hung worker must not stop the clean-up of the others (nor a stopped
-            # one, which would answer nothing, make them wait).
+            # (nor a stopped one, which would answer nothing, make the others wait)
+            halted: dict[int, Any] = {}
             with contextlib.suppress(Exception):
                 halted = self._stopped_here()
-                closing = [h.close.remote() for h in handles if id(h) not in halted]
-                ray.wait(closing, num_returns=len(closing), timeout=wait_s)
-            for h in handles:
-                with contextlib.suppress(Exception):
-                    ray.kill(h)
+            _stop(handles, halted, wait_s)
         self._handles.clear()
         if ray.is_initialized():
             release(self._slots)
@@ -388,6 +464,23 @@ class Scheduler:
             for sig, handler in self._previous_sigterm.items():
                 signal.signal(sig, handler)
             self._previous_sigterm = None
+
+
+def _stop(handles: list[Any], halted: dict[int, Any], wait_s: float) -> None:
+    """Give ``handles``' processes ``wait_s`` to close (those in ``halted``, stopped, are not
+    asked), then end them. A dead or hung process does not stop the clean-up of the others."""
+    if not handles or not ray.is_initialized():
+        return
+    with contextlib.suppress(Exception):
+        closing = [h.close.remote() for h in handles if id(h) not in halted]
+        ray.wait(closing, num_returns=len(closing), timeout=wait_s)
+    _kill(handles)
+
+
+def _kill(handles: list[Any]) -> None:
+    for h in handles:
+        with contextlib.suppress(Exception):
+            ray.kill(h)
 
 
 def _raise_exit(signum: int, frame: object) -> None:

@@ -1,13 +1,23 @@
 """Worker processes kept warm between the runs of one program (a sweep, a notebook, a test
-session): off unless asked for with ``keep_processes_warm()``.
+session, the attempts of a run that lost a worker): off unless asked for with
+``keep_processes_warm()``.
 
-Starting a run's processes costs seconds of CPU each (Python, torch, Ray's worker, the gloo
-groups) before any component is built. Inside ``keep_processes_warm()``, a run that ends
-cleanly closes its components but keeps its ``Scheduler`` (its processes, their groups and CPU
-or GPU slots); the next run with the same plan and cluster settings builds its components in
-those processes instead of starting new ones. A run that fails, is interrupted or loses a
-worker never hands its processes on: they may hold half-done collectives. One scheduler is kept
-at a time, and any other scheduler that starts stops it first (its slots are free again).
+Starting a run's processes costs seconds of CPU each (Python, torch, Ray's worker) before any
+component is built. Inside ``keep_processes_warm()``, a run that ends cleanly closes its
+components but keeps its ``Scheduler`` (its processes, their groups and CPU or GPU slots):
+
+- the next run with the same plan and cluster settings builds its components in those
+  processes as they are (``take``);
+- a run with another plan on the same slots (the same Ray, device kind, nodes and slots per
+  node) adopts each kept process that stands where its plan puts one (the same node, devices
+  and share of them), gives it its new ranks and sets its groups up afresh; the kept processes
+  it has no place for are stopped and the missing ones started (``adopt``).
+
+A run that fails or is interrupted never hands its processes on: they may hold half-done
+collectives. A run that loses a worker hands on only the processes that close their
+components at once (``Scheduler.keep_survivors``): the supervisor's next attempt adopts them
+and starts only the lost ones. One scheduler is kept at a time; any other scheduler that
+starts adopts it or stops it first (its slots are free again).
 
 Components are seeded when they are built, not when their process starts, so a run in warm
 processes computes what it would compute in new ones (tests/runners: resumed and unbroken runs
@@ -43,21 +53,36 @@ def enabled() -> bool:
 
 def take(key: Any) -> Any:
     """The kept scheduler if it was started for ``key`` and its processes all answer (it is
-    no longer kept), else None (a kept one for another key is stopped)."""
+    no longer kept), else None (a kept one for another key stays kept, for ``adopt``)."""
+    kept = _state["kept"]
+    if kept is None or kept[0] != key:
+        return None
+    _state["kept"] = None
+    if kept[1].is_alive():
+        return kept[1]
+    kept[1].shutdown()
+    return None
+
+
+def adopt(slot_shape: Any) -> Any:
+    """The kept scheduler, handed over (no longer kept), if its slots are of ``slot_shape``
+    (``Scheduler.slot_shape``) and its processes answer; else None, and a kept one is stopped
+    (it holds slots)."""
     kept = _state["kept"]
     if kept is None:
         return None
     _state["kept"] = None
-    kept_key, scheduler = kept
-    if kept_key == key and scheduler.is_alive():
+    scheduler = kept[1]
+    if scheduler.slot_shape == slot_shape and scheduler.is_alive():
         return scheduler
     scheduler.shutdown()
     return None
 
 
 def give(key: Any, scheduler: Any) -> bool:
-    """Keep ``scheduler`` (its components closed) for the next run of ``key``, if processes
-    are kept warm (True); an earlier kept one is stopped."""
+    """Keep ``scheduler`` (its components closed) for the next run of ``key`` (None: for
+    ``adopt`` only, a scheduler that lost processes), if processes are kept warm (True); an
+    earlier kept one is stopped."""
     if not enabled():
         return False
     release()
@@ -65,9 +90,9 @@ def give(key: Any, scheduler: Any) -> bool:
     return True
 
 
-def release(unless: Any = None) -> None:
-    """Stop the kept scheduler, unless it is ``unless`` (a scheduler starting: its slots)."""
+def release() -> None:
+    """Stop the kept scheduler."""
     kept = _state["kept"]
-    if kept is not None and kept[1] is not unless:
+    if kept is not None:
         _state["kept"] = None
         kept[1].shutdown()

@@ -98,7 +98,27 @@ class WorkerProcess(WeightEndpoint):
         env: dict[str, str],
         torch_threads: int | None = None,
     ) -> None:
+        self._env: dict[str, str] = {}
+        self._take_identity(
+            components, rank, world_size, local_rank, node, devices, device, env, torch_threads
+        )
+
+    def _take_identity(
+        self,
+        components: tuple[str, ...],
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        node: int,
+        devices: tuple[int, ...],
+        device: str,
+        env: dict[str, str],
+        torch_threads: int | None,
+    ) -> None:
+        for key in self._env:  # the variables a previous identity set (``assign``)
+            os.environ.pop(key, None)
         os.environ.update(env)
+        self._env = dict(env)
         self.torch_threads = torch_threads
         self.names = components
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
@@ -220,14 +240,38 @@ class WorkerProcess(WeightEndpoint):
         self.instances.clear()
 
     def close(self) -> None:
-        """Close the components, then the groups."""
+        """Close the components, then the groups (Megatron's model-parallel state with them)."""
         self.release()
         self.sync_groups.clear()
         for listener in self._listeners.values():
             listener.close()
         self._listeners.clear()
+        megatron = sys.modules.get("megatron.core.parallel_state")
+        if megatron is not None and megatron.model_parallel_is_initialized():
+            megatron.destroy_model_parallel()
         # a process whose components never imported torch has no group: importing it here would
         # cost a second and a half of CPU at every shutdown
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
+        self.groups.clear()
+
+    def assign(
+        self,
+        components: tuple[str, ...],
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        node: int,
+        devices: tuple[int, ...],
+        device: str,
+        env: dict[str, str],
+        torch_threads: int | None = None,
+    ) -> None:
+        """Become the process of another plan on the same slot (``warm.py``: a scheduler that
+        adopts a kept one's processes): close everything, groups included, and take the new
+        identity, as the constructor would; the new plan's groups are set up afresh."""
+        self.close()
+        self._take_identity(
+            components, rank, world_size, local_rank, node, devices, device, env, torch_threads
+        )

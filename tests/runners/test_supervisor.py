@@ -109,10 +109,24 @@ def test_env_apart_survives_a_stopped_then_a_killed_env_worker_even_mid_checkpoi
 
 
 def test_rollout_apart_survives_a_killed_actor(tmp_path, monkeypatch, unbroken):
+    """Only the lost process starts again: the next attempt adopts the one that survived
+    (env+rollout, its components closed) and ends as the unbroken run."""
     kill_once(monkeypatch, EmbodiedRunner, "iterate", 4, "actor")
+    attempts = []
+
+    def build(config, plan, models=None, _build=supervisor.build_runner):
+        runner = _build(config, plan, models)
+        info = runner.components.scheduler.info
+        attempts.append({name: i["pid"] for (name, _), i in info.items()})
+        return runner
+
+    monkeypatch.setattr(supervisor, "build_runner", build)
     config = embodied(tmp_path, "killed", *LAYOUTS["rollout-apart"])
     summary = supervisor.run(config, plan_for_config(config))
     assert summary["restarts"] == 1 and summary["restart_log"][0]["components"] == ["actor"]
+    first, second = attempts
+    assert second["rollout"] == first["rollout"] == second["env"]  # kept, with its peer
+    assert second["actor"] != first["actor"]  # started again
     assert_same(final_actor(tmp_path / "killed"), unbroken)
 
 
@@ -271,6 +285,9 @@ class FailingDriver:
         return []
 
     def close(self, wait_s=10.0, keep_warm=False):
+        pass
+
+    def close_after_loss(self, wait_s):
         pass
 
 
