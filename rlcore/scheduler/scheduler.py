@@ -8,7 +8,8 @@
 
 Local and multi-node runs are the same code: ``address=None`` starts a local Ray (dashboard
 off), ``"auto"`` or ``"host:port"`` joins one. Leaving the ``with`` block, by return, exception,
-Ctrl-C or SIGTERM, stops every process it started.
+Ctrl-C or SIGTERM, stops every process it started (inside ``warm.keep_processes_warm()``, a clean
+exit keeps them for the next scheduler: ``warm.py``).
 """
 
 from __future__ import annotations
@@ -118,22 +119,33 @@ class Scheduler:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(keep_warm=exc_type is None)
+
+    def stop(self, keep_warm: bool = False) -> None:
+        """``shutdown``; with ``keep_warm`` (a clean end) in a program that keeps processes
+        warm, keep them for the next scheduler instead (``warm.py``)."""
+        if keep_warm and warm.enabled() and self.release_components():
+            warm.give(None, self)
+            return
         self.shutdown()
 
     # start-up ----------------------------------------------------------------------------------
 
-    @property
-    def slot_shape(self) -> tuple:
-        """What this scheduler's slots are: the Ray it runs on and the placement groups it
-        reserves there (one per node, a bundle per device slot)."""
-        plan = self.plan
-        return (self.address, plan.device, plan.num_nodes, plan.devices_per_node)
+    def can_host(self, plan: PlacementPlan, address: str | None) -> bool:
+        """Whether this started scheduler's slots can hold ``plan`` (on Ray at ``address``): the
+        same Ray, device kind and nodes, and at least as many slots on each node."""
+        mine = self.plan
+        return (self.address, mine.device, len(self._slots)) == (
+            address,
+            plan.device,
+            plan.num_nodes,
+        ) and all(slot.group.bundle_count >= plan.devices_per_node for slot in self._slots)
 
     def start(self) -> None:
         # Processes a finished run kept warm (warm.py) are adopted when they stand on the slots
         # this plan asks for, and stopped otherwise (they hold slots).
-        kept = warm.adopt(self.slot_shape)
+        kept = warm.adopt(lambda kept: kept.can_host(self.plan, self.address))
         if kept is not None:
             kept._restore_sigterm()
         self._catch_sigterm()
@@ -184,31 +196,33 @@ class Scheduler:
             f"{process.rank}",
         ).remote(*self._identity(process))
 
-    @staticmethod
-    def _where(process: Process) -> tuple:
-        """A process's place: what a kept process must stand on to be adopted for it."""
-        return (process.node, tuple(process.devices), process.fraction)
-
     def _adopt(self, kept: Scheduler, processes: list[Process]) -> list[Any]:
-        """Take over ``kept``'s slots and each of its processes that stands where this plan puts
-        one (the same node, devices and share of them), given its new identity (its groups are
-        set up afresh); stop the others, and start the processes still missing."""
+        """Take over ``kept``'s slots and, for each process of this plan, a kept process that
+        stands on its node and devices with at most its share of them (the largest such: the
+        slot still holds every process of the plan), given its new identity (its groups are set
+        up afresh); stop the others, and start the processes still missing."""
         self._slots, self._last_words, self._owns_ray = (
             kept._slots,
             kept._last_words,
             kept._owns_ray,
         )
-        free: dict[tuple, list[Any]] = {}
+        free: dict[tuple, list[tuple[float, Any]]] = {}
         for process in kept.plan.processes():
             handle = kept._handles.get((process.components[0], process.rank))
             if handle is not None:
-                free.setdefault(self._where(process), []).append(handle)
+                where = (process.node, tuple(process.devices))
+                free.setdefault(where, []).append((process.fraction, handle))
         kept._handles.clear()
         kept._slots, kept._last_words, kept._owns_ray = [], None, False
-        handles = [
-            free[where].pop(0) if free.get(where) else None for where in map(self._where, processes)
-        ]
-        _stop([h for left in free.values() for h in left], {}, wait_s=10.0)
+        handles: list[Any] = []
+        for process in processes:
+            here = free.get((process.node, tuple(process.devices)), [])
+            fits = [entry for entry in here if entry[0] <= process.fraction]
+            best = max(fits, key=lambda entry: entry[0], default=None)
+            if best is not None:
+                here.remove(best)
+            handles.append(None if best is None else best[1])
+        _stop([handle for left in free.values() for _, handle in left], {}, wait_s=10.0)
         assigning = [
             handle.assign.remote(*self._identity(process))
             for process, handle in zip(processes, handles, strict=True)

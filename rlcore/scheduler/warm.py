@@ -8,10 +8,12 @@ components but keeps its ``Scheduler`` (its processes, their groups and CPU or G
 
 - the next run with the same plan and cluster settings builds its components in those
   processes as they are (``take``);
-- a run with another plan on the same slots (the same Ray, device kind, nodes and slots per
-  node) adopts each kept process that stands where its plan puts one (the same node, devices
-  and share of them), gives it its new ranks and sets its groups up afresh; the kept processes
-  it has no place for are stopped and the missing ones started (``adopt``).
+- a run with another plan that the kept slots can hold (the same Ray, device kind and nodes,
+  as many slots per node or fewer) adopts, for each of its processes, a kept one that stands on
+  the same node and devices with at most its share of them, gives it its new ranks and sets its
+  groups up afresh; the kept processes it has no place for are stopped and the missing ones
+  started (``adopt``). A ``Scheduler`` used as a context manager keeps its processes when its
+  block ends cleanly, as a run does.
 
 A run that fails or is interrupted never hands its processes on: they may hold half-done
 collectives. A run that loses a worker hands on only the processes that close their
@@ -26,7 +28,7 @@ compare bit for bit either way).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -64,16 +66,16 @@ def take(key: Any) -> Any:
     return None
 
 
-def adopt(slot_shape: Any) -> Any:
-    """The kept scheduler, handed over (no longer kept), if its slots are of ``slot_shape``
-    (``Scheduler.slot_shape``) and its processes answer; else None, and a kept one is stopped
-    (it holds slots)."""
+def adopt(can_host: Callable[[Any], bool]) -> Any:
+    """The kept scheduler, handed over (no longer kept), if ``can_host(it)`` (its slots can
+    hold the plan of the scheduler starting: ``Scheduler.can_host``) and its processes answer;
+    else None, and a kept one is stopped (it holds slots)."""
     kept = _state["kept"]
     if kept is None:
         return None
     _state["kept"] = None
     scheduler = kept[1]
-    if scheduler.slot_shape == slot_shape and scheduler.is_alive():
+    if can_host(scheduler) and scheduler.is_alive():
         return scheduler
     scheduler.shutdown()
     return None

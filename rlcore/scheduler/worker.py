@@ -272,6 +272,9 @@ class WorkerProcess(WeightEndpoint):
         adopts a kept one's processes): close everything, groups included, and take the new
         identity, as the constructor would; the new plan's groups are set up afresh."""
         self.close()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # what the closed components held, for the new ones
         self._take_identity(
             components, rank, world_size, local_rank, node, devices, device, env, torch_threads
         )

@@ -2,6 +2,7 @@ import pytest
 import ray
 import ray.cloudpickle
 
+from rlcore.scheduler import warm
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -27,5 +28,6 @@ def fake_gpu_cluster(ray_session):
     head = next(n["NodeID"] for n in alive if "node:__internal_head__" in n["Resources"])
     other = next(n["NodeID"] for n in alive if n["NodeID"] != head)
     yield [head, other]
+    warm.release()  # (a scheduler its tests kept, on this cluster)
     ray.shutdown()
     cluster.shutdown()

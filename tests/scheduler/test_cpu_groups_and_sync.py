@@ -25,25 +25,25 @@ def equal_weights(a, b):
 def schedulers(ray_session):
     """``scheduler(placement, fuse, bucket)``: a started Scheduler of that plan, shared by the
     module's consecutive tests of one plan (each launches its components anew in the plan's
-    processes) instead of each starting its own processes. The local Ray's 4 CPU slots hold two
-    plans of 2 slots: the least recently used one is stopped for a third; all after the module."""
+    processes). One at a time: the next plan's scheduler adopts the processes that stand on
+    its slots (``rlcore.scheduler.warm``: the session keeps processes warm) instead of starting
+    all of its own."""
     ray_session.ensure()
-    started: dict[tuple, Scheduler] = {}
+    current: dict[tuple, Scheduler] = {}
 
     def scheduler(placement, fuse=True, bucket=512 << 20):
         key = (tuple(sorted(placement.items())), fuse, bucket)
-        if key in started:
-            started[key] = started.pop(key)  # the most recently used, last
-        else:
-            if len(started) == 2:
-                started.pop(next(iter(started))).shutdown()
-            started[key] = Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=bucket)
-            started[key].start()
-        return started[key]
+        if key not in current:
+            for previous in current.values():
+                previous.stop(keep_warm=True)
+            current.clear()
+            current[key] = Scheduler(cpu_plan(placement, fuse), sync_bucket_bytes=bucket)
+            current[key].start()
+        return current[key]
 
     yield scheduler
-    for scheduler in started.values():
-        scheduler.shutdown()
+    for started in current.values():
+        started.stop(keep_warm=True)
 
 
 def test_each_component_gets_its_own_gloo_group(schedulers):

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from rlcore.placement import ComponentRoles, build_plan
-from rlcore.scheduler import Scheduler, SchedulerError, WorkerError
+from rlcore.scheduler import Scheduler, SchedulerError, WorkerError, warm
 from rlcore.scheduler.processes import alive
 from tests.scheduler.components import Probe
 
@@ -79,6 +79,8 @@ def test_a_plan_larger_than_the_cluster_fails_fast(fake_gpu_cluster, nodes, per_
 
 def test_gpus_held_by_another_job_fail_with_a_clear_error_not_a_hang(fake_gpu_cluster):
     from ray.util.placement_group import placement_group, remove_placement_group
+
+    warm.release()  # no scheduler that an earlier test kept holds node 1's GPUs
 
     on_node_1 = [{"ray.io/node-id": fake_gpu_cluster[1]}]
     squatter = placement_group(
