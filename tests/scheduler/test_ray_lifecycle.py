@@ -44,7 +44,8 @@ DRIVER = textwrap.dedent(
 
 def start_driver(tmp_path: Path, *args: str) -> subprocess.Popen:
     script = tmp_path / "driver.py"
-    script.write_text(DRIVER)
+    if not script.exists():  # (rewriting it could empty it under a driver still reading it)
+        script.write_text(DRIVER)
     return subprocess.Popen(
         [sys.executable, str(script), *args],
         cwd=REPO,
