@@ -16,20 +16,29 @@ torch.set_num_threads(1)
 import pytest  # noqa: E402
 
 # The files that take longest (seconds of one pytest worker in a -n 2 run, measured), run first:
-# the two workers take files one at a time in the order collected, so the last ones to run are
-# short and neither worker waits long for the other at the end (the longest first, as in LPT
-# scheduling). The rest keep their order.
+# the two workers take files one at a time in the order collected (`make test` passes
+# --no-loadscope-reorder: xdist would otherwise order files by their number of tests), so the
+# last ones to run are short and neither worker waits long for the other at the end (the
+# longest first, as in LPT scheduling). The rest keep their order.
 LONGEST_FIRST = (
-    "tests/runners/test_supervisor.py",  # 111 s
-    "tests/runners/test_reasoning.py",  # 100 s
-    "tests/scheduler/test_ray_lifecycle.py",  # 59 s
-    "tests/scheduler/test_cpu_groups_and_sync.py",  # 49 s
-    "tests/runners/test_layouts.py",  # 49 s
-    "tests/scheduler/test_fake_gpu_cluster.py",  # 34 s
-    "tests/workers/test_megatron_backend.py",  # 32 s
+    "tests/runners/test_supervisor.py",  # 86 s
+    "tests/scheduler/test_ray_lifecycle.py",  # 74 s
+    "tests/runners/test_reasoning.py",  # 56 s
+    "tests/runners/test_layouts.py",  # 36 s
+    "tests/scheduler/test_fake_gpu_cluster.py",  # 33 s
+    "tests/scheduler/test_cpu_groups_and_sync.py",  # 28 s
+    "tests/workers/test_megatron_backend.py",  # 27 s
+    "tests/runners/test_resume.py",  # 22 s
     "tests/runners/test_embodied.py",  # 21 s
-    "tests/runners/test_resume.py",  # 17 s
-    "tests/workers/test_lm_actor.py",  # 14 s
+    "tests/runners/test_interrupt.py",  # 19 s
+    "tests/config/test_seeds.py",  # 17 s
+    "tests/workers/test_lm_actor.py",  # 16 s
+    "tests/test_no_ray.py",  # 15 s
+    "tests/test_export.py",  # 15 s
+    "tests/config/test_bad_configs.py",  # 14 s
+    "tests/test_compile_marks.py",  # 12 s
+    "tests/test_gpu_check.py",  # 11 s
+    "tests/test_cli.py",  # 11 s
 )
 
 
