@@ -8,6 +8,7 @@ its schema default can be overridden without ``+``, and an unknown key gets the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -70,6 +71,52 @@ def locate_config(config: str, config_dir: Path = CONFIG_DIR) -> tuple[Path, str
             f"known: {', '.join(names)}"
         )
     return config_dir, name
+
+
+# Hydra's compositions and the YAML files read, kept per process: composing reads and merges
+# every file of a defaults list (60-80 ms a config on these cores), and one process composes the
+# same configs again and again (the dry run and the run, a sweep, the test suite's ~700 loads).
+# Keyed by every YAML file of the config folder (path, size, modification time): an edited
+# file is read again. Each caller gets its own copy.
+_COMPOSED: dict[tuple, DictConfig] = {}
+_CACHE_SIZE = 64
+
+
+def _yaml_files(folder: Path) -> tuple:
+    return tuple(
+        sorted(
+            (str(path), stat.st_size, stat.st_mtime_ns)
+            for path in folder.rglob("*.y*ml")
+            for stat in (path.stat(),)
+        )
+    )
+
+
+def _remember(key: tuple, make: Callable[[], DictConfig]) -> DictConfig:
+    if key not in _COMPOSED:
+        if len(_COMPOSED) >= _CACHE_SIZE:
+            _COMPOSED.pop(next(iter(_COMPOSED)))
+        _COMPOSED[key] = make()
+    return copy.deepcopy(_COMPOSED[key])
+
+
+def _compose(directory: Path, name: str, group_overrides: list[str], cache: bool) -> DictConfig:
+    """Hydra's composition of config ``name`` in ``directory`` with ``group_overrides`` (kept
+    when ``cache``: a config name under the config folder, whose files are all signed)."""
+
+    def make() -> DictConfig:
+        with initialize_config_dir(version_base=None, config_dir=str(directory)):
+            return compose(config_name=name, overrides=group_overrides)
+
+    if not cache:
+        return make()
+    return _remember(("compose", name, tuple(group_overrides), _yaml_files(directory)), make)
+
+
+def _load_yaml(path: Path) -> DictConfig:
+    stat = path.stat()
+    key = ("file", str(path), stat.st_size, stat.st_mtime_ns)
+    return _remember(key, lambda: OmegaConf.load(path))
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Override]:
@@ -171,8 +218,7 @@ def compose_raw(
     if directory != config_dir:
         group_overrides.append(f"hydra.searchpath=[file://{config_dir}]")
     try:
-        with initialize_config_dir(version_base=None, config_dir=str(directory)):
-            cfg = compose(config_name=name, overrides=group_overrides)
+        cfg = _compose(directory, name, group_overrides, cache=directory == config_dir)
     except yaml.YAMLError:
         for folder in searched:
             _check_yaml_files(directory / f"{name}.yaml", folder)  # names the broken file
@@ -182,7 +228,7 @@ def compose_raw(
         raise ConfigError(f"{config}: Hydra could not compose it: {first}") from None
     _reject_nested_package(cfg, name, directory)
     OmegaConf.set_struct(cfg, False)
-    own = OmegaConf.load(directory / f"{name}.yaml")  # the file itself, before composition
+    own = _load_yaml(directory / f"{name}.yaml")  # the file itself, before composition
     _own_placement_wins(cfg, own)
     _placement_from_cluster_choice(cfg, searched, parsed)
     if cluster_file is not None:

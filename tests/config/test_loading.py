@@ -120,3 +120,27 @@ def test_the_entry_points_take_a_config_file_with_a_defaults_list(tmp_path, caps
         run_entry_point("embodied/cartpole_ppo", ["--config", str(copy), "runner.dry_run=true"])
         == 0
     )
+
+
+def test_a_config_folder_edited_between_loads_is_read_again(tmp_path):
+    """Compositions are kept per process (load.py), keyed by the folder's YAML files: a file
+    edited in place, or a group choice added, gives what a first load gives."""
+    import shutil
+
+    from rlcore.config.load import CONFIG_DIR
+
+    folder = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, folder)
+    path = folder / "embodied" / "cartpole_ppo.yaml"
+    first = load_config("embodied/cartpole_ppo", config_dir=folder)
+    again = load_config("embodied/cartpole_ppo", ["algorithm.gamma=0.9"], config_dir=folder)
+    assert (first.algorithm.gamma, again.algorithm.gamma) == (0.99, 0.9)  # each its own copy
+    path.write_text(path.read_text().replace("gamma: 0.99", "gamma: 0.95"))
+    assert load_config("embodied/cartpole_ppo", config_dir=folder).algorithm.gamma == 0.95
+    # a group file edited (picked by cluster=NAME), then the same config with another choice
+    group = folder / "cluster" / "local.yaml"
+    assert group.is_file()
+    before = load_config("embodied/cartpole_ppo", config_dir=folder).cluster.collective_timeout_s
+    group.write_text(group.read_text() + "\ncollective_timeout_s: 123.0\n")
+    after = load_config("embodied/cartpole_ppo", config_dir=folder).cluster.collective_timeout_s
+    assert (before != 123.0, after) == (True, 123.0)
