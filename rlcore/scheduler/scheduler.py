@@ -41,7 +41,7 @@ from rlcore.scheduler.ray_cluster import (
     reserve,
 )
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
-from rlcore.scheduler.worker import WorkerProcess
+from rlcore.scheduler.worker import ProcessIdentity, WorkerProcess
 from rlcore.scheduler.worker_group import WorkerGroup
 
 # Once a process is known lost, how long the others get to be seen lost too (Ray reports a
@@ -194,7 +194,7 @@ class Scheduler:
             ),
             name=f"rlcore-{self.tag}:{'+'.join(map(plan.group_name, process.components))}:"
             f"{process.rank}",
-        ).remote(*self._identity(process))
+        ).remote(self._identity(process))
 
     def _adopt(self, kept: Scheduler, processes: list[Process]) -> list[Any]:
         """Take over ``kept``'s slots and, for each process of this plan, a kept process that
@@ -224,7 +224,7 @@ class Scheduler:
             handles.append(None if best is None else best[1])
         _stop([handle for left in free.values() for _, handle in left], {}, wait_s=10.0)
         assigning = [
-            handle.assign.remote(*self._identity(process))
+            handle.assign.remote(self._identity(process))
             for process, handle in zip(processes, handles, strict=True)
             if handle is not None
         ]
@@ -235,8 +235,8 @@ class Scheduler:
         ray.get(assigning, timeout=self.timeout_s)
         return handles
 
-    def _identity(self, process: Process) -> tuple:
-        """The arguments of ``process``'s ``WorkerProcess`` (and of its ``assign``)."""
+    def _identity(self, process: Process) -> ProcessIdentity:
+        """Who ``process``'s ``WorkerProcess`` is (what it is built or ``assign``ed with)."""
         plan = self.plan
         first = process.components[0]
         world = plan.world_size(first)
@@ -254,7 +254,7 @@ class Scheduler:
         if plan.device == "cuda" and len(process.devices) > 1:
             # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in process.devices)
-        return (
+        return ProcessIdentity(
             process.components,
             process.rank,
             world,

@@ -24,7 +24,14 @@ from rlcore.scheduler.weight_sync import WeightEndpoint
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["WorkerContext", "WorkerError", "WorkerProcess", "rank_seed", "set_up_process"]
+__all__ = [
+    "ProcessIdentity",
+    "WorkerContext",
+    "WorkerError",
+    "WorkerProcess",
+    "rank_seed",
+    "set_up_process",
+]
 
 # torch is imported where it is used: a worker hosting only torch-free components starts faster.
 
@@ -82,47 +89,40 @@ def set_torch_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Who a worker process is in its plan: the components it hosts at one rank, where, and
+    the environment and torch threads it runs them with."""
+
+    components: tuple[str, ...]
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    devices: tuple[int, ...]
+    device: str
+    env: dict[str, str]
+    torch_threads: int | None = None
+
+
 class WorkerProcess(WeightEndpoint):
     """One OS process: the components it hosts at one rank. Run as a Ray actor; the weight
     transfers between processes are its ``WeightEndpoint`` methods (weight_sync.py)."""
 
-    def __init__(
-        self,
-        components: tuple[str, ...],
-        rank: int,
-        world_size: int,
-        local_rank: int,
-        node: int,
-        devices: tuple[int, ...],
-        device: str,
-        env: dict[str, str],
-        torch_threads: int | None = None,
-    ) -> None:
+    def __init__(self, identity: ProcessIdentity) -> None:
         self._env: dict[str, str] = {}
-        self._take_identity(
-            components, rank, world_size, local_rank, node, devices, device, env, torch_threads
-        )
+        self._take_identity(identity)
 
-    def _take_identity(
-        self,
-        components: tuple[str, ...],
-        rank: int,
-        world_size: int,
-        local_rank: int,
-        node: int,
-        devices: tuple[int, ...],
-        device: str,
-        env: dict[str, str],
-        torch_threads: int | None,
-    ) -> None:
+    def _take_identity(self, identity: ProcessIdentity) -> None:
         for key in self._env:  # the variables a previous identity set (``assign``)
             os.environ.pop(key, None)
-        os.environ.update(env)
-        self._env = dict(env)
-        self.torch_threads = torch_threads
-        self.names = components
-        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self.node, self.devices, self.device = node, devices, device
+        os.environ.update(identity.env)
+        self._env = dict(identity.env)
+        self.torch_threads = identity.torch_threads
+        self.names = identity.components
+        self.rank, self.world_size = identity.rank, identity.world_size
+        self.local_rank, self.node = identity.local_rank, identity.node
+        self.devices, self.device = identity.devices, identity.device
         self.instances: dict[str, Any] = {}
         self.groups: dict[str, Any] = {}
         self.sync_groups: dict[str, tuple[Any, int]] = {}
@@ -256,18 +256,7 @@ class WorkerProcess(WeightEndpoint):
             dist.destroy_process_group()
         self.groups.clear()
 
-    def assign(
-        self,
-        components: tuple[str, ...],
-        rank: int,
-        world_size: int,
-        local_rank: int,
-        node: int,
-        devices: tuple[int, ...],
-        device: str,
-        env: dict[str, str],
-        torch_threads: int | None = None,
-    ) -> None:
+    def assign(self, identity: ProcessIdentity) -> None:
         """Become the process of another plan on the same slot (``warm.py``: a scheduler that
         adopts a kept one's processes): close everything, groups included, and take the new
         identity, as the constructor would; the new plan's groups are set up afresh."""
@@ -275,6 +264,4 @@ class WorkerProcess(WeightEndpoint):
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             torch.cuda.empty_cache()  # what the closed components held, for the new ones
-        self._take_identity(
-            components, rank, world_size, local_rank, node, devices, device, env, torch_threads
-        )
+        self._take_identity(identity)

@@ -402,9 +402,9 @@ def test_a_bad_input_met_in_a_worker_process_is_one_line_and_not_a_loss(
     reaches the entry point as the one line it would be in the driver, naming where."""
     from rlcore.cli import run_entry_point
     from rlcore.envs.registry import EnvError
-    from rlcore.scheduler.worker import WorkerProcess
+    from rlcore.scheduler.worker import ProcessIdentity, WorkerProcess
 
-    process = WorkerProcess(("env",), 1, 2, 1, 0, (1,), "cpu", {})
+    process = WorkerProcess(ProcessIdentity(("env",), 1, 2, 1, 0, (1,), "cpu", {}))
 
     def step():
         raise EnvError("env.id: env 'Bad' rank 1, step 3 failed: ValueError: shape")
