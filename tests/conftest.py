@@ -59,15 +59,14 @@ def no_process_group_left_behind():
     strategy does, as a run's single process would) leaves none behind for the next test in the
     same pytest worker, which may start its own: the group and Megatron's model-parallel state
     are torn down after the test that made them."""
-    import sys
-
     import torch.distributed as dist
+
+    from rlcore.scheduler.worker import tear_down_model_parallel
 
     before = dist.is_initialized()
     yield
-    state = sys.modules.get("megatron.core.parallel_state")
-    if state is not None and state.model_parallel_is_initialized() and not before:
-        state.destroy_model_parallel()
+    if not before:
+        tear_down_model_parallel()
     if dist.is_initialized() and not before:
         dist.destroy_process_group()
 

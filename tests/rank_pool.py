@@ -30,6 +30,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from rlcore.scheduler.worker import tear_down_model_parallel
+
 # seconds a function may run on the ranks before the test fails (a hung collective)
 TIMEOUT_S = 600
 
@@ -139,7 +141,7 @@ def _serve(rank: int, size: int, port: int, parent: int, tasks: Any, results: An
         except BaseException:
             results.put((rank, False, traceback.format_exc()))
         finally:
-            _tear_down_model_parallel()
+            tear_down_model_parallel()
     dist.destroy_process_group()
 
 
@@ -150,11 +152,3 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _tear_down_model_parallel() -> None:
-    import sys
-
-    state = sys.modules.get("megatron.core.parallel_state")
-    if state is not None and state.model_parallel_is_initialized():
-        state.destroy_model_parallel()

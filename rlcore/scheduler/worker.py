@@ -31,6 +31,7 @@ __all__ = [
     "WorkerProcess",
     "rank_seed",
     "set_up_process",
+    "tear_down_model_parallel",
 ]
 
 # torch is imported where it is used: a worker hosting only torch-free components starts faster.
@@ -81,6 +82,15 @@ def set_up_process(ctx: WorkerContext) -> None:
     set_torch_threads(ctx.torch_threads)
 
 
+def tear_down_model_parallel() -> None:
+    """Destroy Megatron's model-parallel state where a component of this process set it up
+    (its groups belong to the default group, which goes next); nothing where Megatron is not
+    imported."""
+    state = sys.modules.get("megatron.core.parallel_state")
+    if state is not None and state.model_parallel_is_initialized():
+        state.destroy_model_parallel()
+
+
 def set_torch_threads(threads: int | None) -> None:
     """torch's CPU threads in this process (None: torch's own); nothing to set where torch is
     not imported (a process whose components do not use it)."""
@@ -110,14 +120,15 @@ class WorkerProcess(WeightEndpoint):
     transfers between processes are its ``WeightEndpoint`` methods (weight_sync.py)."""
 
     def __init__(self, identity: ProcessIdentity) -> None:
-        self._env: dict[str, str] = {}
+        self.identity: ProcessIdentity | None = None
         self._take_identity(identity)
 
     def _take_identity(self, identity: ProcessIdentity) -> None:
-        for key in self._env:  # the variables a previous identity set (``assign``)
-            os.environ.pop(key, None)
+        if self.identity is not None:  # the variables a previous identity set (``assign``)
+            for key in self.identity.env:
+                os.environ.pop(key, None)
         os.environ.update(identity.env)
-        self._env = dict(identity.env)
+        self.identity = identity
         self.torch_threads = identity.torch_threads
         self.names = identity.components
         self.rank, self.world_size = identity.rank, identity.world_size
@@ -246,9 +257,7 @@ class WorkerProcess(WeightEndpoint):
         for listener in self._listeners.values():
             listener.close()
         self._listeners.clear()
-        megatron = sys.modules.get("megatron.core.parallel_state")
-        if megatron is not None and megatron.model_parallel_is_initialized():
-            megatron.destroy_model_parallel()
+        tear_down_model_parallel()
         # a process whose components never imported torch has no group: importing it here would
         # cost a second and a half of CPU at every shutdown
         dist = sys.modules.get("torch.distributed")
