@@ -23,11 +23,11 @@ from typing import Any
 
 from tensordict import TensorDict
 
-from rlcore.algorithms import explained_variance
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs.registry import solved_threshold
 from rlcore.log import say, warn
 from rlcore.placement import PlacementPlan
+from rlcore.runners import embodied_metrics
 from rlcore.runners.advantages import corrected, embodied_advantages
 from rlcore.runners.driver import Driver
 from rlcore.runners.pipeline import Ahead, InFlight
@@ -128,7 +128,7 @@ class EmbodiedRunner(Driver):
         if self.ahead is not None:  # the new weights go to the rollout after its collection
             self.ahead.syncing.append(self.components.start_sync("actor", "rollout", self.version))
             metrics["async/staleness"] = float(staleness)
-        metrics.update(self._batch_metrics(batch))
+        metrics.update(embodied_metrics.batch_metrics(batch))
         metrics.update(watch.metrics())
         return metrics
 
@@ -151,18 +151,6 @@ class EmbodiedRunner(Driver):
         """A collection submitted to the rollout, with the weights it holds by then."""
         return InFlight(None, submit(self.rollout, "collect", self.version), self.version)
 
-    def _batch_metrics(self, batch: TensorDict) -> dict[str, float]:
-        metrics = {
-            "critic/vf_explained_var": float(
-                explained_variance(batch["values"], batch["returns"], batch["valid"])
-            )
-        }
-        episodes = int(batch["episode_count"].sum())
-        if episodes:
-            metrics["env/episode_return"] = float(batch["episode_return_sum"].sum()) / episodes
-            metrics["env/episode_length"] = float(batch["episode_length_sum"].sum()) / episodes
-        return metrics
-
     # evaluation and checkpoints ----------------------------------------------------------------
 
     def evaluate(self, iteration: int) -> dict[str, float]:
@@ -179,25 +167,4 @@ class EmbodiedRunner(Driver):
         return {"eval/return_mean": mean, "eval/return_std": std, "eval/cut_episodes": cut}
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
-        p, last = self.progress, self.progress.last_eval
-        return {
-            "env_id": self.config.env.id,
-            "eval_return_mean": last.get("eval/return_mean"),
-            "eval_return_std": last.get("eval/return_std"),
-            "env_steps": p.samples,
-            "iterations": p.iteration,
-            "wall_s": round(wall_s, 3),
-            "sps": round(p.samples / wall_s, 1),
-            # Training throughput: collection and updates only, without evals and checkpoints.
-            "train_sps": round(p.samples / max(p.train_s, 1e-9), 1),
-            "solved_threshold": self.threshold,
-            "time_to_threshold_s": None if p.reached_s is None else round(p.reached_s, 3),
-            "steps_to_threshold": p.reached_samples,
-            "placement": self.plan.layout,
-            "actor_ranks": self.components.world_size("actor"),
-            # Resumed with the envs' own state (pickle), the run equals one never stopped.
-            "resume_bit_exact": None
-            if self.resumed_from is None
-            else self.config.env.checkpoint_state == "pickle" and self.ahead is None,
-            **({} if self.ahead is None else {"async": self.ahead.summary(self.regenerated)}),
-        }
+        return embodied_metrics.summary(self, wall_s, means)

@@ -30,8 +30,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tensordict import TensorDict
-
 from rlcore.data.sampler import prompt_batch
 from rlcore.data.sequences import trim_padding
 from rlcore.runners import reasoning_metrics
@@ -145,29 +143,10 @@ class Pipeline(Ahead):
         with watch("reward"):
             scored = r.score(batch)
         batch = trim_padding(batch)
-        if r.reuse_log_probs:  # bypass mode: the rollout's log-probs are the old ones
-            batch.rename_key_("rollout_log_probs", "old_log_probs")
-        passes = {}
-        if not r.reuse_log_probs:
-            if "sum_pi_squared" in r.inputs:
-                passes["logprob"] = submit(r.actor, "compute_log_probs_and_sum_pi_squared", batch)
-            else:
-                passes["logprob"] = submit(r.actor, "compute_log_probs", batch)
-        if r.ref is not None:
-            passes["ref"] = submit(r.ref, "compute_log_probs", batch)
-        elif cfg.algorithm.kl_loss_on or cfg.algorithm.kl_reward_on:  # LoRA: base = reference
-            passes["ref"] = submit(r.actor, "compute_ref_log_probs", batch)
-        if r.critic is not None:
-            passes["values"] = submit(r.critic, "compute_values", batch)
+        passes = r.passes.submit(batch)  # old log-probs, the reference's, values
         self.top_up(left, self._start)  # after this batch's passes, in each process
         with watch("passes"):
-            for name, pending in passes.items():
-                value = pending.result()
-                if name == "logprob" and isinstance(value, TensorDict):
-                    batch.update(value)
-                else:
-                    key = {"logprob": "old_log_probs", "ref": "ref_log_probs"}.get(name, name)
-                    batch[key] = value
+            r.passes.wait(passes, batch)
         metrics: dict[str, float] = {
             "sampling/generated_tokens": float(batch["loss_mask"].sum()),
             "async/staleness": float(staleness),

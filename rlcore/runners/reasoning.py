@@ -31,10 +31,7 @@ from typing import Any
 
 from tensordict import TensorDict
 
-from rlcore.algorithms import (
-    ADVANTAGES,
-    build_kl_controller,
-)
+from rlcore.algorithms import build_kl_controller
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.identity import data_state, resumed_data
 from rlcore.data.sampler import PromptSampler, data_name, load_prompt_set, prompt_batch
@@ -49,6 +46,7 @@ from rlcore.runners.baselines import greedy_baselines
 from rlcore.runners.checkpoint import data_files
 from rlcore.runners.driver import Driver
 from rlcore.runners.dynamic_sampling import generate_groups
+from rlcore.runners.passes import Passes
 from rlcore.runners.pipeline import Pipeline
 from rlcore.runners.progress import Stopwatch
 from rlcore.runners.score_normalizer import ScoreNormalizer
@@ -116,35 +114,19 @@ class ReasoningRunner(Driver):
         self.reward: RewardWorker = built["reward"]
         self.critic: LMCritic | None = built.get("critic")
         self.ref: LMReference | None = built.get("ref")
-        # the rollout's log-probs are the old ones when it samples with the actor's own module
-        self.inputs = ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
-        corr = config.algorithm.rollout_correction
-        self.reuse_log_probs = corr.bypass_mode or (
-            not config.actor.recompute_log_probs
-            and "sum_pi_squared" not in self.inputs
-            and self.rollout.generates_with_the_actor()
-        )
-        # the rollout's own log-probs: the old ones (reused), or what the correction compares
-        stale = config.runner.max_staleness
-        self.record_log_probs = (
-            self.reuse_log_probs or corr.corrects or config.rollout.calculate_log_probs or stale > 0
-        )
+        self.passes = Passes(config, self.actor, self.rollout, self.ref, self.critic)
         # asynchronous: the rollout generates ahead while the actor trains (pipeline.py)
-        self.pipeline = Pipeline(self) if stale else None
+        self.pipeline = Pipeline(self) if config.runner.max_staleness else None
 
     def saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}
         return saved if self.critic is None else {**saved, "critic": self.critic}
 
     def state(self) -> dict[str, Any]:
-        return {
-            # asynchronous: before the batches in flight, which a resumed run generates again
-            "sampler": (
-                self.sampler.state_dict()
-                if self.pipeline is None
-                else self.pipeline.sampler_state()
-            ),
-            "in_flight": 0 if self.pipeline is None else len(self.pipeline.queue),
+        ahead = self.pipeline  # asynchronous: the sampler before the batches in flight, which
+        return {  # a resumed run generates again
+            "sampler": self.sampler.state_dict() if ahead is None else ahead.sampler_state(),
+            "in_flight": 0 if ahead is None else len(ahead.queue),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             **({} if self.normalize is None else {"score_norm": self.normalize.state_dict()}),
             "version": self.version,
@@ -177,30 +159,18 @@ class ReasoningRunner(Driver):
             self.sync()
         batch, scored, metrics = self._generate(watch)
         batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
-        if self.reuse_log_probs:  # sampled with the actor's module, or bypass mode
-            batch.rename_key_("rollout_log_probs", "old_log_probs")
-        else:
-            with watch("logprob"):
-                if "sum_pi_squared" in self.inputs:
-                    batch.update(self.actor.compute_log_probs_and_sum_pi_squared(batch))
-                else:
-                    batch["old_log_probs"] = self.actor.compute_log_probs(batch)
-        if "reward_baselines" in self.inputs:
+        if "reward_baselines" in self.passes.inputs:  # ReMax
             with watch("generate_baseline"):
                 batch["reward_baselines"] = greedy_baselines(
-                    batch, cfg.algorithm.group_size, self.whole_shards, self._greedy, self._score
+                    batch,
+                    cfg.algorithm.group_size,
+                    self.whole_shards,
+                    self._greedy,
+                    self.reward.score,
                 )
             metrics["reward/greedy_baseline_mean"] = float(batch["reward_baselines"].mean())
         self.rollout.release_memory()  # generation is done: a collocated sglang engine's
-        if self.ref is not None:
-            with watch("ref"):
-                batch["ref_log_probs"] = self.ref.compute_log_probs(batch)
-        elif cfg.algorithm.kl_loss_on or cfg.algorithm.kl_reward_on:  # LoRA: base = reference
-            with watch("ref"):
-                batch["ref_log_probs"] = self.actor.compute_ref_log_probs(batch)
-        if self.critic is not None:
-            with watch("values"):
-                batch["values"] = self.critic.compute_values(batch)
+        self.passes.run(batch, watch)  # old log-probs, the reference's, values
         with watch("advantages"):
             metrics.update(reasoning_advantages(cfg.algorithm, self.kl_ctrl, batch, scored))
         if self.critic is not None:
@@ -232,7 +202,7 @@ class ReasoningRunner(Driver):
         def generate_and_score(prompts: TensorDict) -> tuple[TensorDict, TensorDict]:
             with watch("generate"):
                 responses = self.rollout.generate(
-                    prompts, self.version, log_probs=self.record_log_probs
+                    prompts, self.version, log_probs=self.passes.record_log_probs
                 )
                 batch = prompts.update(responses)
             with watch("reward"):
@@ -260,9 +230,6 @@ class ReasoningRunner(Driver):
     def _sample(self, prompts: TensorDict, seed: int) -> TensorDict:
         return self.rollout.sample_validation(prompts, self.version, seed)
 
-    def _score(self, batch: TensorDict) -> TensorDict:
-        return self.reward.score(batch)
-
     # validation and the summary ----------------------------------------------------------------
 
     def evaluate(self, iteration: int) -> dict[str, float]:
@@ -276,24 +243,9 @@ class ReasoningRunner(Driver):
             iteration,
             whole_shards=self.whole_shards,
             greedy=self._greedy,
-            sample=lambda prompts, seed: self.rollout.sample_validation(
-                prompts, self.version, seed
-            ),
-            score=self._score,
+            sample=self._sample,
+            score=self.reward.score,
         )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
-        summary = reasoning_metrics.summary(
-            self.progress,
-            wall_s,
-            means,
-            train_set=self.train_set,
-            val_set=self.val_set,
-            generated_tokens=self.generated_tokens,
-            model=str(self.models.actor),
-            placement=self.plan.layout,
-            changed_data=self.changed_data,
-        )
-        if self.pipeline is not None:
-            summary["async"] = self.pipeline.summary(self.regenerated)
-        return summary
+        return reasoning_metrics.summary(self, wall_s, means)

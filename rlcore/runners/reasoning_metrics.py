@@ -10,7 +10,6 @@ from tensordict import TensorDict
 from rlcore.algorithms import explained_variance, masked_mean
 from rlcore.config.schema import ReasoningConfig
 from rlcore.log import say
-from rlcore.runners.progress import Progress
 
 
 def accuracy(name: str, scored: TensorDict) -> dict[str, float]:
@@ -118,20 +117,10 @@ def throughput(metrics: dict, seconds: dict[str, float], batch: TensorDict) -> i
     return int(generated)
 
 
-def summary(
-    progress: Progress,
-    wall_s: float,
-    means: dict[str, float],
-    *,
-    train_set: Any,
-    val_set: Any,
-    generated_tokens: int,
-    model: str,
-    placement: str,
-    changed_data: list[str],
-) -> dict[str, Any]:
-    """The run's summary (``summary.json``; ``loop.train`` adds the stage times and restarts):
-    validation before and after, throughput, padding, the data and the model."""
+def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
+    """A ``ReasoningRunner``'s summary (``summary.json``; ``loop.train`` adds the stage times and
+    restarts): validation before and after, throughput, padding, the data and the model."""
+    progress, train_set, val_set = runner.progress, runner.train_set, runner.val_set
     # accuracy when the scorer gave verdicts at both validations (a custom reward may give them
     # for some responses and not others); else the mean reward, which both have
     both = progress.first_eval.keys() & progress.last_eval.keys()
@@ -153,14 +142,19 @@ def summary(
             for name, metric in (("all", "tokens_per_s"), ("generated", "generated_tokens_per_s"))
             if f"perf/{metric}" in means
         },
-        "generated_tokens": generated_tokens,
+        "generated_tokens": runner.generated_tokens,
         "padding_share": round(means.get("perf/padding_share", 0.0), 4),
         # of the actor update's passes: micro-batches cut to their longest, or packed
         "update_padding_share": round(means.get("perf/update_padding_share", 0.0), 4),
         "train_prompts": len(train_set),
         "dropped_prompts": train_set.dropped + val_set.dropped,
-        "model": model,
-        "placement": placement,
+        "model": str(runner.models.actor),
+        "placement": runner.plan.layout,
         # resumed with runner.resume_changed_data on files that differ from the checkpoint's
-        **({"resumed_on_changed_data": changed_data} if changed_data else {}),
+        **({"resumed_on_changed_data": runner.changed_data} if runner.changed_data else {}),
+        **(
+            {}
+            if runner.pipeline is None
+            else {"async": runner.pipeline.summary(runner.regenerated)}
+        ),
     }

@@ -114,7 +114,7 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
         pad, rows = runner.tokenizer.pad_token_id, [0, 5, 2]
         batch = prompt_batch(rows, runner.train_set, 3, pad)
         batch.update(runner.rollout.generate(batch, runner.version))
-        got = greedy_baselines(batch, 3, runner.whole_shards, runner._greedy, runner._score)
+        got = greedy_baselines(batch, 3, runner.whole_shards, runner._greedy, runner.reward.score)
         alone = []  # each prompt answered greedily on its own, and scored
         for row in rows:
             prompt = prompt_batch([row], runner.train_set, 1, pad)
@@ -367,7 +367,7 @@ def test_a_fused_rollout_hands_over_its_log_probs_and_the_update_is_the_recomput
         )
         runner = build_runner(config, plan_for_config(config))
         try:
-            assert runner.reuse_log_probs is not recompute
+            assert runner.passes.reuse_log_probs is not recompute
             runner.sync()
             metrics = runner.iterate(1)
             assert ("time/logprob_s" in metrics) is recompute
@@ -394,7 +394,7 @@ def test_the_rollout_correction_compares_the_recorded_log_probs_and_weights_the_
     )
     runner = build_runner(config, plan_for_config(config))
     try:
-        assert runner.record_log_probs and not runner.reuse_log_probs
+        assert runner.passes.record_log_probs and not runner.passes.reuse_log_probs
         runner.sync()
         metrics = runner.iterate(1)
     finally:

@@ -2,6 +2,7 @@
 summary even when building it fails."""
 
 import json
+from types import SimpleNamespace
 
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
@@ -17,12 +18,21 @@ def test_the_summary_compares_only_a_metric_both_validations_have():
         first_eval={"val/reward_mean": 0.25, "val/accuracy": 0.5},  # verdicts then...
         last_eval={"val/reward_mean": 0.75},  # ...none later (a custom reward's choice)
     )
-    common = dict(train_set=data, val_set=data, generated_tokens=0, model="m", placement="p")
-    out = summary(progress, 1.0, {}, **common, changed_data=[])
+    runner = SimpleNamespace(
+        progress=progress,
+        train_set=data,
+        val_set=data,
+        generated_tokens=0,
+        models=SimpleNamespace(actor="m"),
+        plan=SimpleNamespace(layout="p"),
+        changed_data=[],
+        pipeline=None,
+    )
+    out = summary(runner, 1.0, {})
     assert (out["val_reward_mean_before"], out["val_reward_mean_after"]) == (0.25, 0.75)
     assert "val_accuracy_before" not in out
     progress.last_eval["val/accuracy"] = 1.0
-    out = summary(progress, 1.0, {}, **common, changed_data=[])
+    out = summary(runner, 1.0, {})
     assert (out["val_accuracy_before"], out["val_accuracy_after"]) == (0.5, 1.0)
 
 
