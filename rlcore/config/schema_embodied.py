@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from rlcore.config.derived import Derived, derived_section
 from rlcore.config.fields import REQUIRED, key, section
+from rlcore.config.schema_reasoning import TinyLMConfig
 from rlcore.config.sections import (
     EMBODIED_OPTIM,
     ActorKeys,
@@ -22,7 +23,35 @@ from rlcore.config.sections import (
 
 
 @dataclass(kw_only=True, frozen=True)
+class EmbodiedLMConfig:
+    path: str | None = key(
+        None,
+        doc="a local Hugging Face causal-LM folder (or a hub id, as actor.model.path in "
+        "reasoning) whose backbone becomes the policy; null = a tiny Qwen2-architecture LM "
+        "built here (actor.model.lm.tiny) with a character-level tokenizer",
+    )
+    action_bins: int = key(
+        32,
+        doc="action tokens per action dimension, the vocabulary's last ones (RT-2/OpenVLA): a "
+        "Discrete space's actions (at most this many), or a Box dimension's bins over [low, "
+        "high], decoded to the bins' centres",
+        range=">= 2",
+    )
+    tiny: TinyLMConfig = section(
+        TinyLMConfig,
+        doc="the tiny LM built when path is null",
+        defaults={"hidden_size": 64, "intermediate_size": 256},
+    )
+
+
+@dataclass(kw_only=True, frozen=True)
 class ActorModelConfig:
+    type: Literal["actor_critic", "lm"] = key(
+        "actor_critic",
+        doc="actor_critic: the built-in MLP/CNN actor-critic (or actor.model.cls); lm: a causal "
+        "LM policy (actor.model.lm) that reads the env's instruction and state and emits action "
+        "tokens, with a value head on its last hidden state (docs/embodied.md)",
+    )
     hidden_sizes: list[int] = key(
         factory=lambda: [64, 64], doc="widths of the MLP trunk", range=">= 1"
     )
@@ -41,6 +70,7 @@ class ActorModelConfig:
         "returns (a torch.distributions.Distribution over the actions, [B] values) "
         "(docs/embodied.md); null = the built-in MLP/CNN actor-critic above",
     )
+    lm: EmbodiedLMConfig = section(EmbodiedLMConfig, doc="the LM policy (type: lm)")
 
 
 @dataclass(kw_only=True, frozen=True)

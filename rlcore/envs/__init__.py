@@ -6,7 +6,7 @@ ManiSkill3 tasks are gymnasium ids ``maniskill/<Task>`` (rlcore/envs/maniskill.p
 ``mani_skill`` only when one is made).
 """
 
-from rlcore.envs import maniskill  # registers the maniskill/ ids
+from rlcore.envs import color_reach, maniskill  # register color_reach and the maniskill/ ids
 from rlcore.envs.registry import EnvError, make_env, register_env, registered_envs, resolve_env
 from rlcore.envs.vector import (
     SpaceSpec,
@@ -20,6 +20,7 @@ __all__ = [
     "EnvError",
     "SpaceSpec",
     "check_output",
+    "color_reach",
     "make_env",
     "make_vector_env",
     "maniskill",

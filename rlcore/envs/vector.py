@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from rlcore.config.fields import thawed
+from rlcore.envs.language import TextStateBox, language_problem, text_observations
 from rlcore.envs.registry import EnvError, check_env_kwargs, make_env, resolve_env
 from rlcore.scheduler import last_words
 from rlcore.scheduler.last_words import NOT_USER_CODE
@@ -49,6 +50,9 @@ class SpaceSpec:
     # Discrete / MultiDiscrete observations, seen one-hot: each dimension's size and start
     # (None for Box observations)
     obs_one_hot: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # language-conditioned observations (``envs.language``): the instruction's length in
+    # characters at the start of each observation, and its character set (None: no text)
+    obs_text: tuple[int, str] | None = None
 
     def encode(self, raw: np.ndarray) -> np.ndarray:
         """Observations as the env returns them, one-hot as the policy sees them (unchanged
@@ -88,7 +92,12 @@ def make_vector_env(
         chosen = "sync" if chosen == "auto" else chosen
         if chosen == "async":
             envs = gym.vector.AsyncVectorEnv(
-                [_ignoring_sigint(lambda: gym.make(target, **env_kwargs))] * num_envs
+                [_ignoring_sigint(lambda: text_observations(gym.make(target, **env_kwargs)))]
+                * num_envs
+            )
+        elif chosen == "sync":
+            envs = gym.make_vec(
+                target, num_envs, "sync", wrappers=[text_observations], **env_kwargs
             )
         else:
             envs = gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
@@ -97,7 +106,7 @@ def make_vector_env(
             raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
 
         def factory() -> gym.Env:
-            return make_env(env_id, **env_kwargs)
+            return text_observations(make_env(env_id, **env_kwargs))
 
         if mode == "async":
             envs = gym.vector.AsyncVectorEnv([_ignoring_sigint(factory)] * num_envs)
@@ -128,6 +137,9 @@ def _ignoring_sigint(factory: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
 def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     """The policy-facing description of the spaces; ``EnvError`` for spaces rlcore can't handle."""
     spec = _space_spec(envs, env_id)
+    if isinstance(envs.single_observation_space, TextStateBox):
+        text = envs.single_observation_space
+        spec = dataclasses.replace(spec, obs_text=(text.text_length, text.charset))
     raw = getattr(envs, "env", envs).single_observation_space  # (under FlattenObservation)
     if isinstance(raw, gym.spaces.Discrete):
         spec = dataclasses.replace(spec, obs_one_hot=((int(raw.n),), (int(raw.start),)))
@@ -140,6 +152,8 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
 
 def _space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     obs, act = envs.single_observation_space, envs.single_action_space
+    if isinstance(obs, gym.spaces.Dict) and language_problem(obs) is not None:
+        raise EnvError(f"env.id: '{env_id}' observes {language_problem(obs)}")
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
         raise EnvError(
             f"env.id: '{env_id}' observes {obs}; rlcore's policies take Box observations, "

@@ -157,14 +157,15 @@ class EmbodiedRunner(Driver):
         """One deterministic episode in each of ``runner.eval_episodes`` envs."""
         self.sync()
         run = self.config.runner
-        returns, cut = self.rollout.evaluate(run.seed + 10_000 + iteration, self.version)
+        returns, cut, success = self.rollout.evaluate(run.seed + 10_000 + iteration, self.version)
         if cut:
             warn(
                 f"evaluation: {cut} of {len(returns)} episodes had not ended after "
                 f"{run.eval_max_steps} steps (runner.eval_max_steps); their returns so far count"
             )
         mean, std = float(returns.mean()), float(returns.std())
-        return {"eval/return_mean": mean, "eval/return_std": std, "eval/cut_episodes": cut}
+        metrics = {"eval/return_mean": mean, "eval/return_std": std, "eval/cut_episodes": cut}
+        return metrics if success is None else {**metrics, "eval/success_rate": success}
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         return embodied_metrics.summary(self, wall_s, means)

@@ -33,6 +33,8 @@ def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, An
         "env_id": runner.config.env.id,
         "eval_return_mean": last.get("eval/return_mean"),
         "eval_return_std": last.get("eval/return_std"),
+        # the share of episodes that ended in success, for an env that reports it
+        **({"eval_success_rate": last["eval/success_rate"]} if "eval/success_rate" in last else {}),
         "env_steps": p.samples,
         "iterations": p.iteration,
         "wall_s": round(wall_s, 3),

@@ -23,6 +23,7 @@ from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
 from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
+from rlcore.models.lm_policy import check_lm_policy
 from rlcore.models.user_policy import check_user_policy
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
@@ -183,6 +184,8 @@ def _probe_env(config: EmbodiedConfig) -> None:
         check_image_shape(spec.obs_shape, config.env.id)
         if config.actor.model.cls is not None:
             check_user_policy(config.actor.model.cls, spec)
+        if config.actor.model.type == "lm":
+            check_lm_policy(spec, config.actor.model.lm, config.env.normalize_obs)
         if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":
             check_envs_can_be_saved(envs, config.env.id)
     finally:

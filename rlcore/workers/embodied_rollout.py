@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
+from rlcore.models.lm_policy import LMPolicy
 from rlcore.models.user_policy import UserPolicy, load_policy_class
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
@@ -29,11 +30,14 @@ from rlcore.workers.weight_version import check_weight_version
 STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
 
 
-def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic | UserPolicy:
-    """The actor-critic of ``actor.model`` (the user's class with ``actor.model.cls``),
-    initialised from ``runner.seed`` (the same weights in every process that builds it)."""
+def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic | UserPolicy | LMPolicy:
+    """The actor-critic of ``actor.model`` (the user's class with ``actor.model.cls``, the LM
+    policy with ``actor.model.type: lm``), initialised from ``runner.seed`` (the same weights
+    in every process that builds it)."""
     m = config.actor.model
     torch.manual_seed(config.runner.seed)
+    if m.type == "lm":
+        return LMPolicy(spec, m.lm)
     if m.cls is not None:
         return UserPolicy(load_policy_class(m.cls), spec, m.cls)
     return ActorCritic(
@@ -129,17 +133,18 @@ class EmbodiedRollout:
 
     @dispatch(Dispatch.RANK0)
     @torch.no_grad()
-    def evaluate(self, seed: int, version: int) -> tuple[np.ndarray, int]:
-        """Returns of one deterministic episode in each eval env (env rank 0's), and how many
-        had not ended after ``runner.eval_max_steps`` steps (their returns so far count)."""
+    def evaluate(self, seed: int, version: int) -> tuple[np.ndarray, int, float | None]:
+        """Returns of one deterministic episode in each eval env (env rank 0's), how many had
+        not ended after ``runner.eval_max_steps`` steps (their returns so far count), and the
+        share that ended in success (None when the env reports no success)."""
         check_weight_version(self.rank, self.version, version)
         obs = self.env.eval_reset(seed)
         for _ in range(self.eval_max_steps):
             action, _, _ = self._act(obs, deterministic=True)
             obs, returns = self.env.eval_step(action)
             if returns is not None:
-                return returns, 0
-        return self.env.eval_cut()
+                return returns, 0, self.env.eval_success_rate()
+        return (*self.env.eval_cut(), self.env.eval_success_rate())
 
     # checkpoints: each rank's sampling stream --------------------------------------------------
 

@@ -234,12 +234,13 @@ class EnvWorker:
         n = self.eval_envs.num_envs
         self.eval_returns = self._zeros(n)
         self.eval_done = self._zeros(n, integer=True) > 0
+        self.eval_success = None  # each episode's, when the env reports success
         return self._policy_obs(obs, update=False)
 
     def eval_step(self, actions: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         """One step of every eval env; the observations, and the returns once all episodes ended
         (each env's first episode; the steps after it ended do not count)."""
-        obs, reward, term, trunc, _ = step_within(
+        obs, reward, term, trunc, info = step_within(
             self.eval_envs,
             env_action(self.spec, actions, numpy=self.device is None),
             self.step_timeout_s,
@@ -247,6 +248,12 @@ class EnvWorker:
         )
         check_output(self.env_id, "an eval step", obs, reward, self.spec.obs_shape)
         self.eval_returns += reward * ~self.eval_done
+        success = _success(info)
+        if success is not None:  # at the step each episode ends
+            if self.eval_success is None:
+                self.eval_success = self.eval_done & False
+            ending = (term | trunc) & ~self.eval_done
+            self.eval_success |= ending & (success if self.device is None else success.bool())
         self.eval_done |= term | trunc
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
         if not self.eval_done.all():
@@ -256,6 +263,14 @@ class EnvWorker:
     def eval_cut(self) -> tuple[np.ndarray, int]:
         """The returns so far of an evaluation stopped early, and how many episodes it cut."""
         return self._eval_returns(), int((~self.eval_done).sum())
+
+    def eval_success_rate(self) -> float | None:
+        """The share of the last evaluation's episodes that ended in success, when the env
+        reports it (``info["is_success"]``, gymnasium-robotics' name, or ManiSkill's
+        ``info["success"]``); None when it does not."""
+        if self.eval_success is None:
+            return None
+        return float(self.eval_success.sum()) / len(self.eval_success)
 
     def _eval_returns(self) -> np.ndarray:
         returns = self.eval_returns
@@ -322,6 +337,15 @@ class EnvWorker:
         self.envs.close()
         if self.eval_envs is not None:
             self.eval_envs.close()
+
+
+def _success(info: dict) -> Any:
+    """Per env, whether its step reported success (None when the env reports none)."""
+    for name in ("is_success", "success"):
+        if name in info:
+            values, given = info[name], info.get(f"_{name}")
+            return values if given is None else values & given
+    return None
 
 
 def _state(stats: Any) -> dict | None:

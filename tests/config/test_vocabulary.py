@@ -72,7 +72,19 @@ ADDED_IN_BOTH_MODES = {
 }
 ADDED_SINCE = {
     # actor.model.cls: a user's policy class (0.1 had the built-in heads only)
-    "embodied": {**ADDED_IN_BOTH_MODES, **ROLLOUT_CORRECTION, "actor.model.cls": None},
+    # actor.model.type / .lm: the LM policy
+    "embodied": {
+        **ADDED_IN_BOTH_MODES,
+        **ROLLOUT_CORRECTION,
+        "actor.model.cls": None,
+        "actor.model.type": "actor_critic",
+        "actor.model.lm.path": None,
+        "actor.model.lm.action_bins": 32,
+        "actor.model.lm.tiny.hidden_size": 64,
+        "actor.model.lm.tiny.num_layers": 2,
+        "actor.model.lm.tiny.num_heads": 4,
+        "actor.model.lm.tiny.intermediate_size": 256,
+    },
     "reasoning": {
         **ADDED_IN_BOTH_MODES,
         **ROLLOUT_CORRECTION,

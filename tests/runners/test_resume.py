@@ -81,6 +81,19 @@ def test_a_user_policy_class_resumes_bit_for_bit(tmp_path):
     resume_matches(tmp_path, f"actor.model.cls={REPO}/tests/models/user_policies.py:SharedMLP")
 
 
+def test_an_lm_policy_run_resumes_bit_for_bit(tmp_path):
+    """actor.model.type=lm on the language-conditioned task: its weights, the rollout's
+    generator and the pickled envs (instructions included) carry over."""
+    resume_matches(
+        tmp_path,
+        "env.id=color_reach",
+        "actor.model.type=lm",
+        "actor.model.lm.action_bins=4",
+        "actor.model.lm.tiny.hidden_size=32",
+        "actor.model.lm.tiny.intermediate_size=64",
+    )
+
+
 def test_normalised_continuous_runs_resume_bit_for_bit(tmp_path):
     resume_matches(
         tmp_path,

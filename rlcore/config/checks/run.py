@@ -3,6 +3,8 @@ keys, the embodied loop's sizes, and the mini-batch against the batch in both mo
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlcore.algorithms import ADVANTAGES
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig, UpdateConfig
 
@@ -71,6 +73,31 @@ def check_update_sizes(
 ARCHITECTURE_KEYS = ("hidden_sizes", "activation", "shared_backbone", "ortho_init", "log_std_init")
 
 
+def _check_lm_policy(model: Any) -> list[str]:
+    """``actor.model.type: lm`` builds its own architecture; its section is read only then."""
+    defaults = type(model)()
+    if model.type != "lm":
+        return (
+            [
+                "actor.model.lm: set, but actor.model.type is actor_critic, which does not read "
+                "it; set actor.model.type=lm for an LM policy, or leave the section out"
+            ]
+            if model.lm != defaults.lm
+            else []
+        )
+    problems = [
+        f"actor.model.{name}: set, but actor.model.type=lm builds the policy from a language "
+        "model; leave this key out"
+        for name in ARCHITECTURE_KEYS
+        if getattr(model, name) != getattr(defaults, name)
+    ]
+    if model.cls is not None:
+        problems.append(
+            f"actor.model.cls: {model.cls} and actor.model.type=lm both name the policy; keep one"
+        )
+    return problems
+
+
 def check_embodied(config: EmbodiedConfig) -> list[str]:
     alg, actor = config.algorithm, config.actor
     problems: list[str] = []
@@ -82,6 +109,7 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             for name in ARCHITECTURE_KEYS
             if getattr(actor.model, name) != getattr(defaults, name)
         ]
+    problems += _check_lm_policy(actor.model)
     corr, where = alg.rollout_correction, "algorithm.rollout_correction"
     for name, value, why in (
         ("rollout_is", corr.rollout_is == "sequence", "an env row's steps are no sequence"),

@@ -1,0 +1,203 @@
+"""The LM policy (``actor.model.type: lm``): its batched log-probs are a direct forward's, its value
+head trains through the Huber loss, action tokens round-trip to env actions, and what it cannot
+act on is refused before anything starts. The shipped task's instruction matters."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from rlcore.config import ConfigError, load_config
+from rlcore.envs import make_vector_env, space_spec
+from rlcore.envs.color_reach import COLOURS, ColorReach
+from rlcore.envs.language import TextObservation, decode_instructions
+from rlcore.envs.vector import SpaceSpec
+from rlcore.models.lm_policy import LMPolicy, check_lm_policy
+from rlcore.placement import plan_for_config
+from rlcore.runners.preflight import preflight
+from rlcore.workers.embodied_actor import EmbodiedActor
+from rlcore.workers.embodied_rollout import make_policy
+
+TINY = [
+    "actor.model.type=lm",
+    "actor.model.lm.tiny.hidden_size=32",
+    "actor.model.lm.tiny.intermediate_size=64",
+    "actor.model.lm.tiny.num_heads=2",
+]
+
+
+def reach_spec(continuous: bool = False) -> SpaceSpec:
+    envs = make_vector_env("color_reach", 1, "sync", {"continuous": continuous})
+    try:
+        return space_spec(envs, "color_reach")
+    finally:
+        envs.close()
+
+
+def observations(n: int, continuous: bool = False) -> torch.Tensor:
+    """``n`` wrapped color_reach observations, instructions of different lengths among them."""
+    env = TextObservation(ColorReach(continuous=continuous))
+    return torch.as_tensor(np.stack([env.reset(seed=s)[0] for s in range(n)]))
+
+
+def policy(*extra: str, continuous: bool = False, bins: int = 8) -> LMPolicy:
+    cfg = load_config(
+        "embodied/cartpole_ppo", [*TINY, f"actor.model.lm.action_bins={bins}", *extra]
+    )
+    return make_policy(cfg, reach_spec(continuous))
+
+
+def direct_log_prob(p: LMPolicy, obs: torch.Tensor, tokens: torch.Tensor) -> float:
+    """One observation through the whole causal LM, no padding: the instruction's character ids
+    embedded, the state token, the earlier action tokens; log-softmax over the action rows of
+    the full vocabulary's logits at each dimension's position."""
+    length, charset = p.spec.obs_text
+    text = decode_instructions(obs[None, :length].numpy(), charset)[0]
+    ids = torch.tensor([[charset.index(c) + 1 for c in text]])
+    parts = [p.lm.get_input_embeddings()(ids), p.state_proj(obs[None, length:])[:, None]]
+    if len(tokens) > 1:
+        parts.append(p.lm.get_input_embeddings()(p.action_ids[tokens[None, :-1]]))
+    logits = p.lm(inputs_embeds=torch.cat(parts, dim=1)).logits[0]  # [S, vocab]
+    first = ids.shape[1]  # the state token's position
+    total = 0.0
+    for d, token in enumerate(tokens):
+        row = logits[first + d, p.action_ids][: p.dims[d]]
+        total += float(torch.log_softmax(row.double(), -1)[token])
+    return total
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "binned-box"])
+def test_batched_log_probs_equal_a_direct_forward_of_each_observation(continuous):
+    torch.manual_seed(0)
+    p = policy(continuous=continuous)
+    obs = observations(6, continuous)
+    lengths = {len(t) for t in decode_instructions(obs[:, :32].numpy(), p.spec.obs_text[1])}
+    assert len(lengths) > 1  # rows padded differently in the batch
+    with torch.no_grad():
+        actions, acted, values = p.act(obs, generator=torch.Generator().manual_seed(1))
+        scored, entropy, values_again = p.evaluate(obs, actions)
+        tokens = p.action_tokens(actions)
+        for i in range(len(obs)):
+            assert scored[i].item() == pytest.approx(
+                direct_log_prob(p, obs[i], tokens[i]), abs=1e-5
+            )
+    assert torch.allclose(acted, scored, atol=1e-5) and torch.allclose(values, values_again)
+    assert (entropy > 0).all()
+
+
+def test_the_value_head_trains_through_the_huber_value_loss():
+    """Advantages 0 and no entropy bonus: the gradient is the value loss's. Every return lies 5
+    above its value, in Huber's linear region, so d loss / d value_head.bias is value_coef x
+    delta x -1 (the squared error would give value_coef x -5)."""
+    delta, coef = 1.0, 0.5
+    cfg = load_config(
+        "embodied/cartpole_ppo",
+        [
+            *TINY,
+            "actor.model.lm.action_bins=4",
+            "actor.ppo_epochs=1",
+            "actor.ppo_mini_batch_size=8",
+            "algorithm.entropy_bonus=0",
+            "algorithm.value_clip=null",
+            f"algorithm.huber_delta={delta}",
+            f"algorithm.value_coef={coef}",
+            "actor.optim.max_grad_norm=null",
+        ],
+    )
+    spec = reach_spec()
+    ctx = SimpleNamespace(rank=0, world_size=1, group=None, torch_device=torch.device("cpu"))
+    actor = EmbodiedActor(ctx, cfg, spec)
+    obs = observations(8)
+    with torch.no_grad():
+        actions, log_probs, values = actor.model.act(obs)
+    col = lambda x: x[:, None]  # noqa: E731
+    batch = {
+        "obs": col(obs),
+        "actions": col(actions),
+        "log_probs": col(log_probs),
+        "values": col(values),
+        "advantages": torch.zeros(8, 1),
+        "returns": col(values + 5.0),
+        "valid": torch.ones(8, 1, dtype=torch.bool),
+    }
+    from tensordict import TensorDict
+
+    metrics = actor.update(TensorDict(batch, batch_size=[8]))
+    assert actor.model.value_head.bias.grad.item() == pytest.approx(-coef * delta, rel=1e-4)
+    assert metrics["critic/vf_loss"] == pytest.approx(delta * (5.0 - delta / 2), rel=1e-4)
+
+
+def test_action_tokens_round_trip_to_env_actions():
+    discrete = policy(bins=4)
+    moves = torch.arange(4)
+    assert discrete.env_actions(discrete.action_tokens(moves)).equal(moves)
+    box = policy(continuous=True, bins=5)  # [-1, 1] in 5 bins of 0.4: centres -0.8 ... 0.8
+    tokens = torch.tensor([[0, 4], [2, 1], [3, 3]])
+    actions = box.env_actions(tokens)
+    assert torch.allclose(actions, torch.tensor([[-0.8, 0.8], [0.0, -0.4], [0.4, 0.4]]))
+    assert box.action_tokens(actions).equal(tokens)
+    edges = torch.tensor([[-1.0, 1.0]])  # the bounds fall in the outer bins
+    assert box.action_tokens(edges).equal(torch.tensor([[0, 4]]))
+    multi = SpaceSpec((3,), "multi_discrete", (3, 2))
+    m = LMPolicy(multi, load_config("embodied/cartpole_ppo", TINY).actor.model.lm)
+    picks = torch.tensor([[2, 1], [0, 0]])
+    assert m.env_actions(m.action_tokens(picks)).equal(picks)
+
+
+def test_a_policy_that_ignores_the_instruction_reaches_about_one_target_in_three():
+    """The env's property the task rests on: heading for the first target (the red one) always
+    succeeds in about 1/3 of the episodes, following the instruction in all of them."""
+    rates = {}
+    for name in ("ignores", "follows"):
+        successes = 0
+        for seed in range(300):
+            env = ColorReach()
+            obs, _ = env.reset(seed=seed)
+            goal = 0 if name == "ignores" else COLOURS.index(obs["instruction"].split()[2])
+            done, info = False, {}
+            while not done:
+                gap = env.spots[goal] - env.agent
+                move = (
+                    (0 if gap[1] > 0 else 1)
+                    if abs(gap[1]) > abs(gap[0])
+                    else (3 if gap[0] > 0 else 2)
+                )
+                obs, _, term, trunc, info = env.step(move)
+                done = term or trunc
+            successes += info["is_success"]
+        rates[name] = successes / 300
+    assert 0.25 < rates["ignores"] < 0.42 and rates["follows"] > 0.9
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["actor.model.lm.action_bins=2"], "actor.model.lm.action_bins: 2 action tokens"),
+        (["env.normalize_obs=true"], "env.normalize_obs: an LM policy reads the instruction"),
+        (
+            ["actor.model.hidden_sizes=[8]"],
+            "actor.model.hidden_sizes: set, but actor.model.type=lm",
+        ),
+    ],
+)
+def test_what_an_lm_policy_cannot_act_on_is_refused_before_start(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg = load_config(
+            "embodied/lm_policy_reach_ppo", [f"runner.output_dir={tmp_path}", *TINY, *extra]
+        )
+        preflight(cfg, plan_for_config(cfg))
+
+
+def test_the_lm_section_without_the_lm_type_is_refused():
+    with pytest.raises(
+        ConfigError, match=r"actor\.model\.lm: set, but actor\.model\.type is actor_critic"
+    ):
+        load_config("embodied/cartpole_ppo", ["actor.model.lm.action_bins=8"])
+
+
+def test_an_unbounded_box_is_refused_for_binning():
+    spec = SpaceSpec((3,), "box", (1,), np.array([-np.inf]), np.array([np.inf]))
+    lm = load_config("embodied/cartpole_ppo", TINY).actor.model.lm
+    with pytest.raises(ConfigError, match="unbounded"):
+        check_lm_policy(spec, lm, normalize_obs=False)
