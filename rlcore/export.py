@@ -67,6 +67,12 @@ def export(
             f"env.id: {checkpoint} was trained on '{config.env.id}', a module export would "
             "import, running its code; if you trust it, pass --env " + config.env.id
         )
+    if config.mode == "embodied" and config.actor.model.type == "lm":
+        raise ConfigError(
+            f"export: {checkpoint} holds an LM policy (actor.model.type=lm), whose export (the "
+            "language model with its state projection, action tokens and value head) is not "
+            "built yet; continue from the checkpoint with runner.resume_dir instead"
+        )
     out = Path(out).expanduser()
     _check_target(out, force)
     out.mkdir(parents=True, exist_ok=True)

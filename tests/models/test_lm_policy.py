@@ -201,3 +201,28 @@ def test_an_unbounded_box_is_refused_for_binning():
     lm = load_config("embodied/cartpole_ppo", TINY).actor.model.lm
     with pytest.raises(ConfigError, match="unbounded"):
         check_lm_policy(spec, lm, normalize_obs=False)
+
+
+def test_an_lm_policy_run_trains_and_its_export_is_refused_with_the_way_on(tmp_path):
+    from rlcore.export import export
+    from rlcore.runners.embodied import EmbodiedRunner
+
+    cfg = load_config(
+        "embodied/lm_policy_reach_ppo",
+        [
+            *TINY,
+            f"runner.output_dir={tmp_path}",
+            "runner.run_name=r",
+            "env.num_envs=4",
+            "runner.rollout_steps=8",
+            "runner.total_env_steps=64",
+            "actor.ppo_mini_batch_size=16",
+            "runner.eval_episodes=4",
+            "runner.progress=false",
+            "logger.tensorboard=false",
+        ],
+    )
+    summary = EmbodiedRunner(cfg, plan_for_config(cfg)).run()
+    assert summary["iterations"] == 2 and 0.0 <= summary["eval_success_rate"] <= 1.0
+    with pytest.raises(ConfigError, match=r"export: .* holds an LM policy"):
+        export(tmp_path / "r", tmp_path / "out")
