@@ -176,9 +176,10 @@ class AlgorithmConfig:
     )
     group_size: int = key(
         1,
-        doc="responses sampled per prompt (verl's rollout.n), compared by group-based estimators",
+        doc="reasoning: responses sampled per prompt (verl's rollout.n); embodied: envs reset "
+        "from one seed, each collection one episode per env (RLinf's embodied GRPO); compared "
+        "by group-based estimators",
         range=">= 1",
-        modes=("reasoning",),
     )
     gamma: float = key(1.0, doc="discount factor γ", range="[0, 1]")
     gae_lambda: float = key(

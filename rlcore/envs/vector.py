@@ -194,9 +194,10 @@ def step_within(
 
 
 def reset_within(
-    envs: gym.vector.VectorEnv, seed: int, timeout_s: float | None, what: str
+    envs: gym.vector.VectorEnv, seed: int | list[int], timeout_s: float | None, what: str
 ) -> tuple:
-    """``envs.reset(seed=seed)`` under the same guard and deadline as a step."""
+    """``envs.reset(seed=seed)`` (one seed, or one per env) under the same guard and deadline
+    as a step."""
     return _guarded(envs, "reset", (), {"seed": seed}, timeout_s, what)
 
 

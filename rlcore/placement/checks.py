@@ -70,6 +70,13 @@ def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
                 f"env.num_envs: {num_envs} envs cannot be shared by {ranks} {name} ranks; use a "
                 f"multiple of {ranks}"
             )
+    group = config.algorithm.group_size
+    if group > 1 and num_envs % envs == 0 and (num_envs // envs) % group:
+        problems.append(
+            f"env.num_envs: {num_envs} envs over {envs} env ranks give each {num_envs // envs}, "
+            f"not whole groups of algorithm.group_size={group} (a group resets on one rank); "
+            f"use a multiple of {group * envs}"
+        )
     problems += _asynchronous(config, plan, "{env:0,rollout:0,actor:1}", "collect")
     actor = config.actor
     return problems + _update_split("actor", actor, actor.ppo_mini_batch_size, actors)

@@ -34,7 +34,12 @@ KLController = FixedKLController | AdaptiveKLController
 
 def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
     """``batch``: ``[N]`` rows of ``[N, T]`` steps, with the rollout's ``values`` and each row's
-    ``last_value`` (of the observation after its last step)."""
+    ``last_value`` (of the observation after its last step). With ``algorithm.group_size`` > 1
+    each row is one episode (its valid steps) and rows ``g*G .. g*G+G-1`` a group reset alike:
+    the group estimator scores each by its summed rewards, its return (``group_advantages``)."""
+    if alg.group_size > 1:
+        group_advantages(alg, batch)
+        return
     values = torch.cat([batch["values"], batch["last_value"][:, None]], dim=1)  # [N, T + 1]
     terminated, truncated = batch["terminated"], batch["truncated"]
     rewards = bootstrap_truncations(
@@ -50,6 +55,22 @@ def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
         lam=alg.gae_lambda,
         norm_adv_by_std=alg.norm_adv_by_std,
         dones=terminated | truncated,
+    )
+
+
+def group_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
+    """Embodied GRPO: the group estimator over the rows' episodes (no value, no bootstrap: an
+    episode the collection cut off scores the rewards it got)."""
+    rows = batch["rewards"].shape[0]
+    batch["advantages"], batch["returns"] = compute_advantages(
+        alg.adv_type,
+        batch["rewards"],
+        batch["valid"],
+        normalize=alg.normalize_advantages,
+        index=torch.arange(rows) // alg.group_size,
+        gamma=alg.gamma,
+        lam=alg.gae_lambda,
+        norm_adv_by_std=alg.norm_adv_by_std,
     )
 
 

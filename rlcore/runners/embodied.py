@@ -47,7 +47,9 @@ class EmbodiedRunner(Driver):
         super().__init__(
             config, plan, config.env.id.rpartition("/")[2].replace(".py:", ".").replace(":", ".")
         )
-        if self.resumed_from is not None and config.env.checkpoint_state == "reseed":
+        # (with groups every collection starts its episodes afresh: nothing to carry over)
+        fresh = config.env.checkpoint_state == "reseed" and config.algorithm.group_size == 1
+        if self.resumed_from is not None and fresh:
             say(
                 "the envs start fresh episodes (env.checkpoint_state=reseed): this run is not "
                 "bit-exact with one never stopped"

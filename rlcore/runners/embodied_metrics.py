@@ -29,6 +29,7 @@ def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, An
     """An ``EmbodiedRunner``'s summary (``loop.train`` adds the stage times and restarts): the
     last evaluation, steps and throughput, when the return reached the threshold, the layout."""
     p, last, ahead = runner.progress, runner.progress.last_eval, runner.ahead
+    grouped = runner.config.algorithm.group_size > 1
     return {
         "env_id": runner.config.env.id,
         "eval_return_mean": last.get("eval/return_mean"),
@@ -46,9 +47,10 @@ def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, An
         "steps_to_threshold": p.reached_samples,
         "placement": runner.plan.layout,
         "actor_ranks": runner.components.world_size("actor"),
-        # Resumed with the envs' own state (pickle), the run equals one never stopped.
+        # Resumed with the envs' own state (pickle), or with groups (each collection resets
+        # its envs), the run equals one never stopped.
         "resume_bit_exact": None
         if runner.resumed_from is None
-        else runner.config.env.checkpoint_state == "pickle" and ahead is None,
+        else (runner.config.env.checkpoint_state == "pickle" or grouped) and ahead is None,
         **({} if ahead is None else {"async": ahead.summary(runner.regenerated)}),
     }

@@ -137,6 +137,11 @@ class EnvWorker:
         )
         self.seed = run.seed
         self.steps_taken = 0  # vector steps, for the seed of a reseeded resume
+        # embodied GRPO (algorithm.group_size > 1): each collection of ``rollout_steps`` steps
+        # is one episode per env, the envs of a group reset from one seed
+        self.group_size = config.algorithm.group_size
+        self.collect_steps = run.rollout_steps
+        self.ended: Any = None  # in a collection of episodes: the envs whose episode ended
         self.obs = self._reset(self.envs, run.seed + 1000 * self.rank, f"rank {self.rank}")
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.episode_return = self._zeros(self.num_envs)
@@ -149,7 +154,7 @@ class EnvWorker:
 
     # training episodes -------------------------------------------------------------------------
 
-    def _reset(self, envs: Any, seed: int, who: str) -> torch.Tensor:
+    def _reset(self, envs: Any, seed: int | list[int], who: str) -> torch.Tensor:
         """``envs`` reset under the step deadline, their observations checked like a step's."""
         obs, _ = reset_within(envs, seed, self.step_timeout_s, f"env '{self.env_id}' {who}, reset")
         check_output(self.env_id, "reset", obs, None, self.spec.obs_shape)
@@ -170,7 +175,17 @@ class EnvWorker:
 
     def observe(self) -> torch.Tensor:
         """The current observations ``[N, *obs_shape]`` as the policy sees them; normalisation
-        statistics take them in (they are about to be acted on)."""
+        statistics take them in (they are about to be acted on). With groups
+        (``algorithm.group_size`` > 1) a collection starts here: every env starts an episode,
+        the ``group_size`` envs of a group from one seed (``group_seeds``), and a step after an
+        env's episode ended is not valid until the next collection."""
+        if self.group_size > 1:
+            collection = self.steps_taken // self.collect_steps
+            seeds = group_seeds(self.seed, self.rank, collection, self.num_envs, self.group_size)
+            self.obs = self._reset(self.envs, seeds, f"rank {self.rank}, groups")
+            self.ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            self.episode_return = self._zeros(self.num_envs)
+            self.episode_length = self._zeros(self.num_envs, integer=True)
         return self._policy_obs(self.obs, update=True)
 
     def step(self, actions: torch.Tensor, last: bool = False) -> Transition:
@@ -187,7 +202,9 @@ class EnvWorker:
         check_output(self.env_id, f"step {self.steps_taken}", next_obs, reward, self.spec.obs_shape)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
         done = terminated | truncated
-        valid = ~self.prev_done
+        valid = ~self.prev_done if self.ended is None else ~self.ended
+        if self.ended is not None:
+            self.ended = self.ended | done.to(self.ended.device)
         rewards = torch.as_tensor(reward, dtype=torch.float32)
         if self.reward_scaler is not None:
             rewards = self.reward_scaler(rewards, done, valid)
@@ -337,6 +354,14 @@ class EnvWorker:
         self.envs.close()
         if self.eval_envs is not None:
             self.eval_envs.close()
+
+
+def group_seeds(seed: int, rank: int, collection: int, num_envs: int, size: int) -> list[int]:
+    """The reset seed of each of a rank's ``num_envs`` envs for its ``collection``-th collection
+    of episodes: one per group of ``size`` consecutive envs, distinct over groups, ranks and
+    collections (``numpy.random.SeedSequence`` of the three)."""
+    drawn = np.random.SeedSequence([seed, rank, collection]).generate_state(num_envs // size)
+    return [int(s) for s in np.repeat(drawn, size)]
 
 
 def _success(info: dict) -> Any:

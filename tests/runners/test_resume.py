@@ -94,6 +94,21 @@ def test_an_lm_policy_run_resumes_bit_for_bit(tmp_path):
     )
 
 
+def test_an_embodied_grpo_run_resumes_bit_for_bit_with_reseeded_envs(tmp_path):
+    """algorithm.group_size > 1: every collection resets its envs from seeds of the rank and the
+    step count, so a resume needs no pickled envs to be exact, and says so."""
+    resume_matches(
+        tmp_path,
+        "env.id=color_reach",
+        "env.checkpoint_state=reseed",
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=2",
+        "algorithm.value_coef=0",
+    )
+    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert summary["resume_bit_exact"] is True
+
+
 def test_normalised_continuous_runs_resume_bit_for_bit(tmp_path):
     resume_matches(
         tmp_path,

@@ -98,6 +98,61 @@ def _check_lm_policy(model: Any) -> list[str]:
     return problems
 
 
+def episode_estimators() -> list[str]:
+    """The estimators embodied GRPO can run (``algorithm.group_size`` > 1): those that compare
+    whole rows of a group by their summed rewards and read nothing else (no values, no other
+    input such as ReMax's greedy baselines)."""
+    return [
+        name
+        for name in ADVANTAGES.names()
+        if (traits := ADVANTAGES.entry(name).traits).get("needs_groups")
+        and not traits.get("needs_values")
+        and not traits.get("inputs")
+        and name != "gdpo"  # (its reward components are a reasoning reward's)
+    ]
+
+
+def _check_embodied_estimator(config: EmbodiedConfig) -> list[str]:
+    alg = config.algorithm
+    if alg.adv_type not in ADVANTAGES:
+        return []  # named by the algorithm check
+    if alg.group_size == 1:
+        if ADVANTAGES.entry(alg.adv_type).traits.get("episodic"):
+            return []
+        episodic = [n for n in ADVANTAGES.names() if ADVANTAGES.entry(n).traits.get("episodic")]
+        hint = (
+            f", or set algorithm.group_size > 1 for embodied GRPO ({alg.adv_type} compares the "
+            "episodes of envs reset alike)"
+            if alg.adv_type in episode_estimators()
+            else ""
+        )
+        return [
+            f"algorithm.adv_type: {alg.adv_type} cannot run in embodied mode with group_size 1: "
+            f"it does not take episodes that end inside a rollout; use one that does "
+            f"({', '.join(episodic)}){hint}"
+        ]
+    fits = episode_estimators()
+    problems = []
+    if alg.adv_type not in fits:
+        problems.append(
+            f"algorithm.adv_type: {alg.adv_type} does not fit embodied groups "
+            f"(algorithm.group_size={alg.group_size}): each env's episode is scored by its "
+            "return and compared within its group, which needs an estimator that reads only "
+            f"the rows' summed rewards ({', '.join(fits)}); or set group_size 1"
+        )
+    if alg.value_coef:
+        problems.append(
+            f"algorithm.value_coef: {alg.value_coef}, and a group baseline "
+            f"(group_size={alg.group_size}) trains no value head; set algorithm.value_coef=0"
+        )
+    if config.env.num_envs % alg.group_size:
+        problems.append(
+            f"env.num_envs: {config.env.num_envs} envs do not make whole groups of "
+            f"algorithm.group_size={alg.group_size}; use a multiple of {alg.group_size}"
+        )
+    return problems
+
+
 def check_embodied(config: EmbodiedConfig) -> list[str]:
     alg, actor = config.algorithm, config.actor
     problems: list[str] = []
@@ -127,12 +182,7 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
                 f"{where}.{name}: not in embodied mode ({why}); embodied reads rollout_is: "
                 "token, rollout_is_threshold and rollout_is_batch_normalize"
             )
-    if alg.adv_type in ADVANTAGES and not ADVANTAGES.entry(alg.adv_type).traits.get("episodic"):
-        episodic = [n for n in ADVANTAGES.names() if ADVANTAGES.entry(n).traits.get("episodic")]
-        problems.append(
-            f"algorithm.adv_type: {alg.adv_type} cannot run in embodied mode: it does not take "
-            f"episodes that end inside a rollout; use one that does ({', '.join(episodic)})"
-        )
+    problems += _check_embodied_estimator(config)
     if alg.loss_agg_func != "token-mean":
         problems.append(
             f"algorithm.loss_agg_func: {alg.loss_agg_func} is the same loss as token-mean for "
