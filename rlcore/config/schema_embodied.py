@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from rlcore.config.derived import Derived, derived_section
 from rlcore.config.fields import REQUIRED, key, section
-from rlcore.config.schema_reasoning import TinyLMConfig
+from rlcore.config.schema_reasoning import LoraConfig, TinyLMConfig
 from rlcore.config.sections import (
     EMBODIED_OPTIM,
     ActorKeys,
@@ -41,6 +41,11 @@ class EmbodiedLMConfig:
         TinyLMConfig,
         doc="the tiny LM built when path is null",
         defaults={"hidden_size": 64, "intermediate_size": 256},
+    )
+    lora: LoraConfig = section(
+        LoraConfig,
+        doc="LoRA adapters (peft) on the LM's layers: with rank > 0 the LM's own weights stay "
+        "frozen and the adapters, the state projection and the value head train",
     )
 
 

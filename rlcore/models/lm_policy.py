@@ -15,9 +15,11 @@ Huber value loss with value clipping (``loss_type: actor_critic``).
 
 The backbone is a Hugging Face causal LM folder (``actor.model.lm.path``; its tokenizer reads the
 instruction), or a tiny Qwen2-architecture model built here whose vocabulary is the instruction's
-character set (token = character code), padding and the action tokens. It exposes the interface
-of the built-in actor-critic (``act``, ``evaluate``, ``value``, ``forward``), so that the rollout,
-the PPO update, weight sync and checkpoints treat it as any other policy.
+character set (token = character code), padding and the action tokens; with
+``actor.model.lm.lora.rank`` > 0 it trains through LoRA adapters (the LM side's ``with_lora``).
+It exposes the interface of the built-in actor-critic (``act``, ``evaluate``, ``value``,
+``forward``), so that the rollout, the PPO update, weight sync and checkpoints treat it as any
+other policy.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rlcore.algorithms import entropy_from_logits
 from rlcore.config.errors import ConfigError
 from rlcore.envs.language import decode_instructions
+from rlcore.models.forward import token_log_probs
 
 KEY = "actor.model.lm"
 
@@ -100,6 +104,10 @@ class LMPolicy(nn.Module):
             self.lm = load_causal_lm(folder, "float32")
             self.tokenizer = load_tokenizer(folder)
             self.pad_id = self.tokenizer.pad_token_id
+        if lm.lora.rank:  # the adapters go into the LM's layers in place; its weights freeze
+            from rlcore.models.lm import with_lora
+
+            with_lora(self.lm, lm.lora)
         self.lm.config.use_cache = False
         self.tokens_of: dict[str, list[int]] = {}  # an instruction's tokens (a tokenizer's)
         rows = self.lm.get_input_embeddings().weight.shape[0]
@@ -210,12 +218,13 @@ class LMPolicy(nn.Module):
             last = self._hidden(embeds, mask)[:, -1]
             if value is None:
                 value = self.value_head(last).squeeze(-1)
-            log_probs = F.log_softmax(self._logits(last[:, None], slice(d, d + 1))[:, 0], -1)
+            logits = self._logits(last[:, None], slice(d, d + 1))[:, 0]
             if deterministic:
-                pick = log_probs.argmax(-1)
+                pick = logits.argmax(-1)
             else:
-                pick = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
-            log_prob = log_prob + log_probs.gather(1, pick[:, None])[:, 0]
+                probs = torch.softmax(logits.float(), -1)
+                pick = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            log_prob = log_prob + token_log_probs(logits, pick)
             tokens.append(pick)
             if d + 1 < len(self.dims):
                 embeds = torch.cat([embeds, self._action_embeds(pick)[:, None]], dim=1)
@@ -234,10 +243,10 @@ class LMPolicy(nn.Module):
             embeds = torch.cat([embeds, self._action_embeds(tokens[:, :-1])], dim=1)
             mask = torch.cat([mask, torch.ones_like(mask[:, : count - 1])], dim=1)
         hidden = self._hidden(embeds, mask)
-        log_probs = F.log_softmax(self._logits(hidden[:, width - 1 :], slice(0, count)), -1)
-        chosen = log_probs.gather(2, tokens[..., None])[..., 0].sum(1)
-        probs = log_probs.exp()
-        entropy = -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum((1, 2))
+        logits = self._logits(hidden[:, width - 1 :], slice(0, count))  # [B, D, bins]
+        # the LM actor's own token log-prob and entropy, summed over the action's dimensions
+        chosen = token_log_probs(logits, tokens).sum(1)
+        entropy = entropy_from_logits(logits.float()).sum(1)
         return chosen, entropy, self.value_head(hidden[:, width - 1]).squeeze(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:

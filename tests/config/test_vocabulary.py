@@ -84,6 +84,17 @@ ADDED_SINCE = {
         "actor.model.lm.tiny.num_layers": 2,
         "actor.model.lm.tiny.num_heads": 4,
         "actor.model.lm.tiny.intermediate_size": 256,
+        "actor.model.lm.lora.rank": 0,
+        "actor.model.lm.lora.alpha": 16.0,
+        "actor.model.lm.lora.target_modules": [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
     },
     "reasoning": {
         **ADDED_IN_BOTH_MODES,

@@ -226,3 +226,23 @@ def test_an_lm_policy_run_trains_and_its_export_is_refused_with_the_way_on(tmp_p
     assert summary["iterations"] == 2 and 0.0 <= summary["eval_success_rate"] <= 1.0
     with pytest.raises(ConfigError, match=r"export: .* holds an LM policy"):
         export(tmp_path / "r", tmp_path / "out")
+
+
+def test_with_lora_only_the_adapters_the_state_projection_and_the_value_head_train():
+    torch.manual_seed(0)
+    p = policy("actor.model.lm.lora.rank=4", bins=4)
+    trained = {n for n, w in p.named_parameters() if w.requires_grad}
+    assert trained and all(
+        ".lora_" in n or n.startswith(("state_proj.", "value_head.")) for n in trained
+    )
+    assert any(".lora_" in n for n in trained)
+    frozen = {n: w.detach().clone() for n, w in p.named_parameters() if not w.requires_grad}
+    optimiser = torch.optim.Adam([w for w in p.parameters() if w.requires_grad], lr=0.1)
+    obs = observations(4)
+    actions, _, _ = p.act(obs)
+    log_probs, _, values = p.evaluate(obs, actions)
+    (values.sum() - log_probs.sum()).backward()
+    optimiser.step()
+    assert all(w.equal(frozen[n]) for n, w in p.named_parameters() if n in frozen)
+    with torch.no_grad():  # the adapters now change what the policy computes
+        assert not torch.allclose(p.evaluate(obs, actions)[0], log_probs)
