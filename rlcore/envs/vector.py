@@ -69,7 +69,11 @@ class SpaceSpec:
 
 
 def make_vector_env(
-    env_id: str, num_envs: int, mode: VectorMode = "auto", env_kwargs: Mapping[str, Any] = NONE
+    env_id: str,
+    num_envs: int,
+    mode: VectorMode = "auto",
+    env_kwargs: Mapping[str, Any] = NONE,
+    seeds_per_env: bool = False,
 ) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` stepped together.
 
@@ -77,6 +81,9 @@ def make_vector_env(
     loop over envs); ``sync`` steps copies in this process; ``async`` in one subprocess each;
     ``auto`` takes native when the env has it, else sync. ``env_kwargs`` (``env.kwargs``) go to
     the env's constructor, each checked against its signature first (``check_env_kwargs``).
+    ``seeds_per_env``: the envs will be reset with a seed each (embodied GRPO's groups), which
+    a native vector env (one seed for all) cannot take: ``auto`` then picks sync, and
+    ``native`` is refused.
     """
     env_kwargs = thawed(env_kwargs)
     if "num_envs" in env_kwargs:
@@ -88,6 +95,12 @@ def make_vector_env(
         native = spec.vector_entry_point is not None
         if mode == "native" and not native:
             raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
+        if mode == "native" and seeds_per_env:
+            raise EnvError(
+                f"env.vector_mode: native '{env_id}' resets every env from one seed, and "
+                "algorithm.group_size > 1 resets each group from its own; use sync or async"
+            )
+        native = native and not seeds_per_env
         chosen = "vector_entry_point" if mode in ("native", "auto") and native else mode
         chosen = "sync" if chosen == "auto" else chosen
         if chosen == "async":

@@ -178,7 +178,10 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
 
 def _probe_env(config: EmbodiedConfig) -> None:
     """One copy of the env, made and checked as the env worker makes its envs, then closed."""
-    envs = make_vector_env(config.env.id, 1, config.env.vector_mode, config.env.kwargs)
+    grouped = config.algorithm.group_size > 1
+    envs = make_vector_env(
+        config.env.id, 1, config.env.vector_mode, config.env.kwargs, seeds_per_env=grouped
+    )
     try:
         spec = space_spec(envs, config.env.id)
         check_image_shape(spec.obs_shape, config.env.id)

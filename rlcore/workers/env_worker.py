@@ -105,7 +105,10 @@ class EnvWorker:
         self.env_id = env.id
         self.step_timeout_s = step_deadline(env, ctx.in_driver)
         self.num_envs = env.num_envs // ctx.world_size
-        self.envs = make_vector_env(env.id, self.num_envs, env.vector_mode, env.kwargs)
+        grouped = config.algorithm.group_size > 1  # (a seed per env: no native vector env)
+        self.envs = make_vector_env(
+            env.id, self.num_envs, env.vector_mode, env.kwargs, seeds_per_env=grouped
+        )
         self.eval_envs = None
         # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
         self.device = tensor_device(self.envs)
