@@ -10,8 +10,10 @@ which target is wanted: a policy that ignores the instruction succeeds in at mos
 
 Observations follow the env contract for language policies (docs/embodied.md): a
 ``gymnasium.spaces.Dict`` with an ``instruction`` (``Text``) and a ``state`` (``Box``) entry.
-Rewards: the distance gained towards the named target each step, and 1 on success. ``info``
-carries ``is_success`` (gymnasium-robotics' name) at every step.
+Rewards (``reward``): ``dense``, the distance gained towards the named target each step and 1 on
+success; ``sparse``, 1 on success only (an outcome for group baselines: touching the wrong
+target is then no better than wandering). ``info`` carries ``is_success``
+(gymnasium-robotics' name) at every step.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ class ColorReach(gym.Env):
         max_steps: int = 30,
         step_size: float = 0.15,
         radius: float = 0.2,
+        reward: str = "dense",
     ) -> None:
+        if reward not in ("dense", "sparse"):
+            raise ValueError(f"reward: {reward!r}; dense or sparse")
+        self.sparse = reward == "sparse"
         if not 2 <= targets <= len(COLOURS):
             raise ValueError(f"targets: {targets}; between 2 and {len(COLOURS)}")
         self.targets, self.max_steps = targets, max_steps
@@ -84,7 +90,8 @@ class ColorReach(gym.Env):
         self.steps += 1
         touched = np.flatnonzero(np.linalg.norm(self.spots - self.agent, axis=1) < self.radius)
         success = self.goal in touched
-        reward = float(before - self._distance()) + (1.0 if success else 0.0)
+        gained = 0.0 if self.sparse else float(before - self._distance())
+        reward = gained + (1.0 if success else 0.0)
         terminated = len(touched) > 0
         truncated = not terminated and self.steps >= self.max_steps
         return self._observation(), reward, terminated, truncated, {"is_success": success}

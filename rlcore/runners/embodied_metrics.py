@@ -12,7 +12,8 @@ from rlcore.algorithms import explained_variance
 
 def batch_metrics(batch: TensorDict) -> dict[str, float]:
     """The value function's explained variance over the batch's valid steps, and the mean
-    return and length of the episodes that ended in it (none when none did)."""
+    return and length of the episodes that ended in it (none when none did), and the share
+    that succeeded when the env reports success."""
     metrics = {
         "critic/vf_explained_var": float(
             explained_variance(batch["values"], batch["returns"], batch["valid"])
@@ -22,6 +23,8 @@ def batch_metrics(batch: TensorDict) -> dict[str, float]:
     if episodes:
         metrics["env/episode_return"] = float(batch["episode_return_sum"].sum()) / episodes
         metrics["env/episode_length"] = float(batch["episode_length_sum"].sum()) / episodes
+        if "episode_success_sum" in batch:  # an env that reports success
+            metrics["env/success_rate"] = float(batch["episode_success_sum"].sum()) / episodes
     return metrics
 
 

@@ -145,6 +145,7 @@ class EnvWorker:
         self.group_size = config.algorithm.group_size
         self.collect_steps = run.rollout_steps
         self.ended: Any = None  # in a collection of episodes: the envs whose episode ended
+        self.reports_success = False  # the env's steps carry is_success / success
         self.obs = self._reset(self.envs, run.seed + 1000 * self.rank, f"rank {self.rank}")
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.episode_return = self._zeros(self.num_envs)
@@ -195,7 +196,7 @@ class EnvWorker:
         """Apply ``actions`` ``[N, ...]``. ``last``: the rollout's final step, whose next
         observations only give V for bootstrapping (normalised without updating the statistics;
         the next rollout's first step takes them in)."""
-        next_obs, reward, term, trunc, _ = step_within(
+        next_obs, reward, term, trunc, info = step_within(
             self.envs,
             env_action(self.spec, actions, numpy=self.device is None),
             self.step_timeout_s,
@@ -211,17 +212,19 @@ class EnvWorker:
         rewards = torch.as_tensor(reward, dtype=torch.float32)
         if self.reward_scaler is not None:
             rewards = self.reward_scaler(rewards, done, valid)
+        success = _success(info)  # (None when the env reports none)
+        self.reports_success = self.reports_success or success is not None
         if self.device is None:
-            self._track_episodes(reward, done.numpy(), valid.numpy())
+            self._track_episodes(reward, done.numpy(), valid.numpy(), success)
         else:
-            self._track_episodes(reward, done, valid)
+            self._track_episodes(reward, done, valid, success)
         self.prev_done = done
         self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
         return Transition(
             rewards, terminated, truncated, valid, self._policy_obs(self.obs, update=not last)
         )
 
-    def _track_episodes(self, reward: Any, done: Any, valid: Any) -> None:
+    def _track_episodes(self, reward: Any, done: Any, valid: Any, success: Any = None) -> None:
         """The same arithmetic on numpy arrays or on a tensor env's tensors."""
         self.episode_return += reward * valid
         self.episode_length += valid
@@ -229,21 +232,27 @@ class EnvWorker:
         self.finished_return += self.episode_return * ended
         self.finished_length += self.episode_length * ended
         self.finished_count += ended
+        if success is not None:
+            self.finished_success += ended & (success if self.device is None else success.bool())
         self.episode_return[ended], self.episode_length[ended] = 0.0, 0
 
     def _clear_finished(self) -> None:
         self.finished_return = self._zeros(self.num_envs)
         self.finished_length = self._zeros(self.num_envs, integer=True)
         self.finished_count = self._zeros(self.num_envs, integer=True)
+        self.finished_success = self._zeros(self.num_envs, integer=True)
 
     def finished_episodes(self) -> dict[str, torch.Tensor]:
         """Per env ``[N]``: summed return and length of the episodes that ended since the last
-        call, and their count (sums, so that ranks and envs merge by adding)."""
+        call, and their count (sums, so that ranks and envs merge by adding); for an env that
+        reports success (``info["is_success"]`` or ``["success"]``), how many of them succeeded."""
         stats = {
             "episode_return_sum": torch.as_tensor(self.finished_return),
             "episode_length_sum": torch.as_tensor(self.finished_length),
             "episode_count": torch.as_tensor(self.finished_count),
         }
+        if self.reports_success:
+            stats["episode_success_sum"] = torch.as_tensor(self.finished_success)
         self._clear_finished()
         return stats
 
@@ -311,6 +320,7 @@ class EnvWorker:
                 "return": _cpu(self.finished_return),
                 "length": _cpu(self.finished_length),
                 "count": _cpu(self.finished_count),
+                "success": _cpu(self.finished_success),
             },
             "obs_norm": _state(self.obs_norm),
             "reward_scaler": _state(self.reward_scaler),
@@ -347,6 +357,8 @@ class EnvWorker:
         self.finished_return = self._own(state["finished"]["return"])
         self.finished_length = self._own(state["finished"]["length"])
         self.finished_count = self._own(state["finished"]["count"])
+        if "success" in state["finished"]:  # (checkpoints before success was counted: none)
+            self.finished_success = self._own(state["finished"]["success"])
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         if self.reward_scaler is not None:

@@ -94,3 +94,50 @@ def test_a_group_split_over_env_ranks_is_refused():
     )
     with pytest.raises(ConfigError, match=r"not whole groups of algorithm\.group_size=8"):
         check_plan(config, plan_for_config(config))
+
+
+def test_groups_need_a_seed_per_env_which_a_native_vector_env_cannot_take():
+    import gymnasium as gym
+
+    from rlcore.envs import EnvError, make_vector_env
+
+    with pytest.raises(EnvError, match="native 'CartPole-v1' resets every env from one seed"):
+        make_vector_env("CartPole-v1", 2, "native", seeds_per_env=True)
+    envs = make_vector_env("CartPole-v1", 2, "auto", seeds_per_env=True)
+    try:
+        assert isinstance(envs, gym.vector.SyncVectorEnv)  # auto: copies, each seeded
+        first, _ = envs.reset(seed=[5, 5])
+        assert (first[0] == first[1]).all()
+    finally:
+        envs.close()
+
+
+def test_the_successes_of_finished_episodes_are_counted_for_an_env_that_reports_them():
+    from rlcore.envs.color_reach import COLOURS, MOVES
+    from rlcore.envs.language import decode_instructions
+
+    env = worker("algorithm.group_size=1", "algorithm.adv_type=gae", "algorithm.value_coef=0.5")
+    try:
+        obs = env.observe()
+        for _ in range(60):  # head for the named target (the state after 32 text codes)
+            agent, spots = obs[:, 32:34], obs[:, 34:].view(-1, 3, 2)
+            texts = decode_instructions(obs[:, :32].numpy(), env.spec.obs_text[1])
+            goal = torch.tensor([COLOURS.index(t.split()[2]) for t in texts])
+            gap = spots[torch.arange(len(goal)), goal] - agent
+            obs = env.step((torch.as_tensor(MOVES) @ gap.T).argmax(0)).next_obs
+        stats = env.finished_episodes()
+        assert stats["episode_count"].sum() > 8
+        successes, count = stats["episode_success_sum"].sum(), stats["episode_count"].sum()
+        assert 0.8 * count <= successes <= count  # (now and then another target is in the way)
+    finally:
+        env.close()
+    cartpole = EnvWorker(
+        SimpleNamespace(rank=0, world_size=1, in_driver=True), load_config("embodied/cartpole_ppo")
+    )
+    try:
+        cartpole.observe()
+        for _ in range(30):
+            cartpole.step(torch.zeros(64, dtype=torch.long))
+        assert "episode_success_sum" not in cartpole.finished_episodes()  # reports none
+    finally:
+        cartpole.close()
