@@ -29,6 +29,7 @@ class EmbodiedLMConfig:
         doc="a local Hugging Face causal-LM folder (or a hub id, as actor.model.path in "
         "reasoning) whose backbone becomes the policy; null = a tiny Qwen2-architecture LM "
         "built here (actor.model.lm.tiny) with a character-level tokenizer",
+        path=True,
     )
     action_bins: int = key(
         32,

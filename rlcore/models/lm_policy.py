@@ -259,8 +259,15 @@ class LMPolicy(nn.Module):
 
 
 def check_lm_policy(spec: Any, lm: Any, normalize_obs: bool) -> None:
-    """What an LM policy refuses, before anything starts: a discrete dimension with more
-    actions than ``action_bins``, an unbounded Box, images, normalised instructions."""
+    """What an LM policy refuses, before anything starts: a model folder that is not one (a hub
+    id is fetched into the local cache here, once), a discrete dimension with more actions than
+    ``action_bins``, an unbounded Box, images, normalised instructions."""
+    if lm.path is not None:
+        from rlcore.models.hub import local_model_dir
+        from rlcore.models.lm import check_model_dir
+
+        folder = local_model_dir(lm.path, f"{KEY}.path")
+        check_model_dir(str(folder), f"{KEY}.path", tokenizer=True)
     action_dims(spec, lm.action_bins)
     if len(spec.obs_shape) != 1:
         raise ConfigError(

@@ -54,7 +54,10 @@ def direct_log_prob(p: LMPolicy, obs: torch.Tensor, tokens: torch.Tensor) -> flo
     the full vocabulary's logits at each dimension's position."""
     length, charset = p.spec.obs_text
     text = decode_instructions(obs[None, :length].numpy(), charset)[0]
-    ids = torch.tensor([[charset.index(c) + 1 for c in text]])
+    if p.tokenizer is None:  # the tiny model's vocabulary: the characters' codes
+        ids = torch.tensor([[charset.index(c) + 1 for c in text]])
+    else:  # a model folder's tokenizer
+        ids = torch.tensor([p.tokenizer(text, add_special_tokens=False)["input_ids"]])
     parts = [p.lm.get_input_embeddings()(ids), p.state_proj(obs[None, length:])[:, None]]
     if len(tokens) > 1:
         parts.append(p.lm.get_input_embeddings()(p.action_ids[tokens[None, :-1]]))
@@ -67,10 +70,19 @@ def direct_log_prob(p: LMPolicy, obs: torch.Tensor, tokens: torch.Tensor) -> flo
     return total
 
 
-@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "binned-box"])
-def test_batched_log_probs_equal_a_direct_forward_of_each_observation(continuous):
+@pytest.mark.parametrize(
+    ("continuous", "folder"),
+    [(False, False), (True, False), (True, True)],
+    ids=["discrete", "binned-box", "model-folder"],
+)
+def test_batched_log_probs_equal_a_direct_forward_of_each_observation(continuous, folder, request):
+    """Also with a Hugging Face model folder (the tiny reasoning model, its BPE tokenizer)."""
     torch.manual_seed(0)
-    p = policy(continuous=continuous)
+    path = []
+    if folder:
+        path = [f"actor.model.lm.path={request.getfixturevalue('tiny_lm')[1].actor}"]
+    p = policy(*path, continuous=continuous)
+    assert (p.tokenizer is not None) == folder
     obs = observations(6, continuous)
     lengths = {len(t) for t in decode_instructions(obs[:, :32].numpy(), p.spec.obs_text[1])}
     assert len(lengths) > 1  # rows padded differently in the batch
@@ -179,6 +191,7 @@ def test_a_policy_that_ignores_the_instruction_reaches_about_one_target_in_three
             ["actor.model.hidden_sizes=[8]"],
             "actor.model.hidden_sizes: set, but actor.model.type=lm",
         ),
+        (["actor.model.lm.path=/no/such/model"], "actor.model.lm.path"),
     ],
 )
 def test_what_an_lm_policy_cannot_act_on_is_refused_before_start(tmp_path, extra, message):
