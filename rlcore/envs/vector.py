@@ -165,13 +165,14 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
 
 def _space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     obs, act = envs.single_observation_space, envs.single_action_space
-    if isinstance(obs, gym.spaces.Dict) and language_problem(obs) is not None:
+    if isinstance(obs, gym.spaces.Dict) and "instruction" in obs.spaces:  # meant for language
         raise EnvError(f"env.id: '{env_id}' observes {language_problem(obs)}")
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
         raise EnvError(
             f"env.id: '{env_id}' observes {obs}; rlcore's policies take Box observations, "
-            "vectors (D,) or images (H, W, C), and Discrete or MultiDiscrete ones (one-hot); "
-            "flatten others with a gymnasium wrapper (FlattenObservation)"
+            "vectors (D,) or images (H, W, C), Discrete or MultiDiscrete ones (one-hot), and a "
+            "Dict of an 'instruction' Text and a 'state' Box (language-conditioned); flatten "
+            "others with a gymnasium wrapper (FlattenObservation)"
         )
     scale = 1.0 / 255.0 if obs.dtype == np.uint8 else 1.0
     if isinstance(act, gym.spaces.Discrete):
