@@ -13,7 +13,10 @@ bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passe
 and megatron-core), ``maniskill``
 (PickCube's GPU simulator, random actions, when mani-skill is importable) and ``maniskill_ppo``
 (PPO iterations of ``embodied/maniskill_pickcube_ppo`` in its GPU recipe: 512 envs of the GPU
-simulator handing their observation tensors to the policy on the same GPU). A check that fails
+simulator handing their observation tensors to the policy on the same GPU), ``maniskill_rgb_ppo``
+(the same with camera images, ``obs_mode: rgb``, into the CNN: 64 envs) and ``maniskill_lm_ppo``
+(the same task's states acted on by an LM policy, ``actor.model.type: lm``, the tiny LM: 256
+envs), the stepping stones to VLA policies on the GPU. A check that fails
 prints its error and the next runs.
 
 The qwen checks run ``--iterations`` iterations and report the last (the first pays for CUDA's
@@ -82,6 +85,8 @@ CHECKS = (
     "qwen_megatron",
     "maniskill",
     "maniskill_ppo",
+    "maniskill_rgb_ppo",
+    "maniskill_lm_ppo",
 )
 
 
@@ -345,6 +350,15 @@ def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The config's GPU recipe: 512 envs x 50 steps, mini-batches of 800."""
+    return _maniskill_ppo(args, out, 512, 50, 800, [])
+
+
+def _maniskill_ppo(
+    args: argparse.Namespace, out: Path, num_envs: int, steps: int, mini: int, extra: list[str]
+) -> dict[str, Any]:
+    """PPO iterations of ``embodied/maniskill_pickcube_ppo`` on the GPU simulator, ``extra``
+    overrides on top of its GPU recipe."""
     try:
         import mani_skill.envs  # noqa: F401
     except ImportError as error:
@@ -355,7 +369,6 @@ def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rlcore.placement import plan_for_config
     from rlcore.runners.embodied import EmbodiedRunner
 
-    num_envs, steps = 512, 50  # the config's GPU recipe
     config = load_config(
         "embodied/maniskill_pickcube_ppo",
         [
@@ -364,16 +377,35 @@ def check_maniskill_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             f"env.num_envs={num_envs}",
             f"runner.rollout_steps={steps}",
             "actor.ppo_epochs=4",
-            "actor.ppo_mini_batch_size=800",
+            f"actor.ppo_mini_batch_size={mini}",
             f"runner.total_env_steps={(args.iterations + 1) * num_envs * steps}",
             "runner.eval_every=0",
             "runner.eval_episodes=4",
+            *extra,
         ],
     )
-    runner = EmbodiedRunner(config, plan_for_config(config))
-    summary = runner.run()
+    summary = EmbodiedRunner(config, plan_for_config(config)).run()
     keys = ("env_steps", "iterations", "wall_s", "sps", "train_sps", "seconds_per_stage")
     return {"ok": True, "num_envs": num_envs, **{k: summary[k] for k in keys}}
+
+
+def check_maniskill_rgb_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Camera images (obs_mode rgb, 128x128) into the Nature CNN, on the GPU simulator."""
+    return _maniskill_ppo(args, out, 64, 50, 400, ["env.kwargs={obs_mode:rgb}"])
+
+
+def check_maniskill_lm_ppo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """An LM policy (the tiny LM: one state token in, 8 binned action tokens out, a value head)
+    acting on PickCube's states on the GPU simulator."""
+    lm = [
+        "actor.model.type=lm",
+        "actor.model.hidden_sizes=[64,64]",  # (the built-in's keys back at their defaults)
+        "actor.model.activation=tanh",
+        "actor.model.shared_backbone=true",
+        "actor.model.log_std_init=0.0",
+        "actor.model.lm.action_bins=32",
+    ]
+    return _maniskill_ppo(args, out, 256, 50, 800, lm)
 
 
 def main() -> int:
@@ -404,6 +436,8 @@ def main() -> int:
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
         "maniskill": check_maniskill,
         "maniskill_ppo": check_maniskill_ppo,
+        "maniskill_rgb_ppo": check_maniskill_rgb_ppo,
+        "maniskill_lm_ppo": check_maniskill_lm_ppo,
     }
     failed = 0
     try:

@@ -38,6 +38,8 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         "qwen_megatron",
         "maniskill",
         "maniskill_ppo",
+        "maniskill_rgb_ppo",
+        "maniskill_lm_ppo",
         "--iterations",
         "1",
         "--micro-batch",
@@ -62,7 +64,8 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         assert stages[stage]["seconds"] >= 0 and stages[stage]["tokens_per_s"] > 0, stage
     # MFU needs a GPU's peak; the FLOP rate is reported anyway
     assert stages["actor_update"]["mfu"] is None and stages["actor_update"]["tflops"] >= 0
-    for check in ("qwen_megatron", "maniskill", "maniskill_ppo"):  # these need CUDA
+    need_cuda = ("qwen_megatron", "maniskill", "maniskill_ppo", "maniskill_rgb_ppo")
+    for check in (*need_cuda, "maniskill_lm_ppo"):  # these need CUDA
         assert rows[check]["ok"] is None and "skipped" in rows[check]
 
 

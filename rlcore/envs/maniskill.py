@@ -80,6 +80,7 @@ def make_maniskill_env(
     kwargs go to ManiSkill's ``gym.make(task, ...)``: obs_mode, control_mode, reward_mode,
     max_episode_steps, ...
     """
+    images = _image_mode(task, kwargs)
     if _backend(sim_backend, gpu_available=False) != "cpu":
         raise EnvError(
             f"env.id: 'maniskill/{task}' with sim_backend={sim_backend} runs ManiSkill's batched "
@@ -91,7 +92,10 @@ def make_maniskill_env(
     env = _vulkan_checked(
         task, lambda: gym.make(task, num_envs=1, sim_backend="physx_cpu", **_ms_kwargs(kwargs))
     )
-    return CPUGymWrapper(env, ignore_terminations=ignore_terminations)
+    if images:
+        env = _rgb_only(env)
+    env = CPUGymWrapper(env, ignore_terminations=ignore_terminations)
+    return RGBObservation(env) if images else env
 
 
 def make_maniskill_vector_env(
@@ -109,6 +113,7 @@ def make_maniskill_vector_env(
     ``NextStepVectorEnv`` for rlcore's next-step autoreset and numpy arrays.
     """
     gpu_available = torch.cuda.is_available()
+    images = _image_mode(task, kwargs)
     if _backend(sim_backend, gpu_available) == "cpu":
         factory = functools.partial(
             make_maniskill_env,
@@ -117,6 +122,8 @@ def make_maniskill_vector_env(
             ignore_terminations=ignore_terminations,
             **kwargs,
         )
+        if images:  # SAPIEN's renderer hangs in forked subprocesses: copies in this process
+            return gym.vector.SyncVectorEnv([factory] * num_envs)
         return gym.vector.AsyncVectorEnv([factory] * num_envs)
     if not gpu_available:
         raise EnvError(
@@ -130,10 +137,12 @@ def make_maniskill_vector_env(
     env = _vulkan_checked(
         task, lambda: gym.make(task, num_envs=num_envs, sim_backend=backend, **_ms_kwargs(kwargs))
     )
+    if images:
+        env = _rgb_only(env)
     batched = ManiSkillVectorEnv(
         env, auto_reset=False, ignore_terminations=ignore_terminations, record_metrics=False
     )
-    return NextStepVectorEnv(batched)
+    return NextStepVectorEnv(batched, key="rgb" if images else None)
 
 
 class NextStepVectorEnv(gym.vector.VectorEnv):
@@ -152,13 +161,15 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
     the scene's own observations with no copy through the host per step.
     """
 
-    def __init__(self, env: Any) -> None:
-        self.env = env
+    def __init__(self, env: Any, key: str | None = None) -> None:
+        self.env, self.key = env, key  # key: the entry of a Dict observation that is kept
         self.num_envs = int(env.num_envs)
         self.device = env.device
         self.tensor_device = torch.device(env.device)
         self.numpy = True
-        self.single_observation_space = env.single_observation_space
+        self.single_observation_space = (
+            env.single_observation_space if key is None else env.single_observation_space[key]
+        )
         self.single_action_space = env.single_action_space
         self.observation_space = gym.vector.utils.batch_space(
             self.single_observation_space, self.num_envs
@@ -176,7 +187,7 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[np.ndarray | torch.Tensor, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._ended[:] = False
-        return self._out(obs.float()), self._out(info)
+        return self._out(self._kept(obs).float()), self._out(info)
 
     def step(self, actions: np.ndarray | torch.Tensor) -> tuple:
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
@@ -193,7 +204,7 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
             truncated[ended] = False
         self._ended = terminated | truncated
         return (
-            self._out(obs.float()),
+            self._out(self._kept(obs).float()),
             self._out(reward.float()),
             self._out(terminated.bool()),
             self._out(truncated.bool()),
@@ -202,6 +213,9 @@ class NextStepVectorEnv(gym.vector.VectorEnv):
 
     def _out(self, x: Any) -> Any:
         return _numpy(x) if self.numpy else x
+
+    def _kept(self, obs: Any) -> Any:
+        return obs if self.key is None else obs[self.key]
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
@@ -216,6 +230,43 @@ def _backend(sim_backend: str, gpu_available: bool) -> Literal["cpu", "gpu"]:
     if sim_backend in _GPU_NAMES or sim_backend.startswith("cuda:"):
         return "gpu"
     raise EnvError(f"env.id: ManiSkill sim_backend '{sim_backend}': use auto, cpu, gpu or cuda:N")
+
+
+OBS_MODES = ("state", "state_dict", "rgb")
+
+
+def _image_mode(task: str, kwargs: dict[str, Any]) -> bool:
+    """Whether ``obs_mode`` asks for camera images (``rgb``); ``EnvError`` for the visual modes
+    no rlcore policy reads."""
+    mode = kwargs.get("obs_mode", "state")
+    if mode not in OBS_MODES:
+        raise EnvError(
+            f"env.kwargs: obs_mode '{mode}' for 'maniskill/{task}': rlcore's policies read states "
+            "(obs_mode state) or camera images (obs_mode rgb: the CNN; several cameras are "
+            "stacked on the channel axis); depth and point clouds are not built"
+        )
+    return mode == "rgb"
+
+
+def _rgb_only(env: gym.Env) -> gym.Env:
+    """A batched ManiSkill env whose observation is its cameras' RGB images alone, ``[N, H, W,
+    3 x cameras]`` uint8 (ManiSkill's ``FlattenRGBDObservationWrapper``), in a ``Dict`` under
+    ``rgb``."""
+    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+    return FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=False)
+
+
+class RGBObservation(gym.ObservationWrapper):
+    """A CPU ManiSkill env's ``{"rgb": image}`` observation as the ``(H, W, C)`` uint8 image
+    (the Nature CNN's input: rlcore scales it to [0, 1])."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.observation_space = env.observation_space["rgb"]
+
+    def observation(self, observation: dict[str, Any]) -> np.ndarray:
+        return observation["rgb"]
 
 
 def _ms_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

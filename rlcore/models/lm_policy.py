@@ -241,7 +241,7 @@ class LMPolicy(nn.Module):
         width, count = embeds.shape[1], len(self.dims)
         if count > 1:
             embeds = torch.cat([embeds, self._action_embeds(tokens[:, :-1])], dim=1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, : count - 1])], dim=1)
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], count - 1))], dim=1)
         hidden = self._hidden(embeds, mask)
         logits = self._logits(hidden[:, width - 1 :], slice(0, count))  # [B, D, bins]
         # the LM actor's own token log-prob and entropy, summed over the action's dimensions

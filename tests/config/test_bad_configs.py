@@ -125,6 +125,8 @@ BAD = [
     (CARTPOLE, ["algorithm.adv_type=gea"], "algorithm.adv_type", "did you mean 'gae'"),
     (CARTPOLE, ["algorithm.policy_loss=pop"], "algorithm.policy_loss", "did you mean 'ppo'"),
     (CARTPOLE, ["env.num_envs=0"], "env.num_envs", "must be >= 1"),
+    ("embodied/maniskill_pickcube_ppo", ["env.kwargs={obs_mode:rgb}"], "env.vector_mode",
+     "hang in SAPIEN's renderer in forked subprocesses; use sync or auto"),
     (CARTPOLE, ["algorithm.group_size=4", "algorithm.adv_type=gae", "algorithm.value_coef=0"],
      "algorithm.adv_type", "gae does not fit embodied groups"),
     (CARTPOLE, ["algorithm.group_size=3", "algorithm.adv_type=grpo", "algorithm.value_coef=0"],

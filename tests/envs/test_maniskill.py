@@ -148,3 +148,61 @@ def test_the_batched_gpu_env_gets_next_step_autoreset_and_numpy():
         assert term.tolist() == terminated and trunc.tolist() == truncated
     envs.close()
     assert inner.closed
+
+
+class Cameras(Counters):
+    """``Counters`` seen through ManiSkill's ``FlattenRGBDObservationWrapper``: each env's
+    observation an image, under ``rgb``, whose pixels all hold its count."""
+
+    single_observation_space = gym.spaces.Dict({"rgb": gym.spaces.Box(0, 255, (2, 2, 3), np.uint8)})
+
+    def _images(self, counts):
+        return {"rgb": counts.reshape(3, 1, 1, 1).expand(3, 2, 2, 3).to(torch.uint8)}
+
+    def reset(self, *, seed=None, options=None):
+        counts, info = super().reset(seed=seed, options=options)
+        return self._images(counts), info
+
+    def step(self, actions):
+        counts, *rest = super().step(actions)
+        return (self._images(counts), *rest)
+
+
+def test_the_batched_gpu_env_keeps_the_camera_images_of_rgb_observations():
+    envs = NextStepVectorEnv(Cameras(), key="rgb")
+    assert envs.single_observation_space.shape == (2, 2, 3)
+    assert envs.single_observation_space.dtype == np.uint8  # (the CNN scales it by 1/255)
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape == (3, 2, 2, 3) and (obs == 0).all()
+    for count in ([1, 1, 1], [2, 2, 2], [3, 0, 3]):  # env 1 restarts on the third step
+        obs, *_ = envs.step(np.zeros((3, 2), dtype=np.float32))
+        assert obs[:, 0, 0, 0].tolist() == count and obs.dtype == np.float32
+    envs.close()
+
+
+def test_visual_modes_no_policy_reads_are_refused_before_anything_is_made():
+    with pytest.raises(EnvError, match="obs_mode 'pointcloud' for 'maniskill/PickCube-v1'"):
+        make_maniskill_env("PickCube-v1", obs_mode="pointcloud")
+
+
+@pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")
+def test_rgb_observations_are_camera_images_the_cnn_acts_on(maniskill):
+    from rlcore.workers.embodied_rollout import make_policy
+    from rlcore.workers.env_worker import env_action
+
+    kwargs = {"obs_mode": "rgb", "control_mode": "pd_ee_delta_pos"}
+    envs = make_vector_env(PICKCUBE, 1, "sync", kwargs)
+    try:
+        spec = space_spec(envs, PICKCUBE)
+        assert spec.obs_shape == (128, 128, 3) and spec.obs_scale == 1 / 255  # one camera
+        obs, _ = envs.reset(seed=0)
+        assert obs.dtype == np.uint8 and obs.std() > 0  # a rendered scene, not a blank
+        config = load_config("embodied/maniskill_pickcube_ppo", ["env.kwargs={obs_mode:rgb}"])
+        policy = make_policy(config, spec)
+        assert type(policy.policy_trunk).__name__ == "ImageEncoder"  # the Nature-DQN CNN
+        with torch.no_grad():  # (as the rollout acts)
+            action, _, _ = policy.act(torch.as_tensor(obs, dtype=torch.float32))
+        obs, reward, *_ = envs.step(env_action(spec, action))
+        assert obs.shape == (1, 128, 128, 3) and np.isfinite(reward).all()
+    finally:
+        envs.close()

@@ -52,10 +52,10 @@ def direct_log_prob(p: LMPolicy, obs: torch.Tensor, tokens: torch.Tensor) -> flo
     """One observation through the whole causal LM, no padding: the instruction's character ids
     embedded, the state token, the earlier action tokens; log-softmax over the action rows of
     the full vocabulary's logits at each dimension's position."""
-    length, charset = p.spec.obs_text
-    text = decode_instructions(obs[None, :length].numpy(), charset)[0]
+    length, charset = p.spec.obs_text or (0, "")
+    text = decode_instructions(obs[None, :length].numpy(), charset)[0] if length else ""
     if p.tokenizer is None:  # the tiny model's vocabulary: the characters' codes
-        ids = torch.tensor([[charset.index(c) + 1 for c in text]])
+        ids = torch.tensor([[charset.index(c) + 1 for c in text]], dtype=torch.long)
     else:  # a model folder's tokenizer
         ids = torch.tensor([p.tokenizer(text, add_special_tokens=False)["input_ids"]])
     parts = [p.lm.get_input_embeddings()(ids), p.state_proj(obs[None, length:])[:, None]]
@@ -68,6 +68,24 @@ def direct_log_prob(p: LMPolicy, obs: torch.Tensor, tokens: torch.Tensor) -> flo
         row = logits[first + d, p.action_ids][: p.dims[d]]
         total += float(torch.log_softmax(row.double(), -1)[token])
     return total
+
+
+def test_a_state_only_env_with_many_action_dimensions_scores_as_a_direct_forward():
+    """No instruction (the state token alone), 8 binned Box dimensions: the teacher-forced
+    sequence is longer than the prompt (ManiSkill's PickCube shape)."""
+    torch.manual_seed(0)
+    spec = SpaceSpec((5,), "box", (8,), -np.ones(8, np.float32), np.ones(8, np.float32))
+    p = LMPolicy(spec, load_config("embodied/cartpole_ppo", TINY).actor.model.lm)
+    obs = torch.randn(4, 5)
+    with torch.no_grad():
+        actions, acted, _ = p.act(obs, generator=torch.Generator().manual_seed(1))
+        scored, _, _ = p.evaluate(obs, actions)
+        tokens = p.action_tokens(actions)
+        for i in range(4):
+            assert scored[i].item() == pytest.approx(
+                direct_log_prob(p, obs[i], tokens[i]), abs=1e-5
+            )
+    assert actions.shape == (4, 8) and torch.allclose(acted, scored, atol=1e-5)
 
 
 @pytest.mark.parametrize(

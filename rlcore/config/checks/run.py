@@ -183,6 +183,14 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
                 "token, rollout_is_threshold and rollout_is_batch_normalize"
             )
     problems += _check_embodied_estimator(config)
+    env = config.env
+    rendering = env.id.startswith("maniskill/") and env.kwargs.get("obs_mode") == "rgb"
+    if rendering and env.vector_mode == "async":
+        problems.append(
+            "env.vector_mode: async copies of a ManiSkill env rendering camera images "
+            "(obs_mode rgb) hang in SAPIEN's renderer in forked subprocesses; use sync or "
+            "auto (in-process copies on the CPU, the batched scene on a GPU)"
+        )
     if alg.loss_agg_func != "token-mean":
         problems.append(
             f"algorithm.loss_agg_func: {alg.loss_agg_func} is the same loss as token-mean for "
