@@ -197,7 +197,8 @@ def test_rgb_observations_are_camera_images_the_cnn_acts_on(maniskill):
         assert spec.obs_shape == (128, 128, 3) and spec.obs_scale == 1 / 255  # one camera
         obs, _ = envs.reset(seed=0)
         assert obs.dtype == np.uint8 and obs.std() > 0  # a rendered scene, not a blank
-        config = load_config("embodied/maniskill_pickcube_ppo", ["env.kwargs={obs_mode:rgb}"])
+        rgb = ["env.kwargs={obs_mode:rgb}", "env.vector_mode=auto"]
+        config = load_config("embodied/maniskill_pickcube_ppo", rgb)
         policy = make_policy(config, spec)
         assert type(policy.policy_trunk).__name__ == "ImageEncoder"  # the Nature-DQN CNN
         with torch.no_grad():  # (as the rollout acts)
