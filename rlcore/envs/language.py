@@ -30,25 +30,19 @@ class TextStateBox(spaces.Box):
         self.text_length, self.charset = text_length, charset
 
 
-def is_language_space(space: Any) -> bool:
-    """A ``Dict`` observation space with an ``instruction`` Text and a 1-D ``state`` Box."""
-    return (
-        isinstance(space, spaces.Dict)
-        and isinstance(space.spaces.get("instruction"), spaces.Text)
-        and isinstance(space.spaces.get("state"), spaces.Box)
-    )
-
-
 def language_problem(space: Any) -> str | None:
-    """What keeps a ``Dict`` observation space from the contract (None when it keeps it)."""
-    names = sorted(space.spaces)
-    if set(names) - {"instruction", "state"}:
-        extra = sorted(set(names) - {"instruction", "state"})
+    """What keeps a ``Dict`` observation space from the contract (None when it keeps it): an
+    ``instruction`` Text and a 1-D ``state`` Box entry, nothing else."""
+    extra = sorted(set(space.spaces) - {"instruction", "state"})
+    if extra:
         return (
             f"a Dict observation space with {extra}: rlcore's language policies read an "
             "'instruction' (Text) and a 'state' (1-D Box) entry (image entries are not built yet)"
         )
-    if not is_language_space(space) or len(space["state"].shape) != 1:
+    text, state = space.spaces.get("instruction"), space.spaces.get("state")
+    if not (
+        isinstance(text, spaces.Text) and isinstance(state, spaces.Box) and len(state.shape) == 1
+    ):
         return (
             "a Dict observation space needs an 'instruction' Text entry and a 'state' 1-D Box entry"
         )

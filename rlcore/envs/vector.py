@@ -166,7 +166,11 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
 def _space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     obs, act = envs.single_observation_space, envs.single_action_space
     if isinstance(obs, gym.spaces.Dict) and "instruction" in obs.spaces:  # meant for language
-        raise EnvError(f"env.id: '{env_id}' observes {language_problem(obs)}")
+        problem = language_problem(obs) or (
+            "an instruction and a state through its native vector version, which rlcore does "
+            "not flatten; use env.vector_mode sync or async"
+        )
+        raise EnvError(f"env.id: '{env_id}' observes {problem}")
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
         raise EnvError(
             f"env.id: '{env_id}' observes {obs}; rlcore's policies take Box observations, "

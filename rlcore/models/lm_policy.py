@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from rlcore.algorithms import entropy_from_logits
 from rlcore.config.errors import ConfigError
 from rlcore.envs.language import decode_instructions
-from rlcore.models.forward import token_log_probs
+from rlcore.models.forward import cache_inputs, output_cache, token_log_probs
 
 KEY = "actor.model.lm"
 
@@ -95,7 +95,6 @@ class LMPolicy(nn.Module):
                 seed=int(torch.randint(2**31, (1,))),
             )
             self.tokenizer = None  # the character codes are the tokens
-            self.pad_id = 0
         else:
             from rlcore.models.hub import local_model_dir
             from rlcore.models.lm import load_causal_lm, load_tokenizer
@@ -103,7 +102,6 @@ class LMPolicy(nn.Module):
             folder = local_model_dir(lm.path, f"{KEY}.path")
             self.lm = load_causal_lm(folder, "float32")
             self.tokenizer = load_tokenizer(folder)
-            self.pad_id = self.tokenizer.pad_token_id
         if lm.lora.rank:  # the adapters go into the LM's layers in place; its weights freeze
             from rlcore.models.lm import with_lora
 
@@ -173,22 +171,29 @@ class LMPolicy(nn.Module):
         for text in set(texts) - self.tokens_of.keys():
             self.tokens_of[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         rows = [self.tokens_of[text] for text in texts]
-        width = max(1, max(len(r) for r in rows))
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            if row:
-                ids[i, width - len(row) :] = torch.tensor(row)
-                mask[i, width - len(row) :] = 1
-        return ids.to(codes.device), mask.to(codes.device)
+        padded = self.tokenizer.pad({"input_ids": rows}, return_tensors="pt")  # (on the left)
+        return padded["input_ids"].to(codes.device), padded["attention_mask"].to(codes.device)
 
     def _hidden(self, embeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The backbone's last hidden states ``[B, S, H]``; positions counted from each row's
-        first token, so a row's numbers do not depend on its padding."""
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        """The backbone's last hidden states ``[B, S, H]``."""
+        return self._run(embeds, mask).last_hidden_state
+
+    def _run(
+        self, embeds: torch.Tensor, mask: torch.Tensor, past: Any = None, cache: bool = False
+    ) -> Any:
+        """The backbone over ``embeds``, the sequence's last positions after those ``past``
+        holds (its key-value cache; ``cache``: return one), ``mask`` over the whole sequence.
+        Positions are counted from each row's first token, so a row's numbers do not depend on
+        its padding."""
+        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, mask.shape[1] - embeds.shape[1] :]
         backbone = getattr(self.lm, self.lm.base_model_prefix)
-        out = backbone(inputs_embeds=embeds, attention_mask=mask, position_ids=positions)
-        return out.last_hidden_state
+        return backbone(
+            inputs_embeds=embeds,
+            attention_mask=mask,
+            position_ids=positions,
+            **cache_inputs(backbone, past),  # (the keyword of this transformers version)
+            use_cache=cache,
+        )
 
     def _logits(self, hidden: torch.Tensor, dims: slice) -> torch.Tensor:
         """``[B, d, bins]`` action-token logits of dimensions ``dims`` from their positions'
@@ -210,12 +215,15 @@ class LMPolicy(nn.Module):
         deterministic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actions (decoded dimension by dimension), their log-probs ``[B]`` and values ``[B]``."""
+        """Actions (decoded dimension by dimension, each after the key-value cache of what came
+        before), their log-probs ``[B]`` and values ``[B]``."""
         embeds, mask = self._prompt(obs)
         ones = torch.ones_like(mask[:, :1])
         tokens, log_prob, value = [], torch.zeros(obs.shape[0], device=obs.device), None
+        several = len(self.dims) > 1  # each later dimension reads the prefix's cached keys
+        out = self._run(embeds, mask, cache=several)
         for d in range(len(self.dims)):
-            last = self._hidden(embeds, mask)[:, -1]
+            last = out.last_hidden_state[:, -1]
             if value is None:
                 value = self.value_head(last).squeeze(-1)
             logits = self._logits(last[:, None], slice(d, d + 1))[:, 0]
@@ -227,8 +235,9 @@ class LMPolicy(nn.Module):
             log_prob = log_prob + token_log_probs(logits, pick)
             tokens.append(pick)
             if d + 1 < len(self.dims):
-                embeds = torch.cat([embeds, self._action_embeds(pick)[:, None]], dim=1)
                 mask = torch.cat([mask, ones], dim=1)
+                past = output_cache(out)
+                out = self._run(self._action_embeds(pick)[:, None], mask, past, cache=True)
         return self.env_actions(torch.stack(tokens, dim=1)), log_prob, value
 
     def evaluate(

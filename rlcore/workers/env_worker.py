@@ -233,7 +233,7 @@ class EnvWorker:
         self.finished_length += self.episode_length * ended
         self.finished_count += ended
         if success is not None:
-            self.finished_success += ended & (success if self.device is None else success.bool())
+            self.finished_success += ended & success
         self.episode_return[ended], self.episode_length[ended] = 0.0, 0
 
     def _clear_finished(self) -> None:
@@ -282,7 +282,7 @@ class EnvWorker:
             if self.eval_success is None:
                 self.eval_success = self.eval_done & False
             ending = (term | trunc) & ~self.eval_done
-            self.eval_success |= ending & (success if self.device is None else success.bool())
+            self.eval_success |= ending & success
         self.eval_done |= term | trunc
         seen = self._policy_obs(torch.as_tensor(obs, dtype=torch.float32), update=False)
         if not self.eval_done.all():
@@ -380,10 +380,12 @@ def group_seeds(seed: int, rank: int, collection: int, num_envs: int, size: int)
 
 
 def _success(info: dict) -> Any:
-    """Per env, whether its step reported success (None when the env reports none)."""
+    """Per env, whether its step reported success, as booleans of the info's kind (numpy, or a
+    tensor env's tensors); None when the env reports none."""
     for name in ("is_success", "success"):
         if name in info:
             values, given = info[name], info.get(f"_{name}")
+            values = values.bool() if isinstance(values, torch.Tensor) else values.astype(bool)
             return values if given is None else values & given
     return None
 
