@@ -9,6 +9,10 @@
 - **Embodied**: OUT holds ``policy.json`` (spaces, network, observation normalisation) and
   ``policy.safetensors``; ``rlcore.load_policy(OUT)`` returns the policy as a callable module,
   observations in, actions out (the mode of the distribution unless ``deterministic=False``).
+  An LM policy's language model (LoRA adapters merged) is ``OUT/lm``, a Hugging Face folder
+  (``AutoModelForCausalLM``, or ``AutoModelForImageTextToText`` with a vision encoder, loads it;
+  its tokenizer beside it unless the policy reads characters); ``policy.safetensors`` then holds
+  the state projection and the value head; the policy takes the env's ``Dict`` observations.
 
 The checkpoint is RUN's newest complete one, or ``iter_N`` with ``--step N``; a checkpoint whose
 files disagree with its manifest is refused, naming the file. Nothing in it is unpickled.
@@ -66,12 +70,6 @@ def export(
         raise ConfigError(
             f"env.id: {checkpoint} was trained on '{config.env.id}', a module export would "
             "import, running its code; if you trust it, pass --env " + config.env.id
-        )
-    if config.mode == "embodied" and config.actor.model.type == "lm":
-        raise ConfigError(
-            f"export: {checkpoint} holds an LM policy (actor.model.type=lm), whose export (the "
-            "language model with its state projection, action tokens and value head) is not "
-            "built yet; continue from the checkpoint with runner.resume_dir instead"
         )
     out = Path(out).expanduser()
     _check_target(out, force)
@@ -182,7 +180,8 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
         spec = space_spec(envs, config.env.id)
     finally:
         envs.close()
-    weights = read_trained_weights(checkpoint / "actor", make_policy(config, spec))
+    model = make_policy(config, spec)
+    weights = read_trained_weights(checkpoint / "actor", model)
     env_state = load_state(checkpoint / "env" / "rank0.pt")
     norm = env_state["obs_norm"]
     m = config.actor.model
@@ -200,6 +199,8 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
             "obs_one_hot": None
             if spec.obs_one_hot is None
             else [list(spec.obs_one_hot[0]), list(spec.obs_one_hot[1])],
+            "obs_text": None if spec.obs_text is None else list(spec.obs_text),
+            "obs_image": None if spec.obs_image is None else list(spec.obs_image),
         },
         "model": {
             "hidden_sizes": list(m.hidden_sizes),
@@ -212,11 +213,44 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
         # env rank 0's running statistics (each env rank keeps its own)
         "obs_norm": None if norm is None else {"clip": config.env.clip_obs},
     }
+    if m.type == "lm":
+        model.load_state_dict(weights)
+        _save_language_model(model, out / "lm")
+        weights = {k: v for k, v in model.state_dict().items() if not k.startswith("lm.")}
+        described["model"] = {
+            "type": "lm",
+            "action_bins": m.lm.action_bins,
+            "tokens": "characters" if model.tokenizer is None else "tokenizer",
+        }
     tensors = {f"model.{k}": v.contiguous() for k, v in _unaliased(weights).items()}
     if norm is not None:
         tensors.update({f"obs_norm.{k}": torch.as_tensor(v) for k, v in norm.items()})
     save_file(tensors, str(out / "policy.safetensors"))
     (out / "policy.json").write_text(json.dumps(described, indent=2))
+
+
+def _save_language_model(policy: Any, folder: Path) -> None:
+    """An LM policy's language model as a Hugging Face folder: its LoRA adapters merged into
+    the weights they adapt, its tokenizer beside it, and for a vision-language model the pixel
+    statistics its images are normalised by (``preprocessor_config.json``)."""
+    from peft.tuners.lora import LoraLayer
+
+    lm = policy.lm
+    for name, module in list(lm.named_modules()):
+        if isinstance(module, LoraLayer):
+            module.merge()
+            parent, _, child = name.rpartition(".")
+            setattr(lm.get_submodule(parent), child, module.get_base_layer())
+    lm.config.use_cache = True
+    lm.save_pretrained(folder)
+    if policy.tokenizer is not None:
+        policy.tokenizer.save_pretrained(folder)
+    if policy.image_shape is not None:
+        stats = {
+            "image_mean": policy.pixel_mean.flatten().tolist(),
+            "image_std": policy.pixel_std.flatten().tolist(),
+        }
+        (folder / "preprocessor_config.json").write_text(json.dumps(stats, indent=2))
 
 
 def _unaliased(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -236,6 +270,10 @@ class Policy(torch.nn.Module):
     def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         from rlcore.workers.env_worker import env_action
 
+        if self.spec.obs_text is not None:  # the env's instruction (and image) Dict
+            from rlcore.envs.language import flatten_language
+
+            obs = flatten_language(obs, *self.spec.obs_text)
         raw = np.asarray(obs)
         if self.spec.obs_one_hot is not None:  # the env's Discrete observations, as trained on
             single = raw.ndim == (0 if len(self.spec.obs_one_hot[0]) == 1 else 1)
@@ -283,9 +321,15 @@ def load_policy(path: str | Path) -> Policy:
         s["obs_scale"],
         None if s.get("action_start") is None else tuple(s["action_start"]),  # (0.1: none)
         None if s.get("obs_one_hot") is None else tuple(tuple(x) for x in s["obs_one_hot"]),
+        None if s.get("obs_text") is None else tuple(s["obs_text"]),
+        None if s.get("obs_image") is None else tuple(s["obs_image"]),
     )
     m = described["model"]
-    if m.get("cls") is not None:  # a user's policy class (actor.model.cls)
+    tensors = load_file(str(folder / "policy.safetensors"))
+    state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    if m.get("type") == "lm":
+        model = _load_lm_policy(folder / "lm", spec, m, state)
+    elif m.get("cls") is not None:  # a user's policy class (actor.model.cls)
         model = UserPolicy(load_policy_class(m["cls"]), spec, m["cls"])
     else:
         model = ActorCritic(
@@ -296,10 +340,8 @@ def load_policy(path: str | Path) -> Policy:
             ortho_init=False,
             log_std_init=m["log_std_init"],
         )
-    tensors = load_file(str(folder / "policy.safetensors"))
-    model.load_state_dict(
-        {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
-    )
+    if m.get("type") != "lm":
+        model.load_state_dict(state)
     normalizer = None
     if described["obs_norm"] is not None:
         normalizer = ObsNormalizer(spec.obs_shape, described["obs_norm"]["clip"])
@@ -311,3 +353,25 @@ def load_policy(path: str | Path) -> Policy:
             }
         )
     return Policy(model, spec, normalizer)
+
+
+def _load_lm_policy(folder: Path, spec: Any, described: dict, state: dict) -> Any:
+    """An exported LM policy: its language model from ``folder``, the rest from ``state``."""
+    from types import SimpleNamespace
+
+    from rlcore.models.lm import load_policy_lm, load_tokenizer
+    from rlcore.models.lm_policy import LMPolicy
+
+    lm = load_policy_lm(folder)
+    tokenizer = None if described["tokens"] == "characters" else load_tokenizer(folder)
+    section = SimpleNamespace(
+        path=str(folder), action_bins=described["action_bins"], lora=SimpleNamespace(rank=0)
+    )
+    model = LMPolicy(spec, section, backbone=(lm, tokenizer))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not name.startswith("lm.") for name in missing):
+        raise ValueError(
+            f"{folder.parent / 'policy.safetensors'} does not fit its policy.json: missing "
+            f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
+        )
+    return model

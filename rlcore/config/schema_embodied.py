@@ -23,6 +23,22 @@ from rlcore.config.sections import (
 
 
 @dataclass(kw_only=True, frozen=True)
+class TinyVisionConfig:
+    image_size: int | None = key(
+        None,
+        doc="the square side, in pixels, the env's image is resized to before the tiny vision "
+        "tower; null = the image's larger side",
+        range=">= 1",
+    )
+    patch_size: int = key(
+        4,
+        doc="the tiny vision tower's square patch (it must divide image_size): (image_size / "
+        "patch_size)^2 image tokens enter the LM",
+        range=">= 1",
+    )
+
+
+@dataclass(kw_only=True, frozen=True)
 class EmbodiedLMConfig:
     path: str | None = key(
         None,
@@ -42,6 +58,12 @@ class EmbodiedLMConfig:
         TinyLMConfig,
         doc="the tiny LM built when path is null",
         defaults={"hidden_size": 64, "intermediate_size": 256},
+    )
+    vision: TinyVisionConfig = section(
+        TinyVisionConfig,
+        doc="the tiny vision tower (CLIP architecture, the tiny LM's width, heads and layers, "
+        "LLaVA-style projection) built when path is null and the env observes an image; a "
+        "model folder brings its own vision encoder",
     )
     lora: LoraConfig = section(
         LoraConfig,

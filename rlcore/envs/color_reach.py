@@ -10,6 +10,10 @@ which target is wanted: a policy that ignores the instruction succeeds in at mos
 
 Observations follow the env contract for language policies (docs/embodied.md): a
 ``gymnasium.spaces.Dict`` with an ``instruction`` (``Text``) and a ``state`` (``Box``) entry.
+With ``image_size`` > 0 the targets are seen, not listed: an ``image`` entry (``image_size`` x
+``image_size`` RGB, uint8) draws each target as a disc of its colour and the agent as a white
+dot on black, and the state holds the agent's position alone, so a policy must read the
+instruction *and* the image.
 Rewards (``reward``): ``dense``, the distance gained towards the named target each step and 1 on
 success; ``sparse``, 1 on success only (an outcome for group baselines: touching the wrong
 target is then no better than wandering). ``info`` carries ``is_success``
@@ -28,6 +32,10 @@ from gymnasium import spaces
 from rlcore.envs.registry import register_env
 
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange")
+RGB = np.array(
+    [[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [160, 0, 255], [255, 128, 0]],
+    dtype=np.uint8,
+)
 CHARSET = string.ascii_lowercase + " "
 MOVES = np.array([[0.0, 1.0], [0.0, -1.0], [-1.0, 0.0], [1.0, 0.0]], dtype=np.float32)
 
@@ -46,6 +54,7 @@ class ColorReach(gym.Env):
         step_size: float = 0.15,
         radius: float = 0.2,
         reward: str = "dense",
+        image_size: int = 0,
     ) -> None:
         if reward not in ("dense", "sparse"):
             raise ValueError(f"reward: {reward!r}; dense or sparse")
@@ -54,12 +63,16 @@ class ColorReach(gym.Env):
             raise ValueError(f"targets: {targets}; between 2 and {len(COLOURS)}")
         self.targets, self.max_steps = targets, max_steps
         self.step_size, self.radius = step_size, radius
-        self.observation_space = spaces.Dict(
-            {
-                "instruction": spaces.Text(max_length=32, min_length=1, charset=CHARSET),
-                "state": spaces.Box(-1.0, 1.0, (2 + 2 * targets,), np.float32),
-            }
-        )
+        if image_size < 0 or 0 < image_size < 8:
+            raise ValueError(f"image_size: {image_size}; 0 (no image) or at least 8 pixels")
+        self.image_size = image_size
+        entries = {
+            "instruction": spaces.Text(max_length=32, min_length=1, charset=CHARSET),
+            "state": spaces.Box(-1.0, 1.0, (2 if image_size else 2 + 2 * targets,), np.float32),
+        }
+        if image_size:
+            entries["image"] = spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
+        self.observation_space = spaces.Dict(entries)
         self.action_space = (
             spaces.Box(-1.0, 1.0, (2,), np.float32) if continuous else spaces.Discrete(4)
         )
@@ -100,8 +113,24 @@ class ColorReach(gym.Env):
         return float(np.linalg.norm(self.spots[self.goal] - self.agent))
 
     def _observation(self) -> dict[str, Any]:
+        instruction = f"reach the {COLOURS[self.goal]} target"
+        if self.image_size:
+            return {"instruction": instruction, "state": self.agent.copy(), "image": self._image()}
         state = np.concatenate([self.agent, self.spots.ravel()]).astype(np.float32)
-        return {"instruction": f"reach the {COLOURS[self.goal]} target", "state": state}
+        return {"instruction": instruction, "state": state}
+
+    def _image(self) -> np.ndarray:
+        """The square [-1, 1]^2 seen from above, row 0 at y = 1: each target a disc of its
+        colour and of the touching radius, the agent a white dot on top."""
+        size = self.image_size
+        centres = (np.arange(size) + 0.5) / size * 2.0 - 1.0
+        x, y = np.meshgrid(centres, centres[::-1])
+        image = np.zeros((size, size, 3), dtype=np.uint8)
+        for colour, (tx, ty) in zip(RGB, self.spots, strict=False):
+            image[(x - tx) ** 2 + (y - ty) ** 2 < self.radius**2] = colour
+        dot = max(self.radius / 2, 1.5 / size)
+        image[(x - self.agent[0]) ** 2 + (y - self.agent[1]) ** 2 < dot**2] = 255
+        return image
 
 
 @register_env("color_reach")

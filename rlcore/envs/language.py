@@ -2,10 +2,12 @@
 worker, the rollout buffer and checkpoints as every other observation does.
 
 An env whose observation space is a ``Dict`` with an ``instruction`` (``gymnasium.spaces.Text``)
-and a ``state`` (1-D ``Box``) entry is wrapped by ``TextObservation``: its observations become
-``[max_length + D]`` floats, the instruction's characters as their index in the ``Text`` space's
-character set plus one (0 pads), then the state. The policy reads the text back
-(``decode_instructions``); the space says where the text ends (``TextStateBox``).
+and a ``state`` (1-D ``Box``) entry, and optionally an ``image`` (``Box`` of shape
+``(H, W, C)``, a camera's pixels), is wrapped by ``TextObservation``: its observations become
+``[max_length + H*W*C + D]`` floats, the instruction's characters as their index in the ``Text``
+space's character set plus one (0 pads), then the image's pixels (row-major, as the env gives
+them), then the state. The policy reads the text and the image back (``decode_instructions``,
+``TextStateBox.image_shape``); the space says where each part ends (``TextStateBox``).
 """
 
 from __future__ import annotations
@@ -19,25 +21,34 @@ from gymnasium import spaces
 
 class TextStateBox(spaces.Box):
     """The wrapped observation space: a float ``Box`` whose first ``text_length`` entries are
-    an instruction's character codes over ``charset`` (1-based, 0 pads)."""
+    an instruction's character codes over ``charset`` (1-based, 0 pads), then an image's
+    ``image_shape`` pixels flattened (None: no image), then the state."""
 
-    def __init__(self, text_length: int, charset: str, state: spaces.Box) -> None:
-        low = np.concatenate([np.zeros(text_length), np.broadcast_to(state.low, state.shape)])
-        high = np.concatenate(
-            [np.full(text_length, len(charset)), np.broadcast_to(state.high, state.shape)]
-        )
+    def __init__(
+        self, text_length: int, charset: str, state: spaces.Box, image: spaces.Box | None = None
+    ) -> None:
+        parts_low = [np.zeros(text_length)]
+        parts_high = [np.full(text_length, len(charset))]
+        if image is not None:
+            parts_low.append(np.broadcast_to(image.low, image.shape).ravel())
+            parts_high.append(np.broadcast_to(image.high, image.shape).ravel())
+        low = np.concatenate([*parts_low, np.broadcast_to(state.low, state.shape)])
+        high = np.concatenate([*parts_high, np.broadcast_to(state.high, state.shape)])
         super().__init__(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         self.text_length, self.charset = text_length, charset
+        self.image_shape = None if image is None else tuple(int(n) for n in image.shape)
 
 
 def language_problem(space: Any) -> str | None:
     """What keeps a ``Dict`` observation space from the contract (None when it keeps it): an
-    ``instruction`` Text and a 1-D ``state`` Box entry, nothing else."""
-    extra = sorted(set(space.spaces) - {"instruction", "state"})
+    ``instruction`` Text and a 1-D ``state`` Box entry, optionally an ``image`` Box of shape
+    ``(H, W, C)`` with 1 or 3 channels, nothing else."""
+    extra = sorted(set(space.spaces) - {"instruction", "state", "image"})
     if extra:
         return (
             f"a Dict observation space with {extra}: rlcore's language policies read an "
-            "'instruction' (Text) and a 'state' (1-D Box) entry (image entries are not built yet)"
+            "'instruction' (Text), a 'state' (1-D Box) and optionally an 'image' (H, W, C Box) "
+            "entry"
         )
     text, state = space.spaces.get("instruction"), space.spaces.get("state")
     if not (
@@ -45,6 +56,17 @@ def language_problem(space: Any) -> str | None:
     ):
         return (
             "a Dict observation space needs an 'instruction' Text entry and a 'state' 1-D Box entry"
+        )
+    image = space.spaces.get("image")
+    if image is not None and not (
+        isinstance(image, spaces.Box)
+        and len(image.shape) == 3
+        and image.shape[2] in (1, 3)
+        and image.dtype == np.uint8
+    ):
+        return (
+            f"an 'image' entry {image}: rlcore reads a camera image as a uint8 Box of shape "
+            "(height, width, channels) with 1 or 3 channels"
         )
     return None
 
@@ -54,16 +76,32 @@ class TextObservation(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        text, state = env.observation_space["instruction"], env.observation_space["state"]
+        space = env.observation_space
+        text, image = space["instruction"], space.spaces.get("image")
         self.charset = "".join(text.character_list)
-        self.index = {c: i + 1 for i, c in enumerate(self.charset)}
-        self.observation_space = TextStateBox(text.max_length, self.charset, state)
+        self.observation_space = TextStateBox(text.max_length, self.charset, space["state"], image)
 
     def observation(self, observation: dict[str, Any]) -> np.ndarray:
-        text = observation["instruction"]
-        codes = np.zeros(self.observation_space.text_length, dtype=np.float32)
-        codes[: len(text)] = [self.index[c] for c in text]
-        return np.concatenate([codes, np.asarray(observation["state"], dtype=np.float32)])
+        space = self.observation_space
+        return flatten_language(observation, space.text_length, space.charset)
+
+
+def flatten_language(observation: dict[str, Any], text_length: int, charset: str) -> np.ndarray:
+    """One ``Dict`` observation, or a vector env's batch of them (a sequence of instructions),
+    as the float vector(s) ``TextStateBox`` describes (see the module docstring)."""
+    text = observation["instruction"]
+    single = isinstance(text, str)
+    texts = [text] if single else list(text)
+    index = {c: i + 1 for i, c in enumerate(charset)}
+    codes = np.zeros((len(texts), text_length), dtype=np.float32)
+    for row, instruction in enumerate(texts):
+        codes[row, : len(instruction)] = [index[c] for c in instruction]
+    parts = [codes]
+    if "image" in observation:
+        parts.append(np.asarray(observation["image"], np.float32).reshape(len(texts), -1))
+    parts.append(np.asarray(observation["state"], np.float32).reshape(len(texts), -1))
+    flat = np.concatenate(parts, axis=1)
+    return flat[0] if single else flat
 
 
 def text_observations(env: gym.Env) -> gym.Env:

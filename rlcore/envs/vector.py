@@ -53,6 +53,9 @@ class SpaceSpec:
     # language-conditioned observations (``envs.language``): the instruction's length in
     # characters at the start of each observation, and its character set (None: no text)
     obs_text: tuple[int, str] | None = None
+    # a language-conditioned observation's camera image (H, W, C), flattened after the text
+    # (None: no image)
+    obs_image: tuple[int, int, int] | None = None
 
     def encode(self, raw: np.ndarray) -> np.ndarray:
         """Observations as the env returns them, one-hot as the policy sees them (unchanged
@@ -152,7 +155,9 @@ def space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
     spec = _space_spec(envs, env_id)
     if isinstance(envs.single_observation_space, TextStateBox):
         text = envs.single_observation_space
-        spec = dataclasses.replace(spec, obs_text=(text.text_length, text.charset))
+        spec = dataclasses.replace(
+            spec, obs_text=(text.text_length, text.charset), obs_image=text.image_shape
+        )
     raw = getattr(envs, "env", envs).single_observation_space  # (under FlattenObservation)
     if isinstance(raw, gym.spaces.Discrete):
         spec = dataclasses.replace(spec, obs_one_hot=((int(raw.n),), (int(raw.start),)))

@@ -312,14 +312,24 @@ def build_tiny_lm(
     seed: int,
 ) -> torch.nn.Module:
     """A randomly initialised Qwen2-architecture causal LM sized for a CPU."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
+
+    config = _tiny_text_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def _tiny_text_config(
+    tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int
+) -> Any:
+    from transformers import Qwen2Config
 
     _quiet_transformers()
     if hidden_size % num_heads:
         raise ConfigError(
             f"actor.model.tiny.num_heads: {num_heads} does not divide hidden_size {hidden_size}"
         )
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -332,5 +342,56 @@ def build_tiny_lm(
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
     )
+
+
+def build_tiny_vlm(
+    tokenizer: Any,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    seed: int,
+    image_size: int,
+    patch_size: int,
+    channels: int,
+) -> torch.nn.Module:
+    """A randomly initialised LLaVA-architecture vision-language model sized for a CPU: a CLIP
+    vision tower (the LM's width, heads and layers; ``patch_size`` patches of an
+    ``image_size`` square image; its last layer's patch features, class token dropped) whose
+    features a two-layer projection maps into the tiny Qwen2 LM's embedding space."""
+    from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    text = _tiny_text_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size)
+    vision = CLIPVisionConfig(
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        image_size=image_size,
+        patch_size=patch_size,
+        num_channels=channels,
+        projection_dim=hidden_size,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=tokenizer.pad_token_id,  # (images enter as embeddings, never as ids)
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
+    return _no_dropout(LlavaForConditionalGeneration(config))
+
+
+def load_policy_lm(path: str | Path) -> torch.nn.Module:
+    """A model folder as an LM policy's backbone, float32: a vision-language model (its config
+    has a ``vision_config``) through ``AutoModelForImageTextToText``, else a causal LM."""
+    described = json.loads((Path(path) / "config.json").read_text())
+    if "vision_config" not in described:
+        return load_causal_lm(path, "float32")
+    from transformers import AutoModelForImageTextToText
+
+    _quiet_transformers()
+    return _no_dropout(AutoModelForImageTextToText.from_pretrained(str(path), dtype=torch.float32))

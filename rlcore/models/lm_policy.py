@@ -1,21 +1,24 @@
 """``LMPolicy``: a causal language model acting in a simulator (``actor.model.type: lm``), the
 shape of RLinf's VLA policies on a CPU-sized model.
 
-What the model sees, for one observation (``envs.language``: the instruction's characters, then
-the state): the instruction's tokens, then one *state token*, the state through a learned
-projection into the embedding space, then for an action of D dimensions the action tokens of
-dimensions 0..D-2. Each action dimension is one token among the vocabulary's last
-``actor.model.lm.action_bins`` (RT-2/OpenVLA), predicted at the position before it: a Discrete
-space's action ``k`` is token ``k``; a Box dimension's bin ``k`` of ``bins`` equal bins over
-``[low, high]`` is token ``k``, sent to the env as the bin's centre. An action's log-probability
-is the sum over its dimensions (decoded autoregressively when acting, teacher-forced when
-training), its entropy the sum of the dimensions' conditional entropies. The value head reads the
-last hidden state of the state token: the card's shared-backbone actor-critic, trained by the
-Huber value loss with value clipping (``loss_type: actor_critic``).
+What the model sees, for one observation (``envs.language``: the instruction's characters, an
+image's pixels when the env has a camera, then the state): the instruction's tokens, the image's
+tokens (the model's vision encoder and projection, LLaVA's ``get_image_features``), then one
+*state token*, the state through a learned projection into the embedding space, then for an
+action of D dimensions the action tokens of dimensions 0..D-2. Each action dimension is one
+token among the vocabulary's last ``actor.model.lm.action_bins`` (RT-2/OpenVLA), predicted at
+the position before it: a Discrete space's action ``k`` is token ``k``; a Box dimension's bin
+``k`` of ``bins`` equal bins over ``[low, high]`` is token ``k``, sent to the env as the bin's
+centre. An action's log-probability is the sum over its dimensions (decoded autoregressively
+when acting, teacher-forced when training), its entropy the sum of the dimensions' conditional
+entropies. The value head reads the last hidden state of the state token: the card's shared-
+backbone actor-critic, trained by the Huber value loss with value clipping (``loss_type:
+actor_critic``).
 
 The backbone is a Hugging Face causal LM folder (``actor.model.lm.path``; its tokenizer reads the
-instruction), or a tiny Qwen2-architecture model built here whose vocabulary is the instruction's
-character set (token = character code), padding and the action tokens; with
+instruction; with an image, a LLaVA-style vision-language model), or a tiny Qwen2-architecture
+model built here (a tiny LLaVA around it when the env has an image) whose vocabulary is the
+instruction's character set (token = character code), padding and the action tokens; with
 ``actor.model.lm.lora.rank`` > 0 it trains through LoRA adapters (the LM side's ``with_lora``).
 It exposes the interface of the built-in actor-critic (``act``, ``evaluate``, ``value``,
 ``forward``), so that the rollout, the PPO update, weight sync and checkpoints treat it as any
@@ -24,6 +27,8 @@ other policy.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,33 +80,32 @@ class LMPolicy(nn.Module):
     """See the module docstring. ``spec``: the env's ``SpaceSpec``; ``lm``: the
     ``actor.model.lm`` section. Its weights come from torch's global RNG (the caller seeds it)."""
 
-    def __init__(self, spec: Any, lm: Any) -> None:
+    def __init__(self, spec: Any, lm: Any, backbone: tuple[Any, Any] | None = None) -> None:
         super().__init__()
         self.spec = spec
         self.text_length, self.charset = spec.obs_text or (0, "")
+        self.image_shape = spec.obs_image
+        pixels = 0 if self.image_shape is None else int(np.prod(self.image_shape))
+        self.state_start = self.text_length + pixels  # where the state begins in a row
         bins = lm.action_bins
         self.dims = action_dims(spec, bins)
-        if lm.path is None:
-            from rlcore.models.lm import build_tiny_lm
-
-            vocab = _CharVocab(self.charset, bins)
-            tiny = lm.tiny
-            self.lm = build_tiny_lm(
-                vocab,
-                hidden_size=tiny.hidden_size,
-                num_layers=tiny.num_layers,
-                num_heads=tiny.num_heads,
-                intermediate_size=tiny.intermediate_size,
-                seed=int(torch.randint(2**31, (1,))),
-            )
-            self.tokenizer = None  # the character codes are the tokens
+        if backbone is not None:  # (an export's model and tokenizer, None: characters)
+            self.lm, self.tokenizer = backbone
+            stats = _pixel_stats(backbone[0].name_or_path)
+        elif lm.path is None:
+            self.lm, self.tokenizer = _tiny_backbone(spec, lm), None  # characters are tokens
+            stats = TINY_PIXEL_STATS
         else:
             from rlcore.models.hub import local_model_dir
-            from rlcore.models.lm import load_causal_lm, load_tokenizer
+            from rlcore.models.lm import load_policy_lm, load_tokenizer
 
             folder = local_model_dir(lm.path, f"{KEY}.path")
-            self.lm = load_causal_lm(folder, "float32")
-            self.tokenizer = load_tokenizer(folder)
+            self.lm, self.tokenizer = load_policy_lm(folder), load_tokenizer(folder)
+            stats = _pixel_stats(folder)
+        if self.image_shape is not None:
+            vision_problem(self.lm.config, lm.path)  # (checked before start too)
+            self.register_buffer("pixel_mean", torch.tensor(stats[0])[:, None, None], False)
+            self.register_buffer("pixel_std", torch.tensor(stats[1])[:, None, None], False)
         if lm.lora.rank:  # the adapters go into the LM's layers in place; its weights freeze
             from rlcore.models.lm import with_lora
 
@@ -109,8 +113,8 @@ class LMPolicy(nn.Module):
         self.lm.config.use_cache = False
         self.tokens_of: dict[str, list[int]] = {}  # an instruction's tokens (a tokenizer's)
         rows = self.lm.get_input_embeddings().weight.shape[0]
-        hidden = self.lm.config.hidden_size
-        state_dim = spec.obs_shape[0] - self.text_length
+        hidden = self.lm.config.get_text_config().hidden_size
+        state_dim = spec.obs_shape[0] - self.state_start
         self.state_proj = nn.Linear(state_dim, hidden)
         self.value_head = nn.Linear(hidden, 1)
         # the vocabulary's last ``bins`` rows are the action tokens; each dimension its first n
@@ -144,26 +148,46 @@ class LMPolicy(nn.Module):
     # the sequence ------------------------------------------------------------------------------
 
     def _prompt(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, P, H]`` embeddings (instruction tokens left-padded, then the state token) and
-        their ``[B, P]`` attention mask."""
-        state = self.state_proj(obs[:, self.text_length :])[:, None]
-        if self.text_length == 0:
-            return state, torch.ones(state.shape[:2], dtype=torch.long, device=obs.device)
-        codes = obs[:, : self.text_length].round().long()
-        if self.tokenizer is None:
-            lengths = (codes > 0).sum(1)
-            width = int(lengths.max())
-            order = torch.arange(width, device=obs.device)[None, :]
-            start = width - lengths[:, None]  # left padding: row i's text ends at ``width``
-            gather = (order - start).clamp(min=0)
-            ids = torch.where(order >= start, codes.gather(1, gather), 0)
-            mask = (order >= start).long()
-        else:
-            ids, mask = self._tokenized(codes)
-        text = self.lm.get_input_embeddings()(ids)
-        embeds = torch.cat([text, state], dim=1)
-        ones = torch.ones((obs.shape[0], 1), dtype=mask.dtype, device=mask.device)
-        return embeds, torch.cat([mask, ones], dim=1)
+        """``[B, P, H]`` embeddings (instruction tokens left-padded, the image's tokens, then
+        the state token) and their ``[B, P]`` attention mask."""
+        parts, masks = [], []
+        if self.text_length:
+            codes = obs[:, : self.text_length].round().long()
+            tokenized = self._tokenized if self.tokenizer is not None else _left_packed
+            ids, mask = tokenized(codes)
+            parts.append(self.lm.get_input_embeddings()(ids))
+            masks.append(mask)
+        if self.image_shape is not None:
+            parts.append(self.image_embeds(obs))
+        parts.append(self.state_proj(obs[:, self.state_start :])[:, None])
+        embeds = torch.cat(parts, dim=1)
+        seen = embeds.shape[1] - sum(m.shape[1] for m in masks)  # the image and state tokens
+        masks.append(torch.ones((obs.shape[0], seen), dtype=torch.long, device=obs.device))
+        return embeds, torch.cat(masks, dim=1)
+
+    def image_embeds(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, N, H]``: the image of each observation through the model's vision encoder and
+        projection (LLaVA's ``get_image_features``): scaled to [0, 1], resized to the encoder's
+        square side, normalised by its image processor's mean and std."""
+        height, width, channels = self.image_shape
+        pixels = obs[:, self.text_length : self.state_start].reshape(-1, height, width, channels)
+        pixels = pixels.permute(0, 3, 1, 2) / 255.0
+        config = self.lm.config
+        side = config.vision_config.image_size
+        if (height, width) != (side, side):
+            pixels = F.interpolate(
+                pixels, size=(side, side), mode="bilinear", align_corners=False, antialias=True
+            )
+        if channels == 1 and config.vision_config.num_channels == 3:
+            pixels = pixels.expand(-1, 3, -1, -1)
+        used = pixels.shape[1]  # (a one-channel tower: the first channel's statistics)
+        features = self.lm.get_image_features(
+            pixel_values=(pixels - self.pixel_mean[:used]) / self.pixel_std[:used],
+            vision_feature_layer=config.vision_feature_layer,
+            vision_feature_select_strategy=config.vision_feature_select_strategy,
+        )
+        features = getattr(features, "pooler_output", features)  # (a list: one per image)
+        return torch.stack(list(features)) if isinstance(features, list | tuple) else features
 
     def _tokenized(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A tokenizer's ids of the instructions, left-padded, and their mask."""
@@ -186,7 +210,7 @@ class LMPolicy(nn.Module):
         Positions are counted from each row's first token, so a row's numbers do not depend on
         its padding."""
         positions = (mask.cumsum(1) - 1).clamp(min=0)[:, mask.shape[1] - embeds.shape[1] :]
-        backbone = getattr(self.lm, self.lm.base_model_prefix)
+        backbone = self.lm.get_decoder()  # (a vision-language model's language model)
         return backbone(
             inputs_embeds=embeds,
             attention_mask=mask,
@@ -267,21 +291,107 @@ class LMPolicy(nn.Module):
         return self.evaluate(obs, actions)
 
 
+def _left_packed(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tiny model's ids of instructions given as character codes (0 pads, anywhere after
+    the text), left-padded, and their mask."""
+    lengths = (codes > 0).sum(1)
+    width = int(lengths.max())
+    order = torch.arange(width, device=codes.device)[None, :]
+    start = width - lengths[:, None]  # left padding: row i's text ends at ``width``
+    gather = (order - start).clamp(min=0)
+    ids = torch.where(order >= start, codes.gather(1, gather), 0)
+    return ids, (order >= start).long()
+
+
+TINY_PIXEL_STATS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # the tiny vision tower's [-1, 1] input
+CLIP_PIXEL_STATS = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+
+
+def _pixel_stats(folder: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The per-channel mean and std a model folder's image processor normalises pixels by
+    (``preprocessor_config.json``, read as JSON), CLIP's when it gives none."""
+    described = Path(str(folder)) / "preprocessor_config.json"
+    if not described.is_file():
+        return CLIP_PIXEL_STATS
+    stats = json.loads(described.read_text())
+    mean, std = stats.get("image_mean", CLIP_PIXEL_STATS[0]), stats.get("image_std")
+    return tuple(mean), tuple(std or CLIP_PIXEL_STATS[1])
+
+
+def tiny_vision_side(spec: Any, lm: Any) -> int:
+    """The tiny vision tower's square side (``ConfigError`` when its patch does not divide
+    it)."""
+    side = lm.vision.image_size or max(spec.obs_image[:2])
+    if side % lm.vision.patch_size:
+        raise ConfigError(
+            f"{KEY}.vision.patch_size: {lm.vision.patch_size} does not divide the image side "
+            f"{side} ({KEY}.vision.image_size, or the env image's larger side when null); pick "
+            "a divisor"
+        )
+    return side
+
+
+def _tiny_backbone(spec: Any, lm: Any) -> nn.Module:
+    """The tiny LM (a tiny LLaVA when the env observes an image) over the instruction's
+    character set, seeded from torch's global RNG."""
+    from rlcore.models.lm import build_tiny_lm, build_tiny_vlm
+
+    vocab = _CharVocab(spec.obs_text[1] if spec.obs_text else "", lm.action_bins)
+    t = lm.tiny
+    shape = {
+        "hidden_size": t.hidden_size,
+        "num_layers": t.num_layers,
+        "num_heads": t.num_heads,
+        "intermediate_size": t.intermediate_size,
+        "seed": int(torch.randint(2**31, (1,))),
+    }
+    if spec.obs_image is None:
+        return build_tiny_lm(vocab, **shape)
+    side, patch = tiny_vision_side(spec, lm), lm.vision.patch_size
+    return build_tiny_vlm(
+        vocab, **shape, image_size=side, patch_size=patch, channels=spec.obs_image[2]
+    )
+
+
+def vision_problem(config: Any, path: str | None) -> None:
+    """``ConfigError`` unless a model (``config``) has a LLaVA-style vision encoder for an
+    env's image entry: a ``vision_config`` of a fixed square image size and the feature
+    selection ``get_image_features`` takes."""
+    fits = hasattr(config, "vision_config") and hasattr(config, "vision_feature_layer")
+    fits = fits and isinstance(getattr(config.vision_config, "image_size", None), int)
+    if not fits:
+        raise ConfigError(
+            f"{KEY}.path: the env observes an image, and {path} is a "
+            f"{getattr(config, 'model_type', '?')} model without a LLaVA-style vision encoder "
+            "(a vision_config of fixed image size, get_image_features); give a vision-language "
+            "model folder of that family, leave path out for the tiny one with a vision tower, "
+            "or drop the env's image entry"
+        )
+
+
 def check_lm_policy(spec: Any, lm: Any, normalize_obs: bool) -> None:
     """What an LM policy refuses, before anything starts: a model folder that is not one (a hub
     id is fetched into the local cache here, once), a discrete dimension with more actions than
-    ``action_bins``, an unbounded Box, images, normalised instructions."""
+    ``action_bins``, an unbounded Box, images without an instruction, an image entry the model
+    has no vision encoder for, normalised instructions."""
     if lm.path is not None:
         from rlcore.models.hub import local_model_dir
         from rlcore.models.lm import check_model_dir
 
         folder = local_model_dir(lm.path, f"{KEY}.path")
         check_model_dir(str(folder), f"{KEY}.path", tokenizer=True)
+        if spec.obs_image is not None:
+            from transformers import AutoConfig
+
+            vision_problem(AutoConfig.from_pretrained(str(folder)), lm.path)
+    elif spec.obs_image is not None:
+        tiny_vision_side(spec, lm)
     action_dims(spec, lm.action_bins)
     if len(spec.obs_shape) != 1:
         raise ConfigError(
-            f"actor.model.type: lm reads an instruction and a state vector; this env observes "
-            f"{spec.obs_shape} images (image entries are not built yet)"
+            f"actor.model.type: lm reads an instruction and a state vector, and an image beside "
+            f"them; this env observes {spec.obs_shape} images alone: give it a Dict observation "
+            "with 'instruction', 'state' and 'image' entries (docs/embodied.md)"
         )
     if normalize_obs and spec.obs_text is not None:
         raise ConfigError(

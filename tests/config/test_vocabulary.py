@@ -84,6 +84,8 @@ ADDED_SINCE = {
         "actor.model.lm.tiny.num_layers": 2,
         "actor.model.lm.tiny.num_heads": 4,
         "actor.model.lm.tiny.intermediate_size": 256,
+        "actor.model.lm.vision.image_size": None,
+        "actor.model.lm.vision.patch_size": 4,
         "actor.model.lm.lora.rank": 0,
         "actor.model.lm.lora.alpha": 16.0,
         "actor.model.lm.lora.target_modules": [

@@ -4,6 +4,7 @@ act on is refused before anything starts. The shipped task's instruction matters
 
 from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -42,8 +43,10 @@ def observations(n: int, continuous: bool = False) -> torch.Tensor:
 
 
 def policy(*extra: str, continuous: bool = False, bins: int = 8) -> LMPolicy:
+    """The tiny LM policy, or with ``actor.model.lm.path`` in ``extra`` that folder's."""
+    shape = TINY[:1] if any(k.startswith("actor.model.lm.path=") for k in extra) else TINY
     cfg = load_config(
-        "embodied/cartpole_ppo", [*TINY, f"actor.model.lm.action_bins={bins}", *extra]
+        "embodied/cartpole_ppo", [*shape, f"actor.model.lm.action_bins={bins}", *extra]
     )
     return make_policy(cfg, reach_spec(continuous))
 
@@ -114,6 +117,43 @@ def test_batched_log_probs_equal_a_direct_forward_of_each_observation(continuous
             )
     assert torch.allclose(acted, scored, atol=1e-5) and torch.allclose(values, values_again)
     assert (entropy > 0).all()
+
+
+def test_an_image_entry_scores_as_llava_s_own_forward_with_image_placeholders():
+    """The env's image through the tiny LLaVA: the policy's batched log-probs equal the
+    transformers model's own forward of each observation, whose image features LLaVA itself
+    puts at placeholder positions (pixels normalised here by hand: x / 255, mean 0.5, std 0.5;
+    16 px images, the tower's side, so no resize)."""
+    torch.manual_seed(0)
+    envs = make_vector_env("color_reach", 5, "sync", {"image_size": 16})
+    try:
+        spec = space_spec(envs, "color_reach")
+        obs = torch.as_tensor(envs.reset(seed=3)[0])
+    finally:
+        envs.close()
+    cfg = load_config("embodied/cartpole_ppo", [*TINY, "actor.model.lm.action_bins=8"])
+    p = make_policy(cfg, spec)
+    assert type(p.lm).__name__ == "LlavaForConditionalGeneration" and spec.obs_image == (16, 16, 3)
+    with torch.no_grad():
+        actions, acted, _ = p.act(obs, generator=torch.Generator().manual_seed(1))
+        scored, _, _ = p.evaluate(obs, actions)
+        tokens = p.action_tokens(actions)
+        embed = p.lm.get_input_embeddings()
+        slots = (16 // 4) ** 2  # patches of the 16 px image
+        for i in range(len(obs)):
+            row = obs[i].numpy()
+            text = decode_instructions(row[None, :32], spec.obs_text[1])[0]
+            ids = torch.tensor([[spec.obs_text[1].index(c) + 1 for c in text]])
+            image = torch.as_tensor(row[32 : 32 + 16 * 16 * 3]).reshape(16, 16, 3)
+            pixels = (image.permute(2, 0, 1)[None] / 255.0 - 0.5) / 0.5
+            placeholder = torch.full((1, slots), p.lm.config.image_token_id)
+            parts = [embed(ids), embed(placeholder), p.state_proj(obs[i, -2:])[None, None]]
+            parts.append(embed(p.action_ids[tokens[i : i + 1]]))  # (one dimension: not read)
+            logits = p.lm(inputs_embeds=torch.cat(parts, 1), pixel_values=pixels).logits[0]
+            state_at = ids.shape[1] + slots
+            direct = torch.log_softmax(logits[state_at, p.action_ids][:4].double(), -1)
+            assert scored[i].item() == pytest.approx(direct[tokens[i, 0]].item(), abs=1e-5)
+    assert torch.allclose(acted, scored, atol=1e-5)
 
 
 def test_the_value_head_trains_through_the_huber_value_loss():
@@ -209,14 +249,37 @@ def test_a_policy_that_ignores_the_instruction_reaches_about_one_target_in_three
             ["actor.model.hidden_sizes=[8]"],
             "actor.model.hidden_sizes: set, but actor.model.type=lm",
         ),
-        (["actor.model.lm.path=/no/such/model"], "actor.model.lm.path"),
+        (["actor.model.lm.path=/no/such/model"], "actor.model.lm.path: /no/such/model is not"),
+        (
+            ["actor.model.lm.path=/no/such/model", *TINY[1:]],
+            "actor.model.lm.tiny: set, but actor.model.lm.path gives the model",
+        ),
+        (
+            ["env.kwargs={image_size:10}"],
+            r"actor.model.lm.vision.patch_size: 4 does not divide the image side 10",
+        ),
     ],
 )
 def test_what_an_lm_policy_cannot_act_on_is_refused_before_start(tmp_path, extra, message):
+    shape = TINY[:1] if any(k.startswith("actor.model.lm.path=") for k in extra) else TINY
     with pytest.raises(ConfigError, match=message):
         cfg = load_config(
-            "embodied/lm_policy_reach_ppo", [f"runner.output_dir={tmp_path}", *TINY, *extra]
+            "embodied/lm_policy_reach_ppo", [f"runner.output_dir={tmp_path}", *shape, *extra]
         )
+        preflight(cfg, plan_for_config(cfg))
+
+
+def test_an_image_entry_with_a_model_that_has_no_vision_encoder_is_refused(tmp_path, tiny_lm):
+    cfg = load_config(
+        "embodied/lm_policy_reach_ppo",
+        [
+            f"runner.output_dir={tmp_path}",
+            "actor.model.type=lm",
+            f"actor.model.lm.path={tiny_lm[1].actor}",
+            "env.kwargs={image_size:16}",
+        ],
+    )
+    with pytest.raises(ConfigError, match=r"a qwen2 model without a LLaVA-style vision encoder"):
         preflight(cfg, plan_for_config(cfg))
 
 
@@ -234,9 +297,17 @@ def test_an_unbounded_box_is_refused_for_binning():
         check_lm_policy(spec, lm, normalize_obs=False)
 
 
-def test_an_lm_policy_run_trains_and_its_export_is_refused_with_the_way_on(tmp_path):
+def test_an_lm_policy_run_with_images_and_lora_exports_a_policy_that_acts_as_trained(tmp_path):
+    """A run of the tiny LLaVA policy with LoRA on color_reach's images; its export (adapters
+    merged into the weights) scores actions as the checkpoint's adapter model does (1e-5), acts
+    on the env's own Dict observations, and its language model is a transformers folder."""
+    from transformers import AutoModelForImageTextToText
+
+    from rlcore import load_policy
     from rlcore.export import export
+    from rlcore.runners.checkpoint import find_checkpoint
     from rlcore.runners.embodied import EmbodiedRunner
+    from rlcore.workers.weights_file import read_trained_weights
 
     cfg = load_config(
         "embodied/lm_policy_reach_ppo",
@@ -244,6 +315,9 @@ def test_an_lm_policy_run_trains_and_its_export_is_refused_with_the_way_on(tmp_p
             *TINY,
             f"runner.output_dir={tmp_path}",
             "runner.run_name=r",
+            "env.kwargs={image_size:8}",
+            "actor.model.lm.lora.rank=4",
+            "actor.optim.lr=0.01",
             "env.num_envs=4",
             "runner.rollout_steps=8",
             "runner.total_env_steps=64",
@@ -255,8 +329,41 @@ def test_an_lm_policy_run_trains_and_its_export_is_refused_with_the_way_on(tmp_p
     )
     summary = EmbodiedRunner(cfg, plan_for_config(cfg)).run()
     assert summary["iterations"] == 2 and 0.0 <= summary["eval_success_rate"] <= 1.0
-    with pytest.raises(ConfigError, match=r"export: .* holds an LM policy"):
-        export(tmp_path / "r", tmp_path / "out")
+    export(tmp_path / "r", tmp_path / "out")
+
+    env = ColorReach(image_size=8)
+    raw = [env.reset(seed=s)[0] for s in range(6)]
+    batch = {
+        "instruction": tuple(o["instruction"] for o in raw),
+        "state": np.stack([o["state"] for o in raw]),
+        "image": np.stack([o["image"] for o in raw]),
+    }
+    wrapped = TextObservation(ColorReach(image_size=8))
+    obs = torch.as_tensor(np.stack([wrapped.observation(o) for o in raw]))
+    spec = space_spec_of(wrapped)
+    trained = make_policy(cfg, spec)
+    trained.load_state_dict(
+        read_trained_weights(find_checkpoint(tmp_path / "r") / "actor", trained)
+    )
+    assert any(".lora_B" in n and w.abs().sum() > 0 for n, w in trained.named_parameters())
+    exported = load_policy(tmp_path / "out")
+    assert not any(".lora_" in n for n, _ in exported.model.named_parameters())
+    with torch.no_grad():
+        actions, _, _ = trained.act(obs, generator=torch.Generator().manual_seed(0))
+        ours, _, our_values = trained.eval().evaluate(obs, actions)
+        theirs, _, their_values = exported.model.evaluate(obs, actions)
+        greedy, _, _ = trained.act(obs, deterministic=True)
+    assert torch.allclose(ours, theirs, atol=1e-5) and torch.allclose(
+        our_values, their_values, atol=1e-5
+    )
+    assert np.array_equal(exported(batch), greedy.numpy())  # the env's Dict batch
+    assert exported(raw[0]) == greedy[0].item()  # one observation
+    AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "lm")
+
+
+def space_spec_of(env) -> SpaceSpec:
+    envs = gym.vector.SyncVectorEnv([lambda: env])
+    return space_spec(envs, "color_reach")
 
 
 def test_with_lora_only_the_adapters_the_state_projection_and_the_value_head_train():

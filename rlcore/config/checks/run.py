@@ -95,6 +95,13 @@ def _check_lm_policy(model: Any) -> list[str]:
         problems.append(
             f"actor.model.cls: {model.cls} and actor.model.type=lm both name the policy; keep one"
         )
+    if model.lm.path is not None:
+        problems += [
+            f"actor.model.lm.{name}: set, but actor.model.lm.path gives the model, whose own "
+            "shape it keeps; leave this section out"
+            for name in ("tiny", "vision")
+            if getattr(model.lm, name) != getattr(defaults.lm, name)
+        ]
     return problems
 
 
