@@ -11,9 +11,9 @@ the position before it: a Discrete space's action ``k`` is token ``k``; a Box di
 ``k`` of ``bins`` equal bins over ``[low, high]`` is token ``k``, sent to the env as the bin's
 centre. An action's log-probability is the sum over its dimensions (decoded autoregressively
 when acting, teacher-forced when training), its entropy the sum of the dimensions' conditional
-entropies. The value head reads the last hidden state of the state token: the card's shared-
-backbone actor-critic, trained by the Huber value loss with value clipping (``loss_type:
-actor_critic``).
+entropies. The value head reads the last hidden state of the state token: the card's
+shared-backbone actor-critic, trained by the Huber value loss with value clipping
+(``loss_type: actor_critic``).
 
 The backbone is a Hugging Face causal LM folder (``actor.model.lm.path``; its tokenizer reads the
 instruction; with an image, a LLaVA-style vision-language model), or a tiny Qwen2-architecture
