@@ -117,6 +117,13 @@ class EmbodiedRolloutConfig(GroupKeys):
         "rollout_micro_batch_size); null = all of the rank's envs at once",
         range=">= 1",
     )
+    pipeline_stage_num: int = key(
+        1,
+        doc="split each env rank's envs into this many stages, stepped in turn, so that the "
+        "env process steps one stage while the rollout acts on the next (RLinf's pipelining; "
+        "env and rollout must be in different processes); 1 = all envs step together",
+        range=">= 1",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -15,6 +15,8 @@ they are, with the same arithmetic.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from gymnasium.wrappers import utils as gymnasium_stats
@@ -100,6 +102,20 @@ class ObsNormalizer:
         self.stats.load_state_dict(state)
 
 
+ALL = slice(None)  # every env
+
+
+def replaced(whole: Any, part: slice, new: Any) -> Any:
+    """``whole`` with its entries ``part`` replaced by ``new``, as a new array or tensor (never
+    written in place: what was handed out before stays as it was); ``new`` itself when ``part``
+    is every entry."""
+    if part == ALL:
+        return new
+    whole = whole.clone() if isinstance(whole, torch.Tensor) else whole.copy()
+    whole[part] = new
+    return whole
+
+
 class RewardScaler:
     def __init__(
         self, num_envs: int, gamma: float, clip: float, device: torch.device | None = None
@@ -107,19 +123,24 @@ class RewardScaler:
         self.stats, self.gamma, self.clip = running_mean_std((), device), gamma, clip
         self.returns = self.stats._own(torch.zeros(num_envs, dtype=torch.float64))
 
-    def __call__(self, reward: torch.Tensor, done: torch.Tensor, valid: torch.Tensor):
-        """Scale one step's rewards ``[N]``; ``valid`` marks real transitions (not resets)."""
+    def __call__(
+        self, reward: torch.Tensor, done: torch.Tensor, valid: torch.Tensor, part: slice = ALL
+    ):
+        """Scale one step's rewards of the envs ``part`` (all by default: ``[N]``); ``valid``
+        marks real transitions (not resets)."""
         if self.stats.device is not None:  # a tensor env's: on its device
-            self.returns = torch.where(valid, self.returns * self.gamma + reward, self.returns)
+            returns = self.returns[part]
+            returns = torch.where(valid, returns * self.gamma + reward, returns)
             if valid.any():
-                self.stats.update(self.returns[valid])
-            self.returns = torch.where(done & valid, 0.0, self.returns)
+                self.stats.update(returns[valid])
+            self.returns = replaced(self.returns, part, torch.where(done & valid, 0.0, returns))
             return (reward / (self.stats.var + EPS) ** 0.5).clamp(-self.clip, self.clip).float()
         reward_, done_, valid_ = reward.numpy(), done.numpy(), valid.numpy()
-        self.returns = np.where(valid_, self.returns * self.gamma + reward_, self.returns)
+        returns = self.returns[part]
+        returns = np.where(valid_, returns * self.gamma + reward_, returns)
         if valid_.any():
-            self.stats.update(self.returns[valid_])
-        self.returns = np.where(done_ & valid_, 0.0, self.returns)
+            self.stats.update(returns[valid_])
+        self.returns = replaced(self.returns, part, np.where(done_ & valid_, 0.0, returns))
         scaled = reward_ / np.sqrt(self.stats.var + EPS)
         return torch.from_numpy(np.clip(scaled, -self.clip, self.clip).astype(np.float32))
 

@@ -78,8 +78,36 @@ def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
             f"use a multiple of {group * envs}"
         )
     problems += _asynchronous(config, plan, "{env:0,rollout:0,actor:1}", "collect")
+    problems += _stages(config, plan, envs)
     actor = config.actor
     return problems + _update_split("actor", actor, actor.ppo_mini_batch_size, actors)
+
+
+def _stages(config: EmbodiedConfig, plan: PlacementPlan, envs: int) -> list[str]:
+    """``rollout.pipeline_stage_num`` > 1: the env apart from the rollout (in one process the
+    stages would only take turns), and each env rank's envs in equal stages of whole groups."""
+    stages = config.rollout.pipeline_stage_num
+    if stages == 1:
+        return []
+    key = f"rollout.pipeline_stage_num: {stages}"
+    if any("env" in group and "rollout" in group for group in plan.fused):
+        return [
+            f"{key}, but the env shares a process with the rollout, so a stage's envs cannot "
+            "step while the rollout acts on another; place them apart, e.g. "
+            "cluster.devices_per_node=2 cluster.component_placement={env:0,rollout:1,actor:1} "
+            "cluster.fuse_collocated=false, or set rollout.pipeline_stage_num=1"
+        ]
+    num_envs, group = config.env.num_envs, config.algorithm.group_size
+    if num_envs % envs:
+        return []  # (reported above)
+    per_rank = num_envs // envs
+    if per_rank % (stages * group):
+        whole = f" of whole groups of algorithm.group_size={group}" if group > 1 else ""
+        return [
+            f"{key}: each env rank's {per_rank} envs cannot form {stages} equal stages{whole}; "
+            f"use an env.num_envs that is a multiple of {envs * stages * group}"
+        ]
+    return []
 
 
 def _reasoning(config: ReasoningConfig, plan: PlacementPlan) -> list[str]:

@@ -117,10 +117,14 @@ class Pending:
 
 def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Pending:
     """``handle.method(*args, **kwargs)`` started, not waited for: a ``Pending`` answer. On Ray
-    (a ``RemoteHandle``) each rank's process runs it after the calls submitted to it before; a
-    component in this process (the object itself) runs it at once."""
+    (a ``RemoteHandle``, or a worker's ``RankHandle`` on a peer) each rank's process runs it
+    after the calls submitted to it before; a component in this process (the object itself)
+    runs it at once."""
     if isinstance(handle, RemoteHandle):
         return handle._submit(method, dispatch_mode(handle._cls, method), args, kwargs)
+    if isinstance(handle, RankHandle):
+        dispatch_mode(handle._cls, method)  # fails early, naming the methods the class has
+        return handle._submit(method, args, kwargs)
     value = getattr(handle, method)(*args, **kwargs)
     return Pending(lambda: value)
 
@@ -137,21 +141,29 @@ class RankHandle:
         dispatch_mode(self._cls, method)  # fails early, naming the methods the class has
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            import ray
-            from ray.exceptions import RayTaskError
+            return self._submit(method, args, kwargs).result()
 
-            from rlcore.scheduler.errors import WorkerError
+        return call
 
+    def _submit(self, method: str, args: tuple, kwargs: dict) -> Pending:
+        """The call started on the peer's process (which runs it after those submitted
+        before), its answer to come."""
+        import ray
+        from ray.exceptions import RayTaskError
+
+        from rlcore.scheduler.errors import WorkerError
+
+        reference = self._handle.call.remote(self._component, method, args, kwargs)
+
+        def answer() -> Any:
             try:
-                return ray.get(
-                    self._handle.call.remote(self._component, method, args, kwargs)
-                ).value
+                return ray.get(reference).value
             except RayTaskError as error:
                 if isinstance(error.cause, WorkerError):
                     raise error.cause from None
                 raise
 
-        return call
+        return Pending(answer)
 
 
 def remote_handle(cls: type[T], group: Any) -> T:

@@ -10,6 +10,7 @@ weight version the driver expects, and a rollout holding another refuses to act.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from rlcore.models import ActorCritic
 from rlcore.models.lm_policy import LMPolicy
 from rlcore.models.user_policy import UserPolicy, load_policy_class
 from rlcore.scheduler.dispatch import Dispatch, dispatch
+from rlcore.scheduler.handles import submit
 from rlcore.scheduler.worker import rank_seed
+from rlcore.workers.env_worker import Transition
 from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
 
@@ -64,6 +67,7 @@ class EmbodiedRollout:
         self.device = actor.trainer.device if shared else ctx.torch_device
         self.model = actor.model if shared else make_policy(config, spec).to(self.device)
         self.micro = config.rollout.micro_batch_size  # observations per forward; None = all
+        self.stages = config.rollout.pipeline_stage_num
         # Each rank samples its own actions; the stream is saved in checkpoints.
         seed = rank_seed(run.seed, ctx.rank, "sampling")
         self.generator = torch.Generator(self.device).manual_seed(seed)
@@ -93,13 +97,13 @@ class EmbodiedRollout:
         ``episode_count``).
         """
         check_weight_version(self.rank, self.version, version)
-        T, current = self.steps, self.env.observe()
-        obs = torch.empty((T, *current.shape), device=current.device)
+        current = self.env.observe()
+        if self.stages > 1:
+            obs, acted, stepped, current = self._steps_in_stages(current)
+        else:
+            obs, acted, stepped, current = self._steps(current)
         rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
-        for t in range(T):
-            obs[t] = current
-            action, log_prob, value = self._act(current)
-            step = self.env.step(action, last=t == T - 1)
+        for (action, log_prob, value), step in zip(acted, stepped, strict=True):
             for name, item in (
                 ("actions", action),
                 ("log_probs", log_prob),
@@ -110,7 +114,6 @@ class EmbodiedRollout:
                 ("valid", step.valid),
             ):
                 rows[name].append(item)
-            current = step.next_obs
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
         batch["obs"] = obs.transpose(0, 1)
         batch["last_obs"] = current
@@ -118,6 +121,50 @@ class EmbodiedRollout:
         batch.update(self.env.finished_episodes())
         # The batch leaves on the CPU: one copy per rollout from a GPU simulator, none otherwise.
         return TensorDict({k: v.cpu() for k, v in batch.items()}, batch_size=[current.shape[0]])
+
+    def _steps(self, current: torch.Tensor) -> tuple:
+        """``runner.rollout_steps`` steps of all the envs at once: the observations ``[T, N,
+        ...]``, each step's (actions, log-probs, values) and ``Transition``, the last
+        observations."""
+        T = self.steps
+        obs = torch.empty((T, *current.shape), device=current.device)
+        acted, stepped = [], []
+        for t in range(T):
+            obs[t] = current
+            acted.append(self._act(current))
+            stepped.append(self.env.step(acted[-1][0], last=t == T - 1))
+            current = stepped[-1].next_obs
+        return obs, acted, stepped, current
+
+    def _steps_in_stages(self, current: torch.Tensor) -> tuple:
+        """``_steps`` with the envs in ``rollout.pipeline_stage_num`` stages (RLinf's
+        pipelining): a stage's step is submitted to the env process without waiting, and the
+        policy acts on the next stage (whose step came back meanwhile) while the env steps it.
+        The env process runs its calls in order: step t of stage 0, 1, ..., then step t + 1."""
+        T, S = self.steps, self.stages
+        obs = torch.empty((T, *current.shape), device=current.device)
+        currents = list(current.chunk(S))
+        width = currents[0].shape[0]
+        pending: list[Any] = [None] * S
+        acted: list[list[tuple]] = [[] for _ in range(T)]
+        stepped: list[list[Transition]] = [[] for _ in range(T)]
+        for t in range(T + 1):
+            for s in range(S):
+                if t > 0:  # the stage's step t - 1, which the env took while we acted
+                    stepped[t - 1].append(pending[s].result())
+                    currents[s] = stepped[t - 1][s].next_obs
+                if t == T:
+                    continue
+                obs[t, s * width : (s + 1) * width] = currents[s]
+                acted[t].append(self._act(currents[s]))
+                pending[s] = submit(self.env, "step", acted[t][s][0], last=t == T - 1, stage=s)
+        joined = [tuple(torch.cat(column) for column in zip(*a, strict=True)) for a in acted]
+        names = [f.name for f in fields(Transition)]
+        transitions = [
+            Transition(**{n: torch.cat([getattr(step, n) for step in steps]) for n in names})
+            for steps in stepped
+        ]
+        return obs, joined, transitions, torch.cat(currents)
 
     def _act(self, obs: torch.Tensor, deterministic: bool = False):
         """``model.act`` over ``rollout.micro_batch_size`` observations at a time, on the

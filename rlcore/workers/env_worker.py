@@ -28,7 +28,7 @@ import torch
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, EnvConfig
 from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, tensor_device
-from rlcore.envs.normalization import ObsNormalizer, RewardScaler
+from rlcore.envs.normalization import ALL, ObsNormalizer, RewardScaler, replaced
 from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.state_files import load_state, save_state
@@ -106,25 +106,38 @@ class EnvWorker:
         self.step_timeout_s = step_deadline(env, ctx.in_driver)
         self.num_envs = env.num_envs // ctx.world_size
         grouped = config.algorithm.group_size > 1  # (a seed per env: no native vector env)
-        self.envs = make_vector_env(
-            env.id, self.num_envs, env.vector_mode, env.kwargs, seeds_per_env=grouped
+        # rollout.pipeline_stage_num: the rank's envs in stages, each a vector env of its own
+        # stepped on its own (``step(..., stage=s)``) while the rollout acts on another
+        stages = config.rollout.pipeline_stage_num
+        per_stage = self.num_envs // stages
+        self.parts = (
+            [ALL]
+            if stages == 1
+            else [slice(s * per_stage, (s + 1) * per_stage) for s in range(stages)]
         )
+        self.stage_envs: list[Any] = []
         self.eval_envs = None
-        # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
-        self.device = tensor_device(self.envs)
         try:
-            if self.device is not None:
-                self.envs.numpy = False
+            for _ in range(stages):
+                self.stage_envs.append(
+                    make_vector_env(
+                        env.id, per_stage, env.vector_mode, env.kwargs, seeds_per_env=grouped
+                    )
+                )
+            # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
+            self.device = tensor_device(self.stage_envs[0])
+            for envs in self.stage_envs if self.device is not None else ():
+                envs.numpy = False
             if self.rank == 0:
                 self.eval_envs = make_vector_env(
                     env.id, run.eval_episodes, env.vector_mode, env.kwargs
                 )
                 if self.device is not None:
                     self.eval_envs.numpy = False
-            self.spec = space_spec(self.envs, env.id)
+            self.spec = space_spec(self.stage_envs[0], env.id)
             self.pickled = env.checkpoint_state == "pickle"
             if run.checkpoint_every and self.pickled:
-                check_envs_can_be_saved(self.envs, env.id)
+                check_envs_can_be_saved(self.stage_envs, env.id)
         except BaseException:
             self.close()
             raise
@@ -146,7 +159,7 @@ class EnvWorker:
         self.collect_steps = run.rollout_steps
         self.ended: Any = None  # in a collection of episodes: the envs whose episode ended
         self.reports_success = False  # the env's steps carry is_success / success
-        self.obs = self._reset(self.envs, run.seed + 1000 * self.rank, f"rank {self.rank}")
+        self.obs = self._reset_all(run.seed + 1000 * self.rank, f"rank {self.rank}")
         self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.episode_return = self._zeros(self.num_envs)
         self.episode_length = self._zeros(self.num_envs, integer=True)
@@ -163,6 +176,17 @@ class EnvWorker:
         obs, _ = reset_within(envs, seed, self.step_timeout_s, f"env '{self.env_id}' {who}, reset")
         check_output(self.env_id, "reset", obs, None, self.spec.obs_shape)
         return torch.as_tensor(obs, dtype=torch.float32)
+
+    def _reset_all(self, seed: int | list[int], who: str) -> torch.Tensor:
+        """Every stage's envs reset, each env with the seed it has without stages (gymnasium
+        seeds a vector env's env i with ``seed + i``; a list gives each env its own)."""
+        if len(self.stage_envs) == 1:
+            return self._reset(self.stage_envs[0], seed, who)
+        parts = []
+        for envs, part in zip(self.stage_envs, self.parts, strict=True):
+            seeds = seed[part] if isinstance(seed, list) else seed + part.start
+            parts.append(self._reset(envs, seeds, f"{who}, stage {len(parts)}"))
+        return torch.cat(parts)
 
     def _zeros(self, n: int, integer: bool = False) -> Any:
         """Per-env running sums: numpy on the CPU, or tensors on a tensor env's device."""
@@ -186,55 +210,62 @@ class EnvWorker:
         if self.group_size > 1:
             collection = self.steps_taken // self.collect_steps
             seeds = group_seeds(self.seed, self.rank, collection, self.num_envs, self.group_size)
-            self.obs = self._reset(self.envs, seeds, f"rank {self.rank}, groups")
+            self.obs = self._reset_all(seeds, f"rank {self.rank}, groups")
             self.ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
             self.episode_return = self._zeros(self.num_envs)
             self.episode_length = self._zeros(self.num_envs, integer=True)
         return self._policy_obs(self.obs, update=True)
 
-    def step(self, actions: torch.Tensor, last: bool = False) -> Transition:
-        """Apply ``actions`` ``[N, ...]``. ``last``: the rollout's final step, whose next
-        observations only give V for bootstrapping (normalised without updating the statistics;
-        the next rollout's first step takes them in)."""
+    def step(self, actions: torch.Tensor, last: bool = False, stage: int = 0) -> Transition:
+        """Apply ``actions`` ``[N, ...]`` (with ``rollout.pipeline_stage_num`` > 1: to the envs
+        of ``stage``, ``[N / stages, ...]``; the stages are stepped in turn, each once per
+        step). ``last``: the rollout's final step, whose next observations only give V for
+        bootstrapping (normalised without updating the statistics; the next rollout's first
+        step takes them in)."""
+        part, count = self.parts[stage], len(self.parts)
+        staged = f", stage {stage}" if count > 1 else ""
         next_obs, reward, term, trunc, info = step_within(
-            self.envs,
+            self.stage_envs[stage],
             env_action(self.spec, actions, numpy=self.device is None),
             self.step_timeout_s,
-            f"env '{self.env_id}' rank {self.rank}, step {self.steps_taken + 1}",
+            f"env '{self.env_id}' rank {self.rank}{staged}, step {self.steps_taken + 1}",
         )
-        self.steps_taken += 1
+        self.steps_taken += stage == count - 1  # (a step of every stage is one step)
         check_output(self.env_id, f"step {self.steps_taken}", next_obs, reward, self.spec.obs_shape)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
         done = terminated | truncated
-        valid = ~self.prev_done if self.ended is None else ~self.ended
+        valid = ~self.prev_done[part] if self.ended is None else ~self.ended[part]
         if self.ended is not None:
-            self.ended = self.ended | done.to(self.ended.device)
+            self.ended = replaced(self.ended, part, self.ended[part] | done.to(self.ended.device))
         rewards = torch.as_tensor(reward, dtype=torch.float32)
         if self.reward_scaler is not None:
-            rewards = self.reward_scaler(rewards, done, valid)
+            rewards = self.reward_scaler(rewards, done, valid, part)
         success = _success(info)  # (None when the env reports none)
         self.reports_success = self.reports_success or success is not None
         if self.device is None:
-            self._track_episodes(reward, done.numpy(), valid.numpy(), success)
+            self._track_episodes(reward, done.numpy(), valid.numpy(), part, success)
         else:
-            self._track_episodes(reward, done, valid, success)
-        self.prev_done = done
-        self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        return Transition(
-            rewards, terminated, truncated, valid, self._policy_obs(self.obs, update=not last)
-        )
+            self._track_episodes(reward, done, valid, part, success)
+        self.prev_done = replaced(self.prev_done, part, done)
+        seen = torch.as_tensor(next_obs, dtype=torch.float32)
+        self.obs = replaced(self.obs, part, seen)
+        return Transition(rewards, terminated, truncated, valid, self._policy_obs(seen, not last))
 
-    def _track_episodes(self, reward: Any, done: Any, valid: Any, success: Any = None) -> None:
-        """The same arithmetic on numpy arrays or on a tensor env's tensors."""
-        self.episode_return += reward * valid
-        self.episode_length += valid
+    def _track_episodes(
+        self, reward: Any, done: Any, valid: Any, part: slice, success: Any = None
+    ) -> None:
+        """The same arithmetic on numpy arrays or on a tensor env's tensors, for the envs
+        ``part`` (these sums never leave the worker: updated in place)."""
+        episode_return, episode_length = self.episode_return[part], self.episode_length[part]
+        episode_return += reward * valid
+        episode_length += valid
         ended = done & valid
-        self.finished_return += self.episode_return * ended
-        self.finished_length += self.episode_length * ended
-        self.finished_count += ended
+        self.finished_return[part] += episode_return * ended
+        self.finished_length[part] += episode_length * ended
+        self.finished_count[part] += ended
         if success is not None:
-            self.finished_success += ended & success
-        self.episode_return[ended], self.episode_length[ended] = 0.0, 0
+            self.finished_success[part] += ended & success
+        episode_return[ended], episode_length[ended] = 0.0, 0
 
     def _clear_finished(self) -> None:
         self.finished_return = self._zeros(self.num_envs)
@@ -327,8 +358,9 @@ class EnvWorker:
             "steps_taken": self.steps_taken,
         }
         save_state(state, where / f"rank{self.rank}.pt")
-        if self.pickled:
-            (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(self.envs))
+        if self.pickled:  # (one vector env, or with stages the list of them)
+            envs = self.stage_envs[0] if len(self.stage_envs) == 1 else self.stage_envs
+            (where / f"envs_rank{self.rank}.pkl").write_bytes(cloudpickle.dumps(envs))
 
     @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> None:
@@ -340,8 +372,18 @@ class EnvWorker:
             check_pickled_envs(where, [self.rank])
             # The only load in rlcore that runs pickled code: opted into with
             # env.checkpoint_state=pickle, for checkpoints from a trusted source.
-            self.envs.close()
-            self.envs = cloudpickle.loads(pickled.read_bytes())
+            loaded = cloudpickle.loads(pickled.read_bytes())
+            loaded = loaded if isinstance(loaded, list) else [loaded]
+            if len(loaded) != len(self.stage_envs):
+                raise ConfigError(
+                    f"rollout.pipeline_stage_num: {pickled} holds the envs of "
+                    f"{len(loaded)} stage(s), and this run has {len(self.stage_envs)}; resume "
+                    f"with rollout.pipeline_stage_num={len(loaded)}, or with "
+                    "env.checkpoint_state=reseed"
+                )
+            for envs in self.stage_envs:
+                envs.close()
+            self.stage_envs = loaded
             self.obs = state["obs"].to(self.device or "cpu")
             self.prev_done = state["prev_done"].to(self.device or "cpu")
             self.episode_return = self._own(state["episode_return"])
@@ -350,7 +392,7 @@ class EnvWorker:
             # Fresh episodes from a seed of this rank and point in the run: reproducible, but
             # not the episodes an unbroken run would have gone on with.
             reseed = self.seed + 1000 * self.rank + 7_919 * self.steps_taken
-            self.obs = self._reset(self.envs, reseed, f"rank {self.rank}")
+            self.obs = self._reset_all(reseed, f"rank {self.rank}")
             self.prev_done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
             self.episode_return = self._zeros(self.num_envs)
             self.episode_length = self._zeros(self.num_envs, integer=True)
@@ -366,7 +408,8 @@ class EnvWorker:
 
     @dispatch(Dispatch.ALL)
     def close(self) -> None:
-        self.envs.close()
+        for envs in self.stage_envs:
+            envs.close()
         if self.eval_envs is not None:
             self.eval_envs.close()
 

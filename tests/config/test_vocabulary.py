@@ -86,6 +86,7 @@ ADDED_SINCE = {
         "actor.model.lm.tiny.intermediate_size": 256,
         "actor.model.lm.vision.image_size": None,
         "actor.model.lm.vision.patch_size": 4,
+        "rollout.pipeline_stage_num": 1,
         "actor.model.lm.lora.rank": 0,
         "actor.model.lm.lora.alpha": 16.0,
         "actor.model.lm.lora.target_modules": [

@@ -75,8 +75,8 @@ def test_the_policy_reads_the_simulators_own_observation_tensors(tmp_path):
     config = drift_config(tmp_path, "rlcore_test/Drift-v0", "env.normalize_obs=false")
     worker = EnvWorker(SimpleNamespace(rank=0, world_size=1, in_driver=True), config)
     try:
-        sim = worker.envs.env  # the Drift scene inside NextStepVectorEnv
-        assert worker.device == torch.device("cpu") and worker.envs.numpy is False
+        sim = worker.stage_envs[0].env  # the Drift scene inside NextStepVectorEnv
+        assert worker.device == torch.device("cpu") and worker.stage_envs[0].numpy is False
         assert worker.observe().data_ptr() == sim.last_obs.data_ptr()  # no copy at reset
         step = worker.step(torch.full((4, 1), 0.5))
         assert step.next_obs.data_ptr() == sim.last_obs.data_ptr()  # nor after a step

@@ -274,14 +274,16 @@ def test_resume_auto_relaunches_the_same_command_where_it_stopped(tmp_path, caps
 
 
 def test_an_asynchronous_run_resumes_and_collects_again_what_was_in_flight(tmp_path):
-    """runner.max_staleness=1 with the env, the rollout and the actor each in a process: the
-    rollout collects the next batch while the actor trains (every batch but the first one
-    update old), and a run resumed from iteration 3 collects anew the batch then in flight."""
+    """runner.max_staleness=1 with the env, the rollout and the actor each in a process, the
+    envs in 2 pipeline stages: the rollout collects the next batch while the actor trains
+    (every batch but the first one update old), and a run resumed from iteration 3 collects
+    anew the batch then in flight."""
     apart = [
         "cluster.devices_per_node=2",
         "cluster.component_placement={env:0,rollout:1,actor:1}",
         "cluster.fuse_collocated=false",
         "runner.max_staleness=1",
+        "rollout.pipeline_stage_num=2",
     ]
     full = run(config(tmp_path, *apart, "runner.run_name=full"))
     assert (full["iterations"], full["env_steps"]) == (6, 384)

@@ -1,0 +1,121 @@
+"""``rollout.pipeline_stage_num``: an env rank's envs in stages, stepped one stage at a time, so
+that the env process steps one stage while the rollout acts on the next. Stepped stage by stage
+they are the same envs as one vector env (same seeds, same transitions, same episode sums); a
+staged worker resumes bit for bit; layouts where stages cannot overlap are refused."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from rlcore.config import ConfigError, load_config
+from rlcore.placement import plan_for_config
+from rlcore.placement.checks import check_plan
+from rlcore.workers.env_worker import EnvWorker
+
+SMALL = [
+    "env.num_envs=6",
+    "env.vector_mode=sync",
+    "env.normalize_obs=false",
+    "actor.ppo_mini_batch_size=48",
+]
+
+
+def worker(*extra: str) -> EnvWorker:
+    config = load_config("embodied/cartpole_ppo", [*SMALL, *extra])
+    return EnvWorker(SimpleNamespace(rank=0, world_size=1, in_driver=True), config)
+
+
+def step(env: EnvWorker, actions: torch.Tensor, stages: int) -> dict[str, torch.Tensor]:
+    """One step of every env, stage by stage, joined as one vector env's step."""
+    parts = [env.step(a, stage=s) for s, a in enumerate(actions.chunk(stages))]
+    names = ("rewards", "terminated", "truncated", "valid", "next_obs")
+    return {n: torch.cat([getattr(p, n) for p in parts]) for n in names}
+
+
+def actions(steps: int, seed: int = 0) -> torch.Tensor:
+    return torch.as_tensor(np.random.default_rng(seed).integers(0, 2, (steps, 6)))
+
+
+def test_three_stages_step_the_envs_as_one_vector_env_does():
+    one, three = worker(), worker("rollout.pipeline_stage_num=3")
+    try:
+        assert one.observe().equal(three.observe())  # each env seeded as without stages
+        for a in actions(120):  # CartPole episodes end and reset within these steps
+            whole, staged = step(one, a, 1), step(three, a, 3)
+            assert all(whole[k].equal(staged[k]) for k in whole)
+        ended = one.finished_episodes()
+        assert ended["episode_count"].sum() > 0
+        assert all(ended[k].equal(v) for k, v in three.finished_episodes().items())
+        assert one.steps_taken == three.steps_taken == 120
+    finally:
+        one.close()
+        three.close()
+
+
+def test_stages_scale_rewards_with_each_stage_s_own_running_returns():
+    """Reward scaling keeps a running return per env: staged, each stage updates its own
+    envs' returns (the statistics see them a stage at a time, as a vector env of that size)."""
+    env = worker("rollout.pipeline_stage_num=2", "env.normalize_reward=true")
+    try:
+        env.observe()
+        for a in actions(3):
+            step(env, a, 2)
+        # CartPole pays 1 a step; 3 steps with gamma g: 1 + g + g^2 in every env
+        g = env.reward_scaler.gamma
+        assert np.allclose(env.reward_scaler.returns, 1 + g + g**2)
+    finally:
+        env.close()
+
+
+def test_a_staged_env_worker_resumes_bit_for_bit(tmp_path):
+    extra = (
+        "rollout.pipeline_stage_num=2",
+        "env.checkpoint_state=pickle",
+        "env.normalize_obs=true",
+    )
+    first = worker(*extra)
+    try:
+        first.observe()
+        for a in actions(15):
+            step(first, a, 2)
+        first.save_checkpoint(str(tmp_path))
+        later = [step(first, a, 2) for a in actions(40, seed=1)]
+    finally:
+        first.close()
+    second = worker(*extra)
+    try:
+        second.load_checkpoint(str(tmp_path))
+        again = [step(second, a, 2) for a in actions(40, seed=1)]
+        assert all(x[k].equal(y[k]) for x, y in zip(later, again, strict=True) for k in x)
+    finally:
+        second.close()
+    one = worker("env.checkpoint_state=pickle")
+    try:
+        with pytest.raises(ConfigError, match="holds the envs of 2 stage"):
+            one.load_checkpoint(str(tmp_path))
+    finally:
+        one.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "the env shares a process with the rollout"),
+        (
+            [
+                "cluster.devices_per_node=2",
+                "cluster.component_placement={env:0,rollout:1,actor:1}",
+                "cluster.fuse_collocated=false",
+                "env.num_envs=9",
+                "actor.ppo_mini_batch_size=72",
+            ],
+            "each env rank's 9 envs cannot form 2 equal stages",
+        ),
+    ],
+)
+def test_stages_that_cannot_overlap_or_split_are_refused(extra, message):
+    config = load_config("embodied/cartpole_ppo", ["rollout.pipeline_stage_num=2", *extra])
+    with pytest.raises(ConfigError, match=message):
+        check_plan(config, plan_for_config(config))
