@@ -1,12 +1,13 @@
 """Embodied layouts side by side: throughput and where the time goes when components sit apart.
 
-    python benchmarks/layouts.py [--steps 25600] [--repeats 2] [k=v ...]
+    python benchmarks/layouts.py [--steps 25600] [--repeats 2] [--config NAME] [k=v ...]
 
-Runs the CartPole default config for ``--steps`` env steps (no stop at the threshold) in each
-layout (``--layouts``: all by default; ``-async``: ``runner.max_staleness=1``, the rollout
-collecting while the actor trains; ``all-apart``: a process per component), alternating layouts
-within each repeat so that all see the same machine load. One JSON line per run, then one per
-layout with medians:
+Runs the CartPole default config (or ``--config``, with the overrides given) for ``--steps`` env
+steps (no stop at the threshold) in each layout (``--layouts``: all by default; ``-async``:
+``runner.max_staleness=1``, the rollout collecting while the actor trains; ``all-apart``: a
+process per component; ``-staged``: the envs in 2 pipeline stages), alternating layouts within
+each repeat so that all see the same machine load. One JSON line per run, then one per layout
+with medians:
 
 - ``train_sps``: env steps per second over collection and updates (evals excluded);
 - ``seconds_per_stage``: mean seconds per iteration in each stage (sync, collect, advantages,
@@ -39,17 +40,27 @@ LAYOUTS = {
     # each component a process of its own (cluster.fuse_collocated=false), sync and async
     "all-apart": "{env:0,rollout:1,actor:1}",
     "all-apart-async": "{env:0,rollout:1,actor:1}",
+    # ... with the envs in 2 pipeline stages (rollout.pipeline_stage_num=2): the env process
+    # steps one stage while the rollout acts on the other
+    "all-apart-staged": "{env:0,rollout:1,actor:1}",
+    "all-apart-async-staged": "{env:0,rollout:1,actor:1}",
 }
 EXTRA = {
     "rollout-apart-async": ["runner.max_staleness=1"],
     "all-apart": ["cluster.fuse_collocated=false"],
     "all-apart-async": ["cluster.fuse_collocated=false", "runner.max_staleness=1"],
+    "all-apart-staged": ["cluster.fuse_collocated=false", "rollout.pipeline_stage_num=2"],
+    "all-apart-async-staged": [
+        "cluster.fuse_collocated=false",
+        "runner.max_staleness=1",
+        "rollout.pipeline_stage_num=2",
+    ],
 }
 
 
-def run(layout: str, steps: int, overrides: list[str], out: str) -> dict:
+def run(layout: str, steps: int, overrides: list[str], out: str, base: str) -> dict:
     config = load_config(
-        "embodied/cartpole_ppo",
+        base,
         [
             *overrides,
             "cluster.devices_per_node=2",
@@ -77,13 +88,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=25_600)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
+    parser.add_argument("--config", default="embodied/cartpole_ppo", help="the shipped config")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     rows: dict[str, list[dict]] = {name: [] for name in args.layouts}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.repeats):
             for layout in args.layouts:
-                row = run(layout, args.steps, args.overrides, out)
+                row = run(layout, args.steps, args.overrides, out, args.config)
                 rows[layout].append(row)
                 print(json.dumps(row), flush=True)
     median = lambda values: statistics.median(values)  # noqa: E731

@@ -414,6 +414,13 @@ class RewardConfig(GroupKeys):
     model_micro_batch_size: int = key(
         64, doc="kinds model and judge: rows per pass of the model", range=">= 1"
     )
+    model_backend: Literal["torch", "fsdp2"] = key(
+        "torch",
+        doc="kind model: torch = every reward rank holds the whole reward model; fsdp2 = its "
+        "weights sharded over the reward ranks by FSDP2 (the training backend's fully_shard, "
+        "forward only: a layer's weights gathered for its pass), for reward models larger than "
+        "one device's memory; either way each rank scores its own rows",
+    )
     score_normalize: bool = key(
         False,
         doc="kinds model and judge: the model's score standardised by the running mean and std "

@@ -51,7 +51,7 @@ class RewardWorker:
         self.judge: JudgeScorer | None = None
         device = ctx.torch_device if ctx is not None else torch.device("cpu")
         if "model" in used:
-            self.model = ModelScorer(config, device)
+            self.model = ModelScorer(config, device, ctx)
         if "judge" in used:
             self.judge = JudgeScorer(config, device)
 
@@ -100,6 +100,8 @@ class RewardWorker:
                 verdicts[i] = verdict
         modelled = [i for i, k in enumerate(kinds) if k in ("model", "judge")]
         judge_rows = None
+        if not modelled and self.model is not None and self.model.collective:
+            self.model.score([], [])  # (no rows here: its passes join the other ranks')
         if modelled:
             prompts = self._prompts(batch)
             asked = [prompts[i] for i in modelled], [texts[i] for i in modelled]

@@ -72,7 +72,7 @@ def reward_model_text(tokenizer: Any, prompt: str, response: str) -> str:
 class ModelScorer:
     """The reward model of ``config.reward`` on ``device`` (see the module docstring)."""
 
-    def __init__(self, config: Any, device: torch.device) -> None:
+    def __init__(self, config: Any, device: torch.device, ctx: Any = None) -> None:
         from transformers import AutoModelForSequenceClassification
 
         reward = config.reward
@@ -85,6 +85,14 @@ class ModelScorer:
         self.model.eval()
         if self.model.config.pad_token_id is None:  # the score is read before the padding
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        # reward.model_backend fsdp2: the weights sharded over the reward ranks, so that every
+        # pass is a collective of all of them (``collective``)
+        self.sharded = None
+        if reward.model_backend == "fsdp2":
+            from rlcore.workers.strategy import make_strategy
+
+            self.sharded = make_strategy(ctx, "fsdp2")
+            self.model = self.sharded.wrap(self.model)
         self.device = device
         self.micro = reward.model_micro_batch_size
         self.clip = reward.score_clip
@@ -96,9 +104,32 @@ class ModelScorer:
         texts = [
             reward_model_text(self.tokenizer, p, r) for p, r in zip(prompts, responses, strict=True)
         ]
-        scores = [
-            self.model(**encoded).logits[:, 0].float().cpu()
-            for encoded in encoded_in_parts(self, texts)
-        ]
+        parts = list(encoded_in_parts(self, texts))
+        extra = self._passes_behind_the_other_ranks(len(parts))
+        scores = [self.model(**encoded).logits[:, 0].float().cpu() for encoded in parts]
+        filler = self.tokenizer(["."], return_tensors="pt").to(self.device)
+        for _ in range(extra):  # (discarded: they join the other ranks' gathers)
+            self.model(**filler)
+        if self.sharded is not None:  # FSDP2 keeps the root's weights gathered after a pass
+            self.model.reshard()
         out = torch.cat(scores) if scores else torch.zeros(0)
         return out.clamp(-self.clip, self.clip) if self.clip is not None else out
+
+    @property
+    def collective(self) -> bool:
+        """Whether a pass needs every reward rank (FSDP2 over several): each must then call
+        ``score`` as often as the others, with no rows if it has none to score."""
+        return self.sharded is not None and self.sharded.world_size > 1
+
+    def _passes_behind_the_other_ranks(self, passes: int) -> int:
+        """FSDP2 over several ranks: a pass gathers each layer's shards from every rank, so a
+        rank with fewer micro-batches than another makes this many more passes of one dummy
+        row, after its own (agreed on before any pass: collectives run in the same order on
+        every rank). 0 otherwise."""
+        if not self.collective:
+            return 0
+        import torch.distributed as dist
+
+        most = torch.tensor([passes])
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.sharded.group)
+        return int(most) - passes

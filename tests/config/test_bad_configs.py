@@ -152,6 +152,8 @@ BAD = [
      "only an sglang engine"),
     (ARITH, ["reward.kind=custom"], "reward.custom_fn", "name the function"),
     (ARITH, ["reward.custom_fn=a.py:f"], "reward.custom_fn", "set reward.kind=custom"),
+    (ARITH, ["reward.model_backend=fsdp2"], "reward.model_backend",
+     "only kind model (a reward model) is sharded by it"),
     (CARTPOLE, ["runner.run_name=../x"], "runner.run_name", "must be one folder name"),
     (ARITH, ["runner.run_name=a/b"], "runner.run_name", "no '/'"),
     (CARTPOLE, ["runner.run_name=" + "r" * 300], "runner.run_name",

@@ -110,6 +110,7 @@ ADDED_SINCE = {
         "reward.judge_parser": "(-?\\d+(?:\\.\\d+)?)",
         "reward.judge_max_new_tokens": 16,
         "reward.model_micro_batch_size": 64,
+        "reward.model_backend": "torch",
         "reward.score_clip": None,
         "reward.score_normalize": False,
         "reward.rule": "auto",

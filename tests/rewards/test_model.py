@@ -99,6 +99,61 @@ def test_scores_equal_a_direct_forward_whatever_the_micro_batch_and_the_shards(
         assert whole["correct"].tolist() == [True, False, False]  # the third has no ####
 
 
+def fsdp2_rank_main(rank, out, config, model_dir, batch):
+    """Rank ``rank`` of 2 scores its rows with the reward model sharded over both (FSDP2): rank
+    0 the first two rows one at a time (two passes), rank 1 the third (one pass, then a dummy
+    one to join rank 0's second)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from rlcore.workers.reward import RewardWorker
+
+    ctx = SimpleNamespace(
+        group=dist.group.WORLD, world_size=2, rank=rank, torch_device=torch.device("cpu")
+    )
+    worker = RewardWorker(ctx, config, model_dir)
+    try:
+        mine = batch[:2] if rank == 0 else batch[2:]
+        scores = worker.score(mine)["model_scores"]
+        held = sum(p.to_local().numel() for p in worker.model.model.parameters())  # (shards)
+        torch.save({"scores": scores, "held": held}, f"{out}/rank{rank}.pt")
+    finally:
+        worker.close()
+
+
+def test_an_fsdp2_reward_model_scores_as_a_direct_forward_with_its_weights_sharded(
+    tiny_lm, reward_model, tmp_path
+):
+    from transformers import AutoModelForSequenceClassification
+
+    from tests.rank_pool import rank_pool
+
+    config, dirs = tiny_lm
+    config = replace_keys(
+        config,
+        {
+            "reward.kind": "model",
+            "reward.model_path": str(reward_model),
+            "reward.model_backend": "fsdp2",
+            "reward.model_micro_batch_size": 1,
+        },
+    )
+    batch = rows(load_tokenizer(dirs.actor), PROMPTS, RESPONSES, ANSWERS)
+    rank_pool(2).run(fsdp2_rank_main, str(tmp_path), config, dirs.actor, batch)
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    whole = AutoModelForSequenceClassification.from_pretrained(str(reward_model))
+    total = sum(p.numel() for p in whole.parameters())
+    assert all(g["held"] < 0.75 * total for g in got)  # each rank holds about half
+    single = worker_for(tiny_lm, reward_model)  # one process, the whole model
+    try:
+        expected = single.score(batch)["model_scores"]
+    finally:
+        single.close()
+    scores = torch.cat([g["scores"] for g in got])
+    assert scores.tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+
+
 def test_combine_adds_the_rule_score_as_asked(tiny_lm, reward_model):
     batch = rows(load_tokenizer(tiny_lm[1].actor), PROMPTS, RESPONSES, ANSWERS)
     out = {}

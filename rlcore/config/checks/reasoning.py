@@ -176,6 +176,11 @@ def _reward(config: ReasoningConfig) -> list[str]:
             "reward.kind=judge, or leave it out"
             for name in _changed(reward, ("judge_template", "judge_parser", "judge_max_new_tokens"))
         ]
+    if "model" not in used and reward.model_backend != "torch":
+        problems.append(
+            f"reward.model_backend: {reward.model_backend}, but {by}, and only kind model "
+            "(a reward model) is sharded by it; set reward.kind=model, or leave it out"
+        )
     model_keys = ("model_path", "score_clip", "score_normalize", "rule", "combine")
     weights = ("model_weight", "rule_weight")
     if not used & {"model", "judge"}:
