@@ -411,6 +411,12 @@ class RewardConfig(GroupKeys):
     judge_max_new_tokens: int = key(
         16, doc="kind judge: tokens the judge may answer with (greedy)", range=">= 1"
     )
+    judge_backend: Literal["hf", "sglang"] = key(
+        "hf",
+        doc="kind judge: the engine the judge generates with: hf (transformers' generate, any "
+        "device) or sglang (an SGLang engine on the reward component's GPUs, tensor parallel "
+        "over a process's GPUs; the gpu extra), as rollout.backend",
+    )
     model_micro_batch_size: int = key(
         64, doc="kinds model and judge: rows per pass of the model", range=">= 1"
     )

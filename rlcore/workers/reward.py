@@ -53,7 +53,7 @@ class RewardWorker:
         if "model" in used:
             self.model = ModelScorer(config, device, ctx)
         if "judge" in used:
-            self.judge = JudgeScorer(config, device)
+            self.judge = JudgeScorer(config, device, ctx)
 
     @dispatch(Dispatch.SHARD)
     def score(self, batch: TensorDict) -> TensorDict:
@@ -274,6 +274,8 @@ class RewardWorker:
         return torch.stack(columns, dim=1)
 
     def close(self) -> None:
+        if getattr(self, "judge", None) is not None:  # (a worker whose start failed has none)
+            self.judge.close()
         self.model = self.judge = None
         for pool in self.pools.values():
             pool.close()

@@ -11,6 +11,12 @@ score from the first match in the answer (a judge that gives none scores 0, coun
 ``reward/judge_unparsed``). The verdicts (accuracy) and the combination with the rule's score are
 those of ``kind: model`` (``reward.rule``, ``reward.combine``). Each row's raw judge answer goes
 to the validation samples in the run folder.
+
+``reward.judge_backend: sglang`` generates with an SGLang engine (``sglang_engine.start_engine``,
+the rollout's adapter) started on the reward process's GPUs, tensor parallel over them: the
+judge prompts go in as token ids, all rows in one call (the engine batches them), greedy, stopped
+at the judge's end-of-sequence ids, and the answers are decoded as the hf path decodes them
+(tested against the fake engine: the same answers as the hf judge).
 """
 
 from __future__ import annotations
@@ -100,19 +106,34 @@ def check_judge(path: str) -> Path:
 class JudgeScorer:
     """The judge of ``config.reward`` on ``device`` (see the module docstring)."""
 
-    def __init__(self, config: Any, device: torch.device) -> None:
-        from transformers import AutoModelForCausalLM
-
+    def __init__(self, config: Any, device: torch.device, ctx: Any = None) -> None:
         reward = config.reward
         directory = check_judge(reward.model_path)
         self.template = read_template(reward.judge_template)
         self.parser = compile_parser(reward.judge_parser)
         self.tokenizer = load_tokenizer(directory)
         self.tokenizer.padding_side = "left"  # generation continues each row's end
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(directory), dtype=DTYPES[config.actor.model.dtype]
-        ).to(device)
-        self.model.eval()
+        self.model = self.engine = None
+        if reward.judge_backend == "sglang":  # on the reward process's GPUs
+            from rlcore.workers import sglang_engine
+
+            gpus = len(ctx.devices) if ctx is not None and ctx.device == "cuda" else 1
+            self.engine = sglang_engine.start_engine(
+                model_path=str(directory),
+                tp_size=gpus,
+                dtype=config.actor.model.dtype,
+                skip_tokenizer_init=True,  # ids in, ids out (greedy: no seed needed)
+                base_gpu_id=0,
+                log_level="error",
+            )
+            self.stop_ids = sglang_engine.eos_ids(directory, self.tokenizer)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(directory), dtype=DTYPES[config.actor.model.dtype]
+            ).to(device)
+            self.model.eval()
         self.device = device
         self.micro = reward.model_micro_batch_size
         self.max_new_tokens = reward.judge_max_new_tokens
@@ -136,7 +157,9 @@ class JudgeScorer:
             self.judge_prompt(p, r, a) for p, r, a in zip(prompts, responses, answers, strict=True)
         ]
         self.outputs = []
-        for encoded in encoded_in_parts(self, texts):
+        if self.engine is not None:
+            self.outputs = self._sglang_answers(texts)
+        for encoded in encoded_in_parts(self, texts) if self.engine is None else ():
             out = self.model.generate(
                 **encoded,
                 do_sample=False,
@@ -149,3 +172,26 @@ class JudgeScorer:
         self.unparsed = sum(value is None for value in parsed)
         scores = [0.0 if value is None else value for value in parsed]
         return torch.tensor(scores, dtype=torch.float32)
+
+    def _sglang_answers(self, texts: list[str]) -> list[str]:
+        """The SGLang engine's greedy answers to ``texts`` (token ids in, every row in one
+        call: the engine batches them itself), decoded as the hf path decodes."""
+        ids = [
+            self.tokenizer(text, add_special_tokens=not self.chat)["input_ids"] for text in texts
+        ]
+        params = {
+            "temperature": 0.0,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_token_ids": list(self.stop_ids),
+            "skip_special_tokens": False,
+        }
+        outputs = self.engine.generate(input_ids=ids, sampling_params=params) if ids else []
+        return [
+            self.tokenizer.decode(list(out["output_ids"]), skip_special_tokens=True)
+            for out in outputs
+        ]
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

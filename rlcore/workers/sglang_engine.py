@@ -71,7 +71,7 @@ class SGLangEngine:
         self.tokenizer = load_tokenizer(model_dir)
         self.model_dir = Path(model_dir)
         self.collocated = collocated
-        self.eos_ids = _eos_ids(self.model_dir, self.tokenizer)
+        self.eos_ids = eos_ids(self.model_dir, self.tokenizer)
         self.released = False
         self._layout: Layout | None = None
         share = config.rollout.gpu_memory_utilization
@@ -240,7 +240,7 @@ class SGLangEngine:
         self.engine.shutdown()
 
 
-def _eos_ids(model_dir: Path, tokenizer: Any) -> list[int]:
+def eos_ids(model_dir: Path, tokenizer: Any) -> list[int]:
     """The generation config's end-of-sequence ids and the tokenizer's, as the hf engine stops."""
     from transformers import GenerationConfig
 

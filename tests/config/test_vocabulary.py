@@ -109,6 +109,7 @@ ADDED_SINCE = {
         "reward.judge_template": None,
         "reward.judge_parser": "(-?\\d+(?:\\.\\d+)?)",
         "reward.judge_max_new_tokens": 16,
+        "reward.judge_backend": "hf",
         "reward.model_micro_batch_size": 64,
         "reward.model_backend": "torch",
         "reward.score_clip": None,

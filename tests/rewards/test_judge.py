@@ -51,30 +51,24 @@ def test_parsers_and_templates_that_cannot_work_are_refused(tmp_path):
         load_config("reasoning/tiny_arith_ppo", ["reward.kind=judge", "reward.model_path=x"])
 
 
-def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
-    """The tiny policy as a judge: its greedy answers are whatever it writes; the scores are
-    what the parser reads from them (0 where it reads nothing, counted)."""
-    from rlcore.workers.reward import RewardWorker
-
+def judge_setup(tiny_lm, tmp_path):
+    """The tiny policy as a judge (read as plain text: its tokenizer without a chat template, as
+    it was warmed up on plain prompts), the config that asks for it, and two rows to grade."""
     config, dirs = tiny_lm
-    judge = tmp_path / "judge"  # the policy, read as plain text (its tokenizer without a chat
-    shutil.copytree(dirs.actor, judge)  # template: it was warmed up on plain prompts)
+    judge = tmp_path / "judge"
+    shutil.copytree(dirs.actor, judge)
     plain = load_tokenizer(judge)
     plain.chat_template = None
     plain.save_pretrained(judge)
     (judge / "chat_template.jinja").unlink(missing_ok=True)
     template = tmp_path / "judge.txt"
     template.write_text("What is 1 + {answer}? Answer after ####. {response}")
-    config = replace_keys(
-        config,
-        {
-            "reward.kind": "judge",
-            "reward.model_path": str(judge),
-            "reward.judge_template": str(template),
-            "reward.judge_max_new_tokens": 6,
-        },
-    )
-    worker = RewardWorker(None, config, dirs.actor)
+    keys = {
+        "reward.kind": "judge",
+        "reward.model_path": str(judge),
+        "reward.judge_template": str(template),
+        "reward.judge_max_new_tokens": 6,
+    }
     tok = load_tokenizer(dirs.actor)
     prompt = tok("What is 40 + 2?", add_special_tokens=False)["input_ids"]
     responses = [" #### 42", " #### 7"]
@@ -94,10 +88,24 @@ def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
         batch_size=[2],
     )
     batch["answers"] = NonTensorStack("42", "42")
+    return config, keys, batch
+
+
+def graded(config, model_dir, batch):
+    from rlcore.workers.reward import RewardWorker
+
+    worker = RewardWorker(None, config, model_dir)
     try:
-        rows = worker.score(batch)
+        return worker.score(batch)
     finally:
         worker.close()
+
+
+def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
+    """The tiny policy as a judge: its greedy answers are whatever it writes; the scores are
+    what the parser reads from them (0 where it reads nothing, counted)."""
+    config, keys, batch = judge_setup(tiny_lm, tmp_path)
+    rows = graded(replace_keys(config, keys), tiny_lm[1].actor, batch)
     outputs = rows["judge_outputs"]
     assert len(outputs) == 2 and all(isinstance(o, str) and o for o in outputs)
     number = re.compile(DEFAULT)
@@ -106,3 +114,42 @@ def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
     assert rows["judge_unparsed"].sum().item() == sum(number.search(o) is None for o in outputs)
     assert rows["judge_unparsed"].sum().item() < 2, outputs  # (the tiny policy: numbers)
     assert rows["correct"].tolist() == [True, False]  # the rule's verdicts
+
+
+def test_a_judge_on_an_sglang_engine_answers_as_the_hf_judge(tiny_lm, tmp_path, monkeypatch):
+    """reward.judge_backend=sglang against the fake SGLang engine (the real 0.5.21 Engine's
+    signatures, greedy answers computed with transformers): the same answers and scores as the
+    hf judge; the engine got the judge's folder and ids, not text."""
+    from rlcore.workers import sglang_engine
+    from tests.lm_fixtures import unchecked
+    from tests.workers import fake_sglang
+
+    started = []
+
+    def start(**server_args):
+        started.append(fake_sglang.Engine(**server_args))
+        return started[-1]
+
+    monkeypatch.setattr(sglang_engine, "start_engine", start)
+    config, keys, batch = judge_setup(tiny_lm, tmp_path)
+    hf = graded(replace_keys(config, keys), tiny_lm[1].actor, batch)
+    on_sglang = unchecked(config, {**keys, "reward.judge_backend": "sglang"})
+    rows = graded(on_sglang, tiny_lm[1].actor, batch)
+    assert len(started) == 1 and started[0].server_args["model_path"] == keys["reward.model_path"]
+    assert started[0].server_args["skip_tokenizer_init"] is True
+    assert list(rows["judge_outputs"]) == list(hf["judge_outputs"])
+    assert rows["model_scores"].tolist() == hf["model_scores"].tolist()
+
+
+def test_an_sglang_judge_is_refused_on_cpus_and_without_the_judge_kind(tmp_path):
+    from rlcore.placement import plan_for_config
+    from rlcore.placement.checks import check_plan
+
+    with pytest.raises(ConfigError, match=r"reward\.judge_backend: set, but"):
+        load_config("reasoning/tiny_arith_ppo", ["reward.judge_backend=sglang"])
+    config = load_config("reasoning/tiny_arith_ppo", [])
+    from tests.lm_fixtures import unchecked
+
+    asked = unchecked(config, {"reward.judge_backend": "sglang"})
+    with pytest.raises(ConfigError, match=r"reward\.judge_backend: sglang runs on GPUs only"):
+        check_plan(asked, plan_for_config(asked))

@@ -71,6 +71,7 @@ def check_backends(config: RLCoreConfig) -> list[str]:
             )
     if isinstance(config, ReasoningConfig):
         problems += _megatron(config) + _lora(config) + _rollout_engine(config)
+        problems += _judge_engine(config)
     return problems
 
 
@@ -172,6 +173,20 @@ def _rollout_engine(config: ReasoningConfig) -> list[str]:
             "only; merge-free LoRA sync to sglang is not built; use rollout.backend=hf with LoRA"
         )
     return problems
+
+
+def _judge_engine(config: ReasoningConfig) -> list[str]:
+    """``reward.judge_backend: sglang`` needs sglang installed (its GPU side is checked with the
+    plan)."""
+    if config.reward.judge_backend != "sglang":
+        return []
+    have = _unless_installed("sglang", SGLANG_VERSION)
+    if not have:
+        return []
+    return [
+        f"reward.judge_backend: sglang needs sglang=={SGLANG_VERSION} (the gpu extra: pip "
+        f"install -e '.[gpu]' on a GPU machine), and it {have}; or use reward.judge_backend=hf"
+    ]
 
 
 def _lora(config: ReasoningConfig) -> list[str]:

@@ -174,7 +174,10 @@ def _reward(config: ReasoningConfig) -> list[str]:
         problems += [
             f"reward.{name}: set, but {by}, and only kind judge reads it; set "
             "reward.kind=judge, or leave it out"
-            for name in _changed(reward, ("judge_template", "judge_parser", "judge_max_new_tokens"))
+            for name in _changed(
+                reward,
+                ("judge_template", "judge_parser", "judge_max_new_tokens", "judge_backend"),
+            )
         ]
     if "model" not in used and reward.model_backend != "torch":
         problems.append(
