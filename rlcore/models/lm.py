@@ -310,26 +310,21 @@ def build_tiny_lm(
     num_heads: int,
     intermediate_size: int,
     seed: int,
+    vision: tuple[int, int, int] | None = None,
 ) -> torch.nn.Module:
-    """A randomly initialised Qwen2-architecture causal LM sized for a CPU."""
-    from transformers import Qwen2ForCausalLM
-
-    config = _tiny_text_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size)
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
-
-
-def _tiny_text_config(
-    tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int
-) -> Any:
-    from transformers import Qwen2Config
+    """A randomly initialised Qwen2-architecture causal LM sized for a CPU. With ``vision``
+    (image side, patch side, channels): a LLaVA-architecture vision-language model around it, a
+    CLIP vision tower of the LM's width, heads and layers over ``patch``-pixel patches of a
+    ``side``-pixel square image, whose last layer's patch features (class token dropped) a
+    two-layer projection maps into the LM's embedding space."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     _quiet_transformers()
     if hidden_size % num_heads:
         raise ConfigError(
             f"actor.model.tiny.num_heads: {num_heads} does not divide hidden_size {hidden_size}"
         )
-    return Qwen2Config(
+    text = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -342,46 +337,30 @@ def _tiny_text_config(
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
     )
-
-
-def build_tiny_vlm(
-    tokenizer: Any,
-    *,
-    hidden_size: int,
-    num_layers: int,
-    num_heads: int,
-    intermediate_size: int,
-    seed: int,
-    image_size: int,
-    patch_size: int,
-    channels: int,
-) -> torch.nn.Module:
-    """A randomly initialised LLaVA-architecture vision-language model sized for a CPU: a CLIP
-    vision tower (the LM's width, heads and layers; ``patch_size`` patches of an
-    ``image_size`` square image; its last layer's patch features, class token dropped) whose
-    features a two-layer projection maps into the tiny Qwen2 LM's embedding space."""
+    torch.manual_seed(seed)
+    if vision is None:
+        return Qwen2ForCausalLM(text)
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
-    text = _tiny_text_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size)
-    vision = CLIPVisionConfig(
+    side, patch, channels = vision
+    tower = CLIPVisionConfig(
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        image_size=image_size,
-        patch_size=patch_size,
+        image_size=side,
+        patch_size=patch,
         num_channels=channels,
         projection_dim=hidden_size,
     )
     config = LlavaConfig(
-        vision_config=vision,
+        vision_config=tower,
         text_config=text,
         image_token_id=tokenizer.pad_token_id,  # (images enter as embeddings, never as ids)
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
         tie_word_embeddings=True,
     )
-    torch.manual_seed(seed)
     return _no_dropout(LlavaForConditionalGeneration(config))
 
 

@@ -334,22 +334,21 @@ def tiny_vision_side(spec: Any, lm: Any) -> int:
 def _tiny_backbone(spec: Any, lm: Any) -> nn.Module:
     """The tiny LM (a tiny LLaVA when the env observes an image) over the instruction's
     character set, seeded from torch's global RNG."""
-    from rlcore.models.lm import build_tiny_lm, build_tiny_vlm
+    from rlcore.models.lm import build_tiny_lm
 
     vocab = _CharVocab(spec.obs_text[1] if spec.obs_text else "", lm.action_bins)
     t = lm.tiny
-    shape = {
-        "hidden_size": t.hidden_size,
-        "num_layers": t.num_layers,
-        "num_heads": t.num_heads,
-        "intermediate_size": t.intermediate_size,
-        "seed": int(torch.randint(2**31, (1,))),
-    }
-    if spec.obs_image is None:
-        return build_tiny_lm(vocab, **shape)
-    side, patch = tiny_vision_side(spec, lm), lm.vision.patch_size
-    return build_tiny_vlm(
-        vocab, **shape, image_size=side, patch_size=patch, channels=spec.obs_image[2]
+    vision = None
+    if spec.obs_image is not None:
+        vision = (tiny_vision_side(spec, lm), lm.vision.patch_size, spec.obs_image[2])
+    return build_tiny_lm(
+        vocab,
+        hidden_size=t.hidden_size,
+        num_layers=t.num_layers,
+        num_heads=t.num_heads,
+        intermediate_size=t.intermediate_size,
+        seed=int(torch.randint(2**31, (1,))),
+        vision=vision,
     )
 
 
