@@ -223,15 +223,15 @@ class EnvWorker:
         bootstrapping (normalised without updating the statistics; the next rollout's first
         step takes them in)."""
         part, count = self.parts[stage], len(self.parts)
-        staged = f", stage {stage}" if count > 1 else ""
+        which = f"step {self.steps_taken + 1}" + (f", stage {stage}" if count > 1 else "")
         next_obs, reward, term, trunc, info = step_within(
             self.stage_envs[stage],
             env_action(self.spec, actions, numpy=self.device is None),
             self.step_timeout_s,
-            f"env '{self.env_id}' rank {self.rank}{staged}, step {self.steps_taken + 1}",
+            f"env '{self.env_id}' rank {self.rank}, {which}",
         )
         self.steps_taken += stage == count - 1  # (a step of every stage is one step)
-        check_output(self.env_id, f"step {self.steps_taken}", next_obs, reward, self.spec.obs_shape)
+        check_output(self.env_id, which, next_obs, reward, self.spec.obs_shape)
         terminated, truncated = torch.as_tensor(term), torch.as_tensor(trunc)
         done = terminated | truncated
         valid = ~self.prev_done[part] if self.ended is None else ~self.ended[part]
