@@ -260,7 +260,9 @@ def _unaliased(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 class Policy(torch.nn.Module):
     """An exported embodied policy: ``policy(obs)`` -> actions, for one observation or a batch,
-    numpy or torch, raw as the env returns them (normalised here as in training)."""
+    numpy or torch, raw as the env returns them (normalised here as in training); a language
+    env's ``Dict`` observations as the env (or its vector env) returns them, or already
+    flattened as rlcore carries them (``envs.language``)."""
 
     def __init__(self, model: Any, spec: Any, normalizer: Any) -> None:
         super().__init__()
@@ -270,7 +272,7 @@ class Policy(torch.nn.Module):
     def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         from rlcore.workers.env_worker import env_action
 
-        if self.spec.obs_text is not None:  # the env's instruction (and image) Dict
+        if self.spec.obs_text is not None and isinstance(obs, dict):  # the env's Dict
             from rlcore.envs.language import flatten_language
 
             obs = flatten_language(obs, *self.spec.obs_text)
