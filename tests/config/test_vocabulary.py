@@ -167,7 +167,17 @@ RETUNED = {
         "actor.model.shared_backbone": True,
         "algorithm.huber_delta": 10.0,
         "algorithm.value_coef": 0.1,
-    }
+    },
+    # the MuJoCo tasks likewise (issue 31), their earlier settings beside them
+    "embodied/mujoco_halfcheetah_ppo": {
+        "actor.model.shared_backbone": True,
+        "algorithm.huber_delta": 1.0,
+    },
+    "embodied/mujoco_hopper_ppo": {
+        "actor.model.shared_backbone": True,
+        "algorithm.huber_delta": 10.0,
+        "algorithm.value_coef": 0.1,
+    },
 }
 
 
@@ -256,9 +266,10 @@ def test_a_validated_config_cannot_be_changed():
     assert (changed.derived.critic_model, config.derived.critic_model) == (False, True)
 
 
-def test_the_cartpole_settings_before_the_design_cards_shape_are_kept_beside_it(capsys):
-    now = flat(as_plain(load_config("embodied/cartpole_ppo_separate_trunks")))
+@pytest.mark.parametrize("config", sorted(c for c in RETUNED if c.startswith("embodied/")))
+def test_the_settings_before_the_design_cards_shape_are_kept_beside_it(config, capsys):
+    now = flat(as_plain(load_config(f"{config}_separate_trunks")))
     assert capsys.readouterr().err == ""
     new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
     now = {k: v for k, v in now.items() if not k.startswith(new)}
-    assert now == effective_before("embodied/cartpole_ppo", now, retuned=False)
+    assert now == effective_before(config, now, retuned=False)
