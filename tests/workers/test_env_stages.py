@@ -54,6 +54,26 @@ def test_three_stages_step_the_envs_as_one_vector_env_does():
         three.close()
 
 
+def test_staged_groups_reset_from_their_group_s_seed_as_without_stages():
+    """Embodied GRPO's grouped resets (a seed per group of envs) split over 2 stages: each env
+    starts where it starts without stages, each stage holding whole groups."""
+    grpo = [
+        "env.id=color_reach",
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=3",
+        "algorithm.value_coef=0",
+        "runner.rollout_steps=30",
+        "actor.ppo_mini_batch_size=180",
+    ]
+    one, two = worker(*grpo), worker(*grpo, "rollout.pipeline_stage_num=2")
+    try:
+        first, staged = one.observe(), two.observe()
+        assert first.equal(staged) and first[0].equal(first[2]) and not first[0].equal(first[3])
+    finally:
+        one.close()
+        two.close()
+
+
 def test_stages_scale_rewards_with_each_stage_s_own_running_returns():
     """Reward scaling keeps a running return per env: staged, each stage updates its own
     envs' returns (the statistics see them a stage at a time, as a vector env of that size)."""
