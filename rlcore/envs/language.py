@@ -12,6 +12,7 @@ them), then the state. The policy reads the text and the image back (``decode_in
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -92,7 +93,7 @@ def flatten_language(observation: dict[str, Any], text_length: int, charset: str
     text = observation["instruction"]
     single = isinstance(text, str)
     texts = [text] if single else list(text)
-    index = {c: i + 1 for i, c in enumerate(charset)}
+    index = _codes(charset)
     codes = np.zeros((len(texts), text_length), dtype=np.float32)
     for row, instruction in enumerate(texts):
         codes[row, : len(instruction)] = [index[c] for c in instruction]
@@ -102,6 +103,13 @@ def flatten_language(observation: dict[str, Any], text_length: int, charset: str
     parts.append(np.asarray(observation["state"], np.float32).reshape(len(texts), -1))
     flat = np.concatenate(parts, axis=1)
     return flat[0] if single else flat
+
+
+@functools.cache
+def _codes(charset: str) -> dict[str, int]:
+    """Each character's code in ``charset`` (1-based; 0 pads), worked out once per set: every
+    step of every env reads it."""
+    return {c: i + 1 for i, c in enumerate(charset)}
 
 
 def text_observations(env: gym.Env) -> gym.Env:

@@ -156,10 +156,19 @@ class JudgeScorer:
         texts = [
             self.judge_prompt(p, r, a) for p, r, a in zip(prompts, responses, answers, strict=True)
         ]
-        self.outputs = []
-        if self.engine is not None:
-            self.outputs = self._sglang_answers(texts)
-        for encoded in encoded_in_parts(self, texts) if self.engine is None else ():
+        self.outputs = (
+            self._hf_answers(texts) if self.engine is None else self._sglang_answers(texts)
+        )
+        parsed = [parse_score(self.parser, output) for output in self.outputs]
+        self.unparsed = sum(value is None for value in parsed)
+        scores = [0.0 if value is None else value for value in parsed]
+        return torch.tensor(scores, dtype=torch.float32)
+
+    def _hf_answers(self, texts: list[str]) -> list[str]:
+        """transformers' greedy answers to ``texts``, ``reward.model_micro_batch_size`` at a
+        time, left-padded."""
+        answers: list[str] = []
+        for encoded in encoded_in_parts(self, texts):
             out = self.model.generate(
                 **encoded,
                 do_sample=False,
@@ -167,11 +176,8 @@ class JudgeScorer:
                 pad_token_id=self.tokenizer.pad_token_id,
             )
             new = out[:, encoded["input_ids"].shape[1] :]
-            self.outputs += self.tokenizer.batch_decode(new, skip_special_tokens=True)
-        parsed = [parse_score(self.parser, output) for output in self.outputs]
-        self.unparsed = sum(value is None for value in parsed)
-        scores = [0.0 if value is None else value for value in parsed]
-        return torch.tensor(scores, dtype=torch.float32)
+            answers += self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        return answers
 
     def _sglang_answers(self, texts: list[str]) -> list[str]:
         """The SGLang engine's greedy answers to ``texts`` (token ids in, every row in one

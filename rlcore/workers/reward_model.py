@@ -107,9 +107,10 @@ class ModelScorer:
         parts = list(encoded_in_parts(self, texts))
         extra = self._passes_behind_the_other_ranks(len(parts))
         scores = [self.model(**encoded).logits[:, 0].float().cpu() for encoded in parts]
-        filler = self.tokenizer(["."], return_tensors="pt").to(self.device)
-        for _ in range(extra):  # (discarded: they join the other ranks' gathers)
-            self.model(**filler)
+        if extra:  # (discarded: they join the other ranks' gathers)
+            filler = self.tokenizer(["."], return_tensors="pt").to(self.device)
+            for _ in range(extra):
+                self.model(**filler)
         if self.sharded is not None:  # FSDP2 keeps the root's weights gathered after a pass
             self.model.reshard()
         out = torch.cat(scores) if scores else torch.zeros(0)
