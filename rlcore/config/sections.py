@@ -526,7 +526,8 @@ class FsdpConfig:
         None,
         doc="mixed precision: the dtype the parameters are cast to for the forward and backward "
         "passes, while the sharded copy the optimiser updates keeps the model's dtype (verl: "
-        "bf16 params, fp32 reduce); null = no cast",
+        "bf16 params, fp32 reduce); the actor's also sets the reference model's dtype; null = "
+        "no cast",
     )
     reduce_dtype: Literal["float32", "bfloat16"] = key(
         "float32", doc="mixed precision: the dtype gradients are reduce-scattered in"

@@ -138,7 +138,8 @@ def _padding_share(
     """The share of the micro-batch pass's token positions that are padding (a metric)."""
     packed = config.actor.model.use_remove_padding
     one_row = packed and one_row_kernel(module)
-    return torch.tensor(padding_share(micro, packed, one_row, share_prompts))
+    share = padding_share(micro, packed, one_row, share_prompts)
+    return torch.tensor(share, device=micro["responses"].device)
 
 
 def _splitter(budget: int | None):
@@ -386,13 +387,24 @@ class LMCritic(TrainedComponent):
         }
 
 
+def reference_dtype(config: ReasoningConfig) -> str:
+    """The reference model's dtype: the one the actor's passes compute in. Under FSDP2 with
+    mixed precision that is ``actor.fsdp.param_dtype`` (the frozen model needs no copy in the
+    optimiser's dtype), so the KL to it starts at 0 and its pass costs what the actor's does
+    (as verl's reference, whose FSDP wrapping casts to the same ``param_dtype``)."""
+    actor = config.actor
+    if actor.training_backend == "fsdp2" and actor.fsdp.param_dtype is not None:
+        return actor.fsdp.param_dtype
+    return actor.model.dtype
+
+
 class LMReference:
     """The frozen initial policy: log-probs for the KL to it, nothing else."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config
         self.device = ctx.torch_device
-        self.model = load_causal_lm(model_dir, config.actor.model.dtype).to(self.device).eval()
+        self.model = load_causal_lm(model_dir, reference_dtype(config)).to(self.device).eval()
         self.model.requires_grad_(False)
         _check_packing(config, self.model)
         self.temperature = config.rollout.temperature

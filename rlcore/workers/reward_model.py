@@ -131,6 +131,6 @@ class ModelScorer:
             return 0
         import torch.distributed as dist
 
-        most = torch.tensor([passes])
+        most = torch.tensor([passes], device=self.device)  # (NCCL reduces CUDA tensors only)
         dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.sharded.group)
         return int(most) - passes

@@ -320,7 +320,7 @@ class SampledLogProbs:
             self._take(last_tokens)
             self.held = None
         if not self.steps:
-            return torch.zeros(len(last_tokens), 0)
+            return torch.zeros(len(last_tokens), 0, device=last_tokens.device)
         return torch.stack(self.steps, dim=1)
 
 

@@ -231,7 +231,10 @@ class Trainer:
         for metrics in all_metrics:
             if names is None:
                 names = list(metrics)
-            values = torch.stack([metrics[n].detach().float().reshape(()) for n in names])
+            # (on the trainer's device: a loss may compute a metric on the CPU)
+            values = torch.stack(
+                [metrics[n].detach().float().reshape(()).to(self.device) for n in names]
+            )
             sums = values if sums is None else sums + values
         share = torch.tensor([n in self.additive for n in names], device=sums.device)
         return torch.where(share, sums, sums / len(plan)), names

@@ -327,13 +327,15 @@ def test_fsdp2_actor_and_critic_train_and_sync_whole_weights(tiny_lm, tmp_path, 
 def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(tiny_lm, tmp_path):
     """One process: FSDP2 on a group of one, parameters cast to bf16 for the passes. The rollout
     cannot share the module (its passes go through FSDP2's casts), so it keeps a copy, which
-    each sync refreshes a bucket at a time."""
+    each sync refreshes a bucket at a time. The reference computes in the passes' dtype: before
+    any update it is the actor, so the KL to it is exactly 0 (3.9e-6 with a float32 reference)."""
     _, dirs = tiny_lm
     config = tiny_config(
         dirs.actor.parent,
         tmp_path,
         "actor.training_backend=fsdp2",
         "actor.fsdp.param_dtype=bfloat16",
+        "algorithm.use_kl_loss=true",
         "sync.bucket_mb=0.05",
         *length_reward(tmp_path),
     )
@@ -341,7 +343,9 @@ def test_fsdp2_in_one_process_with_mixed_precision_syncs_the_rollouts_own_copy(t
     try:
         start = {k: v.clone() for k, v in runner.rollout.weights().items()}
         assert runner.rollout.engine.model is not runner.actor.model
-        runner.iterate(1)
+        assert {p.dtype for p in runner.ref.model.parameters()} == {torch.bfloat16}
+        metrics = runner.iterate(1)
+        assert metrics["kl/to_ref"] == 0.0
         runner.sync()
         trained, synced = runner.actor.weights(), runner.rollout.weights()
         assert {t.dtype for t in trained.values()} == {torch.float32}
