@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -318,6 +319,28 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
 # ManiSkill's GPU simulator ---------------------------------------------------------------------
 
 
+def physx_gpu_missing() -> str | None:
+    """Why SAPIEN's GPU simulator cannot start here, or None. SAPIEN downloads its PhysX GPU
+    library from GitHub on first use, with no deadline: on a machine that cannot reach GitHub
+    that would hang the check, so a missing library skips it there."""
+    import sapien
+
+    version = sapien.physx.version()
+    library = Path.home() / ".sapien" / "physx" / version / "libPhysXGpu_64.so"
+    if library.is_file():
+        return None
+    try:  # where GitHub answers, SAPIEN fetches it
+        socket.create_connection(("github.com", 443), timeout=5).close()
+        return None
+    except OSError:
+        pass
+    return (
+        f"SAPIEN's PhysX GPU library is not at {library} (SAPIEN downloads it from GitHub on "
+        "first use: bring linux-so.zip of github.com/sapien-sim/physx-precompiled/releases/"
+        f"{version} and unzip it there)"
+    )
+
+
 def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     try:
         import gymnasium as gym
@@ -326,6 +349,8 @@ def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
     if args.device != "cuda":
         return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
+    if missing := physx_gpu_missing():
+        return {"ok": None, "skipped": missing}
     num_envs = 1024
     env = gym.make("PickCube-v1", num_envs=num_envs, sim_backend="gpu", obs_mode="state")
     try:
@@ -365,6 +390,8 @@ def _maniskill_ppo(
         return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
     if args.device != "cuda":
         return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
+    if missing := physx_gpu_missing():
+        return {"ok": None, "skipped": missing}
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
     from rlcore.runners.embodied import EmbodiedRunner
