@@ -2,7 +2,7 @@
 default task in several layouts, alternated within each seed so all see the same machine load.
 
     python benchmarks/async_reasoning.py [k=v ...] [--iterations 30] [--seeds 1 2 3]
-        [--systems one-process-t1 one-process-t2 apart-sync apart-async]
+        [--systems one-process-t1 one-process-t2 apart-sync apart-async apart-async-partial]
 
 (overrides before the options). Systems:
 
@@ -10,7 +10,9 @@ default task in several layouts, alternated within each seed so all see the same
   process), 1 or 2 torch threads;
 - ``apart-sync`` / ``apart-async``: ``--placement`` on ``--slots`` CPU slots, 1 torch thread a
   process, ``runner.max_staleness`` 0 or ``--staleness``; with ``--unfused`` each component in a
-  process of its own (``cluster.fuse_collocated=false``), the OS sharing the cores among them.
+  process of its own (``cluster.fuse_collocated=false``), the OS sharing the cores among them;
+- ``apart-async-partial``: ``apart-async`` with partial rollouts (``rollout.partial_rollout``,
+  segments of ``--segment`` tokens), which take a weight update mid-generation.
 
 One JSON line per run: ``iteration_s`` the median seconds of an iteration after the first two
 (start-up and the pipeline's filling excluded), ``samples_per_s`` the responses an iteration
@@ -30,18 +32,24 @@ from rlcore.config import load_config
 from rlcore.placement import plan_for_config
 from rlcore.runners.supervisor import _ray_session, build_runner
 
-SYSTEMS = ("one-process-t1", "one-process-t2", "apart-sync", "apart-async")
+SYSTEMS = ("one-process-t1", "one-process-t2", "apart-sync", "apart-async", "apart-async-partial")
 
 
 def overrides_of(system: str, args: argparse.Namespace) -> list[str]:
     if system.startswith("one-process"):
         return [f"runner.torch_threads={system[-1]}"]
+    partial = system == "apart-async-partial"
     return [
         f"cluster.devices_per_node={args.slots}",
         f"cluster.component_placement={args.placement}",
         "runner.torch_threads=1",
-        f"runner.max_staleness={args.staleness if system == 'apart-async' else 0}",
+        f"runner.max_staleness={0 if system == 'apart-sync' else args.staleness}",
         f"cluster.fuse_collocated={str(not args.unfused).lower()}",
+        *(
+            ["rollout.partial_rollout=true", f"rollout.partial_rollout_tokens={args.segment}"]
+            if partial
+            else []
+        ),
     ]
 
 
@@ -97,6 +105,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--placement", default="{actor:0,ref:0,critic:1,rollout:1,reward:1}")
     parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--segment", type=int, default=2, help="apart-async-partial's segment")
     parser.add_argument(
         "--unfused",
         action="store_true",

@@ -273,6 +273,20 @@ class RolloutConfig(GroupKeys):
         "groups of algorithm.group_size (when larger than one), so each is prefilled once",
         range=">= 1",
     )
+    partial_rollout: bool = key(
+        False,
+        doc="asynchronous runs (runner.max_staleness >= 1): generate each batch in segments of "
+        "rollout.partial_rollout_tokens tokens a row, so a weight update that arrives "
+        "mid-generation is taken between two segments and the rows go on with the new weights "
+        "from where they stopped, each token recording the version that sampled it (verl's "
+        "async_training.partial_rollout; docs/async.md); hf engine, single-turn",
+    )
+    partial_rollout_tokens: int | None = key(
+        None,
+        doc="with rollout.partial_rollout: the most tokens a row gets per segment (each segment "
+        "prefills the prompts and responses so far anew); null = 16",
+        range=">= 1",
+    )
     tensor_parallel_size: int = key(
         1,
         doc="GPUs one rollout engine spans (verl's tensor_model_parallel_size): the hf engine "

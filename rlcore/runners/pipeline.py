@@ -19,6 +19,14 @@ work while the others do. The old log-probs are recomputed by the actor (the pro
 and the rollout's own are kept: the rollout correction (``algorithm.rollout_correction``) and its
 ``rollout_corr/`` metrics compare them. ``async/staleness`` is v - g of the iteration's batch.
 
+With ``rollout.partial_rollout`` a batch is generated in segments of
+``rollout.partial_rollout_tokens`` tokens a row (``begin_partial``, ``advance_partial``,
+``finish_partial`` on the rollout): while the actor and critic update, the driver gives the
+rollout the next segment whenever the last is done, so the weight sync submitted after the
+update runs between two segments, and the rest of the batch is generated with the new weights
+from where it stopped (``rollout_versions``: each token's version). The batch's version, for
+the bound, is the one it began with; ``async/token_staleness_mean`` is the tokens' own.
+
 A checkpoint holds the prompt sampler as it was before the batches in flight were drawn, so a
 resumed run draws and generates them again, with the resumed weights (``summary.json``:
 ``async.regenerated_on_resume``).
@@ -26,6 +34,8 @@ resumed run draws and generates them again, with the resumed weights (``summary.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +45,9 @@ from rlcore.data.sequences import trim_padding
 from rlcore.runners import reasoning_metrics
 from rlcore.runners.advantages import reasoning_advantages
 from rlcore.runners.progress import Stopwatch
-from rlcore.scheduler.handles import Pending, submit
+from rlcore.scheduler.handles import Pending, submit, wait_any
+
+PARTIAL_ROLLOUT_TOKENS = 16  # rollout.partial_rollout_tokens: null
 
 
 class StalenessError(RuntimeError):
@@ -49,9 +61,12 @@ class InFlight:
     run makes it again (the prompt sampler's before its prompts were drawn)."""
 
     asked: Any
-    answer: Pending
+    answer: Pending | None  # None: a partial rollout whose last segments are still to come
     version: int
     before: Any = None
+    key: int | None = None  # a partial rollout's, on the rollout
+    segments: int = 0  # a partial rollout's segments submitted
+    last: Pending | None = None  # its last segment's answer: whether every row has ended
 
 
 class Ahead:
@@ -107,6 +122,22 @@ class Pipeline(Ahead):
         """``runner``: the ``ReasoningRunner`` whose components and state it drives."""
         super().__init__(runner.config.runner.max_staleness)
         self.runner = runner
+        rollout = runner.config.rollout
+        self.partial = rollout.partial_rollout
+        self.segment = rollout.partial_rollout_tokens or PARTIAL_ROLLOUT_TOKENS
+        self.most_segments = math.ceil(runner.config.data.max_response_length / self.segment)
+        self.keys = itertools.count()
+        self.tokens_behind = [0, 0, 0, 0]  # versions behind summed, tokens, rows interrupted, rows
+
+    def summary(self, regenerated: int) -> dict[str, Any]:
+        """``Ahead.summary``; with partial rollouts also the tokens' mean staleness and the
+        share of rows that took a weight update mid-generation (since this process started)."""
+        out = super().summary(regenerated)
+        if self.partial:
+            behind, tokens, interrupted, rows = self.tokens_behind
+            out["token_staleness_mean"] = round(behind / max(tokens, 1), 4)
+            out["interrupted_share"] = round(interrupted / max(rows, 1), 4)
+        return out
 
     def sampler_state(self) -> dict[str, Any]:
         """The prompt sampler as a checkpoint keeps it: before the batches in flight."""
@@ -126,8 +157,48 @@ class Pipeline(Ahead):
             cfg.algorithm.group_size,
             r.tokenizer.pad_token_id,
         )
-        responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
-        return InFlight(prompts, responses, r.version, before)
+        if not self.partial:
+            responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
+            return InFlight(prompts, responses, r.version, before)
+        key = next(self.keys)
+        submit(r.rollout, "begin_partial", prompts, r.version, key)  # (errors: at the segments)
+        batch = InFlight(prompts, None, r.version, before, key=key)
+        self._next_segment(batch)
+        return batch
+
+    def _next_segment(self, batch: InFlight) -> None:
+        batch.last = submit(self.runner.rollout, "advance_partial", batch.key, self.segment)
+        batch.segments += 1
+
+    def _complete(self, batch: InFlight) -> None:
+        """A partial rollout's remaining segments and its answer, submitted: they run after
+        what the rollout was given before (a weight sync among it)."""
+        if batch.answer is not None:
+            return
+        while batch.segments < self.most_segments:
+            self._next_segment(batch)
+        batch.answer = submit(self.runner.rollout, "finish_partial", batch.key)
+
+    def _generate_while(self, waiting: list[Pending]) -> None:
+        """Until every ``waiting`` answer is in: the batch being generated gets its next segment
+        each time its last is done (until all its rows end), so the rollout is never idle and
+        never more than a segment away from taking a weight sync."""
+        while not all(p.done() for p in waiting):
+            open_ = next((b for b in self.queue if b.answer is None), None)
+            if open_ is None or open_.last is None:
+                break
+            if open_.last.done():
+                if bool(open_.last.result().all()) or open_.segments >= self.most_segments:
+                    self._complete(open_)
+                else:
+                    self._next_segment(open_)
+                continue
+            wait_any([*waiting, open_.last], timeout_s=60.0)
+
+    def take(self, version: int) -> tuple[InFlight, Any, int]:
+        if self.queue:
+            self._complete(self.queue[0])
+        return super().take(version)
 
     def iterate(self, iteration: int) -> dict[str, float]:
         r, watch = self.runner, Stopwatch()
@@ -160,12 +231,22 @@ class Pipeline(Ahead):
         if trains:
             updates["actor"] = submit(r.actor, "update", batch)
         with watch("updates"):
+            if self.partial:
+                self._generate_while(list(updates.values()))
             for pending in updates.values():
                 metrics.update(pending.result())
         if trains:
             metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
             r.version += 1
             self.syncing.append(r.components.start_sync("actor", "rollout", r.version))
+        if self.partial:  # the rest of the batches in flight, after the sync
+            for waiting in self.queue:
+                self._complete(waiting)
+            behind, tokens, interrupted = token_staleness(batch, r.version - int(trains))
+            for i, value in enumerate((behind, tokens, interrupted, len(batch))):
+                self.tokens_behind[i] += value
+            metrics["async/token_staleness_mean"] = behind / max(tokens, 1)
+            metrics["async/interrupted_share"] = interrupted / len(batch)
         metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
         metrics.update(r.normalized)
         metrics.update(watch.metrics())
@@ -175,3 +256,14 @@ class Pipeline(Ahead):
         metrics["perf/generated_tokens_per_s"] = generated / max(total, 1e-9)
         r.generated_tokens += int(generated)
         return metrics
+
+
+def token_staleness(batch: Any, version: int) -> tuple[int, int, int]:
+    """A partial rollout's batch trained on at ``version``: the versions its response tokens
+    were sampled behind it, summed; its response tokens; its rows sampled with more than one
+    version (a weight update taken mid-generation)."""
+    made, mask = batch["rollout_versions"], batch["response_mask"].bool()
+    behind = (version - made).masked_select(mask)
+    low = made.masked_fill(~mask, 1 << 40).min(-1).values
+    high = made.masked_fill(~mask, -1).max(-1).values
+    return int(behind.sum()), int(mask.sum()), int((high > low).sum())

@@ -88,7 +88,7 @@ class RemoteHandle:
             refs = group.scatter_async(method, shards, *args[1:], **kwargs)
         elif mode is Dispatch.RANK0:
             ref = group.call_rank_async(0, method, *args, **kwargs)
-            return Pending(lambda: group.get([ref], ranks=[0], method=method)[0])
+            return Pending(lambda: group.get([ref], ranks=[0], method=method)[0], [ref])
         else:
             refs = group.call_all_async(method, *args, **kwargs)
         joined = mode in (Dispatch.SHARD, Dispatch.GATHER)
@@ -97,22 +97,43 @@ class RemoteHandle:
             results = group.get(refs, method=method)
             return concat(results) if joined else results[0]
 
-        return Pending(answer)
+        return Pending(answer, refs)
 
 
 class Pending:
     """A call's answer to come: ``result()`` waits for it (once) and returns it, or raises what
-    the call raised, as the call itself would have."""
+    the call raised, as the call itself would have. ``refs``: the Ray objects it waits for
+    (None: a call in this process, already made)."""
 
-    def __init__(self, wait: Callable[[], Any]) -> None:
+    def __init__(self, wait: Callable[[], Any], refs: list[Any] | None = None) -> None:
         self._wait: Callable[[], Any] | None = wait
         self._value: Any = None
+        self.refs = refs
 
     def result(self) -> Any:
         if self._wait is not None:
             wait, self._wait = self._wait, None
             self._value = wait()
         return self._value
+
+    def done(self) -> bool:
+        """Whether ``result()`` would return at once (a failed call counts as done)."""
+        if self._wait is None or not self.refs:
+            return True
+        import ray
+
+        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
+        return len(ready) == len(self.refs)
+
+
+def wait_any(pendings: Sequence[Pending], timeout_s: float) -> None:
+    """Until one of ``pendings`` is done, or ``timeout_s`` has passed."""
+    if any(p.done() for p in pendings):
+        return
+    import ray
+
+    refs = [ref for p in pendings for ref in p.refs or []]
+    ray.wait(refs, num_returns=1, timeout=timeout_s)
 
 
 def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Pending:
@@ -163,7 +184,7 @@ class RankHandle:
                     raise error.cause from None
                 raise
 
-        return Pending(answer)
+        return Pending(answer, [reference])
 
 
 def remote_handle(cls: type[T], group: Any) -> T:

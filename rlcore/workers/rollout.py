@@ -11,6 +11,13 @@ own module (nothing to sync).
 A weight sync fills the tensors an engine exposes (``weights()``), or, for an engine whose
 weights live elsewhere (``pushes_weights``: SGLang's, in its own processes), hands it each
 bucket (``load_bucket``) and then ``finish_sync``; ``weight_layout`` describes what it takes.
+
+Partial rollouts (``rollout.partial_rollout``, asynchronous runs): a batch is generated in
+segments, ``begin_partial`` then ``advance_partial`` calls of up to
+``rollout.partial_rollout_tokens`` tokens a row, then ``finish_partial``. The process runs its
+calls in order, so a weight sync the driver submits between two segments is taken there: the
+rows go on from where they stopped with the new weights (their prompt and tokens so far
+prefilled anew), and each token records the version that sampled it (``rollout_versions``).
 """
 
 from __future__ import annotations
@@ -173,6 +180,25 @@ class HFEngine:
         finally:
             self.model.train(was_training)
 
+    @torch.no_grad()
+    def continue_rows(
+        self, contexts: list[list[int]], budget: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Up to ``budget`` more sampled tokens of each context (a prompt and the response so
+        far), each row's up to and including its first end-of-sequence token, with their
+        log-probs (a partial rollout's segment: ``rollout.temperature`` / ``top_p`` /
+        ``top_k``)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            config = self.generation_config(greedy=False, max_new_tokens=budget)
+            recorder = SampledLogProbs(sampling(self.config, False)[0])
+            tokens, logps = self._turn(contexts, config, recorder)
+            assert logps is not None
+            return tokens, logps
+        finally:
+            self.model.train(was_training)
+
     def _turn(
         self, contexts: list[list[int]], generation_config: Any, recorder: SampledLogProbs | None
     ) -> tuple[list[list[int]], list[list[float]] | None]:
@@ -270,6 +296,18 @@ class HFEngine:
         return cache_inputs(self.model, cache)
 
 
+class PartialBatch:
+    """A batch a partial rollout generates in segments: each row's prompt tokens (no padding)
+    and what it has so far."""
+
+    def __init__(self, prompts: TensorDict, contexts: list[list[int]]) -> None:
+        self.prompts, self.contexts = prompts, contexts
+        self.tokens: list[list[int]] = [[] for _ in contexts]
+        self.log_probs: list[list[float]] = [[] for _ in contexts]
+        self.versions: list[list[int]] = [[] for _ in contexts]
+        self.done = [False] * len(contexts)
+
+
 @contextmanager
 def rollout_keys_only(model: Any) -> Iterator[None]:
     """Within it, ``generate`` samples as the rollout's keys say and nothing else: transformers
@@ -360,6 +398,7 @@ class RolloutWorker:
             self.shares_actor = model is not None
         self.pushes_weights = self.engine.pushes_weights
         self.version = -1  # no weights synced yet
+        self.partial: dict[int, PartialBatch] = {}  # partial rollouts being generated, by key
 
     def weights(self) -> dict[str, torch.Tensor]:
         return self.engine.weights()
@@ -423,6 +462,70 @@ class RolloutWorker:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(rank_seed(seed, self.rank, "sampling"))
             return self._in_parts(prompts, greedy=False, validation=True)
+
+    # partial rollouts (module docstring) ------------------------------------------------------
+
+    @dispatch(Dispatch.SHARD_REDUCED)
+    def begin_partial(self, prompts: TensorDict, version: int, key: int) -> None:
+        """This rank's ``prompts`` to generate in segments under ``key``, from ``version``."""
+        check_weight_version(self.rank, self.version, version)
+        keep = prompts["attention_mask"].bool()
+        contexts = [row[m].tolist() for row, m in zip(prompts["input_ids"], keep, strict=True)]
+        self.partial[key] = PartialBatch(prompts, contexts)
+
+    @dispatch(Dispatch.GATHER)
+    def advance_partial(self, key: int, tokens: int) -> torch.Tensor:
+        """Up to ``tokens`` more tokens of each unfinished row of ``key``'s batch, sampled with
+        the weights held now; ``[1]``: whether every row of this rank's has ended."""
+        batch = self.partial[key]
+        width = self.config.data.max_response_length
+        rows = [i for i, done in enumerate(batch.done) if not done]
+        size = self.config.rollout.micro_batch_size or max(1, len(rows))
+        eos = set(self.engine.eos_ids)
+        for start in range(0, len(rows), size):
+            part = rows[start : start + size]
+            budget = min(tokens, width - len(batch.tokens[part[0]]))  # (rows move together)
+            contexts = [batch.contexts[i] + batch.tokens[i] for i in part]
+            new, logps = self.engine.continue_rows(contexts, budget)
+            for i, row, logp in zip(part, new, logps, strict=True):
+                batch.tokens[i] += row
+                batch.log_probs[i] += logp
+                batch.versions[i] += [self.version] * len(row)
+                batch.done[i] = len(batch.tokens[i]) >= width or bool(row and row[-1] in eos)
+        return torch.tensor([all(batch.done)])
+
+    @dispatch(Dispatch.GATHER)
+    def finish_partial(self, key: int) -> TensorDict:
+        """``key``'s batch as ``generate`` lays it out (with ``rollout_log_probs``), and
+        ``rollout_versions`` ``[B, R]``: the weight version that sampled each response token
+        (-1 on padding)."""
+        batch = self.partial.pop(key)
+        width, pad = self.config.data.max_response_length, self.engine.tokenizer.pad_token_id
+        rows = len(batch.tokens)
+        responses = torch.full((rows, width), pad, dtype=torch.long)
+        logp = torch.zeros((rows, width))
+        versions = torch.full((rows, width), -1, dtype=torch.long)
+        for i, (tokens, logps, made) in enumerate(
+            zip(batch.tokens, batch.log_probs, batch.versions, strict=True)
+        ):
+            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            logp[i, : len(tokens)] = torch.tensor(logps)
+            versions[i, : len(tokens)] = torch.tensor(made, dtype=torch.long)
+        mask = response_mask(responses, self.engine.eos_ids)
+        responses = torch.where(mask.bool(), responses, pad)
+        prompt_ids = batch.prompts["input_ids"].to(torch.long)
+        attention = torch.cat([batch.prompts["attention_mask"], mask], dim=1)
+        generated = {
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": position_ids(attention),
+            "responses": responses,
+            "response_mask": mask,
+            "loss_mask": mask.clone(),
+            "rollout_log_probs": logp * mask,
+            "rollout_versions": torch.where(mask.bool(), versions, -1),
+        }
+        return TensorDict(generated, batch_size=[rows])
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:
         size = self.config.rollout.micro_batch_size or prompts.batch_size[0]

@@ -285,6 +285,13 @@ BAD = [
      "runner.max_staleness", "a greedy answer per prompt"),
     (CARTPOLE, ["runner.max_staleness=1"], "runner.max_staleness",
      "cannot collect while the actor trains; place the rollout apart"),
+    # partial rollouts: asynchronous, hf, single-turn
+    (ARITH, ["rollout.partial_rollout=true"], "rollout.partial_rollout",
+     "a synchronous run updates no weights during a generation"),
+    (ARITH, ["rollout.partial_rollout_tokens=4"], "rollout.partial_rollout_tokens",
+     "set rollout.partial_rollout=true"),
+    ("reasoning/tiny_calc_tools_grpo", ["rollout.partial_rollout=true", "runner.max_staleness=1",
+     *APART], "rollout.partial_rollout", "multi-turn rollouts"),
 ]  # fmt: skip
 
 

@@ -112,6 +112,8 @@ ADDED_SINCE = {
         "reward.judge_backend": "hf",
         "reward.model_micro_batch_size": 64,
         "reward.model_backend": "torch",
+        "rollout.partial_rollout": False,
+        "rollout.partial_rollout_tokens": None,
         "reward.score_clip": None,
         "reward.score_normalize": False,
         "reward.rule": "auto",

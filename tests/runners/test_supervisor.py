@@ -194,7 +194,8 @@ def test_an_asynchronous_run_survives_a_killed_rollout_and_regenerates_what_was_
     with the weights it holds (a version its every call checks), and the trainer takes a batch
     at most two updates old. Killed after iteration 3, the run resumes from checkpoint 2, whose
     prompt sampler stands before the two batches then in flight: it draws and generates them
-    again, and ends."""
+    again, and ends. The batches are partial rollouts of 3-token segments, so a weight update
+    may reach one mid-generation: its tokens are then newer than the batch, never older."""
     _, dirs = tiny_lm
     config = tiny_config(
         dirs.actor.parent,
@@ -207,6 +208,8 @@ def test_an_asynchronous_run_survives_a_killed_rollout_and_regenerates_what_was_
         "cluster.devices_per_node=2",
         "cluster.component_placement={actor:0,critic:1,rollout:1,reward:1}",
         "algorithm.rollout_correction.rollout_is=token",
+        "rollout.partial_rollout=true",
+        "rollout.partial_rollout_tokens=3",
     )
     kill_once(monkeypatch, ReasoningRunner, "iterate", 3, "rollout")
     summary = supervisor.run(config, plan_for_config(config))
@@ -214,7 +217,11 @@ def test_an_asynchronous_run_survives_a_killed_rollout_and_regenerates_what_was_
     assert (restart["after_iteration"], restart["resumed_from"]) == (3, 2)
     assert summary["iterations"] == 5
     # since the resume: iterations 3, 4, 5 took batches 0, 1 and 2 updates old
-    assert summary["async"] == {
+    tokens = summary["async"]
+    assert {"token_staleness_mean", "interrupted_share"} <= set(tokens)
+    assert 0 <= tokens.pop("token_staleness_mean") <= 1.0
+    assert 0 <= tokens.pop("interrupted_share") <= 1
+    assert tokens == {
         "max_staleness": 2,
         "staleness_mean": 1.0,
         "staleness_max": 2,

@@ -21,6 +21,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_update_sizes(config),
         *_rollout_correction(config),
         *_asynchronous(config),
+        *_partial_rollout(config),
         *_tools(config),
     ]
 
@@ -49,6 +50,37 @@ def _tools(config: ReasoningConfig) -> list[str]:
                     f"rollout.tool_call_regex: no named group {' or '.join(missing)}; write "
                     "(?P<name>...) and (?P<arguments>...) (a JSON object)"
                 )
+    return problems
+
+
+def _partial_rollout(config: ReasoningConfig) -> list[str]:
+    """Partial rollouts take weight updates mid-generation: only an asynchronous run has any."""
+    rollout = config.rollout
+    if not rollout.partial_rollout:
+        if rollout.partial_rollout_tokens is not None:
+            return [
+                "rollout.partial_rollout_tokens: set, but rollout.partial_rollout is false, so "
+                "nothing reads it; set rollout.partial_rollout=true, or leave it out"
+            ]
+        return []
+    problems = []
+    if not config.runner.max_staleness:
+        problems.append(
+            "rollout.partial_rollout: true with runner.max_staleness 0: a synchronous run "
+            "updates no weights during a generation; set runner.max_staleness=1 (or more), or "
+            "rollout.partial_rollout=false"
+        )
+    if rollout.backend != "hf":
+        problems.append(
+            f"rollout.partial_rollout: not built for rollout.backend {rollout.backend} (it "
+            "would abort and resume SGLang's requests); use rollout.backend=hf, or "
+            "rollout.partial_rollout=false"
+        )
+    if rollout.tools or rollout.interaction is not None:
+        problems.append(
+            "rollout.partial_rollout: multi-turn rollouts (rollout.tools, rollout.interaction) "
+            "are not cut into segments; set rollout.partial_rollout=false"
+        )
     return problems
 
 
