@@ -5,12 +5,18 @@
 
 The warmed-up tiny policy (``reasoning/tiny_arith_ppo``'s, built or found cached) samples
 ``--samples`` answers to each of ``--prompts`` training problems; answers the task's rule finds
-right are paired with wrong ones to the same problem. A sequence-classification model made from
-the policy's own weights (a new one-logit head on its last token) learns to score the right one
-higher (the Bradley-Terry loss, ``-log sigmoid(r_right - r_wrong)``), and is saved with the
-tokenizer to ``--out``. It reads exactly what ``reward.kind: model`` gives it: the prompt's text
-followed by the response's (``rlcore/workers/reward_model.py``). The pairwise accuracy on held-out
-problems is printed; overrides (``k=v``) go to the policy's config.
+right are paired with wrong ones to the same problem, and each training problem also gets
+``--near-misses`` wrong sums (off by 1, 2, 9, 10, 11, 20, 30 or 100: a sum's slipped digits and
+carries) to rank below its right one. The reward model is a sequence-classification model (a
+new one-logit head on the last token) made from a stronger model than the policy: the tiny
+model warmed up ``--base-warmup-steps`` steps on the task (``--from-policy``: the policy's own
+weights, as RLHF's reward models start from the SFT model). It learns to score the right
+response above the wrong ones of its problem (``--loss ranking``: the softmax cross-entropy over
+a problem's responses, Bradley-Terry's ``-log sigmoid(r_right - r_wrong)`` for a pair), and is
+saved with the tokenizer to ``--out``. It reads exactly what ``reward.kind: model`` gives it:
+the prompt's text followed by the response's (``rlcore/workers/reward_model.py``). Held-out
+accuracies are printed (pairwise; the right answer ranked first); overrides (``k=v``) go to the
+policy's config. The defaults are the recipe measured in docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import random
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from rlcore.config import load_config
 from rlcore.data.sampler import load_prompt_set, prompt_batch
@@ -74,26 +81,37 @@ def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> li
 
 
 def near_misses(config, actor_dir, count: int, seed: int) -> list[tuple]:
-    """``count`` pairs per training problem of the right answer against a near miss (the sum
-    off by 1, 2, 9, 10 or 11 either way), written as the policy writes its answers: what the
-    sampled pairs hold too few of for a small model to learn to check a sum."""
+    """For each training problem, the right answer and ``count`` near misses (the sum off by 1,
+    2, 9, 10, 11, 20, 30 or 100 either way, each at most once: the slips of a sum's digits and
+    carries), written as the policy writes its answers:
+    what the sampled pairs hold too few of for a small model to learn to check a sum. One
+    tuple ``(prompt, right, wrong, ...)`` a problem: the loss ranks the right one above all."""
     rng = random.Random(seed)
     tokenizer = load_tokenizer(actor_dir)
     train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
-    pad, pairs = tokenizer.pad_token_id, []
+    offsets = [d * sign for d in (1, 2, 9, 10, 11, 20, 30, 100) for sign in (-1, 1)]
+    pad, items = tokenizer.pad_token_id, []
     for row in range(len(train.answers)):
         batch = prompt_batch([row], train, 1, pad)
         keep = batch["attention_mask"][0].bool()
         prompt = tokenizer.decode(batch["input_ids"][0][keep], skip_special_tokens=True)
         answer = int(train.answers[row])
-        for _ in range(count):
-            wrong = answer + rng.choice([1, 2, 9, 10, 11]) * rng.choice([-1, 1])
-            pairs.append((prompt, f" #### {answer}", f" #### {wrong}"))
-    return pairs
+        wrong = [f" #### {answer + d}" for d in rng.sample(offsets, min(count, len(offsets)))]
+        items.append((prompt, f" #### {answer}", *wrong))
+    return items
 
 
-def train_reward_model(actor_dir, pairs, out: Path, epochs: int, lr: float, seed: int) -> dict:
-    """Bradley-Terry on ``pairs`` (90% train, 10% held out); the model saved to ``out``."""
+def train_reward_model(
+    actor_dir, items, out: Path, epochs: int, lr: float, seed: int, loss: str = "ranking"
+) -> dict:
+    """``items``: ``(prompt, right, wrong, ...)`` tuples (90% train, 10% held out). ``loss``
+    ``ranking``: the cross-entropy of the right response under the softmax of the scores of the
+    tuple's responses (with one wrong response, Bradley-Terry's
+    ``-log sigmoid(r_right - r_wrong)``): scores comparable within a problem only;
+    ``verifier``: each response's binary cross-entropy against its verdict (Cobbe et al.'s
+    verifier): the score is the log-odds that the response is right, comparable across
+    problems, which a critic's per-prompt baseline needs less to learn. The model is saved to
+    ``out``."""
     from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
@@ -104,34 +122,58 @@ def train_reward_model(actor_dir, pairs, out: Path, epochs: int, lr: float, seed
     tokenizer.chat_template = None
     model = AutoModelForSequenceClassification.from_pretrained(str(actor_dir), num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
-    random.Random(seed).shuffle(pairs)
-    held = max(1, len(pairs) // 10)
-    test, train = pairs[:held], pairs[held:]
+    random.Random(seed).shuffle(items)
+    held = max(1, len(items) // 10)
+    test, train = items[:held], items[held:]
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr)
 
-    chat = getattr(tokenizer, "chat_template", None) is not None
+    def scores(rows: list[tuple]) -> torch.Tensor:
+        """``[rows, responses]``: each row's responses scored (rows of one width)."""
+        texts = [reward_model_text(tokenizer, row[0], r) for row in rows for r in row[1:]]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=True)
+        return model(**encoded).logits[:, 0].reshape(len(rows), -1)
 
-    def scores(rows: list[tuple], which: int) -> torch.Tensor:
-        texts = [reward_model_text(tokenizer, row[0], row[which]) for row in rows]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat)
-        return model(**encoded).logits[:, 0]
+    def batches(rows: list[tuple], size: int):
+        """``rows`` in batches of tuples of one width."""
+        for width in sorted({len(row) for row in rows}):
+            same = [row for row in rows if len(row) == width]
+            for start in range(0, len(same), size):
+                yield same[start : start + size]
 
     for epoch in range(epochs):
         model.train()
         random.Random(seed + epoch).shuffle(train)
-        for start in range(0, len(train), 32):
-            rows = train[start : start + 32]
-            loss = -torch.nn.functional.logsigmoid(scores(rows, 1) - scores(rows, 2)).mean()
+        for rows in batches(train, 32):
+            logits = scores(rows)
+            if loss == "ranking":
+                value = F.cross_entropy(logits, torch.zeros(len(rows), dtype=torch.long))
+            else:  # the first response of each tuple is the right one
+                labels = torch.zeros_like(logits)
+                labels[:, 0] = 1.0
+                value = F.binary_cross_entropy_with_logits(logits, labels)
             optimiser.zero_grad()
-            loss.backward()
+            value.backward()
             optimiser.step()
     model.eval()
+    pairwise, top, pairs, verdicts, responses = 0.0, 0, 0, 0, 0
     with torch.no_grad():
-        accuracy = float((scores(test, 1) > scores(test, 2)).float().mean())
+        for rows in batches(test, 64):
+            logits = scores(rows)
+            pairwise += float((logits[:, :1] > logits[:, 1:]).float().sum())
+            pairs += logits[:, 1:].numel()
+            top += int((logits.argmax(-1) == 0).sum())
+            verdicts += int((logits[:, 0] > 0).sum() + (logits[:, 1:] <= 0).sum())
+            responses += logits.numel()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return {"pairs": len(pairs), "held_out": held, "held_out_pairwise_accuracy": accuracy}
+    return {
+        "items": len(items),
+        "held_out": held,
+        "held_out_pairwise_accuracy": round(pairwise / pairs, 4),
+        "held_out_right_ranked_first": round(top / held, 4),
+        "held_out_verdict_accuracy": round(verdicts / responses, 4),  # (score > 0) = right
+    }
 
 
 def main() -> None:
@@ -140,20 +182,49 @@ def main() -> None:
     parser.add_argument("--out", default=".cache/rlcore/tiny-rm")
     parser.add_argument("--prompts", type=int, default=2048)
     parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--near-misses", type=int, default=0, help="near-miss pairs per training problem"
+        "--near-misses",
+        type=int,
+        default=8,
+        help="near misses ranked below the right answer, per training problem (at most 16)",
+    )
+    parser.add_argument(
+        "--loss",
+        choices=("ranking", "verifier"),
+        default="ranking",
+        help="ranking: the right response above the wrong ones of its problem (Bradley-Terry "
+        "for one); verifier: each response's log-odds of being right",
+    )
+    parser.add_argument(
+        "--base-warmup-steps",
+        type=int,
+        default=1000,
+        help="start the reward model from the tiny model warmed up this many steps (no early "
+        "stop: a stronger model than the policy)",
+    )
+    parser.add_argument(
+        "--from-policy",
+        action="store_true",
+        help="start the reward model from the policy's weights instead",
     )
     args = parser.parse_args()
     config = load_config("reasoning/tiny_arith_ppo", args.overrides)
     actor = prepare_models(config).actor
+    base = actor
+    if not args.from_policy:
+        longer = [f"warmup.steps={args.base_warmup_steps}", "warmup.stop_at_accuracy=null"]
+        base = prepare_models(load_config("reasoning/tiny_arith_ppo", [*args.overrides, *longer]))
+        base = base.actor
     pairs = sample_pairs(config, actor, args.prompts, args.samples, args.seed)
     say(f"{len(pairs)} (right, wrong) pairs from {args.prompts} problems x {args.samples}")
     if args.near_misses:
         pairs += near_misses(config, actor, args.near_misses, args.seed)
-    result = train_reward_model(actor, pairs, Path(args.out), args.epochs, args.lr, args.seed)
+    result = train_reward_model(
+        base, pairs, Path(args.out), args.epochs, args.lr, args.seed, args.loss
+    )
     say(f"reward model saved to {args.out}")
     print(json.dumps(result))
 
