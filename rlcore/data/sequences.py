@@ -43,6 +43,35 @@ def response_mask(responses: torch.Tensor, eos_id: int | Sequence[int]) -> torch
     return (before_end == 0).long()
 
 
+def generated_layout(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    log_probs: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """A generated batch's tensors, as every engine returns them: left-padded prompts
+    ``[B, P]`` and responses ``[B, R]`` (anything after a row's first end-of-sequence token
+    becomes padding) joined into ``input_ids`` / ``attention_mask`` / ``position_ids``
+    ``[B, P + R]``, with ``response_mask`` and ``loss_mask`` (one turn: every response token is
+    the model's) and, given each token's log-prob, ``rollout_log_probs`` (0 on padding)."""
+    mask = response_mask(responses, eos_ids)
+    responses = torch.where(mask.bool(), responses, pad_id)
+    attention = torch.cat([prompt_mask, mask], dim=1)
+    out = {
+        "input_ids": torch.cat([prompt_ids, responses], dim=1),
+        "attention_mask": attention,
+        "position_ids": position_ids(attention),
+        "responses": responses,
+        "response_mask": mask,
+        "loss_mask": mask.clone(),
+    }
+    if log_probs is not None:
+        out["rollout_log_probs"] = log_probs * mask
+    return out
+
+
 def concat_generated(batches: Sequence[Any], pad_id: int) -> Any:
     """Generated batches joined row-wise, each one's prompts first left-padded to the widest
     batch's (prompt batches are padded to their own longest prompt; the responses all have

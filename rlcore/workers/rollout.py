@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
-from rlcore.data.sequences import left_pad, position_ids, response_mask
+from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
 from rlcore.models.forward import cache_inputs, inner_model
 from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -244,22 +244,13 @@ class HFEngine:
                 (len(responses), width - responses.shape[1]), self.tokenizer.pad_token_id
             )
             responses = torch.cat([responses, pad], dim=1)
-        resp_mask = response_mask(responses, self.eos_ids)
-        responses = torch.where(resp_mask.bool(), responses, self.tokenizer.pad_token_id)
-        attention = torch.cat([mask, resp_mask], dim=1)
-        generated = {
-            "input_ids": torch.cat([ids, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": position_ids(attention),
-            "responses": responses,
-            "response_mask": resp_mask,
-            "loss_mask": resp_mask.clone(),  # one turn: every response token is the model's
-        }
+        logp = None
         if recorder is not None:
             recorded = recorder.finish(out[:, -1])
             logp = recorded.new_zeros(responses.shape)
             logp[:, : recorded.shape[1]] = recorded
-            generated["rollout_log_probs"] = logp * resp_mask
+        pad = self.tokenizer.pad_token_id
+        generated = generated_layout(ids, mask, responses, self.eos_ids, pad, logp)
         return TensorDict({k: v.cpu() for k, v in generated.items()}, batch_size=[len(ids)])
 
     def _shared_prompts(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
@@ -511,20 +502,12 @@ class RolloutWorker:
             responses[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             logp[i, : len(tokens)] = torch.tensor(logps)
             versions[i, : len(tokens)] = torch.tensor(made, dtype=torch.long)
-        mask = response_mask(responses, self.engine.eos_ids)
-        responses = torch.where(mask.bool(), responses, pad)
         prompt_ids = batch.prompts["input_ids"].to(torch.long)
-        attention = torch.cat([batch.prompts["attention_mask"], mask], dim=1)
-        generated = {
-            "input_ids": torch.cat([prompt_ids, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": position_ids(attention),
-            "responses": responses,
-            "response_mask": mask,
-            "loss_mask": mask.clone(),
-            "rollout_log_probs": logp * mask,
-            "rollout_versions": torch.where(mask.bool(), versions, -1),
-        }
+        generated = generated_layout(
+            prompt_ids, batch.prompts["attention_mask"], responses, self.engine.eos_ids, pad, logp
+        )
+        mask = generated["response_mask"].bool()
+        generated["rollout_versions"] = torch.where(mask, versions, -1)
         return TensorDict(generated, batch_size=[rows])
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:

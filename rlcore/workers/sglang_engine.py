@@ -34,7 +34,7 @@ from tensordict import TensorDict
 
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
-from rlcore.data.sequences import position_ids, response_mask
+from rlcore.data.sequences import generated_layout
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.agent_loop import AgentLoop
@@ -152,19 +152,9 @@ class SGLangEngine:
                 # (log-prob, token id, text): one per generated token, in order
                 values = [entry[0] for entry in out["meta_info"]["output_token_logprobs"]]
                 logp[i, : len(tokens)] = torch.tensor(values[: len(tokens)])
-        resp_mask = response_mask(responses, self.eos_ids)
-        responses = torch.where(resp_mask.bool(), responses, pad)
-        attention = torch.cat([mask, resp_mask], dim=1)
-        generated = {
-            "input_ids": torch.cat([ids, responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": position_ids(attention),
-            "responses": responses,
-            "response_mask": resp_mask,
-            "loss_mask": resp_mask.clone(),  # one turn: every response token is the model's
-        }
-        if log_probs:
-            generated["rollout_log_probs"] = logp * resp_mask
+        generated = generated_layout(
+            ids, mask, responses, self.eos_ids, pad, logp if log_probs else None
+        )
         return TensorDict(generated, batch_size=[len(requests)])
 
     def turn(
