@@ -67,6 +67,7 @@ class InFlight:
     key: int | None = None  # a partial rollout's, on the rollout
     segments: int = 0  # a partial rollout's segments submitted
     last: Pending | None = None  # its last segment's answer: whether every row has ended
+    begun: Pending | None = None  # its begin_partial's (read first: its error is the cause)
 
 
 class Ahead:
@@ -161,8 +162,8 @@ class Pipeline(Ahead):
             responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
             return InFlight(prompts, responses, r.version, before)
         key = next(self.keys)
-        submit(r.rollout, "begin_partial", prompts, r.version, key)  # (errors: at the segments)
-        batch = InFlight(prompts, None, r.version, before, key=key)
+        begun = submit(r.rollout, "begin_partial", prompts, r.version, key)
+        batch = InFlight(prompts, None, r.version, before, key=key, begun=begun)
         self._next_segment(batch)
         return batch
 
@@ -188,6 +189,7 @@ class Pipeline(Ahead):
             if open_ is None or open_.last is None:
                 break
             if open_.last.done():
+                open_.begun.result()  # (a failed start raises here, not as a missing key)
                 if bool(open_.last.result().all()) or open_.segments >= self.most_segments:
                     self._complete(open_)
                 else:
@@ -197,7 +199,10 @@ class Pipeline(Ahead):
 
     def take(self, version: int) -> tuple[InFlight, Any, int]:
         if self.queue:
-            self._complete(self.queue[0])
+            head = self.queue[0]
+            self._complete(head)
+            if head.begun is not None:
+                head.begun.result()
         return super().take(version)
 
     def iterate(self, iteration: int) -> dict[str, float]:
