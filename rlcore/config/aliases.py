@@ -202,6 +202,15 @@ ALIASES: dict[str, Alias] = {
     ),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": _verl("actor.ppo_micro_batch_size"),
     "actor_rollout_ref.actor.ppo_epochs": _verl("actor.ppo_epochs"),
+    **{
+        f"actor_rollout_ref.actor.{section}{leaf}": _verl(f"actor.{leaf}", note=note)
+        for section in ("", "fsdp_config.")
+        for leaf, note in (
+            ("entropy_from_logits_with_chunking", "the log-probs too, and the reference's passes"),
+            ("entropy_from_logits_chunk_size", ""),
+            ("entropy_checkpointing", "the log-probs' intermediates too"),
+        )
+    },
     "actor_rollout_ref.actor.clip_ratio": _verl(
         "algorithm.clip_ratio_low", "algorithm.clip_ratio_high"
     ),

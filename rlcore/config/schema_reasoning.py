@@ -176,6 +176,24 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "rollout recorded while sampling when it generated with the actor's own module (fused "
         "and not sharded: the same weights at the same precision), else recompute",
     )
+    entropy_from_logits_with_chunking: bool = key(
+        False,
+        doc="compute the log-probs and entropies from the logits in chunks of "
+        "actor.entropy_from_logits_chunk_size token positions, in every pass of the actor's "
+        "and the reference's model: one chunk's float32 temporaries at a time instead of the "
+        "micro-batch's (verl's key, which chunks the entropy); the same values",
+    )
+    entropy_from_logits_chunk_size: int = key(
+        2048,
+        doc="with actor.entropy_from_logits_with_chunking: token positions a chunk",
+        range=">= 1",
+    )
+    entropy_checkpointing: bool = key(
+        False,
+        doc="in the update, recompute the log-probs' and entropies' float32 intermediates from "
+        "the logits in the backward pass instead of keeping them (verl's key, which recomputes "
+        "the entropy): less memory for one more softmax a step; the same gradient",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)

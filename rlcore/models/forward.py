@@ -13,6 +13,7 @@ import inspect
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from rlcore.data.packing import pack, prompt_copies
 
@@ -170,6 +171,46 @@ def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tenso
 @functools.cache
 def _keeps_logits(model_type: type) -> bool:
     return "logits_to_keep" in inspect.signature(model_type.forward).parameters
+
+
+def log_probs_and_entropy(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float,
+    chunk_size: int | None = None,
+    checkpoint: bool = False,
+    entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_log_probs`` and ``entropy_from_logits`` of ``logits / temperature`` ``[..., V]``
+    at ``tokens`` ``[...]`` (the entropy None unless ``entropy``). ``chunk_size``: computed over
+    that many positions at a time (flattened), so the float32 temporaries of one chunk exist at
+    once; ``checkpoint``: those temporaries are not kept for the backward pass but recomputed
+    from the logits there (``torch.utils.checkpoint``). Either way the same values and
+    gradients."""
+    from rlcore.algorithms.stats import entropy_from_logits
+
+    def compute(part: torch.Tensor, picked: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        scaled = part / temperature
+        logp = token_log_probs(scaled, picked)
+        return (logp, entropy_from_logits(scaled.float())) if entropy else (logp,)
+
+    def run(part: torch.Tensor, picked: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if checkpoint and part.requires_grad and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(compute, part, picked, use_reentrant=False)
+        return compute(part, picked)
+
+    if chunk_size is None:
+        out = run(logits, tokens)
+    else:
+        flat, picked = logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)
+        # (split, not slices: its backward joins the chunks' gradients into one tensor, where
+        # each slice's would be a zero tensor of the whole size)
+        parts = [
+            run(part, chosen)
+            for part, chosen in zip(flat.split(chunk_size), picked.split(chunk_size), strict=True)
+        ]
+        out = tuple(torch.cat(column).reshape(tokens.shape) for column in zip(*parts, strict=True))
+    return out[0], (out[1] if entropy else None)
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,6 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import (
     LOSS_SHARES,
-    entropy_from_logits,
     get_policy_loss_fn,
     ppo_loss,
     value_loss,
@@ -31,10 +30,10 @@ from rlcore.data.packing import padding_share
 from rlcore.data.sequences import token_budget_split, trim_padding
 from rlcore.models.forward import (
     check_packing,
+    log_probs_and_entropy,
     one_row_kernel,
     response_logits,
     response_values,
-    token_log_probs,
 )
 from rlcore.models.lm import (
     enable_gradient_checkpointing,
@@ -142,6 +141,12 @@ def _padding_share(
     return torch.tensor(share, device=micro["responses"].device)
 
 
+def _chunk_size(config: ReasoningConfig) -> int | None:
+    """Token positions a chunk of the log-prob and entropy computation, or None (all at once)."""
+    actor = config.actor
+    return actor.entropy_from_logits_chunk_size if actor.entropy_from_logits_with_chunking else None
+
+
 def _splitter(budget: int | None):
     """The ``Trainer``'s ``split``: micro-batches by a token budget, or None (by count)."""
     return None if budget is None else functools.partial(token_budget_split, budget=budget)
@@ -194,9 +199,13 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
             owner.config.actor.model.use_remove_padding,
             owner.config.actor.model.share_group_prompts,
         )
-        logits = logits / owner.temperature
-        part = {"log_probs": token_log_probs(logits, micro["responses"]).cpu()}
+        chunk = _chunk_size(owner.config)
+        logp, _ = log_probs_and_entropy(
+            logits, micro["responses"], owner.temperature, chunk, entropy=False
+        )
+        part = {"log_probs": logp.cpu()}
         if sum_pi_squared:
+            logits = logits / owner.temperature
             part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
         return part
 
@@ -258,8 +267,14 @@ class LMActor(TrainedComponent):
         logits = response_logits(
             module, batch, width, self.config.actor.model.use_remove_padding, self.share_prompts
         )
-        logits = logits / self.temperature
-        return token_log_probs(logits, batch["responses"]), entropy_from_logits(logits.float())
+        actor = self.config.actor
+        return log_probs_and_entropy(
+            logits,
+            batch["responses"],
+            self.temperature,
+            _chunk_size(self.config),
+            checkpoint=actor.entropy_checkpointing,
+        )
 
     @dispatch(Dispatch.SHARD)
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:

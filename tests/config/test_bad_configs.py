@@ -285,6 +285,8 @@ BAD = [
      "runner.max_staleness", "a greedy answer per prompt"),
     (CARTPOLE, ["runner.max_staleness=1"], "runner.max_staleness",
      "cannot collect while the actor trains; place the rollout apart"),
+    (ARITH, ["actor.entropy_from_logits_chunk_size=512"], "actor.entropy_from_logits_chunk_size",
+     "set actor.entropy_from_logits_with_chunking=true"),
     # partial rollouts: asynchronous, hf, single-turn
     (ARITH, ["rollout.partial_rollout=true"], "rollout.partial_rollout",
      "a synchronous run updates no weights during a generation"),

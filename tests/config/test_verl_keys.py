@@ -56,6 +56,11 @@ COUNTERPARTS = {
     "trainer.default_local_dir": "runner.output_dir",
     "custom_reward_function.path": "reward.custom_fn",
     "custom_reward_function.name": "reward.custom_fn",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (
+        "actor.entropy_from_logits_with_chunking"
+    ),
+    "actor_rollout_ref.actor.entropy_checkpointing": "actor.entropy_checkpointing",
+    "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing": "actor.entropy_checkpointing",
     "actor_rollout_ref.actor.optim.lr": "actor.optim.lr",
     "actor_rollout_ref.actor.optim.clip_grad": "actor.optim.max_grad_norm",
     "actor_rollout_ref.actor.optim.lr_warmup_steps": "actor.optim.warmup_steps",

@@ -730,3 +730,49 @@ def test_unshuffled_mini_batches_are_the_batch_in_order(tiny_lm):
     other = LMActor(SOLO, shuffled, dirs.actor)
     other.update(batch)
     assert any(not torch.allclose(other.weights()[k], v, atol=1e-6) for k, v in want.items())
+
+
+def test_chunked_and_checkpointed_log_probs_and_entropy_are_torchs_categorical():
+    """log_probs_and_entropy in chunks of 4 positions, with its temporaries recomputed in the
+    backward pass, or both: the log-probs and entropies of torch's Categorical at the
+    temperature, and the same gradients as computing them all at once."""
+    from rlcore.models.forward import log_probs_and_entropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 7, 50) * 3
+    tokens = torch.randint(0, 50, (3, 7))
+    weights = torch.randn(2, 3, 7)
+    want = torch.distributions.Categorical(logits=logits / 0.7)
+    grads = []
+    for chunk, checkpoint in ((None, False), (4, False), (None, True), (4, True)):
+        leaf = logits.clone().requires_grad_()
+        logp, entropy = log_probs_and_entropy(leaf, tokens, 0.7, chunk, checkpoint)
+        assert torch.allclose(logp, want.log_prob(tokens), atol=1e-5)
+        assert torch.allclose(entropy, want.entropy(), atol=1e-5)
+        ((logp * weights[0]).sum() + (entropy * weights[1]).sum()).backward()
+        grads.append(leaf.grad)
+    assert all(torch.allclose(g, grads[0], atol=1e-7) for g in grads[1:])
+
+
+def test_the_entropy_memory_options_update_as_without_them(tiny_lm):
+    """actor.entropy_from_logits_with_chunking (3 positions a chunk) and
+    actor.entropy_checkpointing: the same old log-probs and the same update, to 1e-6."""
+    config, dirs = tiny_lm
+    batch = make_batch(config, dirs)
+    saving = replace_keys(
+        config,
+        {
+            "actor.entropy_from_logits_with_chunking": True,
+            "actor.entropy_from_logits_chunk_size": 3,
+            "actor.entropy_checkpointing": True,
+        },
+    )
+    plain, chunked = LMActor(SOLO, config, dirs.actor), LMActor(SOLO, saving, dirs.actor)
+    old = plain.compute_log_probs(batch)
+    assert torch.allclose(chunked.compute_log_probs(batch), old, atol=1e-6)
+    batch["old_log_probs"] = old
+    want, got = plain.update(batch), chunked.update(batch)
+    assert got["actor/entropy"] == pytest.approx(want["actor/entropy"], abs=1e-6)
+    assert all(
+        torch.allclose(chunked.weights()[k], v, atol=1e-6) for k, v in plain.weights().items()
+    )

@@ -22,6 +22,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_rollout_correction(config),
         *_asynchronous(config),
         *_partial_rollout(config),
+        *_entropy_chunks(config),
         *_tools(config),
     ]
 
@@ -51,6 +52,18 @@ def _tools(config: ReasoningConfig) -> list[str]:
                     "(?P<name>...) and (?P<arguments>...) (a JSON object)"
                 )
     return problems
+
+
+def _entropy_chunks(config: ReasoningConfig) -> list[str]:
+    """A chunk size that nothing reads (the default is verl's, which its configs always carry)."""
+    actor = config.actor
+    if not actor.entropy_from_logits_with_chunking and actor.entropy_from_logits_chunk_size != 2048:
+        return [
+            f"actor.entropy_from_logits_chunk_size: {actor.entropy_from_logits_chunk_size}, but "
+            "actor.entropy_from_logits_with_chunking is false, so nothing reads it; set "
+            "actor.entropy_from_logits_with_chunking=true, or leave the size out"
+        ]
+    return []
 
 
 def _partial_rollout(config: ReasoningConfig) -> list[str]:
