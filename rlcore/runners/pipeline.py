@@ -171,31 +171,34 @@ class Pipeline(Ahead):
         batch.last = submit(self.runner.rollout, "advance_partial", batch.key, self.segment)
         batch.segments += 1
 
-    def _complete(self, batch: InFlight) -> None:
-        """A partial rollout's remaining segments and its answer, submitted: they run after
-        what the rollout was given before (a weight sync among it)."""
+    def _complete(self, batch: InFlight, ended: bool = False) -> None:
+        """A partial rollout's remaining segments (none once every row has ``ended``) and its
+        answer, submitted: they run after what the rollout was given before (a weight sync
+        among it)."""
         if batch.answer is not None:
             return
-        while batch.segments < self.most_segments:
+        while not ended and batch.segments < self.most_segments:
             self._next_segment(batch)
         batch.answer = submit(self.runner.rollout, "finish_partial", batch.key)
 
     def _generate_while(self, waiting: list[Pending]) -> None:
         """Until every ``waiting`` answer is in: the batch being generated gets its next segment
         each time its last is done (until all its rows end), so the rollout is never idle and
-        never more than a segment away from taking a weight sync."""
+        never more than a segment away from taking a weight sync. A minute with nothing done
+        ends it: the caller's waits, which have deadlines, take over."""
         while not all(p.done() for p in waiting):
             open_ = next((b for b in self.queue if b.answer is None), None)
             if open_ is None or open_.last is None:
-                break
+                return
             if open_.last.done():
                 open_.begun.result()  # (a failed start raises here, not as a missing key)
-                if bool(open_.last.result().all()) or open_.segments >= self.most_segments:
-                    self._complete(open_)
+                ended = bool(open_.last.result().all())
+                if ended or open_.segments >= self.most_segments:
+                    self._complete(open_, ended)
                 else:
                     self._next_segment(open_)
-                continue
-            wait_any([*waiting, open_.last], timeout_s=60.0)
+            elif not wait_any([*waiting, open_.last], timeout_s=60.0):
+                return
 
     def take(self, version: int) -> tuple[InFlight, Any, int]:
         if self.queue:

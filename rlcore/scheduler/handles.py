@@ -126,14 +126,15 @@ class Pending:
         return len(ready) == len(self.refs)
 
 
-def wait_any(pendings: Sequence[Pending], timeout_s: float) -> None:
-    """Until one of ``pendings`` is done, or ``timeout_s`` has passed."""
+def wait_any(pendings: Sequence[Pending], timeout_s: float) -> bool:
+    """Until one of ``pendings`` is done (True), or ``timeout_s`` has passed (False)."""
     if any(p.done() for p in pendings):
-        return
+        return True
     import ray
 
     refs = [ref for p in pendings for ref in p.refs or []]
-    ray.wait(refs, num_returns=1, timeout=timeout_s)
+    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+    return bool(ready)
 
 
 def submit(handle: Any, method: str, *args: Any, **kwargs: Any) -> Pending:
