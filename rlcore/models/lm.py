@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import warnings
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,18 @@ TOKENIZER_FILES = (
 
 
 TINY_POSITIONS = 512  # the tiny model's max_position_embeddings
+
+
+@contextmanager
+def evaluating(model: Any) -> Iterator[Any]:
+    """``model`` in eval mode (no dropout) for generation, back in the mode it was in after,
+    even when generation raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def check_positions(directory: Path | None, data: Any, setting: str) -> None:

@@ -15,6 +15,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.arith import expression_of
 from rlcore.data.sequences import left_pad
 from rlcore.log import say
+from rlcore.models.lm import evaluating
 from rlcore.rewards.rules import gsm8k_correct
 
 
@@ -82,18 +83,16 @@ def accuracy_reached(
 def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningConfig) -> float:
     """Share of ``prompts`` (a ``PromptSet``) answered right by greedy decoding, scored by the
     GSM8K rule (``reward.gsm8k_mode``) as the synthetic task's answers are written."""
-    was_training = model.training
-    model.eval()
     ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=config.data.max_response_length,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model.train(was_training)
+    with evaluating(model):
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=config.data.max_response_length,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
     mode = config.reward.gsm8k_mode
     right = [bool(gsm8k_correct(t, a, mode)) for t, a in zip(texts, prompts.answers, strict=True)]

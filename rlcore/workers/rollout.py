@@ -33,7 +33,7 @@ from tensordict import TensorDict
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
 from rlcore.models.forward import cache_inputs, inner_model
-from rlcore.models.lm import is_adapter, load_causal_lm, load_tokenizer, with_lora
+from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.agent_loop import AgentLoop
@@ -160,10 +160,8 @@ class HFEngine:
         validation: bool = False,
         log_probs: bool = False,
     ) -> TensorDict:
-        was_training = self.model.training
-        self.model.eval()
         temperature = sampling(self.config, validation)[0]
-        try:
+        with evaluating(self.model):
             if self.agent is not None:
                 return self.agent.run(
                     prompts,
@@ -177,8 +175,6 @@ class HFEngine:
             config = self.generation_config(greedy, validation)
             recorder = SampledLogProbs(temperature)
             return self._generate(prompts, config, recorder if log_probs else None)
-        finally:
-            self.model.train(was_training)
 
     @torch.no_grad()
     def continue_rows(
@@ -188,16 +184,12 @@ class HFEngine:
         far), each row's up to and including its first end-of-sequence token, with their
         log-probs (a partial rollout's segment: ``rollout.temperature`` / ``top_p`` /
         ``top_k``)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            config = self.generation_config(greedy=False, max_new_tokens=budget)
-            recorder = SampledLogProbs(sampling(self.config, False)[0])
+        config = self.generation_config(greedy=False, max_new_tokens=budget)
+        recorder = SampledLogProbs(sampling(self.config, False)[0])
+        with evaluating(self.model):
             tokens, logps = self._turn(contexts, config, recorder)
-            assert logps is not None
-            return tokens, logps
-        finally:
-            self.model.train(was_training)
+        assert logps is not None
+        return tokens, logps
 
     def _turn(
         self, contexts: list[list[int]], generation_config: Any, recorder: SampledLogProbs | None
