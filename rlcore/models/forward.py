@@ -190,7 +190,8 @@ def log_probs_and_entropy(
     from rlcore.algorithms.stats import entropy_from_logits
 
     def compute(part: torch.Tensor, picked: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        scaled = part / temperature
+        # (at temperature 1 the logits themselves: x / 1 is x, without a copy of their size)
+        scaled = part if temperature == 1.0 else part / temperature
         logp = token_log_probs(scaled, picked)
         return (logp, entropy_from_logits(scaled.float())) if entropy else (logp,)
 

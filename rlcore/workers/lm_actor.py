@@ -199,15 +199,15 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
             owner.config.actor.model.use_remove_padding,
             owner.config.actor.model.share_group_prompts,
         )
+        temperature, part = owner.temperature, {}
+        if sum_pi_squared:  # scaled once, for both (the whole softmax is taken anyway)
+            logits, temperature = logits / temperature, 1.0
+            part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
         chunk = _chunk_size(owner.config)
         logp, _ = log_probs_and_entropy(
-            logits, micro["responses"], owner.temperature, chunk, entropy=False
+            logits, micro["responses"], temperature, chunk, entropy=False
         )
-        part = {"log_probs": logp.cpu()}
-        if sum_pi_squared:
-            logits = logits / owner.temperature
-            part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
-        return part
+        return {"log_probs": logp.cpu(), **part}
 
     config = owner.config
     return _on_local_rows(
