@@ -83,9 +83,9 @@ def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> li
 def near_misses(config, actor_dir, count: int, seed: int) -> list[tuple]:
     """For each training problem, the right answer and ``count`` near misses (the sum off by 1,
     2, 9, 10, 11, 20, 30 or 100 either way, each at most once: the slips of a sum's digits and
-    carries), written as the policy writes its answers:
-    what the sampled pairs hold too few of for a small model to learn to check a sum. One
-    tuple ``(prompt, right, wrong, ...)`` a problem: the loss ranks the right one above all."""
+    carries), written as the policy writes its answers: what the sampled pairs hold too few of
+    for a small model to learn to check a sum. One tuple ``(prompt, right, wrong, ...)`` a
+    problem: the loss ranks the right one above all."""
     rng = random.Random(seed)
     tokenizer = load_tokenizer(actor_dir)
     train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)

@@ -155,6 +155,9 @@ class LMConfig:
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
 
+ENTROPY_CHUNK_SIZE = 2048  # verl's entropy_from_logits_chunk_size, which its configs always carry
+
+
 @dataclass(kw_only=True, frozen=True)
 class ReasoningActorConfig(UpdateConfig, ActorKeys):
     model: LMConfig = section(LMConfig, doc="the policy model (the reference starts as a copy)")
@@ -184,7 +187,7 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "micro-batch's (verl's key, which chunks the entropy); the same values",
     )
     entropy_from_logits_chunk_size: int = key(
-        2048,
+        ENTROPY_CHUNK_SIZE,
         doc="with actor.entropy_from_logits_with_chunking: token positions a chunk",
         range=">= 1",
     )

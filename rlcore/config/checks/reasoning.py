@@ -9,6 +9,7 @@ from typing import Any
 from rlcore.config.checks.algorithm import check_gdpo
 from rlcore.config.checks.run import check_update_sizes
 from rlcore.config.schema import ReasoningConfig
+from rlcore.config.schema_reasoning import ENTROPY_CHUNK_SIZE
 
 
 def check_reasoning(config: ReasoningConfig) -> list[str]:
@@ -55,9 +56,10 @@ def _tools(config: ReasoningConfig) -> list[str]:
 
 
 def _entropy_chunks(config: ReasoningConfig) -> list[str]:
-    """A chunk size that nothing reads (the default is verl's, which its configs always carry)."""
+    """A chunk size that nothing reads (other than the default, which verl's configs carry)."""
     actor = config.actor
-    if not actor.entropy_from_logits_with_chunking and actor.entropy_from_logits_chunk_size != 2048:
+    size = actor.entropy_from_logits_chunk_size
+    if not actor.entropy_from_logits_with_chunking and size != ENTROPY_CHUNK_SIZE:
         return [
             f"actor.entropy_from_logits_chunk_size: {actor.entropy_from_logits_chunk_size}, but "
             "actor.entropy_from_logits_with_chunking is false, so nothing reads it; set "
