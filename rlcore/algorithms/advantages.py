@@ -716,13 +716,17 @@ def bootstrap_truncations(
     terminated: torch.Tensor,
     truncated: torch.Tensor,
     gamma: float,
+    at_termination: bool = False,
 ) -> torch.Tensor:
     """``r_t + gamma * V(s_final)`` where an episode was cut by a time limit, else ``r_t``.
 
     A time limit is not a terminal state: the return goes on past it, so the step that hit it
     is credited with the value of where the episode stopped (Pardo et al. 2018). All ``[B, T]``;
-    ``next_values[:, t]`` is V of the observation after step t (for a truncated step, the
-    episode's final observation).
+    ``next_values[:, t]`` is V of the observation after step t (for a step that ended its
+    episode, the episode's final observation). ``at_termination``: a terminated step is
+    bootstrapped too (RLinf's ``bootstrap_type: always``, ManiSkill's ``bootstrap_at_done``),
+    for tasks whose termination is a success that the return should not stop at.
     """
-    cut = truncated.bool() & ~terminated.bool()
+    terminated, truncated = terminated.bool(), truncated.bool()
+    cut = truncated | terminated if at_termination else truncated & ~terminated
     return rewards + gamma * next_values * cut

@@ -185,6 +185,14 @@ class AlgorithmConfig:
     gae_lambda: float = key(
         1.0, doc="GAE λ: 0 is one-step TD, 1 is Monte Carlo minus the value", range="[0, 1]"
     )
+    bootstrap_type: Literal["standard", "always"] = key(
+        "standard",
+        doc="where V(s_final) bootstraps an episode's last step (RLinf's key): standard where "
+        "a time limit cut it; always where it terminated too (ManiSkill's and RLinf's PPO on "
+        "tasks that end on success, whose dense reward would otherwise make success cost the "
+        "rewards after it)",
+        modes=("embodied",),
+    )
     clip_ratio_low: float = key(
         0.2, doc="PPO clip: the ratio is kept >= 1 - clip_ratio_low", range="[0, 1)"
     )

@@ -1,8 +1,9 @@
 """Each driver's advantages step, from its batch and the ``algorithm`` section to the
 estimators of ``rlcore.algorithms``: a batch gains ``advantages`` and ``returns`` in place.
 
-- embodied: truncated episodes bootstrap from ``V(s_final)``, then the estimator (GAE) runs
-  over the valid steps of each env's row, episode ends inside it;
+- embodied: truncated episodes (with ``bootstrap_type: always``, terminated ones too) bootstrap
+  from ``V(s_final)``, then the estimator (GAE) runs over the valid steps of each env's row,
+  episode ends inside it;
 - reasoning: each response's score on its last token, minus ``kl_coef * KL(actor || ref)`` on
   every token with ``use_kl_in_reward``, then the estimator over the groups (with the inputs
   it reads: values, ReMax's greedy baselines, GDPO's reward components ...).
@@ -43,7 +44,12 @@ def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
     values = torch.cat([batch["values"], batch["last_value"][:, None]], dim=1)  # [N, T + 1]
     terminated, truncated = batch["terminated"], batch["truncated"]
     rewards = bootstrap_truncations(
-        batch["rewards"], values[:, 1:], terminated, truncated, alg.gamma
+        batch["rewards"],
+        values[:, 1:],
+        terminated,
+        truncated,
+        alg.gamma,
+        at_termination=alg.bootstrap_type == "always",
     )
     batch["advantages"], batch["returns"] = compute_advantages(
         alg.adv_type,

@@ -55,6 +55,11 @@ def test_a_time_limit_credits_the_final_value_and_a_terminal_state_does_not():
     truncated = torch.tensor([[False, False, True]])
     out = bootstrap_truncations(rewards, next_values, terminated, truncated, gamma=0.5)
     assert out.tolist() == [[1.0, 1.0, 1.0 + 0.5 * 7.0]]
+    # RLinf's bootstrap_type: always: the terminated step is credited with its final value too
+    out = bootstrap_truncations(
+        rewards, next_values, terminated, truncated, gamma=0.5, at_termination=True
+    )
+    assert out.tolist() == [[1.0, 1.0 + 0.5 * 6.0, 1.0 + 0.5 * 7.0]]
 
 
 def test_scores_land_on_each_responses_last_token_and_the_kl_is_paid_on_every_token():

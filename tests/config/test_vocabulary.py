@@ -69,6 +69,7 @@ ADDED_IN_BOTH_MODES = {
     "runner.eval_max_steps": 27_000,
     "cluster.worker_timeout_s": 1800.0,
     "runner.max_staleness": 0,  # (0.1's lockstep loop)
+    "algorithm.bootstrap_type": "standard",  # (0.1's: truncations only)
 }
 ADDED_SINCE = {
     # actor.model.cls: a user's policy class (0.1 had the built-in heads only)

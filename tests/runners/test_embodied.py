@@ -66,9 +66,12 @@ def one_env_batch(rewards, values, terminated, truncated, valid):
     )
 
 
-@pytest.mark.parametrize("ended_by", ["truncated", "terminated"])
+@pytest.mark.parametrize(
+    "ended_by, bootstrap_type",
+    [("truncated", "standard"), ("terminated", "standard"), ("terminated", "always")],
+)
 def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_not(
-    tmp_path, ended_by
+    tmp_path, ended_by, bootstrap_type
 ):
     runner = runner_for(
         corridor_config(
@@ -76,6 +79,7 @@ def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_no
             "algorithm.gamma=0.5",
             "algorithm.gae_lambda=1.0",
             "algorithm.normalize_advantages=false",
+            f"algorithm.bootstrap_type={bootstrap_type}",
         )
     )
     # Steps: 0 and 1 end an episode at 1; step 2 only resets (masked); step 3 starts anew.
@@ -92,7 +96,9 @@ def test_time_limits_bootstrap_from_the_final_observation_and_terminations_do_no
     embodied_advantages(runner.config.algorithm, batch)
     runner.close()
     advantages, returns = batch["advantages"], batch["returns"]
-    tail = 1.0 + 0.5 * 8.0 if ended_by == "truncated" else 1.0  # r1 (+ gamma V(s_final))
+    # r1 (+ gamma V(s_final) at a time limit, and with bootstrap_type always at a termination)
+    bootstrapped = ended_by == "truncated" or bootstrap_type == "always"
+    tail = 1.0 + 0.5 * 8.0 if bootstrapped else 1.0
     expected_returns = [1.0 + 0.5 * tail, tail, 0.0, 1.0 + 0.5 * 6.0]
     assert returns[0].tolist() == pytest.approx(expected_returns)
     assert advantages[0].tolist() == pytest.approx(

@@ -152,6 +152,12 @@ def _check_embodied_estimator(config: EmbodiedConfig) -> list[str]:
             f"algorithm.value_coef: {alg.value_coef}, and a group baseline "
             f"(group_size={alg.group_size}) trains no value head; set algorithm.value_coef=0"
         )
+    if alg.bootstrap_type != "standard":
+        problems.append(
+            f"algorithm.bootstrap_type: {alg.bootstrap_type}, and a group baseline "
+            f"(group_size={alg.group_size}) scores each episode by its rewards, with no value "
+            "to bootstrap from; leave bootstrap_type out"
+        )
     if config.env.num_envs % alg.group_size:
         problems.append(
             f"env.num_envs: {config.env.num_envs} envs do not make whole groups of "
