@@ -61,7 +61,7 @@ def _entropy_chunks(config: ReasoningConfig) -> list[str]:
     size = actor.entropy_from_logits_chunk_size
     if not actor.entropy_from_logits_with_chunking and size != ENTROPY_CHUNK_SIZE:
         return [
-            f"actor.entropy_from_logits_chunk_size: {actor.entropy_from_logits_chunk_size}, but "
+            f"actor.entropy_from_logits_chunk_size: {size}, but "
             "actor.entropy_from_logits_with_chunking is false, so nothing reads it; set "
             "actor.entropy_from_logits_with_chunking=true, or leave the size out"
         ]
