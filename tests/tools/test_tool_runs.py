@@ -27,6 +27,7 @@ class Again:
     [
         (("rollout.max_turns=0",), "rollout.max_turns"),
         (("rollout.tool_timeout_s=3",), "rollout.tool_timeout_s: set, but no rollout.tools"),
+        ((*TOOLS, "rollout.tool_processes=100000"), "tool_processes: 100000 is out of range"),
         ((*TOOLS, "rollout.tool_call_regex='CALL (\\w+)'"), "no named group name or arguments"),
         (("rollout.tools=[python]", *TOOLS[1:]), "must include calculator"),
         (("rollout.tools=[calculator]", TOOLS[2]), "set data.chat_template=true"),

@@ -143,9 +143,9 @@ def test_duplicate_names_and_missing_classes_are_refused(tmp_path):
 LIMITS = {
     "infinite loop": ("while True: pass", "timed out after 2 s"),
     "memory bomb": ("x = bytearray(8 << 30)", "MemoryError"),
-    "network": ("import socket; socket.create_connection(('10.0.0.1', 80), 1)", "socket"),
-    "write outside": (f"open({sys.prefix!r} + '/planted.txt', 'w').write('x')", "outside"),
-    "process": ("import os; os.system('true')", "os.system is not allowed"),
+    "network": ("import socket; socket.create_connection(('10.0.0.1', 80), 1)", "unreachable"),
+    # The sandbox sees no host folder (more escapes: tests/tools/test_python_sandbox.py).
+    "write outside": (f"open({sys.prefix!r} + '/planted.txt', 'w').write('x')", "No such file"),
 }
 
 
