@@ -21,9 +21,9 @@ def convert_gguf(gguf_file: Path, out_dir: Path, dtype: str = "float32") -> Path
     if (out_dir / "config.json").is_file():
         return out_dir
     folder, name = str(gguf_file.parent), gguf_file.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
     loaded = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=getattr(torch, dtype)
+        folder, gguf_file=name, dtype=getattr(torch, dtype), trust_remote_code=False
     )
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)

@@ -17,14 +17,14 @@ from pathlib import Path
 from rlcore.config.errors import ConfigError
 from rlcore.log import say
 
-# what a model folder needs: config, weights, tokenizer (no other formats' weights, no docs)
+# what a model folder needs: config, weights, tokenizer (no other formats' weights, no docs,
+# no custom code: rlcore never runs a folder's Python, rlcore.models.folder_safety)
 MODEL_FILES = [
     "*.json",
     "*.safetensors",
     "*.model",
     "*.txt",
     "*.tiktoken",
-    "*.py",
 ]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -2,8 +2,9 @@
 
 The reward component loads the judge (``reward.model_path``: a causal LM folder with its
 tokenizer) on the device its placement gives it, in ``actor.model.dtype``. Each row's judge
-prompt is ``reward.judge_template`` (a text file) with ``{prompt}``, ``{response}`` and
-``{answer}`` filled in (``{response}`` is required; write a literal brace twice: ``{{``), sent
+prompt is ``reward.judge_template`` (a regular text file of at most 64 KiB) with ``{prompt}``,
+``{response}`` and ``{answer}`` filled in as they are (``{response}`` is required; no format spec,
+conversion, attribute or item; write a literal brace twice: ``{{``), sent
 through the judge's chat template as a user turn when its tokenizer has one. The judge answers
 greedily, at most ``reward.judge_max_new_tokens`` tokens, ``reward.model_micro_batch_size`` rows
 at a time; ``reward.judge_parser``, a regular expression whose first group is a number, reads the
@@ -21,7 +22,9 @@ at the judge's end-of-sequence ids, and the answers are decoded as the hf path d
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import string
 from pathlib import Path
 from typing import Any
@@ -33,27 +36,37 @@ from rlcore.models.lm import DTYPES, load_tokenizer
 from rlcore.workers.reward_model import described_model, encoded_in_parts
 
 PLACEHOLDERS = ("prompt", "response", "answer")
+TEMPLATE_MAX_BYTES = 64 * 1024
 
 
 def read_template(path: str) -> str:
-    """``reward.judge_template``'s text, or ``ConfigError`` when it cannot be read or fills in
-    other placeholders than ``PLACEHOLDERS``, or not ``{response}``."""
+    """``reward.judge_template``'s text, or ``ConfigError`` when it is no regular file of at
+    most ``TEMPLATE_MAX_BYTES`` (``template_text``), or fills in other placeholders than
+    ``PLACEHOLDERS``, or not ``{response}``, or formats one: a format spec, a conversion, an
+    attribute or an item (``{response:>100000000}`` would make every judge prompt 100 MB)."""
+    text = template_text(path)
     try:
-        text = Path(path).expanduser().read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"reward.judge_template: {path} cannot be read ({error})") from None
-    try:
-        names = {field for _, field, _, _ in string.Formatter().parse(text) if field is not None}
+        fields = [(f, s, c) for _, f, s, c in string.Formatter().parse(text) if f is not None]
     except ValueError as error:
         raise ConfigError(
             f"reward.judge_template: {path} is not a template ({error}); write a literal brace "
             "twice ({{ or }})"
         ) from None
+    names = {field for field, _, _ in fields}
     unknown = sorted(names - set(PLACEHOLDERS))
     if unknown:
         raise ConfigError(
-            f"reward.judge_template: {path} fills in {', '.join(unknown)}, which rlcore does not "
-            f"give; use {{prompt}}, {{response}} and {{answer}} (a literal brace: {{{{ or }}}})"
+            f"reward.judge_template: {path} fills in {', '.join(map(_shown, unknown))}, which "
+            "rlcore does not give as such; use {prompt}, {response} and {answer}, each as it is "
+            "(no attribute or item; a literal brace: {{ or }})"
+        )
+    formatted = [(f, s, c) for f, s, c in fields if s or c]
+    if formatted:
+        field, spec, conversion = formatted[0]
+        written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        raise ConfigError(
+            f"reward.judge_template: {path} formats {{{' '.join(written.split())[:80]}}}; "
+            f"rlcore fills each placeholder in as it is: write {{{field}}}"
         )
     if "response" not in names:
         raise ConfigError(
@@ -61,6 +74,52 @@ def read_template(path: str) -> str:
             "the answer it grades; put {response} where it goes"
         )
     return text
+
+
+def _shown(field: str) -> str:
+    return " ".join(field.split())[:80] or "{}"  # (one line; {} is a positional field)
+
+
+def template_text(path: str) -> str:
+    """The text of ``path`` if it is a regular file of at most ``TEMPLATE_MAX_BYTES`` of UTF-8,
+    else ``ConfigError``: a FIFO or a device would block the dry run, or never end."""
+    file = Path(path).expanduser()
+    try:
+        kind = _not_regular(os.stat(file).st_mode)
+        if kind is None:
+            descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # (swapped for a FIFO since)
+            with os.fdopen(descriptor, "rb") as handle:
+                kind = _not_regular(os.fstat(handle.fileno()).st_mode)
+                data = b"" if kind else handle.read(TEMPLATE_MAX_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"reward.judge_template: {path} cannot be read ({error})") from None
+    if kind is not None:
+        raise ConfigError(
+            f"reward.judge_template: {path} is {kind}, not a regular file; give a text file"
+        )
+    if len(data) > TEMPLATE_MAX_BYTES:
+        raise ConfigError(
+            f"reward.judge_template: {path} is larger than {TEMPLATE_MAX_BYTES // 1024} KiB, "
+            "which no judge prompt needs; give the template alone"
+        )
+    try:
+        return data.decode()
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"reward.judge_template: {path} is not UTF-8 text ({error})") from None
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is, if it is not a regular file."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def compile_parser(pattern: str) -> re.Pattern[str]:
@@ -131,7 +190,10 @@ class JudgeScorer:
             from transformers import AutoModelForCausalLM
 
             self.model = AutoModelForCausalLM.from_pretrained(
-                str(directory), dtype=DTYPES[config.actor.model.dtype]
+                str(directory),
+                dtype=DTYPES[config.actor.model.dtype],
+                trust_remote_code=False,
+                use_safetensors=True,
             ).to(device)
             self.model.eval()
         self.device = device

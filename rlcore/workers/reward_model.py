@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from rlcore.config.errors import ConfigError
+from rlcore.models.folder_safety import check_score_head
 from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
 
 
@@ -43,8 +44,8 @@ def encoded_in_parts(scorer: Any, texts: list[str]) -> Iterator[Any]:
 
 
 def check_reward_model(path: str) -> Path:
-    """``path`` as a folder holding a sequence-classification model with one label and its
-    tokenizer, or ``ConfigError`` naming ``reward.model_path``."""
+    """``path`` as a folder holding a sequence-classification model with one label, its score
+    head and its tokenizer, or ``ConfigError`` naming ``reward.model_path``."""
     directory, described, architectures = described_model(path)
     labels = described.get("num_labels", len(described.get("id2label") or {}) or 2)
     if not any(a.endswith("ForSequenceClassification") for a in architectures) or labels != 1:
@@ -54,6 +55,7 @@ def check_reward_model(path: str) -> Path:
             "(AutoModelForSequenceClassification, num_labels=1), e.g. one trained by "
             "examples/reasoning/train_reward_model.py"
         )
+    check_score_head(directory, "reward.model_path")
     return directory
 
 
@@ -79,9 +81,20 @@ class ModelScorer:
         directory = check_reward_model(reward.model_path)
         self.tokenizer = load_tokenizer(directory)
         self.tokenizer.padding_side = "right"
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            str(directory), dtype=DTYPES[config.actor.model.dtype]
-        ).to(device)
+        self.model, loaded = AutoModelForSequenceClassification.from_pretrained(
+            str(directory),
+            dtype=DTYPES[config.actor.model.dtype],
+            trust_remote_code=False,
+            use_safetensors=True,
+            output_loading_info=True,
+        )
+        if loaded["missing_keys"]:  # (check_score_head's verdict, by transformers' own loader)
+            raise ConfigError(
+                f"reward.model_path: {directory} lacks weights the model needs "
+                f"({', '.join(sorted(loaded['missing_keys']))}), which would start at random; "
+                "give the folder of a trained reward model"
+            )
+        self.model = self.model.to(device)
         self.model.eval()
         if self.model.config.pad_token_id is None:  # the score is read before the padding
             self.model.config.pad_token_id = self.tokenizer.pad_token_id

@@ -193,7 +193,7 @@ class SGLangEngine:
 
             from rlcore.scheduler.weight_buckets import layout
 
-            model_config = AutoConfig.from_pretrained(self.model_dir)
+            model_config = AutoConfig.from_pretrained(self.model_dir, trust_remote_code=False)
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(
                     model_config, dtype=getattr(torch, self.config.actor.model.dtype)

@@ -22,18 +22,46 @@ from torch.distributed.checkpoint.metadata import StorageMeta
 
 from rlcore.workers.state_files import UnsafeCheckpoint
 
-# (module, name) pairs the metadata of a checkpoint torch wrote holds (measured: a model's and
-# an AdamW optimiser's state under torch 2.x), with torch's dtypes, layouts and memory formats
-# (Megatron's dist_checkpointing adds its save plans: torch's planner dataclasses)
-METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner")
-ALLOWED = {
-    ("pathlib", "PosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("collections", "OrderedDict"),
-}
+# The (module, name) pairs torch's writers put in a checkpoint's metadata, measured (torch 2.13:
+# FSDP2 on gloo of a model in float32 and bfloat16 with AdamW; Megatron's dist_checkpointing,
+# which adds its save plans), admitted by exact pair: pickle resolves a dotted name
+# ("Metadata.__init__.__globals__", protocol 4) by walking attributes out of any admitted
+# module, so admitting a module admits everything reachable from it.
+ALLOWED = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("pathlib", "PosixPath"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),  # a layout by its name, from torch's own table
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        *(
+            ("torch.distributed.checkpoint.metadata", name)
+            for name in (
+                "BytesStorageMetadata",
+                "ChunkStorageMetadata",
+                "Metadata",
+                "MetadataIndex",
+                "StorageMeta",
+                "TensorProperties",
+                "TensorStorageMetadata",
+                "_MEM_FORMAT_ENCODING",
+            )
+        ),
+        # Megatron's save plans; BytesIOWriteData is the bytes twin of TensorWriteData
+        *(
+            ("torch.distributed.checkpoint.planner", name)
+            for name in (
+                "BytesIOWriteData",
+                "SavePlan",
+                "TensorWriteData",
+                "WriteItem",
+                "WriteItemType",
+            )
+        ),
+    }
+)
+# a tensor's dtype pickles as ("torch", "float32"): each of torch's dtypes, by exact name
+DTYPES = frozenset(name for name, value in vars(torch).items() if isinstance(value, torch.dtype))
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -42,12 +70,10 @@ class _MetadataUnpickler(pickle.Unpickler):
         self.path = path
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in ALLOWED or module in METADATA_MODULES:
+        if (module, name) in ALLOWED:
             return super().find_class(module, name)
-        if module == "torch" and isinstance(
-            getattr(torch, name, None), torch.dtype | torch.layout | torch.memory_format
-        ):
-            return getattr(torch, name)
+        if module == "torch" and name in DTYPES:
+            return vars(torch)[name]
         raise UnsafeCheckpoint(
             f"{self.path} asks to load {module}.{name}, which a checkpoint's metadata never "
             "holds: it was not written by torch.distributed.checkpoint, and is not loaded"

@@ -1,8 +1,11 @@
 """``reward.kind: judge``: the verdict parser on fixed answers, templates refused before the
 start, and the reward component grading with a causal LM (the tiny policy as judge)."""
 
+import os
 import re
 import shutil
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +13,8 @@ from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.models.lm import load_tokenizer
+from rlcore.placement import plan_for_config
+from rlcore.runners.preflight import preflight
 from rlcore.workers.reward_judge import compile_parser, parse_score, read_template
 
 DEFAULT = load_config("reasoning/tiny_arith_ppo", []).reward.judge_parser
@@ -49,6 +54,76 @@ def test_parsers_and_templates_that_cannot_work_are_refused(tmp_path):
     assert "{response}" in read_template(str(tmp_path / "ok.txt"))
     with pytest.raises(ConfigError, match=r"reward\.judge_template: null"):
         load_config("reasoning/tiny_arith_ppo", ["reward.kind=judge", "reward.model_path=x"])
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("Grade {response:>100000000}", "formats {response:>100000000}; rlcore fills each"),
+        ("Grade {response:{prompt}}", "formats {response:{prompt}}"),
+        ("Grade {response!r}", "formats {response!r}; "),
+        ("Grade {response!s:^9}", "formats {response!s:^9}; "),
+        ("Grade {response.upper}", "fills in response.upper, which rlcore does not give"),
+        ("Grade {response[0]}", "fills in response[0], "),
+        ("Grade {prompt.__class__} {response}", "fills in prompt.__class__, "),
+        ("Grade {} {response}", "fills in {}, "),
+        ("Grade {0} {response}", "fills in 0, "),
+    ],
+)
+def test_a_template_that_formats_or_reaches_into_a_placeholder_is_refused(tmp_path, text, says):
+    """A format spec would pad each judge prompt to any size (a memory bomb); an attribute or
+    an item reaches into the objects filled in: only the bare names are filled in."""
+    (tmp_path / "judge.txt").write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        read_template(str(tmp_path / "judge.txt"))
+    message = str(refused.value)
+    assert message.startswith(f"reward.judge_template: {tmp_path / 'judge.txt'} ")
+    assert says in message and "\n" not in message
+
+
+def test_a_template_that_is_no_small_regular_file_is_refused_without_reading_it(tmp_path):
+    fifo = tmp_path / "judge.fifo"
+    os.mkfifo(fifo)  # opened for reading, it would block until a writer comes: forever
+    big = tmp_path / "big.txt"
+    big.write_text("{response}" + "x" * (64 * 1024))
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("{response} \xe9t\xe9".encode("latin-1"))
+    cases = [
+        (fifo, "is a FIFO, not a regular file; give a text file"),
+        (tmp_path, "is a directory, not a regular file"),
+        (Path("/dev/zero"), "is a character device, not a regular file"),
+        (big, "is larger than 64 KiB, which no judge prompt needs"),
+        (latin, "is not UTF-8 text"),
+        (tmp_path / "none.txt", "cannot be read ([Errno 2]"),
+    ]
+    for path, says in cases:
+        done = {}
+        reading = threading.Thread(target=_refusal, args=(path, done), daemon=True)
+        reading.start()
+        reading.join(timeout=20)
+        assert not reading.is_alive(), f"reading {path} blocked"
+        assert done["message"].startswith(f"reward.judge_template: {path} ")
+        assert says in done["message"] and "\n" not in done["message"]
+    (tmp_path / "exactly.txt").write_text("{response}" + "x" * (64 * 1024 - 10))
+    assert read_template(str(tmp_path / "exactly.txt")).startswith("{response}")
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            f"runner.output_dir={tmp_path / 'out'}",
+            "reward.kind=judge",
+            f"reward.model_path={tmp_path}",
+            f"reward.judge_template={fifo}",
+        ],
+    )
+    with pytest.raises(ConfigError, match="is a FIFO, not a regular file"):
+        preflight(config, plan_for_config(config))  # the dry run's checks
+
+
+def _refusal(path, done):
+    try:
+        read_template(str(path))
+    except ConfigError as error:
+        done["message"] = str(error)
 
 
 def judge_setup(tiny_lm, tmp_path):

@@ -4,27 +4,36 @@ refused by name (tests/runners/test_planted_files.py plants them in run folders)
 
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
 
 from rlcore.config import ConfigError
 from rlcore.workers.state_files import CheckpointWriteError, load_state, writing
+from tests.workers.test_shard_reader import planted
 
 UNDER_A_FILE_SIZE_LIMIT = """
-import resource, sys, torch
-from rlcore.workers.state_files import writing
+import resource, sys, warnings, torch
+import torch.distributed.checkpoint as dcp
+from rlcore.workers.state_files import CheckpointWriteError, writing
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
-path = sys.argv[1]
+path, shards = sys.argv[1:]
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+try:  # FSDP2's shards: torch raises a CheckpointException holding each rank's traceback
+    with writing(shards):
+        dcp.save({"weights": torch.zeros(10000)}, checkpoint_id=shards, no_dist=True)
+except CheckpointWriteError as error:
+    print(error)
 with writing(path):
     torch.save({"weights": torch.zeros(10000)}, path)
 """
 
 
 def test_a_write_past_the_file_size_limit_is_named_with_the_limit(tmp_path):
-    path = tmp_path / "trainer_rank0.pt"
+    path, shards = tmp_path / "trainer_rank0.pt", tmp_path / "shards"
     done = subprocess.run(
-        [sys.executable, "-c", UNDER_A_FILE_SIZE_LIMIT, str(path)],
+        [sys.executable, "-c", UNDER_A_FILE_SIZE_LIMIT, str(path), str(shards)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -40,6 +49,11 @@ def test_a_write_past_the_file_size_limit_is_named_with_the_limit(tmp_path):
         "raise the limit"
     )
     assert issubclass(CheckpointWriteError, ConfigError)  # a bad input: one line, no restart
+    assert done.stdout.startswith(f"{shards}: the checkpoint could not be written (")
+    assert done.stdout.strip().endswith(
+        "a file-size limit of 20000 bytes (ulimit -f): free space, or raise the limit"
+    )
+    assert done.stdout.count("\n") == 1 and "CheckpointException" not in done.stderr
 
 
 def test_a_full_disk_is_named_and_other_errors_pass_through(tmp_path):
@@ -59,3 +73,30 @@ def test_damaged_and_empty_files_are_named_not_loaded(tmp_path):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ConfigError, match=rf"{name}: not loaded: torch cannot read it"):
             load_state(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("torch.serialization", "os.system"), ("collections", "OrderedDict.__init__.__globals__")],
+)
+@pytest.mark.parametrize(("protocol", "stack_global"), [(4, True), (4, False), (2, False)])
+def test_a_dotted_global_in_a_pt_file_is_refused_and_runs_nothing(
+    tmp_path, module, name, protocol, stack_global
+):
+    """torch's weights-only unpickler matches globals by exact name too: the walk that the
+    metadata reader refuses (tests/workers/test_shard_reader.py) is refused in a ``.pt``."""
+    torch.save({"a": 1}, tmp_path / "good.pt")
+    marker = tmp_path / "ran"
+    payload = planted(module, name, f"touch {marker}", protocol, stack_global)
+    with (
+        zipfile.ZipFile(tmp_path / "good.pt") as good,
+        zipfile.ZipFile(tmp_path / "bad.pt", "w") as bad,
+    ):
+        for entry in good.infolist():
+            data = good.read(entry)
+            bad.writestr(entry, payload if entry.filename.endswith("/data.pkl") else data)
+    with pytest.raises(ConfigError, match=r"bad.pt: not loaded: it asks for more") as refused:
+        load_state(tmp_path / "bad.pt")
+    assert "\n" not in str(refused.value)
+    assert "allowlist" not in str(refused.value) and "safe_globals" not in str(refused.value)
+    assert not marker.exists()
