@@ -7,8 +7,12 @@ process can be killed. Each item gets ``timeout_s`` in one of ``processes`` proc
 starts when a ready process takes it); past it, the process is killed and replaced (by a warm
 spare, already started, when it is ready) and the item's outcome is ``TIMEOUT``. So a batch of N
 items takes at most ``ceil(N / processes) * timeout_s`` plus the restarts, whatever the work
-does. Users: the reward's ``ScoringPool`` (rlcore/rewards/scoring.py) and the rollout's tool
-calls (rlcore/tools/pool.py).
+does; ``run(budget_s=...)`` bounds the whole batch too (work that keeps timing out would
+otherwise cost a deadline and a restarted process per item): past it, the items running are
+stopped (``TIMEOUT``) and those not started are ``SKIPPED``, as they are once more than
+``max_timeouts`` items timed out (for a caller that gives up on such a batch anyway). Users:
+the reward's ``ScoringPool`` (rlcore/rewards/scoring.py) and the rollout's tool calls
+(rlcore/tools/pool.py).
 
 The protocol of a process's ``serve(conn, payload)``: it sends ``("ready", None)`` once set up
 (or ``("failed", message)`` and returns), then answers each ``(index, *item)`` with
@@ -18,6 +22,7 @@ The protocol of a process's ``serve(conn, payload)``: it sends ``("ready", None)
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -53,6 +58,60 @@ def serve_items(
         conn.send((index, answer(state, index, tuple(item))))
 
 
+class Overtime(BaseException):
+    """Raised in a process's main thread at its ``SoftDeadline`` (a ``BaseException``: the
+    ``except Exception`` of the code it stops does not swallow it)."""
+
+
+class SoftDeadline:
+    """The process side's own deadline, a little before the pool's: at it, a watchdog thread
+    sends SIGUSR1 to the main thread, whose handler raises ``Overtime`` there, which stops
+    Python-level work (a ``time.sleep``, sympy's loops) without the kill and the restart that
+    the pool's deadline costs. Code stuck in C (a huge integer power) does not see it: the
+    pool's kill remains the deadline that holds. SIGUSR1, not SIGALRM: math-verify and users'
+    timeout decorators set and cancel the alarm. Install in the main thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._main = threading.main_thread().ident
+        self._wake = threading.Condition()
+        self._deadline: float | None = None
+        self._fired = False
+        signal.signal(signal.SIGUSR1, self._raise)
+        threading.Thread(target=self._watch, daemon=True, name="soft-deadline").start()
+
+    @contextlib.contextmanager
+    def within(self, seconds: float) -> Any:
+        """``Overtime`` in this block past ``seconds``."""
+        with self._wake:
+            self._deadline, self._fired = time.monotonic() + seconds, False
+            self._wake.notify()
+        try:
+            yield
+        finally:
+            with self._wake:
+                self._deadline, self._fired = None, False
+
+    def _raise(self, signum: int, frame: Any) -> None:
+        if self._fired:  # (a signal still pending after the block ended is ignored)
+            self._fired = False
+            raise Overtime
+
+    def _watch(self) -> None:
+        with self._wake:
+            while True:
+                if self._deadline is None:
+                    self._wake.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._wake.wait(left)
+                    continue
+                self._deadline, self._fired = None, True
+                signal.pthread_kill(self._main, signal.SIGUSR1)
+
+
 class PoolFailed(RuntimeError):
     """A process could not set up (its ``"failed"`` message), or none started in time."""
 
@@ -67,6 +126,7 @@ class Outcome:
 
 
 TIMEOUT = Outcome("timeout")
+SKIPPED = Outcome("skipped")  # not started: the batch's budget was spent, or too many timed out
 
 
 class DeadlinePool:
@@ -94,34 +154,71 @@ class DeadlinePool:
         child.close()
         return process, parent
 
-    def run(self, items: list[tuple], stop_on_death: bool = False) -> list[Outcome]:
+    def run(
+        self,
+        items: list[tuple],
+        stop_on_death: bool = False,
+        budget_s: float | None = None,
+        max_timeouts: int | None = None,
+        timed_out: Callable[[Any], bool] | None = None,
+    ) -> list[Outcome]:
         """One ``Outcome`` per item, in order. ``stop_on_death``: return at the first process
-        that dies on an item (its outcome "died", the items not done ``None``)."""
+        that dies on an item (its outcome "died", the items not done ``None``). ``budget_s``:
+        the whole batch's seconds, counted from its first item's start; ``max_timeouts``: the
+        ``TIMEOUT`` items (and results that ``timed_out`` says timed out in their process: a
+        ``SoftDeadline``) after which the rest are not run (see the module docstring)."""
         busy: dict[int, tuple[int, float]] = {}  # worker -> (index, deadline)
+        limits = (budget_s, max_timeouts, timed_out)
         try:
-            return self._run(items, busy, stop_on_death)
+            return self._run(items, busy, stop_on_death, *limits)
         except BaseException:  # Ctrl-C, a failed start: no process keeps a stale item
             for worker in busy:
                 self._replace(worker)
             raise
 
     def _run(
-        self, items: list[tuple], busy: dict[int, tuple[int, float]], stop_on_death: bool
+        self,
+        items: list[tuple],
+        busy: dict[int, tuple[int, float]],
+        stop_on_death: bool,
+        budget_s: float | None,
+        max_timeouts: int | None,
+        timed_out: Callable[[Any], bool] | None,
     ) -> list[Outcome]:
         results: list[Outcome | None] = [None] * len(items)
         todo = deque(enumerate(items))
         idle = [w for w, ready in enumerate(self._ready) if ready]
+        end = math.inf  # the batch's deadline, set when its first item starts
+        timeouts = 0
         while todo or busy:
+            spent = time.monotonic() >= end
+            if spent or (max_timeouts is not None and timeouts > max_timeouts):
+                for worker, (index, _) in busy.items():  # (stopped mid-item)
+                    self._replace(worker)
+                    results[index] = TIMEOUT if spent else SKIPPED
+                busy.clear()
+                for index, _ in todo:
+                    results[index] = SKIPPED
+                break
             while todo and idle:
                 worker, (index, item) = idle.pop(), todo.popleft()
                 self._workers[worker][1].send((index, *item))
-                busy[worker] = (index, time.monotonic() + self.timeout_s)
+                now = time.monotonic()
+                if budget_s is not None and end == math.inf:
+                    end = now + budget_s
+                busy[worker] = (index, min(now + self.timeout_s, end))
             starting = [w for w, ready in enumerate(self._ready) if not ready]
             deadlines = [deadline for _, deadline in busy.values()]
-            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else START_TIMEOUT_S
+            wait_s = (
+                max(0.0, min(deadlines) - time.monotonic())
+                if deadlines
+                else min(START_TIMEOUT_S, max(0.0, end - time.monotonic()))
+            )
             conns = {self._workers[w][1]: w for w in [*busy, *starting]}
             answered = multiprocessing.connection.wait(list(conns), timeout=wait_s)
             if not answered and not busy:
+                if time.monotonic() >= end:  # the budget ran out waiting for a restart
+                    continue
                 raise PoolFailed(f"no process started within {START_TIMEOUT_S:g} s")
             for conn in answered:
                 worker = conns[conn]
@@ -147,6 +244,7 @@ class DeadlinePool:
                     idle.append(worker)
                     continue
                 results[index] = Outcome("ok", result)
+                timeouts += timed_out is not None and timed_out(result)
                 del busy[worker]
                 if self._ready[worker]:
                     idle.append(worker)
@@ -155,6 +253,7 @@ class DeadlinePool:
                 if now >= deadline:
                     self._replace(worker)
                     results[index] = TIMEOUT
+                    timeouts += 1
                     del busy[worker]
                     if self._ready[worker]:  # the warm spare
                         idle.append(worker)

@@ -349,7 +349,10 @@ class RolloutConfig(GroupKeys):
         range="> 0",
     )
     tool_processes: int = key(
-        2, doc="processes running tool calls side by side (each a Python process)", range=">= 1"
+        2,
+        doc="processes running tool calls side by side (each a Python process; each python "
+        "tool call adds a sandbox of its own)",
+        range="[1, 64]",
     )
     interaction: str | None = key(
         None,
@@ -402,8 +405,9 @@ class RewardConfig(GroupKeys):
     )
     timeout_s: float = key(
         2.0,
-        doc="seconds scoring one response may take (kinds math and custom); past it, its "
-        "scoring process is killed and replaced and the response scores 0 (counted in "
+        doc="seconds scoring one response may take (kinds math and custom): Python-level work "
+        "is stopped in its scoring process at 0.8 of it, code stuck in C by killing and "
+        "replacing the process at the whole; the response scores 0 (counted in "
         "reward/timeouts)",
         range="> 0",
     )
@@ -420,6 +424,23 @@ class RewardConfig(GroupKeys):
         "would take minutes per batch with no end in sight; 1 = never",
         range="[0, 1]",
     )
+    batch_timeout_s: float | None = key(
+        60.0,
+        doc="seconds scoring one batch may take on a reward rank (kinds math and custom); past "
+        "it, the responses not yet scored score 0 and count as timed out (one warning line; "
+        "reward.max_timeout_share applies to them), so a reward that keeps timing out costs "
+        "this, not a killed and restarted process per response; at least reward.timeout_s; "
+        "null = no limit but each response's",
+        range="> 0",
+    )
+    score_range: list[float] = key(
+        factory=lambda: [-1e4, 1e4],
+        doc="[low, high]: every reward (each kind, custom functions, reward models, judges, "
+        "services; the score after reward.combine and the overlong penalty) must be a finite "
+        "number within it, else the run ends naming the reward and the value: NaN, infinities "
+        "or 1e308 would make every optimiser step non-finite, and be skipped without a word",
+        range="any",
+    )
     sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model", "judge"]] = key(
         factory=dict,
         doc="the reward kind of the rows of each data source (verl's data_source column), e.g. "
@@ -429,13 +450,15 @@ class RewardConfig(GroupKeys):
     model_path: str | None = key(
         None,
         doc="kind model: a folder holding a sequence-classification model with one label (its "
-        "logit is the score) and its tokenizer; kind judge: a causal LM and its tokenizer",
+        "logit is the score), its trained score head and its tokenizer; kind judge: a causal LM "
+        "and its tokenizer (either: safetensors weights, no custom code)",
         path=True,
     )
     judge_template: str | None = key(
         None,
-        doc="kind judge: a text file, the judge's prompt, with {response} and optionally "
-        "{prompt} and {answer} filled in (a literal brace written twice)",
+        doc="kind judge: a text file (at most 64 KiB), the judge's prompt, with {response} and "
+        "optionally {prompt} and {answer} filled in as they are (no format spec; a literal "
+        "brace written twice)",
         path=True,
     )
     judge_parser: str = key(

@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcore.data.answers import math_verify_seconds
-from rlcore.procpool import serve_items
+from rlcore.procpool import Overtime, SoftDeadline, serve_items
 from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
+
+# A response is stopped in its scoring process at this share of reward.timeout_s, so that the
+# process goes on, before the pool kills and replaces it at the whole of it (procpool.py).
+SOFT_SHARE = 0.8
 
 
 class BadReward(Exception):
@@ -55,6 +59,23 @@ class Verdict:
     # "correct" (1 or 0) and "format" (1 when an answer in the expected form was found); a
     # custom function, every number in the dict it returns. None: a timed-out response (all 0).
     components: dict[str, float] | None = None
+
+
+def _finite(number: int | float) -> bool:
+    """Whether ``number`` is finite as a float (an int past 1.8e308 is not)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
+def shown_value(value: Any) -> str:
+    """``value`` as a one-line message shows it: its repr, cut past 40 characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # (an int past Python's 4300-digit conversion limit)
+        return "an integer of over 4300 digits"
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def _plain(value: Any) -> Any:
@@ -128,18 +149,20 @@ def judge(
         score = returned.get("score") if isinstance(returned, dict) else _plain(returned)
         if isinstance(score, bool) or not isinstance(score, int | float):
             raise BadReward(
-                f"{where} returned {returned!r}; return a number, or "
+                f"{where} returned {shown_value(returned)}; return a number, or "
                 "{'score': number, 'correct': bool}"
             )
-        if not math.isfinite(score):
-            raise BadReward(f"{where} returned {score}; rewards must be finite numbers")
+        if not _finite(score):
+            raise BadReward(
+                f"{where} returned {shown_value(score)}; rewards must be finite numbers"
+            )
         components = {"score": float(score)}
         if isinstance(returned, dict):
             for name, value in returned.items():
                 if isinstance(value, int | float) and isinstance(name, str):  # bools too
-                    if not math.isfinite(value):
+                    if not _finite(value):
                         raise BadReward(
-                            f"{where} returned {name}={value}; the numbers it "
+                            f"{where} returned {name}={shown_value(value)}; the numbers it "
                             "returns must be finite"
                         )
                     components[name] = float(value)
@@ -173,10 +196,15 @@ def serve(conn: Any, rules: Rules) -> None:
             )
         return custom
 
+    soft = SoftDeadline()
+
     def answer(custom: Any, index: int, item: tuple) -> Any:
         response, reference, *context = item  # (context: data_source, extra_info)
         try:
-            return judge(rules, custom, response, reference, index, *context)
+            with soft.within(SOFT_SHARE * rules.timeout_s):
+                return judge(rules, custom, response, reference, index, *context)
+        except Overtime:  # stopped here, so this process goes on (no kill, no restart)
+            return Verdict(0.0, False, timed_out=True)
         except BadReward as error:
             return str(error)
         except Exception as error:  # the rules themselves failing: say where

@@ -13,11 +13,16 @@ Answer: status 200 and
 
 Extra fields are allowed both ways. A batch goes in requests of ``reward.remote_batch_size``
 items, ``reward.remote_concurrency`` of them in flight. A request that fails (no connection,
-past ``reward.remote_timeout_s``, status 5xx or 429) is tried again ``reward.remote_retries``
-times, waiting 0.5 s, 1 s, 2 s ... between tries; one that still fails, or is answered with a
-4xx status or a malformed body, is a failure. ``reward.on_error`` says what a failure does:
-``raise`` ends the run with one line naming the URL and what went wrong; ``zero`` scores the
-request's items 0, counted in ``reward/remote_failures`` and said on stderr.
+no whole answer within ``reward.remote_timeout_s``, status 5xx or 429) is tried again
+``reward.remote_retries`` times, waiting 0.5 s, 1 s, 2 s ... between tries; one that still
+fails, or is answered with another status (a 3xx too: redirects are not followed) or a
+malformed body, is a failure. Malformed: not JSON, over ``MAX_ANSWER_BYTES``, nested deeper
+than Python's JSON reader allows, an integer longer than Python converts, not one score per
+item, or a score that is not a finite number within ``reward.score_range``.
+``reward.on_error`` says what a failure does: ``raise`` ends the run with one line naming the
+URL (never its credentials: they are refused before the start) and what went wrong; ``zero``
+scores the request's items 0, counted in ``reward/remote_failures`` and said on stderr. Each
+try's cost is bounded whatever the service does (``bounded_post``).
 """
 
 from __future__ import annotations
@@ -26,16 +31,20 @@ import json
 import math
 import socket
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from rlcore.config.errors import ConfigError
+from rlcore.config.service_url import redacted, url_problem
+from rlcore.rewards.bounded_post import PostFailed, bounded_post
+from rlcore.rewards.judge import shown_value
 
 BACKOFF_S = 0.5  # the first wait before trying a request again; doubled at each try
+# An answer is a few bytes per item; this leaves room for extra fields (echoed items) while a
+# service that streams without end cannot fill the reward worker's memory.
+MAX_ANSWER_BYTES = 16 << 20
 
 
 class RemoteRewardError(ConfigError):
@@ -63,6 +72,9 @@ class _Failure(Exception):
 def check_reachable(url: str, timeout_s: float = 5.0) -> None:
     """``ConfigError`` unless something accepts connections at ``url``'s host and port (what the
     dry run and the start check; the contract's POST is not sent)."""
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"reward.url: {problem}")
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -70,8 +82,8 @@ def check_reachable(url: str, timeout_s: float = 5.0) -> None:
             pass
     except OSError as error:
         raise ConfigError(
-            f"reward.url: {url} is unreachable ({type(error).__name__}: {error}); start the "
-            "reward service, or check the address"
+            f"reward.url: {redacted(url)} is unreachable ({type(error).__name__}: {error}); "
+            "start the reward service, or check the address"
         ) from None
 
 
@@ -81,6 +93,8 @@ class RemoteScorer:
 
     def __init__(self, config: Any) -> None:
         self.url = config.url
+        self.shown = redacted(config.url)  # (credentials are refused earlier; never shown)
+        self.score_range = tuple(config.score_range)
         self.batch_size = config.remote_batch_size
         self.timeout_s = config.remote_timeout_s
         self.retries = config.remote_retries
@@ -122,7 +136,7 @@ class RemoteScorer:
                     break
         tries = f"{attempt + 1} tr{'y' if attempt == 0 else 'ies'}"
         message = (
-            f"reward.url: {self.url} failed a request of {len(chunk)} items ({tries}): {problem}"
+            f"reward.url: {self.shown} failed a request of {len(chunk)} items ({tries}): {problem}"
         )
         if self.on_error == "raise":
             raise RemoteRewardError(
@@ -132,41 +146,53 @@ class RemoteScorer:
         return message
 
     def _post(self, body: bytes, count: int) -> tuple[list[float], list[bool] | None]:
-        request = urllib.request.Request(
-            self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            retry = error.code >= 500 or error.code == 429
-            raise _Failure(f"status {error.code} {error.reason}", retry) from None
-        except TimeoutError:  # (socket.timeout is TimeoutError)
-            seconds = f"{self.timeout_s:g}"
-            raise _Failure(f"no answer in reward.remote_timeout_s={seconds} s", True) from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise _Failure(f"{type(reason).__name__}: {reason}", True) from None
-        return _parse(raw, count)
+            answer = bounded_post(self.url, body, self.timeout_s, MAX_ANSWER_BYTES)
+        except PostFailed as failure:
+            raise _Failure(str(failure), failure.retry) from None
+        if 300 <= answer.status < 400:
+            raise _Failure(
+                f"status {answer.status} redirects to {answer.location!r}, which is not "
+                "followed; set reward.url to the address that scores",
+                False,
+            )
+        if answer.status != 200:
+            retry = answer.status >= 500 or answer.status == 429
+            raise _Failure(f"status {answer.status} {answer.reason}", retry)
+        return _parse(answer.body, count, self.score_range)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _parse(raw: bytes, count: int) -> tuple[list[float], list[bool] | None]:
+def _parse(
+    raw: bytes, count: int, score_range: tuple[float, float]
+) -> tuple[list[float], list[bool] | None]:
     """The answer's scores (and verdicts), or a ``_Failure`` saying what is malformed."""
     try:
         answer = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except RecursionError:
+        raise _Failure(
+            "the answer is nested deeper than Python's JSON reader allows", False
+        ) from None
+    except (ValueError, UnicodeDecodeError) as error:  # (JSONDecodeError is a ValueError)
+        if "integer string conversion" in str(error):
+            raise _Failure("the answer holds an integer of over 4300 digits", False) from None
         raise _Failure(f"the answer is not JSON: {raw[:80]!r}", False) from None
     scores = answer.get("scores") if isinstance(answer, dict) else None
     if not isinstance(scores, list) or len(scores) != count:
         got = "no 'scores' list" if not isinstance(scores, list) else f"{len(scores)} scores"
         raise _Failure(f"the answer has {got} for {count} items", False)
-    if not all(
-        isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s) for s in scores
-    ):
-        raise _Failure(f"a score is not a finite number: {scores[:5]}", False)
+    low, high = score_range
+    for index, score in enumerate(scores):
+        # (ints compared as they are: a 4000-digit one has no float)
+        number = isinstance(score, int | float) and not isinstance(score, bool)
+        if not number or not (low <= score <= high) or not math.isfinite(float(score)):
+            raise _Failure(
+                f"score {index} is {shown_value(score)}, not a finite number in reward.score_range "
+                f"[{low:g}, {high:g}]",
+                False,
+            )
     correct = answer.get("correct")
     if correct is not None and (
         not isinstance(correct, list)

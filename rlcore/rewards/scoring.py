@@ -1,11 +1,17 @@
 """``ScoringPool``: judging that may not finish (math-verify's sympy, a user's function) runs in
 worker processes under a deadline that holds (``rlcore.procpool.DeadlinePool``).
 
-Each response gets ``reward.timeout_s`` in one of ``reward.num_processes`` processes; past it,
-the process is killed and replaced, and the response scores 0 and counts as timed out. So a
+Each response gets ``reward.timeout_s`` in one of ``reward.num_processes`` processes: Python-
+level work (a sleep, sympy's loops) is stopped in its process at 0.8 of it
+(``procpool.SoftDeadline``), which goes on; past the whole of it (code stuck in C), the process
+is killed and replaced. Either way the response scores 0 and counts as timed out. So a
 batch of B responses takes at most ``ceil(B / num_processes) * timeout_s`` plus the restarts,
-whatever the scorer does; a batch where most time out ends the run
-(``reward.max_timeout_share``, in the reward worker). The verdicts themselves: ``judge.py``.
+whatever the scorer does, and at most ``reward.batch_timeout_s`` in all: past it, the
+responses being scored are stopped and those not started are not scored (both score 0 and
+count as timed out), so a scorer that keeps timing out costs the budget, not a deadline and a
+restarted process per response. A batch where most time out ends the run
+(``reward.max_timeout_share``, in the reward worker), as soon as that many have: the rest are
+not scored. The verdicts themselves: ``judge.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcore.config.errors import ConfigError
-from rlcore.procpool import START_TIMEOUT_S, DeadlinePool, PoolFailed
+from rlcore.procpool import SKIPPED, START_TIMEOUT_S, DeadlinePool, PoolFailed
 from rlcore.rewards.judge import Rules, Verdict, judge, serve
 
 __all__ = ["RewardError", "Rules", "ScoringPool", "Verdict", "judge"]
@@ -32,14 +38,24 @@ class ScoringPool:
         that ``reward.kind`` auto routes to it)."""
         self.rules = Rules.of(config, kind)
         self.timeout_s = config.timeout_s
+        self.budget_s = config.batch_timeout_s
         self.pool = DeadlinePool(serve, self.rules, config.num_processes, config.timeout_s)
+        self.unscored = 0  # the last batch's responses not scored (the budget, max_timeouts)
 
-    def score(self, pairs: list[tuple]) -> list[Verdict]:
+    def score(self, pairs: list[tuple], max_timeouts: int | None = None) -> list[Verdict]:
         """One verdict per ``(response, answer)`` (or ``(response, answer, data_source,
         extra_info)``, for a custom function written as verl's), in order; ``RewardError`` for
-        a bad reward, or a scoring process that died (not a timeout: that scores 0)."""
+        a bad reward, or a scoring process that died (not a timeout: that scores 0). Past
+        ``reward.batch_timeout_s``, or once over ``max_timeouts`` responses timed out, the rest
+        are not scored: they score 0 as timed out, counted in ``unscored``."""
         try:
-            outcomes = self.pool.run(pairs, stop_on_death=True)
+            outcomes = self.pool.run(
+                pairs,
+                stop_on_death=True,
+                budget_s=self.budget_s,
+                max_timeouts=max_timeouts,
+                timed_out=lambda result: getattr(result, "timed_out", False),
+            )
         except PoolFailed as error:
             if str(error).startswith("no process started"):
                 raise RewardError(
@@ -47,6 +63,7 @@ class ScoringPool:
                 ) from None
             raise RewardError(f"reward.custom_fn: {self.rules.custom_fn}: {error}") from None
         verdicts = []
+        self.unscored = sum(outcome is SKIPPED for outcome in outcomes)
         for index, outcome in enumerate(outcomes):
             if outcome is not None and outcome.kind == "died":
                 scorer = (
@@ -56,7 +73,7 @@ class ScoringPool:
                     f"{scorer}: the scoring process died on response {index}, {outcome.result}; "
                     "not a timeout"
                 )
-            if outcome.kind == "timeout" or outcome.result is None:
+            if outcome.kind in ("timeout", "skipped") or outcome.result is None:
                 verdicts.append(Verdict(0.0, False, timed_out=True))
             elif isinstance(outcome.result, str):
                 raise RewardError(outcome.result)

@@ -4,6 +4,7 @@ reference answers with the rules of ``rlcore.rewards``."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.schema import ReasoningConfig
+from rlcore.config.service_url import redacted
 from rlcore.data.answers import scorer_of
 from rlcore.log import warn
 from rlcore.models.lm import load_tokenizer
@@ -85,7 +87,12 @@ class RewardWorker:
             context = [(sources[i], extras[i]) for i in ruled]
             read = [(own[i] if rules[i] in ("gsm8k", "math") else texts[i]) for i in ruled]
             ruled_pairs = [(text, pairs[i][1]) for text, i in zip(read, ruled, strict=True)]
-            found = self._judge(ruled_pairs, [rules[i] for i in ruled], context)
+            allowed = (
+                max(1, int(self.config.max_timeout_share * len(texts)))
+                if self.config.max_timeout_share < 1
+                else None
+            )
+            found = self._judge(ruled_pairs, [rules[i] for i in ruled], context, allowed)
             for i, verdict in zip(ruled, found, strict=True):
                 verdicts[i] = verdict
         failures = model_scores = None
@@ -117,6 +124,7 @@ class RewardWorker:
             for i, verdict in zip(modelled, combined, strict=True):
                 verdicts[i] = verdict
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
+        unscored = "" if not ruled else self._unscored_said()
         if len(late) >= 2 and len(late) > self.config.max_timeout_share * len(texts):
             scorer = (
                 f"reward.custom_fn {self.config.custom_fn}"
@@ -125,15 +133,15 @@ class RewardWorker:
             )
             raise RewardError(
                 f"reward.max_timeout_share: {len(late)} of {len(texts)} responses of a batch "
-                f"took over reward.timeout_s={self.config.timeout_s:g} s with {scorer} on the "
-                f"answers of {self.data}; check the reward and the answers, or raise "
-                "reward.timeout_s"
+                f"took over reward.timeout_s={self.config.timeout_s:g} s{unscored} with "
+                f"{scorer} on the answers of {self.data}; check the reward and the answers, or "
+                f"raise reward.timeout_s{' or reward.batch_timeout_s' if unscored else ''}"
             )
         if late:
             sample = texts[late[0]][-200:].replace("\n", " ")
             warn(
                 f"reward: {len(late)} of {len(texts)} responses took over "
-                f"reward.timeout_s={self.config.timeout_s:g} s and score 0; response "
+                f"reward.timeout_s={self.config.timeout_s:g} s{unscored} and score 0; response "
                 f"{late[0]} ends: {sample!r}"
             )
         rows = {
@@ -152,6 +160,7 @@ class RewardWorker:
                 lengths, self.max_response_length, buffer.len, buffer.penalty_factor
             )
             rows["scores"] = rows["scores"] + rows["overlong_penalty"]
+        self._check_rewards(verdicts, kinds, rows["scores"], model_scores, modelled)
         if self.component_keys:
             rows["reward_components"] = self._components(verdicts, rows.get("overlong_penalty"))
         if failures is not None:  # per row, so that the batch's sum is the count
@@ -192,7 +201,7 @@ class RewardWorker:
         if answer.failed:
             warn(
                 f"reward: {answer.failed} of {len(items)} responses score 0: their requests to "
-                f"reward.url {self.config.url} failed (reward.on_error=zero)"
+                f"reward.url {redacted(self.config.url)} failed (reward.on_error=zero)"
             )
         judged = answer.correct is not None
         verdicts = [
@@ -231,12 +240,71 @@ class RewardWorker:
             for v, m in zip(verdicts, model_scores, strict=True)
         ]
 
+    def _check_rewards(
+        self,
+        verdicts: list[Verdict],
+        kinds: list[str],
+        scores: torch.Tensor,
+        model_scores: torch.Tensor | None,
+        modelled: list[int],
+    ) -> None:
+        """``RewardError`` naming the reward and the value unless every reward, its source's
+        (a model's before ``reward.combine`` too) and the final one, is a finite number within
+        ``reward.score_range``: a NaN or an infinity would make every optimiser step
+        non-finite, and each be skipped without a word."""
+        low, high = self.config.score_range
+        given = [(i, v.score, "") for i, v in enumerate(verdicts)]
+        if model_scores is not None:
+            given += [(i, float(model_scores[i]), " (before reward.combine)") for i in modelled]
+        shaped = (
+            " with reward.overlong_buffer's penalty" if self.config.overlong_buffer.enable else ""
+        )
+        given += [(i, float(score), shaped) for i, score in enumerate(scores.tolist())]
+        for i, value, when in given:
+            if not (math.isfinite(value) and low <= value <= high):
+                raise RewardError(
+                    f"reward.score_range: response {i} scored {value:g}{when} by "
+                    f"{self._source(kinds[i])}, outside [{low:g}, {high:g}] or not a finite "
+                    "number (it would make the optimiser skip its steps); fix the reward, or "
+                    "widen reward.score_range"
+                )
+
+    def _source(self, kind: str) -> str:
+        """A reward kind as messages name it, with the key that says where it comes from."""
+        cfg = self.config
+        if kind == "custom":
+            return f"reward.custom_fn {cfg.custom_fn}"
+        if kind == "remote":
+            return f"reward.url {redacted(cfg.url)}"
+        if kind in ("model", "judge"):
+            return f"the {kind} at reward.model_path {cfg.model_path}"
+        return f"reward.kind {kind} (reward.correct_score, format_score)"
+
+    def _unscored_said(self) -> str:
+        """The last batch's responses that the scoring pools left unscored, as messages say
+        it ("" for none)."""
+        unscored = sum(pool.unscored for pool in self.pools.values())
+        if not unscored:
+            return ""
+        budget = self.config.batch_timeout_s
+        return (
+            f" or were not scored ({unscored}: past reward.batch_timeout_s={budget:g} s, or "
+            "once too many had timed out)"
+        )
+
     def _judge(
-        self, pairs: list[tuple[str, str]], kinds: list[str], context: list[tuple[Any, Any]]
+        self,
+        pairs: list[tuple[str, str]],
+        kinds: list[str],
+        context: list[tuple[Any, Any]],
+        max_timeouts: int | None = None,
     ) -> list[Any]:
         """Each pair's verdict by its rule: gsm8k's here, math's and custom's in the pool (with
         each row's ``context``, its data_source and extra_info, for a function written as
-        verl's)."""
+        verl's); a pool stops once over ``max_timeouts`` of the batch timed out (the run ends
+        then: ``reward.max_timeout_share``)."""
+        for pool in self.pools.values():
+            pool.unscored = 0
         verdicts: list[Any] = [None] * len(pairs)
         pooled = [i for i, kind in enumerate(kinds) if kind != "gsm8k"]
         for i, kind in enumerate(kinds):
@@ -247,7 +315,9 @@ class RewardWorker:
             if rule not in self.pools:  # (auto or reward.sources: the first row of that rule)
                 self.pools[rule] = ScoringPool(self.config, kind=rule)
             items = [(*pairs[i], *context[i]) for i in rows]
-            for i, verdict in zip(rows, self.pools[rule].score(items), strict=True):
+            late = sum(v is not None and v.timed_out for v in verdicts)
+            left = None if max_timeouts is None else max(0, max_timeouts - late)
+            for i, verdict in zip(rows, self.pools[rule].score(items, left), strict=True):
                 verdicts[i] = verdict
         return verdicts
 

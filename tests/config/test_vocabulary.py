@@ -53,6 +53,9 @@ IMPLICIT = {
 # change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked;
 # runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000;
 # reward.max_timeout_share: 0.1 went on however many timed out;
+# reward.score_range: 0.1 trained on NaN or 1e308 rewards by skipping every step;
+# reward.batch_timeout_s: 0.1 spent a deadline and a process restart per response that timed
+# out, minutes per batch (a batch of these shipped tasks scores in well under a second);
 # cluster.worker_timeout_s: 0.1 waited for a silent worker forever;
 # algorithm.rollout_correction and rollout.calculate_log_probs: off, 0.1 corrected nothing)
 ROLLOUT_CORRECTION = {
@@ -104,6 +107,8 @@ ADDED_SINCE = {
         **ADDED_IN_BOTH_MODES,
         **ROLLOUT_CORRECTION,
         "reward.max_timeout_share": 0.5,
+        "reward.score_range": [-1e4, 1e4],
+        "reward.batch_timeout_s": 60.0,
         "rollout.calculate_log_probs": False,
         # reward.kind remote's and model's keys (0.1 had neither kind)
         "reward.model_path": None,

@@ -71,6 +71,7 @@ def settings(url, **changes):
         remote_timeout_s=5.0,
         remote_retries=2,
         on_error="raise",
+        score_range=(-1e4, 1e4),
     )
     return SimpleNamespace(**(base | changes))
 
@@ -107,7 +108,7 @@ def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(se
         ((400, {"error": "bad"}), "status 400"),
         ((200, b"<html>"), "not JSON"),
         ((200, {"scores": [1.0]}), "1 scores for 2 items"),
-        ((200, {"scores": [1.0, float("nan")]}), "not a finite number"),
+        ((200, {"scores": [1.0, float("nan")]}), "score 1 is nan, not a finite number"),
         ((200, {"scores": [1, 2], "correct": [1, 0]}), "one true or false per item"),
     ]:
         bad = service(lambda it, n, answer=answer: answer)
@@ -119,7 +120,9 @@ def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(se
 
 def test_a_request_past_its_deadline_fails_after_its_retries(service):
     slow = service(lambda it, n: (time.sleep(1.0), lengths(it, n))[1])
-    with pytest.raises(RemoteRewardError, match=r"no answer in reward.remote_timeout_s=0.2 s"):
+    with pytest.raises(
+        RemoteRewardError, match=r"no whole answer within reward.remote_timeout_s=0.2"
+    ):
         RemoteScorer(settings(slow.url, remote_timeout_s=0.2, remote_retries=1)).score(items(1))
     assert len(slow.seen) == 2  # the first try and one retry
 

@@ -10,11 +10,13 @@ from rlcore.config.checks.algorithm import check_gdpo
 from rlcore.config.checks.run import check_update_sizes
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import ENTROPY_CHUNK_SIZE
+from rlcore.config.service_url import url_problem
 
 
 def check_reasoning(config: ReasoningConfig) -> list[str]:
     return [
         *_reward(config),
+        *_reward_limits(config),
         *check_gdpo(config),
         *_micro_batches(config),
         *_share_group_prompts(config),
@@ -173,6 +175,37 @@ def _estimator_inputs(config: ReasoningConfig) -> tuple[str, ...]:
     return ADVANTAGES.entry(adv).traits["inputs"] if adv in ADVANTAGES else ()
 
 
+def _reward_limits(config: ReasoningConfig) -> list[str]:
+    """``reward.score_range`` (a finite [low, high] holding the rule scores) and
+    ``reward.batch_timeout_s`` (no shorter than one response's deadline)."""
+    reward, problems = config.reward, []
+    bounds = reward.score_range
+    if len(bounds) != 2 or not bounds[0] < bounds[1]:
+        problems.append(
+            f"reward.score_range: {list(bounds)}; give [low, high] with low < high, e.g. "
+            "[-10000, 10000]"
+        )
+    else:
+        problems += [
+            f"reward.{name}: {value:g} is outside reward.score_range [{bounds[0]:g}, "
+            f"{bounds[1]:g}], so every response it scores would end the run; widen the range "
+            "or change the score"
+            for name, value in (
+                ("correct_score", reward.correct_score),
+                ("format_score", reward.format_score),
+            )
+            if not bounds[0] <= value <= bounds[1]
+        ]
+    budget = reward.batch_timeout_s
+    if budget is not None and budget < reward.timeout_s:
+        problems.append(
+            f"reward.batch_timeout_s: {budget:g}, shorter than one response's "
+            f"reward.timeout_s={reward.timeout_s:g}; give at least that, or null for no "
+            "batch limit"
+        )
+    return problems
+
+
 def _reward(config: ReasoningConfig) -> list[str]:
     reward, problems = config.reward, []
     used = {reward.kind, *reward.sources.values()}  # every kind that scores some row
@@ -189,11 +222,13 @@ def _reward(config: ReasoningConfig) -> list[str]:
         )
     if not custom and reward.custom_fn is not None:
         problems.append(f"reward.custom_fn: set, but {by}; set reward.kind=custom")
-    if "remote" in used and not (reward.url or "").startswith(("http://", "https://")):
+    if "remote" in used and reward.url is None:
         problems.append(
-            f"reward.url: {reward.url!r}, but {by}: give the remote service's address, "
+            f"reward.url: None, but {by}: give the remote service's address, "
             "e.g. reward.url=http://127.0.0.1:8000/score"
         )
+    elif "remote" in used and url_problem(reward.url):  # (said without its credentials)
+        problems.append(f"reward.url: {url_problem(reward.url)}")
     if "remote" not in used:
         remote_keys = ("url", "remote_batch_size", "remote_concurrency", "remote_timeout_s")
         problems += [
