@@ -1,0 +1,200 @@
+"""Rerun the run figures the docs state (the ledger, benchmarks/claims.yaml) and say which hold.
+
+    .venv/bin/python benchmarks/claims.py --list
+    .venv/bin/python benchmarks/claims.py --cost seconds      # a few minutes in all
+    .venv/bin/python benchmarks/claims.py --name cartpole-make-run [--name ...]
+    .venv/bin/python benchmarks/claims.py --all               # every CPU class: hours
+
+Each selected claim's command runs once per seed, the claims alternated seed by seed (seed 1 of
+every claim, then seed 2 of every claim that has one, ...) so that all see the same machine
+load; claims that read one benchmark's output (the same command and seed) share one run. In a
+command, ``{python}`` is this interpreter, ``{seed}`` the seed and ``{out}`` a temporary folder
+for the run's outputs. A run's figures are read from its last JSON line on
+stdout (matching the claim's ``select``: the summary an entry point prints, or a benchmark's
+median line), each check's ``metric`` a dotted key path in it; the median over the seeds is
+compared with the stated value. Then a table, and one JSON line per claim:
+``{"name", "expected", "measured", "held", "seeds"}`` (``measured``: per check, the value of
+each seed; ``held``: every check's median within its tolerance, or null when a run failed).
+Claims with ``rerun: false`` (figures of an earlier tree, of another project's baseline) are
+listed, never run; ``gpu`` claims run only when named by ``--cost gpu`` or ``--name``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims_ledger import ROOT, Claim, load
+
+TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
+
+
+def last_json(stdout: str, select: dict) -> dict | None:
+    """The last line of ``stdout`` that is a JSON object holding every ``select`` item."""
+    for line in reversed(stdout.splitlines()):
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and all(row.get(k) == v for k, v in select.items()):
+            return row
+    return None
+
+
+def read_metric(row: dict, path: str) -> float | None:
+    """The number at ``path`` in ``row``: keys and list indices joined by dots
+    (``curve.-1.2``: the last validation's accuracy); None where there is none."""
+    value = row
+    for part in path.split("."):
+        if (
+            isinstance(value, list)
+            and part.lstrip("-").isdigit()
+            and -len(value) <= int(part) < len(value)
+        ):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def fill(arg: str, **values: str) -> str:
+    """``arg`` with each ``{name}`` replaced; other braces (Hydra's ``env.kwargs={a:1}``) kept."""
+    for name, value in values.items():
+        arg = arg.replace("{" + name + "}", value)
+    return arg
+
+
+def run_command(claim: Claim, seed: int, cache: dict) -> tuple[str, str]:
+    """The stdout of ``claim``'s command on ``seed`` and an error line ('' if none); a command
+    that several claims share (their figures read from one benchmark's output) runs once."""
+    key = (claim.command, seed)
+    if key in cache:
+        return cache[key]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="claims-") as out:
+        argv = [fill(a, python=sys.executable, seed=str(seed), out=out) for a in claim.command]
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": path},
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S[claim.cost],
+            )
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            cache[key] = (
+                done.stdout,
+                "" if done.returncode == 0 else f"exit {done.returncode}: {tail}",
+            )
+        except subprocess.TimeoutExpired:
+            cache[key] = "", f"timed out after {TIMEOUT_S[claim.cost]} s"
+    return cache[key]
+
+
+def figures(claim: Claim, stdout: str) -> tuple[list[float | None], str]:
+    """Each check's value in the run's output; and an error line, or ''."""
+    row = last_json(stdout, claim.select)
+    if row is None:
+        return [None] * len(claim.checks), f"no JSON line with {claim.select} on stdout"
+    values = [read_metric(row, check.metric) for check in claim.checks]
+    missing = [c.metric for c, v in zip(claim.checks, values, strict=True) if v is None]
+    return values, f"no figure at {', '.join(missing)} in the JSON line" if missing else ""
+
+
+def verdict(claim: Claim, measured: list[list[float | None]]) -> bool | None:
+    """Every check's median over the seeds holds; None where a run gave no figure."""
+    if any(v is None for values in measured for v in values):
+        return None
+    return all(
+        check.holds(statistics.median(values))
+        for check, values in zip(claim.checks, measured, strict=True)
+    )
+
+
+def selected(args: argparse.Namespace, claims: tuple[Claim, ...]) -> list[Claim]:
+    if args.name:
+        return [next(c for c in claims if c.name == n) for n in args.name]
+    costs = {args.cost} if args.cost else {"seconds", "minutes", "hour"}
+    return [c for c in claims if c.rerun and c.cost in costs]
+
+
+def list_claims(claims: tuple[Claim, ...]) -> None:
+    for c in claims:
+        state = "drifted" if c.drifted else ("rerun" if c.rerun else "record")
+        figures = ", ".join(f"{k.metric} {k.op} {k.expected}" for k in c.checks)
+        print(f"{c.name:40} {c.cost:8} {state:8} {c.where[0][0]}  {figures or c.why}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the ledger and exit")
+    parser.add_argument("--cost", choices=("seconds", "minutes", "hour", "gpu"))
+    parser.add_argument("--name", action="append", help="a claim by name (repeatable)")
+    parser.add_argument("--all", action="store_true", help="every CPU claim (hours)")
+    args = parser.parse_args()
+    ledger = load()
+    if args.list:
+        list_claims(ledger.claims)
+        return
+    if not (args.all or args.cost or args.name):
+        parser.error("say which claims: --cost CLASS, --name NAME or --all (--list lists them)")
+    known = {c.name for c in ledger.claims}
+    if unknown := [n for n in args.name or () if n not in known]:
+        parser.error(f"no claim named {', '.join(unknown)}; --list lists them")
+    claims = selected(args, ledger.claims)
+    if any(not c.rerun for c in claims):
+        parser.error(f"not rerunnable: {', '.join(c.name for c in claims if not c.rerun)}")
+    measured = {c.name: [[] for _ in c.checks] for c in claims}
+    outputs: dict = {}
+    for round_ in range(max((len(c.seeds) for c in claims), default=0)):
+        for claim in (c for c in claims if round_ < len(c.seeds)):
+            seed, started = claim.seeds[round_], time.monotonic()
+            stdout, error = run_command(claim, seed, outputs)
+            values, unread = figures(claim, stdout)
+            error = error or unread
+            for column, value in zip(measured[claim.name], values, strict=True):
+                column.append(value)
+            note = f" ({error})" if error else ""
+            print(
+                f"claims: {claim.name} seed {seed}: {values} in "
+                f"{time.monotonic() - started:.0f} s{note}",
+                file=sys.stderr,
+                flush=True,
+            )
+    rows = []
+    for claim in claims:
+        held = verdict(claim, measured[claim.name])
+        for check, values in zip(claim.checks, measured[claim.name], strict=True):
+            shown = " / ".join("-" if v is None else f"{v:g}" for v in values)
+            ok = None if None in values else check.holds(statistics.median(values))
+            word = {True: "held", False: "drifted", None: "failed"}[ok]
+            print(f"{claim.name:40} {check.metric:28} {check.expected:>10g} {shown:>24}  {word}")
+        rows.append(
+            {
+                "name": claim.name,
+                "expected": [c.expected for c in claim.checks],
+                "measured": measured[claim.name],
+                "held": held,
+                "seeds": list(claim.seeds),
+            }
+        )
+    for row in rows:
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Every run figure the docs state is in the ledger (benchmarks/claims.yaml), and every ledger
+entry still points at text the docs hold (issue 55). Text scanning only: no run starts here;
+benchmarks/claims.py reruns the entries."""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HOW_TO_ADD = """add each line's figure to benchmarks/claims.yaml (its header says every field):
+under `claims:` an entry
+
+  - name: NAME
+    where: [[FILE, 'a quote of the figure, verbatim (line breaks may fall anywhere in it)']]
+    command: ['{python}', SCRIPT, 'runner.seed={seed}', ...]
+    seeds: [1, 2, 3]
+    checks: [{metric: SUMMARY_KEY, expected: VALUE, tolerance: HALF_THE_SEEDS_SPREAD}]
+    basis: where the tolerance comes from
+    cost: seconds | minutes | hour | gpu
+
+(or, for a figure of an earlier tree, rerun: false and why: instead of command and checks; or
+one more [FILE, QUOTE] in the `where` of the entry whose run states it). A line that states no
+run's outcome goes under `not_a_claim:` as {file: FILE, quote: QUOTE, reason: WHY}. The lines:"""
+
+
+def _ledger_module():
+    spec = importlib.util.spec_from_file_location(
+        "claims_ledger", ROOT / "benchmarks" / "claims_ledger.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("claims_ledger", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+cl = _ledger_module()
+
+
+@pytest.fixture(scope="module")
+def ledger():
+    return cl.load()
+
+
+def test_every_figure_the_docs_state_is_in_the_ledger(ledger):
+    missing = cl.uncovered(ledger)
+    assert not missing, (
+        f"{len(missing)} line(s) state a run figure the ledger lacks; {HOW_TO_ADD}\n"
+        + "\n".join(missing)
+    )
+
+
+def test_every_ledger_quote_is_still_in_its_file(ledger):
+    stale = cl.stale_quotes(ledger)
+    assert not stale, (
+        "ledger quotes no longer found verbatim (the doc changed: update the quote, and the "
+        "figure if it changed):\n" + "\n".join(stale)
+    )
+
+
+def _named_paths(command: tuple[str, ...]) -> list[Path]:
+    """The scripts and configs a command names, inside a ``bash -c`` string too: a path under
+    examples/, benchmarks/ or tests/ ending .py or .sh, and the config after ``--config``."""
+    text = " ".join(command)
+    scripts = re.findall(r"(?:examples|benchmarks|tests)/[\w/.-]+\.(?:py|sh)", text)
+    configs = re.findall(r"--config[ =]([\w/.-]+)", text)
+    return [ROOT / s for s in scripts] + [ROOT / "configs" / f"{c}.yaml" for c in configs]
+
+
+def test_every_command_names_an_existing_script_and_config(ledger):
+    absent = [
+        f"{claim.name}: {path.relative_to(ROOT)}"
+        for claim in ledger.claims
+        for path in _named_paths(claim.command)
+        if not path.is_file()
+    ]
+    assert not absent, absent
+    runnable = [c for c in ledger.claims if c.rerun]
+    assert all(_named_paths(c.command) for c in runnable), "a rerun command names no script"
+
+
+def test_the_scanner_flags_the_issues_drifted_figures():
+    # the three figures issue 55 found drifted, as they were worded: each is a run figure
+    lines = [
+        "Staying put scores about -33; the command above reaches about -5 in 50k steps (15 s).",
+        "verdicts): greedy validation accuracy 0.495 before, after 0.825 / 0.84 / 0.78 on seeds",
+        "| 2 slots, `max_staleness: 1` | 0.283 / 0.267 / 0.275 | 465 | 0.75 / 0.71 / 0.735 |",
+    ]
+    header = "| system | seconds an iteration (seeds 1 / 2 / 3) | samples/s (median) | accuracy |"
+    assert cl.states_a_figure(lines[0], lines[0])
+    assert cl.states_a_figure(lines[1], lines[1])
+    assert cl.states_a_figure(lines[2], f"{header} {lines[2]}")
+    # and what is no figure: a setting in backticks, a version, an exponent
+    for text in (
+        "the eval runs every `runner.eval_every: 5` iterations, accuracy from `0.5`",
+        "accuracy with cleanrl 1.2.0 and lr 3e-4",
+    ):
+        assert not cl.states_a_figure(text, text), text
+
+
+def test_a_quote_across_lines_covers_each_line_it_spans(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("intro\nseeds 1/2/3 reach it at 30,720 /\n  56,320 steps.\nnext 0.5 eval\n")
+    lines = cl.prose_lines(doc)
+    assert cl.covered_lines(lines, "reach it at 30,720 / 56,320 steps") == {2, 3}
+    assert cl.covered_lines(lines, "not in the file") == set()
+
+
+def _tiny_repo(root: Path) -> None:
+    (root / "docs").mkdir()
+    (root / "examples").mkdir()
+    (root / "configs").mkdir()
+    (root / "README.md").write_text("# x\nIt trains in 49-61 s to 85% accuracy.\n")
+    (root / "docs" / "a.md").write_text("| run | eval return |\n|---|---|\n| ppo | 495.2 |\n")
+    (root / "examples" / "e.py").write_text(
+        '"""Reaches about -5 in 50k steps."""\n\nx = 0.5  # reward 0.25 here\nreturn_ = 0.9\n'
+    )
+    (root / "configs" / "c.yaml").write_text("lr: 0.001  # median return 1789 / 1640 here\n")
+
+
+def test_uncovered_names_each_file_and_line_until_quoted(tmp_path):
+    _tiny_repo(tmp_path)
+    empty = cl.Ledger((), ())
+    assert cl.uncovered(empty, tmp_path) == [
+        "README.md:2: It trains in 49-61 s to 85% accuracy.",
+        "docs/a.md:3: | ppo | 495.2 |",
+        'examples/e.py:1: """Reaches about -5 in 50k steps."""',
+        "examples/e.py:3: reward 0.25 here",
+        "configs/c.yaml:1: median return 1789 / 1640 here",
+    ]
+    ledger_file = tmp_path / "ledger.yaml"
+    ledger_file.write_text(
+        "claims:\n"
+        "  - name: one\n"
+        "    where: [[README.md, '85% accuracy'], [docs/a.md, '| ppo | 495.2 |'],\n"
+        "            [examples/e.py, 'about -5'], [configs/c.yaml, '1789 / 1640']]\n"
+        "    cost: seconds\n"
+        "    rerun: false\n"
+        "    why: a test\n"
+        "not_a_claim:\n"
+        "  - {file: examples/e.py, quote: reward 0.25, reason: a test}\n"
+        "  - {file: docs/a.md, quote: gone from the doc, reason: a test}\n"
+    )
+    ledger = cl.load(ledger_file)
+    assert cl.uncovered(ledger, tmp_path) == []
+    assert cl.stale_quotes(ledger, tmp_path) == ["docs/a.md: 'gone from the doc'"]
+
+
+def test_the_ledger_refuses_an_entry_it_could_not_rerun_or_place(tmp_path):
+    bad = tmp_path / "ledger.yaml"
+    bad.write_text("claims:\n  - {name: x, where: [[README.md, q]], cost: days}\n")
+    with pytest.raises(ValueError, match="cost 'days', allowed: seconds, minutes, hour, gpu"):
+        cl.load(bad)
+    bad.write_text("claims:\n  - {name: x, where: [[README.md, q]], cost: seconds}\n")
+    with pytest.raises(ValueError, match="needs command and checks"):
+        cl.load(bad)
