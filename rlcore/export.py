@@ -15,13 +15,13 @@
   the state projection and the value head; the policy takes the env's ``Dict`` observations.
 
 The checkpoint is RUN's newest complete one, or ``iter_N`` with ``--step N``; a checkpoint whose
-files disagree with its manifest is refused, naming the file. Nothing in it is unpickled.
+files disagree with its manifest is refused, naming the file. Nothing in it is unpickled. OUT is
+written whole or not at all, and ``--force`` replaces only an earlier export (``export_target``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import torch
 from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
 from rlcore.config.load import validate_config
+from rlcore.export_target import check_target, written_whole
 from rlcore.log import say
 from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
 from rlcore.workers.state_files import load_state
@@ -43,7 +44,7 @@ def pick_checkpoint(run: str | Path, step: int | None) -> Path:
     """``run``'s newest complete checkpoint, or its ``iter_{step}`` (refused, naming the file,
     when its files disagree with its manifest)."""
     if step is None:
-        return find_checkpoint(str(run))
+        return find_checkpoint(str(run), key="export")
     checkpoint = Path(run) / "checkpoints" / f"iter_{step:06d}"
     if not checkpoint.is_dir():
         raise ConfigError(f"--step {step}: {checkpoint} does not exist")
@@ -62,7 +63,8 @@ def export(
 ) -> Path:
     """Write the policy of ``run``'s checkpoint to ``out`` (see the module docstring). ``env``:
     the run's ``env.id`` when it names a module, which is then imported (without it, a run
-    folder never makes export import anything); ``force``: replace an earlier export in ``out``."""
+    folder never makes export import anything); ``force``: replace an earlier export in ``out``
+    (refused when ``out`` holds files that export did not write)."""
     checkpoint = pick_checkpoint(run, step)
     saved = json.loads((checkpoint / DRIVER_FILE).read_text())["config"]
     config = validate_config(current_keys(saved))  # (written by this version or an earlier one)
@@ -72,42 +74,14 @@ def export(
             "import, running its code; if you trust it, pass --env " + config.env.id
         )
     out = Path(out).expanduser()
-    _check_target(out, force)
-    out.mkdir(parents=True, exist_ok=True)
-    if config.mode == "reasoning":
-        _export_language_models(config, checkpoint, out)
-    else:
-        _export_policy(config, checkpoint, out)
+    check_target(out, force)
+    with written_whole(out, checkpoint) as folder:
+        if config.mode == "reasoning":
+            _export_language_models(config, checkpoint, folder)
+        else:
+            _export_policy(config, checkpoint, folder)
     say(f"exported {checkpoint} to {out}")
     return out
-
-
-EXPORT_MARKS = ("policy.json", "generation_config.json")  # one of them in every export
-
-
-def _check_target(out: Path, force: bool) -> None:
-    """``out`` is a new or empty folder (or, with ``force``, an earlier export, emptied here)
-    outside every run folder."""
-    for folder in (out.resolve(), *out.resolve().parents):
-        run_folder = (folder / "checkpoints").is_dir() and (folder / "config.json").is_file()
-        if run_folder or (folder / DRIVER_FILE).is_file():  # a run's folder, or a checkpoint
-            raise ConfigError(
-                f"export: {out} is inside the run folder {folder}, whose files it could "
-                "replace; export to a folder outside it"
-            )
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"export: {out} is a file; give a new or empty folder")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    earlier = any((out / mark).is_file() for mark in EXPORT_MARKS)
-    if not force or not earlier:
-        what = "an earlier export (--force replaces it)" if earlier else "other files"
-        raise ConfigError(f"export: {out} holds {what}; give a new or empty folder")
-    for item in out.iterdir():
-        if item.is_dir() and not item.is_symlink():
-            shutil.rmtree(item)
-        else:
-            item.unlink()
 
 
 # reasoning ---------------------------------------------------------------------------------------
@@ -272,10 +246,8 @@ class Policy(torch.nn.Module):
     def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         from rlcore.workers.env_worker import env_action
 
-        if self.spec.obs_text is not None and isinstance(obs, dict):  # the env's Dict
-            from rlcore.envs.language import flatten_language
-
-            obs = flatten_language(obs, *self.spec.obs_text)
+        if self.spec.obs_text is not None:
+            obs = self._flattened(obs)
         raw = np.asarray(obs)
         if self.spec.obs_one_hot is not None:  # the env's Discrete observations, as trained on
             single = raw.ndim == (0 if len(self.spec.obs_one_hot[0]) == 1 else 1)
@@ -290,6 +262,28 @@ class Policy(torch.nn.Module):
         action, _, _ = self.model.act(batch, deterministic=deterministic)
         sent = env_action(self.spec, action)
         return sent[0] if single else sent
+
+    def _flattened(self, obs: Any) -> Any:
+        """A language env's observations as one float row each (``envs.language``): its
+        ``Dict`` flattened, or rows already flat checked for their width."""
+        from rlcore.envs import EnvError
+        from rlcore.envs.language import flatten_language
+
+        text_length, _ = self.spec.obs_text
+        width = self.spec.obs_shape[0]
+        pixels = int(np.prod(self.spec.obs_image)) if self.spec.obs_image else 0
+        if isinstance(obs, dict):
+            return flatten_language(
+                obs, *self.spec.obs_text, (pixels, width - text_length - pixels)
+            )
+        if np.shape(obs)[-1:] != (width,):
+            raise EnvError(
+                f"the observation has shape {np.shape(obs)}; this policy reads the env's Dict "
+                f"observations, or rows of {width} floats ({text_length} character codes, "
+                f"{pixels} pixels, {width - text_length - pixels} state values: "
+                "rlcore.envs.language.flatten_language)"
+            )
+        return obs
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -4,6 +4,7 @@ that answers the validation prompts as the trained policy does; an embodied run'
 
 import json
 import shutil
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -266,4 +267,48 @@ def test_export_imports_no_module_a_run_names_and_writes_only_into_its_own_folde
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "policy.json",
         "policy.safetensors",
+        "rlcore_export.json",
     ]
+    # --force replaces only what an export wrote: a file put beside it is named, and kept
+    (tmp_path / "out" / "notes.txt").write_text("keep")
+    err = refused(capsys, run, tmp_path / "out", "--force")
+    assert f"export: {tmp_path / 'out'} holds files no export wrote (notes.txt)" in err
+    assert (tmp_path / "out" / "notes.txt").read_text() == "keep"
+    (tmp_path / "out" / "notes.txt").unlink()
+    (tmp_path / "out" / "rlcore_export.json").unlink()  # as an earlier version's export
+    err = refused(capsys, run, tmp_path / "out", "--force")
+    assert "holds an export with no list of its files (rlcore_export.json: written by" in err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "policy.json",
+        "policy.safetensors",
+    ]
+
+
+def test_an_export_that_fails_part_way_leaves_the_earlier_one_whole(tmp_path, capsys, monkeypatch):
+    import safetensors.torch
+
+    small_run(tmp_path)
+    out = tmp_path / "out"
+    assert main(["export", str(tmp_path / "c"), str(out)]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*")}
+    written = []
+
+    def disk_full(tensors, filename, **kwargs):  # the policy's weights, half written
+        written.append(filename)
+        Path(filename).write_bytes(b"\0" * 100)
+        raise OSError(28, "No space left on device", filename)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    err = refused(capsys, tmp_path / "c", out, "--force")
+    assert written  # (the export got as far as the weights)
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"rlcore: config error: {out / 'policy.safetensors'}: the export could not be written "
+            "([Errno 28] No space left on device); "
+        )
+    )
+    assert err.strip().endswith(f"({out} is as it was before this export)")
+    assert {p: p.read_bytes() for p in out.rglob("*")} == before  # the first export, whole
+    assert sorted(p.name for p in tmp_path.iterdir() if "out" in p.name) == ["out"]

@@ -17,7 +17,7 @@ LAYERS = [  # lowest first
     {"rewards", "tools"},
     {"models"},
     {"workers", "prepare"},
-    {"runners", "export"},
+    {"runners", "export", "export_target"},
     {"cli"},
 ]
 

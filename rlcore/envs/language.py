@@ -19,6 +19,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rlcore.envs.registry import EnvError
+
 
 class TextStateBox(spaces.Box):
     """The wrapped observation space: a float ``Box`` whose first ``text_length`` entries are
@@ -81,28 +83,79 @@ class TextObservation(gym.ObservationWrapper):
         text, image = space["instruction"], space.spaces.get("image")
         self.charset = "".join(text.character_list)
         self.observation_space = TextStateBox(text.max_length, self.charset, space["state"], image)
+        name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+        self.source = f"env {name}'s observation"
 
     def observation(self, observation: dict[str, Any]) -> np.ndarray:
         space = self.observation_space
-        return flatten_language(observation, space.text_length, space.charset)
+        sizes = (int(np.prod(space.image_shape)) if space.image_shape else 0, self.state_size)
+        return flatten_language(observation, space.text_length, space.charset, sizes, self.source)
+
+    @functools.cached_property
+    def state_size(self) -> int:
+        return int(np.prod(self.env.observation_space["state"].shape))
 
 
-def flatten_language(observation: dict[str, Any], text_length: int, charset: str) -> np.ndarray:
+def flatten_language(
+    observation: dict[str, Any],
+    text_length: int,
+    charset: str,
+    sizes: tuple[int, int] | None = None,
+    source: str = "the observation",
+) -> np.ndarray:
     """One ``Dict`` observation, or a vector env's batch of them (a sequence of instructions),
-    as the float vector(s) ``TextStateBox`` describes (see the module docstring)."""
+    as the float vector(s) ``TextStateBox`` describes (see the module docstring). ``sizes``:
+    the image's and the state's number of values, checked when given; ``source`` names the
+    observation in the ``EnvError`` that says what in it does not fit."""
+    missing = sorted({"instruction", "state"} - set(observation))
+    if missing:
+        raise EnvError(
+            f"{source} has no {missing[0]!r} entry; give a Dict observation with "
+            "'instruction' (a string) and 'state' (and 'image' where the env has one)"
+        )
     text = observation["instruction"]
     single = isinstance(text, str)
     texts = [text] if single else list(text)
     index = _codes(charset)
     codes = np.zeros((len(texts), text_length), dtype=np.float32)
     for row, instruction in enumerate(texts):
+        _check_instruction(instruction, text_length, index, source)
         codes[row, : len(instruction)] = [index[c] for c in instruction]
     parts = [codes]
-    if "image" in observation:
-        parts.append(np.asarray(observation["image"], np.float32).reshape(len(texts), -1))
-    parts.append(np.asarray(observation["state"], np.float32).reshape(len(texts), -1))
+    names = ("image", "state") if "image" in observation else ("state",)
+    for name in names:
+        values = np.asarray(observation[name], np.float32)
+        if sizes is not None:
+            size = sizes[0] if name == "image" else sizes[1]
+            if values.size != size * len(texts):
+                raise EnvError(
+                    f"{source}: its '{name}' holds {values.size // len(texts)} values per "
+                    f"observation (shape {values.shape}), its space {size}; give "
+                    f"the '{name}' the space's shape"
+                )
+        parts.append(values.reshape(len(texts), -1))
     flat = np.concatenate(parts, axis=1)
     return flat[0] if single else flat
+
+
+def _check_instruction(text: Any, text_length: int, index: dict[str, int], source: str) -> None:
+    """``EnvError`` naming what keeps ``text`` from the ``Text`` space: not a string, longer
+    than its ``max_length``, or a character outside its character set."""
+    if not isinstance(text, str):
+        raise EnvError(f"{source}: its instruction is a {type(text).__name__}, not a string")
+    if len(text) > text_length:
+        raise EnvError(
+            f"{source}: its instruction has {len(text)} characters ({text[:40]!r}...), its Text "
+            f"space's max_length is {text_length}; shorten it, or raise the space's max_length"
+        )
+    outside = sorted({c for c in text if c not in index})
+    if outside:
+        shown = "".join(list(index)[:40])
+        raise EnvError(
+            f"{source}: its instruction {text!r} holds {''.join(outside)!r}, outside its Text "
+            f"space's character set ({shown!r}{'...' if len(index) > 40 else ''}); add them "
+            "to the space's charset, or leave them out of the instruction"
+        )
 
 
 @functools.cache

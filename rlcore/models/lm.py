@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import warnings
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from rlcore.config.errors import ConfigError
+from rlcore.models.folder_safety import check_no_custom_code, check_weight_format
 
 SPECIALS = ("<|endoftext|>", "<|user|>", "<|assistant|>")
 # The tiny tokenizer's chat template: one user turn, then the assistant's reply.
@@ -38,12 +38,8 @@ TOOL_CHAT_TEMPLATE = (
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
+# safetensors only: pickle weights run code (rlcore.models.folder_safety)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 # A folder holding none of these has no tokenizer: transformers then builds an empty one that
 # encodes every prompt to nothing, and generation fails far from the cause.
 TOKENIZER_FILES = (
@@ -119,6 +115,8 @@ def check_model_dir(path: str, setting: str, tokenizer: bool = False) -> Path:
             f"{setting}: {directory / 'config.json'} names no model_type, so "
             "transformers cannot build the model"
         )
+    check_no_custom_code(directory, setting)
+    check_weight_format(directory, setting)
     _check_weights(directory, setting)
     if tokenizer and not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
@@ -160,24 +158,16 @@ def _check_weights(directory: Path, setting: str) -> None:
 
 
 def _check_weight_file(file: Path, setting: str) -> None:
-    if file.suffix == ".safetensors":
-        from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open
 
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                handle.keys()
-        except (SafetensorError, OSError) as error:
-            raise ConfigError(
-                f"{setting}: {file} is not a readable safetensors file "
-                f"({error}); the model folder is damaged"
-            ) from None
-    elif not zipfile.is_zipfile(file):
-        with file.open("rb") as handle:
-            legacy = handle.read(1) == b"\x80"  # torch's pre-1.6 format opens with a pickle
-        if not legacy:
-            raise ConfigError(
-                f"{setting}: {file} is not a torch weight file; the model folder is damaged"
-            )
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            handle.keys()
+    except (SafetensorError, OSError) as error:
+        raise ConfigError(
+            f"{setting}: {file} is not a readable safetensors file "
+            f"({error}); the model folder is damaged"
+        ) from None
 
 
 def _quiet_transformers() -> None:
@@ -202,7 +192,8 @@ def load_tokenizer(path: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     _quiet_transformers()
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    check_no_custom_code(Path(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
         raise ConfigError(
             f"{path}: its tokenizer has neither an eos token nor a pad token; rlcore ends "
@@ -231,18 +222,26 @@ def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     _quiet_transformers()
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    check_no_custom_code(Path(path))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=DTYPES[dtype], trust_remote_code=False, use_safetensors=True
+    )
     model.config.use_cache = True
     return _no_dropout(model)
 
 
-def with_lora(model: torch.nn.Module, lora: Any, value_head: bool = False) -> torch.nn.Module:
+def with_lora(
+    model: torch.nn.Module, lora: Any, value_head: bool = False, key: str = "actor.model.lora"
+) -> torch.nn.Module:
     """``model`` with peft's LoRA adapters on ``lora.target_modules`` (rank ``lora.rank``, scale
     ``alpha / rank``, no dropout): only the adapters train, and for a value model its head too;
-    ``model`` itself unchanged when ``lora.rank`` is 0."""
+    ``model`` itself unchanged when ``lora.rank`` is 0. ``key``: the config section ``lora``
+    is, named when a target is not in the model (``check_lora_targets``)."""
     if not lora.rank:
         return model
     from peft import LoraConfig, get_peft_model
+
+    check_lora_targets(model, lora.target_modules, f"{key}.target_modules")
 
     config = LoraConfig(
         r=lora.rank,
@@ -258,6 +257,27 @@ def with_lora(model: torch.nn.Module, lora: Any, value_head: bool = False) -> to
         return get_peft_model(model, config)
 
 
+def check_lora_targets(model: torch.nn.Module, targets: Any, key: str) -> None:
+    """Every name of ``targets`` ends the name of one of ``model``'s modules (peft's rule);
+    ``ConfigError`` naming ``key``, the names missing and some the model has, if not. peft
+    refuses only when no name matches, and otherwise trains fewer layers than were named."""
+    names = [n for n, _ in model.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+        adaptable = (
+            n
+            for n, m in model.named_modules()
+            if isinstance(m, kinds) or type(m).__name__ == "Conv1D"
+        )
+        have = sorted({n.rsplit(".", 1)[-1] for n in adaptable})
+        more = ", ..." if len(have) > 12 else ""
+        raise ConfigError(
+            f"{key}: {', '.join(missing)} not in the model ({type(model).__name__}), whose "
+            f"layers LoRA can adapt are named {', '.join(have[:12])}{more}; name those to adapt"
+        )
+
+
 def is_adapter(name: str) -> bool:
     """A LoRA adapter's tensor (what a rollout holding the base model is synced)."""
     return ".lora_" in name
@@ -268,8 +288,9 @@ def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForTokenClassification
 
     _quiet_transformers()
+    check_no_custom_code(Path(path))
     model = AutoModelForTokenClassification.from_pretrained(
-        str(path), num_labels=1, dtype=DTYPES[dtype]
+        str(path), num_labels=1, dtype=DTYPES[dtype], trust_remote_code=False, use_safetensors=True
     )
     # A zero head starts every value at 0: the first advantages are the returns themselves,
     # not returns minus noise from a random projection.
@@ -387,4 +408,8 @@ def load_policy_lm(path: str | Path) -> torch.nn.Module:
     from transformers import AutoModelForImageTextToText
 
     _quiet_transformers()
-    return _no_dropout(AutoModelForImageTextToText.from_pretrained(str(path), dtype=torch.float32))
+    check_no_custom_code(Path(path))
+    model = AutoModelForImageTextToText.from_pretrained(
+        str(path), dtype=torch.float32, trust_remote_code=False, use_safetensors=True
+    )
+    return _no_dropout(model)

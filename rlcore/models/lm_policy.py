@@ -109,7 +109,7 @@ class LMPolicy(nn.Module):
         if lm.lora.rank:  # the adapters go into the LM's layers in place; its weights freeze
             from rlcore.models.lm import with_lora
 
-            with_lora(self.lm, lm.lora)
+            with_lora(self.lm, lm.lora, key=f"{KEY}.lora")
         self.lm.config.use_cache = False
         self.tokens_of: dict[str, list[int]] = {}  # an instruction's tokens (a tokenizer's)
         rows = self.lm.get_input_embeddings().weight.shape[0]
@@ -382,7 +382,9 @@ def check_lm_policy(spec: Any, lm: Any, normalize_obs: bool) -> None:
         if spec.obs_image is not None:
             from transformers import AutoConfig
 
-            vision_problem(AutoConfig.from_pretrained(str(folder)), lm.path)
+            vision_problem(
+                AutoConfig.from_pretrained(str(folder), trust_remote_code=False), lm.path
+            )
     elif spec.obs_image is not None:
         tiny_vision_side(spec, lm)
     action_dims(spec, lm.action_bins)

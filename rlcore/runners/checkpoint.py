@@ -39,8 +39,15 @@ from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
 from rlcore.data.identity import changed_files, file_sha256
 from rlcore.log import say, warn
-from rlcore.runners.files import check_no_links, first_link, lock_run_folder, write_replacing
+from rlcore.runners.files import (
+    check_no_links,
+    first_link,
+    lock_run_folder,
+    replace_folder,
+    write_replacing,
+)
 from rlcore.runners.progress import Progress
+from rlcore.workers.state_files import CheckpointWriteError, write_failure
 
 DRIVER_FILE = "driver.json"
 MANIFEST_FILE = "manifest.json"
@@ -179,15 +186,30 @@ def open_run_folder(config: Any, default_name: str) -> tuple[Path, Path | None]:
 @contextlib.contextmanager
 def written_atomically(directory: Path) -> Iterator[Path]:
     """A fresh temporary folder to fill; when the block ends without error its files are
-    flushed to disk, the manifest is written last, and the folder is renamed to ``directory``:
-    a crash mid-write leaves the previous checkpoint whole."""
+    flushed to disk, the manifest is written last, and the folder is renamed to ``directory``
+    (``replace_folder``): a crash mid-write leaves the previous checkpoint whole. A write that
+    fails (a full disk, a file-size limit) removes the temporary folder and is a
+    ``CheckpointWriteError`` naming the file, in one line: the run stops rather than go on
+    with checkpoints it could not write."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    yield tmp
-    write_manifest(tmp)
-    shutil.rmtree(directory, ignore_errors=True)
-    tmp.rename(directory)
+    try:
+        try:
+            yield tmp
+            write_manifest(tmp)
+        except OSError as error:  # (a write no component named: driver.json, the manifest)
+            raise write_failure(tmp, error) from None
+    except CheckpointWriteError as error:
+        shutil.rmtree(tmp, ignore_errors=True)  # (what it holds is unusable, and takes space)
+        raise CheckpointWriteError(
+            f"{error} (checkpoint {directory.name} was not written; the run stopped, and the "
+            "checkpoints before it are as they were)"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_folder(tmp, directory)
 
 
 def write_manifest(folder: Path) -> None:
@@ -328,19 +350,23 @@ def data_files(config: Any) -> dict[str, tuple[str, ...]]:
     return {"data.train_files": config.data.train_files, "data.val_files": config.data.val_files}
 
 
-def find_checkpoint(path: str, log: Callable[[str], None] = say) -> Path:
+def find_checkpoint(
+    path: str, log: Callable[[str], None] = say, key: str = "runner.resume_dir"
+) -> Path:
     """``path`` itself if it is a checkpoint (refused, naming the file, if its files disagree
-    with its manifest), else the newest complete checkpoint of the run at ``path``."""
+    with its manifest), else the newest complete checkpoint of the run at ``path``; ``key``:
+    what gave ``path``, named in a refusal."""
     where = Path(path)
+    use = "exported" if key == "export" else "resumed"
     if (where / DRIVER_FILE).is_file() or (where / MANIFEST_FILE).is_file():
         problem = check_manifest(where)
         if problem is not None:
-            raise ConfigError(f"runner.resume_dir: {where} cannot be resumed: {problem}")
+            raise ConfigError(f"{key}: {where} cannot be {use}: {problem}")
         return where
     found = newest_complete(where, log)
     if found is None:
         raise ConfigError(
-            f"runner.resume_dir: no complete checkpoint at {path} (give RUN/checkpoints/iter_K, "
+            f"{key}: no complete checkpoint at {path} (give RUN/checkpoints/iter_K, "
             "or a run folder that has checkpoints)"
         )
     return found

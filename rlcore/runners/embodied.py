@@ -68,6 +68,8 @@ class EmbodiedRunner(Driver):
             log_by_samples=True,
             postfix={"env/episode_return": "ret", "eval/return_mean": "eval"},
         )
+        self.episode_ended = False  # by a training env, since this process started
+        self.said_no_episodes = False
 
     def launch(self) -> None:
         config = self.config
@@ -131,6 +133,7 @@ class EmbodiedRunner(Driver):
             self.ahead.syncing.append(self.components.start_sync("actor", "rollout", self.version))
             metrics["async/staleness"] = float(staleness)
         metrics.update(embodied_metrics.batch_metrics(batch))
+        self.episode_ended = self.episode_ended or "env/episode_return" in metrics
         metrics.update(watch.metrics())
         return metrics
 
@@ -159,6 +162,9 @@ class EmbodiedRunner(Driver):
         """One deterministic episode in each of ``runner.eval_episodes`` envs."""
         self.sync()
         run = self.config.runner
+        if not self.episode_ended and not self.said_no_episodes:
+            self.said_no_episodes = True  # (once: an env that never ends would say it each time)
+            warn(self.no_episodes_line())
         returns, cut, success = self.rollout.evaluate(run.seed + 10_000 + iteration, self.version)
         if cut:
             warn(
@@ -168,6 +174,18 @@ class EmbodiedRunner(Driver):
         mean, std = float(returns.mean()), float(returns.std())
         metrics = {"eval/return_mean": mean, "eval/return_std": std, "eval/cut_episodes": cut}
         return metrics if success is None else {**metrics, "eval/success_rate": success}
+
+    def no_episodes_line(self) -> str:
+        """What a run whose training envs ended no episode yet says before it evaluates."""
+        c = self.config
+        steps = self.progress.samples
+        return (
+            f"env.id: no episode of {c.env.id} has ended in {steps} training steps "
+            f"({steps // c.env.num_envs} per env), so there are no episode statistics "
+            "(env/episode_return); if its episodes never end, give it a time limit "
+            "(env.kwargs.max_episode_steps) or an end; evaluation episodes stop after "
+            f"runner.eval_max_steps={c.runner.eval_max_steps} steps"
+        )
 
     def summary(self, wall_s: float, means: dict[str, float]) -> dict[str, Any]:
         return embodied_metrics.summary(self, wall_s, means)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,22 @@ def write_replacing(path: Path, data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """``new`` (a finished folder beside ``target``) renamed to ``target``: an earlier
+    ``target`` is moved aside first and deleted only once ``new`` is in place, so at every
+    moment one whole version sits at ``target`` or beside it (``.TARGET.PID.old``: a name no
+    user folder has, and no checkpoint glob matches)."""
+    aside = target.with_name(f".{target.name}.{os.getpid()}.old")
+    shutil.rmtree(aside, ignore_errors=True)  # (ours: only a crash here leaves one)
+    if target.exists() or target.is_symlink():
+        target.rename(aside)
+    new.rename(target)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    elif aside.exists() or aside.is_symlink():
+        aside.unlink()
 
 
 def first_link(folder: Path) -> Path | None:
@@ -62,7 +79,15 @@ def lock_run_folder(run_dir: Path) -> None:
     key = str(run_dir.resolve())
     if key in _held:
         return
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    lock = run_dir / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:  # a folder, a link, or no right to write it: nothing a run made
+        what = "a folder" if lock.is_dir() and not lock.is_symlink() else error.strerror
+        raise ConfigError(
+            f"runner.run_name: {lock}, the run folder's lock file, cannot be opened ({what}); "
+            f"a run makes it there itself: remove {lock}, or give another runner.run_name"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -36,6 +36,7 @@ from rlcore.runners.checkpoint import (
 )
 from rlcore.runners.files import check_no_links
 from rlcore.tools.protocol import load_interaction, load_tools
+from rlcore.tools.python import PythonInterpreter, check_sandbox
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 from rlcore.workers.reward_judge import check_judge, compile_parser, read_template
 from rlcore.workers.reward_model import check_reward_model
@@ -91,15 +92,21 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if "judge" in used:
         attempt(compile_parser, reward.judge_parser)
     attempt(_check_megatron_models, config)
+    lora = config.actor.model.lora
+    if lora.rank and config.actor.model.path is not None:
+        attempt(_check_lora_targets, config.actor.model.path, "actor.model.path", lora)
     if config.rollout.tools or config.rollout.interaction is not None:
         attempt(_check_tools, config)
 
 
 def _check_tools(config: ReasoningConfig) -> None:
     """The tool classes (the protocol, distinct names), the interaction, and a way to find the
-    calls: the model's chat template (Hermes format) or ``rollout.tool_call_regex``."""
+    calls: the model's chat template (Hermes format) or ``rollout.tool_call_regex``; for the
+    python tool (or a subclass), that its sandbox starts here."""
     rollout = config.rollout
-    load_tools(rollout.tools)
+    tools = load_tools(rollout.tools)
+    if any(isinstance(tool, PythonInterpreter) for tool in tools.values()):
+        check_sandbox()
     if rollout.interaction is not None:
         load_interaction(rollout.interaction)
     path = config.actor.model.path
@@ -121,6 +128,31 @@ def _check_model(path: str, setting: str, config: ReasoningConfig) -> None:
     if folder is not None:
         check_model_dir(str(folder), setting, tokenizer=setting == "actor.model.path")
         check_positions(folder, config.data, setting)
+
+
+def _check_lora_targets(path: str, setting: str, lora: Any) -> None:
+    """``lora.target_modules`` in the model of the folder ``setting`` names (``with_lora``'s
+    check), the model built from its config on the meta device: no memory, no weights read.
+    A folder the run would download, or one transformers cannot build, is left to the run
+    (``_check_model`` names the latter)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from rlcore.models.lm import check_lora_targets
+
+    folder = local_model_dir(path, setting, download=False)
+    if folder is None:
+        return
+    try:
+        hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+        vision = hasattr(hf_config, "vision_config")
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        with torch.device("meta"):
+            model = auto.from_config(hf_config, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    key = setting.removesuffix(".path") + ".lora"  # (actor.model.lora, actor.model.lm.lora)
+    check_lora_targets(model, lora.target_modules, f"{key}.target_modules")
 
 
 def _check_megatron_models(config: ReasoningConfig) -> None:
@@ -160,7 +192,7 @@ def _check_megatron_models(config: ReasoningConfig) -> None:
                 folder = local_model_dir(path, f"{name}.model.path", download=False)
                 if folder is None:
                     continue  # (the run downloads it, and checks it then)
-                hf_config = AutoConfig.from_pretrained(folder)
+                hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
             except (OSError, ValueError, ConfigError):
                 continue  # _check_model names the folder's problem
         check_convertible(hf_config, f"{name}.training_backend")
@@ -187,8 +219,11 @@ def _probe_env(config: EmbodiedConfig) -> None:
         check_image_shape(spec.obs_shape, config.env.id)
         if config.actor.model.cls is not None:
             check_user_policy(config.actor.model.cls, spec)
+        lm = config.actor.model.lm
         if config.actor.model.type == "lm":
-            check_lm_policy(spec, config.actor.model.lm, config.env.normalize_obs)
+            check_lm_policy(spec, lm, config.env.normalize_obs)
+            if lm.lora.rank and lm.path is not None:
+                _check_lora_targets(lm.path, "actor.model.lm.path", lm.lora)
         if config.runner.checkpoint_every and config.env.checkpoint_state == "pickle":
             check_envs_can_be_saved(envs, config.env.id)
     finally:

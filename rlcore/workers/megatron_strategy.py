@@ -46,6 +46,7 @@ from torch import nn
 
 from rlcore.models import megatron as mg
 from rlcore.workers.shard_reader import check_metadata
+from rlcore.workers.state_files import load_state, writing
 from rlcore.workers.weights_file import MEGATRON_OPTIMIZER, WholeWeightsCheckpoint
 
 
@@ -467,10 +468,15 @@ class MegatronParallel(WholeWeightsCheckpoint):
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in own["param_groups"]]
         folder = directory / MEGATRON_OPTIMIZER
         folder.mkdir(parents=True, exist_ok=True)
-        dist_checkpointing.save(
-            {"optimizer": state, "step": steps.pop() if steps else None, "hyperparameters": hyper},
-            str(folder),
-        )
+        with writing(folder):
+            dist_checkpointing.save(
+                {
+                    "optimizer": state,
+                    "step": steps.pop() if steps else None,
+                    "hyperparameters": hyper,
+                },
+                str(folder),
+            )
         return None
 
     def load_optimizer(
@@ -505,6 +511,10 @@ class MegatronParallel(WholeWeightsCheckpoint):
             },
         )
         check_metadata(folder)  # Megatron unpickles it with pickle: nothing else may be in it
+        # Megatron's torch.load of common.pt leaves weights_only to the environment
+        # (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD turns it off): read it as plain data first
+        if (folder / "common.pt").is_file():
+            load_state(folder / "common.pt")
         loaded = dist_checkpointing.load(
             {"optimizer": template, "step": None, "hyperparameters": None}, str(folder)
         )

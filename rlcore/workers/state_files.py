@@ -1,6 +1,7 @@
 """A checkpoint's own files, read and written in one place: read as plain data only
 (``load_state``), and a write that fails (a full disk, a file-size limit) named in one line
-(``writing``; ``save_state`` for a ``.pt`` file), both as bad inputs: refused, not restarted."""
+(``writing``, ``write_failure``; ``save_state`` for a ``.pt`` file), both as bad inputs: refused,
+not restarted."""
 
 from __future__ import annotations
 
@@ -28,29 +29,43 @@ class CheckpointWriteError(ConfigError):
 
 
 @contextmanager
-def writing(path: Path) -> Iterator[None]:
+def writing(path: Path, what: str = "the checkpoint") -> Iterator[None]:
     """Write ``path`` in the block; a failure (torch's writer says only "unexpected pos", the
-    OS "File too large" or "No space left") is a ``CheckpointWriteError`` naming the file, the
-    free space on its disk and the file-size limit, in one line."""
+    OS "File too large" or "No space left", torch.distributed.checkpoint a traceback per rank)
+    is a ``CheckpointWriteError`` (``write_failure``)."""
     from safetensors import SafetensorError
+    from torch.distributed.checkpoint.api import CheckpointException
 
     try:
         yield
-    except (OSError, RuntimeError, SafetensorError) as error:
-        first = next(iter(str(error).strip().splitlines()), type(error).__name__)
-        limits = []
-        try:
-            free = shutil.disk_usage(Path(path).parent).free
-            limits.append(f"{free / 2**20:.0f} MiB free on its disk")
-        except OSError:
-            pass
-        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if soft != resource.RLIM_INFINITY:
-            limits.append(f"a file-size limit of {soft} bytes (ulimit -f)")
-        raise CheckpointWriteError(
-            f"{path}: the checkpoint could not be written ({first}); "
-            f"{', '.join(limits) or 'no limit known'}: free space, or raise the limit"
-        ) from None
+    except (OSError, RuntimeError, SafetensorError, CheckpointException) as error:
+        raise write_failure(path, error, what) from None
+
+
+def write_failure(path: Path, error: BaseException, what: str = "the checkpoint") -> ConfigError:
+    """``error`` writing ``path`` as a ``CheckpointWriteError`` naming the file (the one the OS
+    names, if it names one), the free space on its disk and the file-size limit, in one line
+    (``what``: what could not be written)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if isinstance(error, CheckpointException):  # (a BaseException holding each rank's error)
+        error = next(iter(error.failures.values()))[0]
+    first = next(iter(str(error).strip().splitlines()), type(error).__name__)
+    if isinstance(error, OSError) and error.filename:  # (named once, first)
+        path, first = Path(error.filename), f"[Errno {error.errno}] {error.strerror}"
+    limits = []
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+        limits.append(f"{free / 2**20:.0f} MiB free on its disk")
+    except OSError:
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(f"a file-size limit of {soft} bytes (ulimit -f)")
+    return CheckpointWriteError(
+        f"{path}: {what} could not be written ({first}); "
+        f"{', '.join(limits) or 'no limit known'}: free space, or raise the limit"
+    )
 
 
 def save_state(state: Any, path: Path) -> None:
@@ -74,6 +89,7 @@ def load_state(path: Path, mmap: bool = False) -> Any:
         if "WeightsUnpickler error:" in text:
             rest = text.split("WeightsUnpickler error:", 1)[1].splitlines()
             found = next((line.strip() for line in rest if line.strip()), "")
+            found = found.split(" Please use", 1)[0]  # (its advice: allowlist what it refused)
             why = f"it asks for more than plain data ({found})"
         else:
             first = next(iter(text.strip().splitlines()), type(error).__name__)

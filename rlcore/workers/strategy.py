@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlcore.workers.state_files import writing
 from rlcore.workers.weights_file import SHARDS, WholeWeightsCheckpoint
 
 
@@ -334,11 +335,12 @@ class FullyShardedDataParallel(DistributedDataParallel):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         weights, moments = get_state_dict(model, optimizer)
-        dcp.save(
-            {"model": weights, "optimizer": moments},
-            checkpoint_id=str(directory / SHARDS),
-            process_group=self.group,
-        )
+        with writing(directory / SHARDS):
+            dcp.save(
+                {"model": weights, "optimizer": moments},
+                checkpoint_id=str(directory / SHARDS),
+                process_group=self.group,
+            )
         return None
 
 

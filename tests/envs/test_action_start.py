@@ -55,7 +55,7 @@ def test_a_run_and_its_export_act_inside_a_space_with_a_start(tmp_path, env):
     assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in actions)
 
 
-def test_an_evaluation_that_never_ends_stops_at_its_cap_with_a_line(tmp_path, capsys):
+def test_an_env_that_never_ends_is_said_once_and_its_evaluation_stops_at_its_cap(tmp_path, capsys):
     config = load_config(
         "embodied/cartpole_ppo",
         [
@@ -63,8 +63,9 @@ def test_an_evaluation_that_never_ends_stops_at_its_cap_with_a_line(tmp_path, ca
             "env.vector_mode=sync",
             "env.num_envs=2",
             "runner.rollout_steps=16",
-            "runner.total_env_steps=32",
+            "runner.total_env_steps=64",
             "actor.ppo_mini_batch_size=16",
+            "runner.eval_every=1",
             "runner.eval_episodes=3",
             "runner.eval_max_steps=7",
             "env.solved_threshold=null",
@@ -78,3 +79,12 @@ def test_an_evaluation_that_never_ends_stops_at_its_cap_with_a_line(tmp_path, ca
     assert summary["eval_return_mean"] == 7.0  # 7 steps of reward 1, each episode cut
     err = capsys.readouterr().err
     assert "evaluation: 3 of 3 episodes had not ended after 7 steps (runner.eval_max_steps)" in err
+    # no training episode ended either: said once, before the first of the 2 evaluations
+    said = [line for line in err.splitlines() if "has ended in" in line]
+    assert said == [
+        "rlcore: env.id: no episode of tests.envs.start_env:Endless has ended in 32 "
+        "training steps (16 per env), so there are no episode statistics (env/episode_return); "
+        "if its episodes never end, give it a time limit (env.kwargs.max_episode_steps) or an "
+        "end; evaluation episodes stop after runner.eval_max_steps=7 steps"
+    ]
+    assert err.index("has ended in") < err.index("evaluation: 3 of 3")

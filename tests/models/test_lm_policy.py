@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlcore.config import ConfigError, load_config
-from rlcore.envs import make_vector_env, space_spec
+from rlcore.envs import EnvError, make_vector_env, space_spec
 from rlcore.envs.color_reach import COLOURS, ColorReach
 from rlcore.envs.language import TextObservation, decode_instructions
 from rlcore.envs.vector import SpaceSpec
@@ -358,6 +358,9 @@ def test_an_lm_policy_run_with_images_and_lora_exports_a_policy_that_acts_as_tra
     )
     assert np.array_equal(exported(batch), greedy.numpy())  # the env's Dict batch
     assert exported(raw[0]) == greedy[0].item()  # one observation
+    width = obs.shape[1]  # 32 character codes, 8 x 8 x 3 pixels, 2 state values
+    with pytest.raises(EnvError, match=rf"has shape \(5,\); .* rows of {width} floats \(32 ch"):
+        exported(np.zeros(5, np.float32))  # flattened, of another env
     AutoModelForImageTextToText.from_pretrained(tmp_path / "out" / "lm")
 
 

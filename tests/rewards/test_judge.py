@@ -143,6 +143,8 @@ def judge_setup(tiny_lm, tmp_path):
         "reward.model_path": str(judge),
         "reward.judge_template": str(template),
         "reward.judge_max_new_tokens": 6,
+        # the tiny policy as a judge writes any number (222222): within range, not refused
+        "reward.score_range": [-1e9, 1e9],
     }
     tok = load_tokenizer(dirs.actor)
     prompt = tok("What is 40 + 2?", add_special_tokens=False)["input_ids"]

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -204,3 +205,149 @@ def test_resume_auto_with_no_complete_checkpoint_refuses_instead_of_starting_ove
     err = capsys.readouterr().err
     assert "skipped checkpoint iter_000006" in err and "skipped checkpoint iter_000003" in err
     assert {p: p.read_bytes() for p in checkpoints.rglob("*") if p.is_file()} == before
+
+
+def tampered_checkpoint(tmp_path, tamper):
+    """A checkpoint folder (driver, a trainer file, FSDP2 shards) with its manifest, then
+    changed by ``tamper``: the file it changed."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "iter_000002"
+    (checkpoint / "actor").mkdir(parents=True)
+    (checkpoint / "driver.json").write_text("{}")
+    torch.save({"updates": 2}, checkpoint / "actor" / "trainer_rank0.pt")
+    saved_shards(checkpoint / "actor" / "shards")
+    write_manifest(checkpoint)
+    return checkpoint, tamper(checkpoint / "actor")
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1  # (the same size: only its digest tells)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _removed(path):
+    path.unlink()
+    return path
+
+
+def _added(path):
+    path.write_bytes(b"x")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        (lambda a: _flip_a_byte(a / "shards" / ".metadata"), "differs from the file that was"),
+        (lambda a: _flip_a_byte(a / "shards" / "__0_0.distcp"), "differs from the file that was"),
+        (lambda a: _removed(a / "trainer_rank0.pt"), "is missing"),
+        (lambda a: _added(a / "extra.pt"), "is not in the manifest"),
+    ],
+    ids=["metadata", "tensors", "missing", "extra"],
+)
+def test_a_changed_missing_or_added_file_is_refused_on_resume_and_on_export(
+    tmp_path, capsys, tamper, problem
+):
+    from rlcore.cli import main
+    from rlcore.runners.checkpoint import find_checkpoint
+
+    checkpoint, changed = tampered_checkpoint(tmp_path, tamper)
+    with pytest.raises(ConfigError) as refused:
+        find_checkpoint(str(checkpoint))  # runner.resume_dir=the checkpoint
+    assert str(refused.value).startswith(f"runner.resume_dir: {checkpoint} cannot be resumed: ")
+    assert f"{changed} {problem}" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="no complete checkpoint at"):  # the run's folder
+        find_checkpoint(str(checkpoint.parent.parent))
+    assert f"skipped checkpoint iter_000002: {changed} {problem}" in capsys.readouterr().err
+    for args, key in [
+        ([checkpoint], "export"),
+        ([checkpoint.parent.parent, "--step", "2"], "--step 2"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["export", *map(str, args), str(tmp_path / "out")])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"rlcore: config error: {key}: {checkpoint} cannot be exported: ")
+        assert f"{changed} {problem}" in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lock_that_is_a_folder_is_named_with_the_fix(tmp_path):
+    from rlcore.runners.files import lock_run_folder
+
+    (tmp_path / "run" / ".lock").mkdir(parents=True)
+    with pytest.raises(ConfigError) as refused:
+        lock_run_folder(tmp_path / "run")
+    assert str(refused.value) == (
+        f"runner.run_name: {tmp_path / 'run' / '.lock'}, the run folder's lock file, cannot be "
+        f"opened (a folder); a run makes it there itself: remove {tmp_path / 'run' / '.lock'}, "
+        "or give another runner.run_name"
+    )
+
+
+def test_a_checkpoint_write_that_fails_leaves_the_earlier_one_whole_and_says_so(tmp_path):
+    from rlcore.runners.checkpoint import written_atomically
+    from rlcore.workers.state_files import CheckpointWriteError
+
+    where = tmp_path / "checkpoints" / "iter_000002"
+    with written_atomically(where) as folder:
+        (folder / "driver.json").write_text("first")
+    before = {p: p.read_bytes() for p in where.rglob("*")}
+    with pytest.raises(CheckpointWriteError) as refused, written_atomically(where) as folder:
+        (folder / "driver.json").write_text("second")
+        raise OSError(27, "File too large", str(folder / "actor" / "model.safetensors"))
+    message = str(refused.value)
+    assert message.startswith(
+        f"{where}.tmp/actor/model.safetensors: the checkpoint could not be written ([Errno 27] "
+        "File too large); "
+    )
+    assert message.endswith(
+        "(checkpoint iter_000002 was not written; the run stopped, and the checkpoints before "
+        "it are as they were)"
+    )
+    assert {p: p.read_bytes() for p in where.rglob("*")} == before
+    assert sorted(p.name for p in where.parent.iterdir()) == ["iter_000002"]  # no .tmp left
+    with written_atomically(where) as folder:  # a whole one replaces it
+        (folder / "driver.json").write_text("third")
+    assert (where / "driver.json").read_text() == "third" and check_manifest(where) is None
+    assert sorted(p.name for p in where.parent.iterdir()) == ["iter_000002"]  # nor an .old
+
+
+def test_a_run_past_the_file_size_limit_stops_in_one_line_naming_the_file(tmp_path):
+    """RLIMIT_FSIZE (ulimit -f) below a checkpoint's weights: the run exits with status 2 and
+    one line naming the file, and lists no checkpoint (none could be loaded)."""
+    import resource
+
+    limit = 16 * 1024  # CartPole's weights take 19 kB
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    args = [
+        "env.num_envs=4",
+        "runner.rollout_steps=16",
+        "runner.total_env_steps=64",
+        "actor.ppo_mini_batch_size=32",
+        "runner.checkpoint_every=1",
+        "env.solved_threshold=null",
+        "runner.progress=false",
+        "logger.tensorboard=false",
+        f"runner.output_dir={tmp_path}",
+        "runner.run_name=r",
+    ]
+    main = str(Path(__file__).resolve().parents[2] / "examples" / "embodied" / "main.py")
+    done = subprocess.run(
+        [sys.executable, main, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    weights = tmp_path / "r" / "checkpoints" / "iter_000001.tmp" / "actor" / "model.safetensors"
+    assert last.startswith(f"rlcore: config error: {weights}: the checkpoint could not be")
+    assert f"a file-size limit of {limit} bytes (ulimit -f)" in last
+    assert "Traceback" not in done.stderr
+    assert list((tmp_path / "r" / "checkpoints").iterdir()) == []

@@ -178,6 +178,17 @@ def bad_inputs(tmp_path, model):
             [f"actor.model.path={damaged['no eos']}", "warmup.steps=0"],
             "its tokenizer has neither an eos token nor a pad token",
         ),
+        (
+            ARITH,
+            [
+                f"actor.model.path={model}",
+                "warmup.steps=0",
+                "actor.model.lora.rank=4",
+                "actor.model.lora.target_modules=[q_proj,c_attn]",
+            ],
+            "actor.model.lora.target_modules: c_attn not in the model (Qwen2ForCausalLM), whose "
+            "layers LoRA can adapt are named down_proj, embed_tokens, gate_proj, k_proj, ",
+        ),
     ]
 
 
