@@ -26,6 +26,7 @@ LONGEST_FIRST = (
     "tests/runners/test_reasoning.py",  # 56 s
     "tests/runners/test_layouts.py",  # 36 s
     "tests/scheduler/test_fake_gpu_cluster.py",  # 33 s
+    "tests/runners/test_lost_node.py",  # 31 s
     "tests/scheduler/test_cpu_groups_and_sync.py",  # 28 s
     "tests/workers/test_megatron_backend.py",  # 27 s
     "tests/runners/test_resume.py",  # 22 s

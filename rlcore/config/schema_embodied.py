@@ -167,8 +167,8 @@ class EnvConfig(GroupKeys):
         "in the driver's process, 300 for envs in their own processes (placed apart, or "
         "vector_mode async). A step stuck in C code that holds the GIL (which the timer "
         "cannot interrupt) ends its process by a watchdog once the limit plus max(5 s, the "
-        "limit) has passed: the driver names it in one line, or, in the driver's own process, "
-        "the stacks are written to stderr",
+        "limit) has passed: the driver names it in one line (in the driver's own process too: a "
+        "watcher process says it once the process ends)",
         range="> 0",
     )
     checkpoint_state: Literal["reseed", "pickle"] = key(

@@ -313,7 +313,7 @@ def _timed(
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        with last_words.watch(last_words.watchdog_s(timeout_s)):
+        with last_words.watch(last_words.watchdog_s(timeout_s), who=what.split(", ")[0]):
             return getattr(envs, op)(*args, **kwargs)
     except _StepTimeout:
         raise EnvError(message) from None

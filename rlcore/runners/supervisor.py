@@ -6,11 +6,14 @@ start when there is none yet), at most ``runner.max_restarts`` times.
     summary = run(config, plan)      # what the entry points and ``rlcore`` call
 
 Each restart is said on stderr (the component, rank, node, cause, and the iteration resumed
-from) and listed in ``summary.json`` (``restarts``, ``restart_log``). A run that loses a worker
-twice after the same iteration, or more than ``max_restarts`` times, stops with a ``RunLost``
-that tells each loss: restarting again would only repeat it. An exception raised by a
-component's code (a bug, a bad input) is not a loss: it ends the run as before, as does any
-error in a plan that runs in the driver's own process (nothing there can die alone).
+from; ``node IP (ID) lost`` when its node is gone) and listed in ``summary.json``
+(``restarts``, ``restart_log``). A run that loses a worker twice after the same iteration, or
+more than ``max_restarts`` times, or whose plan the cluster left after a loss cannot hold,
+stops with a ``RunLost`` that tells each loss and the checkpoint to resume from: restarting
+again would only repeat it. A worker lost while the run first starts stops it in one line.
+An exception raised by a component's code (a bug, a bad input) is not a loss: it ends the run
+as before, as does any error in a plan that runs in the driver's own process (nothing there
+can die alone).
 
 Ray is started (or joined) once for all attempts, and the worker processes that survive a
 loss (those that close their components within ``CLOSE_AFTER_LOSS_S``) are kept and adopted by
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,8 +147,13 @@ class Supervisor:
                     runner.components.close_after_loss(CLOSE_AFTER_LOSS_S)
                 elif runner is not None:
                     runner.components.close(10.0)
-                if loss is None or self.run_dir is None:  # a first start has nothing to resume
+                if loss is None:
                     raise
+                if self.run_dir is None:  # a first start has nothing to resume
+                    raise RunLost(
+                        f"the run lost a worker while starting: {loss.describe()}; nothing was "
+                        "trained yet: start it again"
+                    ) from error
                 # Lost while starting again: nothing new was done since the last resume.
                 done = runner.progress.iteration if runner is not None else None
                 config = self._restart(config, loss, self.run_dir, done, error)
@@ -192,8 +201,10 @@ class Supervisor:
         elif len(self.restarts) >= limit:
             lost = len(self.restarts) + 1
             stop = f"lost a worker {lost} times, more than runner.max_restarts={limit}"
+        if stop is None:
+            stop = _cluster_left_cannot_host(self.plan)
         if stop is not None:
-            raise RunLost(self._story(stop, loss, done)) from error
+            raise RunLost(self._story(stop, loss, done, _way_on(run_dir))) from error
         checkpoint = newest_complete(run_dir, warn)
         resumed = 0 if checkpoint is None else int(checkpoint.name.removeprefix("iter_"))
         self.restarts.append(Restart(loss, done, resumed))
@@ -211,9 +222,9 @@ class Supervisor:
         )
         return dataclasses.replace(config, runner=runner)
 
-    def _story(self, headline: str, loss: Loss, done: int) -> str:
-        if not self.restarts:  # (runner.max_restarts=0): one line
-            return f"the run {headline}: {loss.describe()} (after iteration {done})"
+    def _story(self, headline: str, loss: Loss, done: int, way_on: str) -> str:
+        if not self.restarts:  # (runner.max_restarts=0, or a first loss): one line
+            return f"the run {headline}: {loss.describe()} (after iteration {done}); {way_on}"
         lines = [f"the run {headline}:"]
         for number, r in enumerate(self.restarts, 1):
             lines.append(
@@ -221,4 +232,32 @@ class Supervisor:
                 f"resumed from iteration {r.resumed_from})"
             )
         lines.append(f"  loss {len(self.restarts) + 1}: {loss.describe()} (after iteration {done})")
+        lines.append(f"  {way_on}")
         return "\n".join(lines)
+
+
+def _way_on(run_dir: Path) -> str:
+    """What to do after the run stopped on a loss: resume from its newest complete checkpoint
+    (named), or run it again when it has none."""
+    checkpoint = newest_complete(run_dir, warn)
+    if checkpoint is None:
+        return "no checkpoint was written yet: run it again (runner.max_restarts restarts it)"
+    return (
+        f"resume with runner.resume_dir={checkpoint} (or set runner.max_restarts to restart "
+        "on a loss)"
+    )
+
+
+def _cluster_left_cannot_host(plan: PlacementPlan) -> str | None:
+    """Why the Ray cluster left after a loss (a node lost with it) cannot hold ``plan`` (the
+    check a start makes, ``pick_nodes``); None when it can, or when the run holds no Ray."""
+    ray = sys.modules.get("ray")  # (not imported for it: a run without Ray has no cluster)
+    if ray is None or not ray.is_initialized():
+        return None
+    from rlcore.scheduler.ray_cluster import SchedulerError, pick_nodes
+
+    try:
+        pick_nodes(plan)
+    except SchedulerError as error:
+        return f"lost a worker, and the cluster left cannot hold the plan ({error})"
+    return None

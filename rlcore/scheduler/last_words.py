@@ -9,7 +9,11 @@ A worker process started by the scheduler writes them to its *last-words file*
 (``<LAST_WORDS_ENV dir>/<pid>.txt``, the folder made by the driver and removed at shutdown); the
 driver's account of a lost process (``Scheduler.dead_processes``) then reads it and says in one
 line that the watchdog ended the process, after how long and at which frame (``account``). In
-the driver's own process (no such folder) the stacks go to stderr, which the user sees.
+the driver's own process (no such folder, envs stepped in the driver) nothing is left to say it
+once the watchdog fires, so they go to a small watcher process started with the first watch
+(this file run as a script, standard library only): when the driver's pipe closes, it says the
+same line on stderr, naming what was stuck (``watch``'s ``who``), instead of 30 lines of stacks.
+The driver's exit status is faulthandler's, 1.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import faulthandler
 import os
 import re
+import signal
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -40,10 +46,16 @@ def watchdog_s(timeout_s: float) -> float:
 
 
 @contextmanager
-def watch(after_s: float) -> Iterator[None]:
+def watch(after_s: float, who: str | None = None) -> Iterator[None]:
     """Run the block under a watchdog that ends this process if the block is still running
-    after ``after_s`` seconds (see the module docstring)."""
-    faulthandler.dump_traceback_later(after_s, exit=True, file=_output())
+    after ``after_s`` seconds (see the module docstring); ``who`` names what runs in it (``env
+    'CartPole-v1' rank 0``) in the driver's line."""
+    output = _output()
+    if who is not None and output is _watcher_pipe and who != _said["who"]:
+        _said["who"] = who
+        output.write(f"{WHO}{who}\n")
+        output.flush()
+    faulthandler.dump_traceback_later(after_s, exit=True, file=output)
     try:
         yield
     finally:
@@ -56,9 +68,34 @@ def _output() -> IO[str]:
         return _file
     folder = os.environ.get(LAST_WORDS_ENV)
     if not folder or not Path(folder).is_dir():
-        return sys.stderr
+        _file = _start_watcher(worker=folder is not None) or sys.stderr
+        return _file
     _file = open(Path(folder) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
     return _file
+
+
+WHO = "rlcore-who: "  # a line of the driver's pipe naming what runs under the watchdog
+_watcher_pipe: IO[str] | None = None
+_said: dict[str, str | None] = {"who": None}
+
+
+def _start_watcher(worker: bool) -> IO[str] | None:
+    """The pipe to this process's watcher (see the module docstring); None if it cannot start."""
+    global _watcher_pipe
+    try:
+        watcher = subprocess.Popen(
+            # (a worker whose last-words folder is on another node says it on its own stderr,
+            # which Ray passes on to the driver's)
+            [sys.executable, __file__, str(os.getpid()), "worker" if worker else "driver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the driver's group does not reach it
+            text=True,
+        )
+    except OSError:
+        return None
+    _watcher_pipe = watcher.stdin
+    return _watcher_pipe
 
 
 # faulthandler's words: "Timeout (0:00:10)!", then each thread's frames, innermost first.
@@ -89,6 +126,11 @@ def account(folder: str | Path | None, pid: int, here: bool = True) -> str | Non
         text = (Path(folder) / f"{pid}.txt").read_text(errors="replace")
     except OSError:
         return None
+    return account_of(text)
+
+
+def account_of(text: str) -> str | None:
+    """``account``'s line from the words faulthandler wrote (None: no watchdog's words)."""
     header = _HEADER.search(text)
     if header is None:
         return None
@@ -106,3 +148,21 @@ def account(folder: str | Path | None, pid: int, here: bool = True) -> str | Non
         "a timeout cannot interrupt (C code holding the GIL); fix that code, or raise the "
         "limit (env.step_timeout_s)"
     )
+
+
+def _watch_driver(pid: str, role: str) -> None:
+    """The watcher's loop: read the driver's pipe to its end; if the watchdog wrote there,
+    say so in one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    text = sys.stdin.read()
+    said = account_of(text)
+    if said is None:
+        return
+    who = [line[len(WHO) :] for line in text.splitlines() if line.startswith(WHO)]
+    process = "the driver's process" if role == "driver" else "a worker process"
+    named = f"{who[-1]} (in {process}, pid {pid})" if who else f"{process} (pid {pid})"
+    print(f"rlcore: error: {named}: {said}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    _watch_driver(sys.argv[1], sys.argv[2])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from rlcore.config.errors import ConfigError
 from rlcore.placement import PlacementPlan
 from rlcore.scheduler import reaper
+from rlcore.scheduler.join import JOIN_TIMEOUT_S, join
 from rlcore.scheduler.network import local_ray_node
 
 NODE_ID_LABEL = "ray.io/node-id"
@@ -23,13 +25,14 @@ class SchedulerError(ConfigError):
     """The cluster cannot host the plan: raised before any worker starts, one line."""
 
 
-def connect(plan: PlacementPlan, address: str | None) -> bool:
-    """Start or join Ray; True when this call started it (and so must shut it down)."""
+def connect(plan: PlacementPlan, address: str | None, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
+    """Start or join Ray (joining within ``timeout_s``: join.py); True when this call started
+    or joined it (and so must shut it down)."""
     if ray.is_initialized():
         return False
     common = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
     if address is not None:
-        ray.init(address=address, **common)
+        join(address, timeout_s, lambda joined: ray.init(address=joined, **common))
         return True
     # A CPU slot is a Ray CPU: ask for as many as the plan has, even past the core count.
     num_cpus = max(os.cpu_count() or 1, plan.devices_per_node) if plan.device == "cpu" else None
@@ -64,6 +67,39 @@ class NodeSlots:
     group: PlacementGroup
 
 
+# How long a node's raylet may take to accept a connection before the node counts as lost.
+RAYLET_KNOCK_S = 1.0
+
+
+def live_nodes() -> list[dict[str, Any]]:
+    """The Ray nodes alive now: those the GCS counts alive whose raylet accepts a connection.
+    The GCS declares a node dead only after missing its health checks (15 s by Ray's
+    defaults); a machine that dropped off is known at once by its closed raylet port."""
+    return [
+        node
+        for node in ray.nodes()
+        if node["Alive"] and _answers(node["NodeManagerAddress"], node["NodeManagerPort"])
+    ]
+
+
+def alive_nodes() -> set[str]:
+    """The ids of ``live_nodes``."""
+    return {node["NodeID"] for node in live_nodes()}
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), RAYLET_KNOCK_S):
+            return True
+    except OSError:
+        return False
+
+
+def lost_node(ip: str, node_id: str) -> str:
+    """How a lost node is named in a loss (its address, and its id's first 8 digits)."""
+    return f"node {ip} ({node_id[:8]}) lost"
+
+
 def _resource(plan: PlacementPlan) -> str:
     return "GPU" if plan.device == "cuda" else "CPU"
 
@@ -71,7 +107,7 @@ def _resource(plan: PlacementPlan) -> str:
 def pick_nodes(plan: PlacementPlan) -> list[dict[str, Any]]:
     """The Ray nodes for plan nodes 0..N-1 (head first, then by address); fails fast if too few."""
     resource = _resource(plan)
-    alive = [n for n in ray.nodes() if n["Alive"]]
+    alive = live_nodes()
     fit = [n for n in alive if n["Resources"].get(resource, 0) >= plan.devices_per_node]
     if len(fit) < plan.num_nodes:
         have = ", ".join(f"{n['Resources'].get(resource, 0):g}" for n in alive) or "none"

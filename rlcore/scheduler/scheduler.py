@@ -30,19 +30,22 @@ from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
 from rlcore.scheduler import warm
 from rlcore.scheduler.deadlines import Deadlines
+from rlcore.scheduler.errors import WorkerLost
 from rlcore.scheduler.last_words import LAST_WORDS_ENV, account
 from rlcore.scheduler.network import transport_env
 from rlcore.scheduler.ray_cluster import (
     NodeSlots,
     SchedulerError,
+    alive_nodes,
     connect,
     disconnect,
+    lost_node,
     release,
     reserve,
 )
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
 from rlcore.scheduler.worker import ProcessIdentity, WorkerProcess
-from rlcore.scheduler.worker_group import WorkerGroup
+from rlcore.scheduler.worker_group import WorkerGroup, death_cause
 
 # Once a process is known lost, how long the others get to be seen lost too (Ray reports a
 # death at once); the rest are busy, in a call that waits on the lost one, and alive.
@@ -134,13 +137,14 @@ class Scheduler:
 
     def can_host(self, plan: PlacementPlan, address: str | None) -> bool:
         """Whether this started scheduler's slots can hold ``plan`` (on Ray at ``address``): the
-        same Ray, device kind and nodes, and at least as many slots on each node."""
+        same Ray, device kind and nodes, every node still alive (a lost node's slots and
+        processes are gone with it), and at least as many slots on each node."""
         mine = self.plan
-        return (self.address, mine.device, len(self._slots)) == (
-            address,
-            plan.device,
-            plan.num_nodes,
-        ) and all(slot.group.bundle_count >= plan.devices_per_node for slot in self._slots)
+        return (
+            (self.address, mine.device, len(self._slots)) == (address, plan.device, plan.num_nodes)
+            and all(slot.group.bundle_count >= plan.devices_per_node for slot in self._slots)
+            and {slot.node_id for slot in self._slots} <= alive_nodes()
+        )
 
     def start(self) -> None:
         # Processes a finished run kept warm (warm.py) are adopted when they stand on the slots
@@ -149,8 +153,8 @@ class Scheduler:
         if kept is not None:
             kept._restore_sigterm()
         self._catch_sigterm()
+        processes, handles = self.plan.processes(), []
         try:
-            processes = self.plan.processes()
             if kept is None:
                 # Where a worker's watchdog writes its last words (last_words.py), on this node.
                 self._last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
@@ -179,9 +183,38 @@ class Scheduler:
                 self.collective_timeout_s,
                 self.sync_bucket_bytes,
             )
-        except BaseException:
+        except BaseException as error:
+            lost = None
+            with contextlib.suppress(Exception):  # (the error to tell is the one raised)
+                lost = self._lost_while_starting(error, processes, handles)
             self.shutdown()
+            if lost is not None:
+                raise lost from error
             raise
+
+    def _lost_while_starting(
+        self, error: BaseException, processes: list[Process], handles: list[Any]
+    ) -> WorkerLost | None:
+        """The process that died while this scheduler started (killed, its node lost), as the
+        ``WorkerLost`` a run's supervisor restarts after; None when ``error`` is no death."""
+        if not isinstance(error, ray.exceptions.RayError) or not handles:
+            return None
+        pings = {h.describe.remote(): p for p, h in zip(processes, handles, strict=False)}
+        done, _ = ray.wait(list(pings), num_returns=len(pings), timeout=LOST_TOO_S)
+        alive = alive_nodes()
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as death:
+                process = pings[ref]
+                slot = self._slots[process.node] if process.node < len(self._slots) else None
+                if slot is not None and slot.node_id not in alive:
+                    cause = lost_node(slot.ip, slot.node_id)
+                else:
+                    cause = f"the process died while starting: {death_cause(death)}"
+                named = "+".join(process.components)
+                return WorkerLost(named, process.rank, process.node, cause)
+        return None
 
     def _spawn(self, process: Process) -> Any:
         plan = self.plan
@@ -343,8 +376,6 @@ class Scheduler:
         in a long call (or stuck in a collective) does not answer within ``wait_s`` and counts
         as alive."""
 
-        from rlcore.scheduler.worker_group import death_cause
-
         where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
         here = ray.get_runtime_context().get_node_id()
         # a stopped process answers nothing: seen in its state, not waited for
@@ -365,6 +396,9 @@ class Scheduler:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as error:
                     info = self.info[where[id(pings[ref])]]
+                    if info["node_id"] not in alive_nodes():
+                        gone.append((pings[ref], lost_node(info["ip"], info["node_id"])))
+                        continue
                     words = account(self._last_words, info["pid"], info["node_id"] == here)
                     gone.append((pings[ref], f"the process died: {words or death_cause(error)}"))
         for handle in halted.values():

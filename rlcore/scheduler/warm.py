@@ -9,11 +9,12 @@ components but keeps its ``Scheduler`` (its processes, their groups and CPU or G
 - the next run with the same plan and cluster settings builds its components in those
   processes as they are (``take``);
 - a run with another plan that the kept slots can hold (the same Ray, device kind and nodes,
-  as many slots per node or fewer) adopts, for each of its processes, a kept one that stands on
-  the same node and devices with at most its share of them, gives it its new ranks and sets its
-  groups up afresh; the kept processes it has no place for are stopped and the missing ones
-  started (``adopt``). A ``Scheduler`` used as a context manager keeps its processes when its
-  block ends cleanly, as a run does.
+  every node still alive, as many slots per node or fewer) adopts, for each of its processes,
+  a kept one that stands on the same node and devices with at most its share of them, gives it
+  its new ranks and sets its groups up afresh; the kept processes it has no place for are
+  stopped and the missing ones started (``adopt``). Kept slots on a lost node make the whole
+  kept scheduler be stopped: the plan is placed afresh on the nodes left. A ``Scheduler`` used
+  as a context manager keeps its processes when its block ends cleanly, as a run does.
 
 A run that fails or is interrupted never hands its processes on: they may hold half-done
 collectives. A run that loses a worker hands on only the processes that close their

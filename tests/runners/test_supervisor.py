@@ -342,7 +342,8 @@ def test_with_max_restarts_0_a_loss_ends_the_run_in_one_line(tmp_path, monkeypat
         supervise(tmp_path, [2], max_restarts=0)
     assert str(lost.value) == (
         "the run lost a worker, and runner.max_restarts=0 allows no restart: env rank 0 on node "
-        "0: the worker process died: SYSTEM_ERROR: killed (after iteration 1)"
+        "0: the worker process died: SYSTEM_ERROR: killed (after iteration 1); no checkpoint was "
+        "written yet: run it again (runner.max_restarts restarts it)"
     )
     assert len(FailingDriver.BUILT) == 1
     from rlcore import cli
@@ -351,6 +352,62 @@ def test_with_max_restarts_0_a_loss_ends_the_run_in_one_line(tmp_path, monkeypat
     config = embodied(tmp_path, "cli", "runner.max_restarts=0")
     assert cli._run(config, plan_for_config(config)) == 1
     assert capsys.readouterr().err.splitlines()[-1] == f"rlcore: error: {lost.value}"
+
+
+def test_a_loss_the_cluster_left_cannot_host_stops_in_one_line_naming_the_checkpoint(
+    tmp_path, monkeypatch
+):
+    """A lost node can leave too few for the plan (here: two nodes asked, this worker's local
+    Ray has one): no restart is tried; one line names the loss and the checkpoint to resume
+    from once the cluster has its nodes again."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "iter_000003"
+    monkeypatch.setattr(supervisor, "newest_complete", lambda run_dir, log: checkpoint)
+    FailingDriver.FAILS, FailingDriver.BUILT = [2], []
+    config = embodied(
+        tmp_path,
+        "run",
+        "cluster.num_nodes=2",
+        "cluster.devices_per_node=1",
+        "logger.tensorboard=false",
+    )
+    with pytest.raises(RunLost) as lost:
+        Supervisor(FailingDriver, config, plan_for_config(config)).run()
+    assert len(FailingDriver.BUILT) == 1
+    story = str(lost.value)
+    assert "\n" not in story
+    assert story.startswith(
+        "the run lost a worker, and the cluster left cannot hold the plan (cluster.num_nodes/"
+        "devices_per_node: the plan needs 2 node(s) with 1 CPU each, but the Ray cluster's 1 "
+        "node(s) have CPU: 4; change the cluster keys or add nodes): env rank 0 on node 0"
+    )
+    assert story.endswith(
+        f"env rank 0 on node 0: the worker process died: SYSTEM_ERROR: killed (after iteration "
+        f"1); resume with runner.resume_dir={checkpoint} (or set runner.max_restarts to restart "
+        "on a loss)"
+    )
+
+
+def test_a_worker_killed_while_the_run_starts_ends_it_in_one_line(tmp_path, monkeypatch, capsys):
+    """Killed while the groups are set up (a first start has nothing to resume): the loss is
+    named in one line, which the entry point prints without a traceback (status 1)."""
+    from rlcore import cli
+    from rlcore.scheduler.scheduler import Scheduler
+
+    def init_groups(self, _init=Scheduler._init_groups):
+        os.kill(self.info[("env", 0)]["pid"], signal.SIGKILL)
+        return _init(self)
+
+    monkeypatch.setattr(Scheduler, "_init_groups", init_groups)
+    config = embodied(tmp_path, "killed", *LAYOUTS["env-apart"])
+    assert cli._run(config, plan_for_config(config)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("rlcore:")]
+    assert line.startswith(
+        "rlcore: error: the run lost a worker while starting: env rank 0 on node 0: the process "
+        "died while starting: "
+    )
+    assert line.endswith("; nothing was trained yet: start it again")
 
 
 def test_a_bug_in_a_component_is_not_a_loss(tmp_path):
