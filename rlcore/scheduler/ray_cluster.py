@@ -34,6 +34,7 @@ def connect(plan: PlacementPlan, address: str | None, timeout_s: float = JOIN_TI
     if address is not None:
         join(address, timeout_s, lambda joined: ray.init(address=joined, **common))
         return True
+    check_file_size_limit()
     # A CPU slot is a Ray CPU: ask for as many as the plan has, even past the core count.
     num_cpus = max(os.cpu_count() or 1, plan.devices_per_node) if plan.device == "cpu" else None
     # "local", not None: with None, Ray joins whatever /tmp/ray/ray_current_cluster names, even
@@ -43,6 +44,25 @@ def connect(plan: PlacementPlan, address: str | None, timeout_s: float = JOIN_TI
     global _watcher
     _watcher = reaper.start(os.getpid())
     return True
+
+
+def check_file_size_limit() -> None:
+    """Refuse a local Ray start under a file-size limit smaller than its object store: Ray sizes
+    the store's file in /dev/shm to 30% of the memory, and under a smaller ``ulimit -f`` its
+    node fails to start only after a 30 s wait, with a traceback."""
+    import resource
+
+    import psutil
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    store = int(0.3 * psutil.virtual_memory().total)
+    if limit != resource.RLIM_INFINITY and limit < store:
+        raise SchedulerError(
+            f"this placement runs its components on Ray, which cannot start under this "
+            f"process's file-size limit ({limit >> 10} KiB, ulimit -f): its object store is a "
+            f"file of {store >> 20} MiB; raise the limit (ulimit -f unlimited), or place every "
+            "component in one process (cluster.component_placement), which needs no Ray"
+        )
 
 
 _watcher: subprocess.Popen | None = None  # reaper.py's watcher of the local Ray started here

@@ -101,3 +101,24 @@ def test_a_port_that_never_answers_as_ray_ends_the_join_at_the_deadline():
     assert len(ours) == 1
     assert "did not answer as a Ray cluster within" in ours[0]
     assert "Traceback" not in err
+
+
+def test_a_local_ray_start_under_a_small_file_size_limit_is_refused_in_one_line(monkeypatch):
+    """Ray's object store is a file of 30% of the memory: under a smaller ``ulimit -f`` its
+    node fails after a 30 s wait with a traceback, so the start is refused first."""
+    import resource
+
+    import psutil
+
+    from rlcore.scheduler.ray_cluster import SchedulerError, check_file_size_limit
+
+    store = int(0.3 * psutil.virtual_memory().total)
+    for soft in (resource.RLIM_INFINITY, store + 1):
+        monkeypatch.setattr(resource, "getrlimit", lambda which, soft=soft: (soft, soft))
+        check_file_size_limit()  # (no limit, or one the store fits under)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2 << 20, resource.RLIM_INFINITY))
+    with pytest.raises(SchedulerError) as refused:
+        check_file_size_limit()
+    message = str(refused.value)
+    assert "file-size limit (2048 KiB, ulimit -f)" in message and "\n" not in message
+    assert "ulimit -f unlimited" in message
