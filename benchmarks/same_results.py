@@ -12,23 +12,28 @@ A job's outcome is what its run leaves in its folder, less what measures time or
 - the last checkpoint: each file its manifest.json lists, by sha256 and by content (every
   tensor's dtype, shape and bytes, every value), so that a difference names the tensor;
   driver.json by content only, less ``VOLATILE_DRIVER`` (its bytes carry the run's timings);
-- the metrics of every iteration as written to tensorboard, less the timings and rates
-  (``time/*``, ``*_per_s``) and each event's wall time;
+- the metrics of every iteration as written to tensorboard, less the timings and rates and
+  each event's wall time;
 - the validation generations (validation/*.jsonl) and the files of a reasoning job's tiny model
   (cached under warmup.cache_dir, or built by the job), by sha256.
 
 Two runs of every job on one commit (a020f9d, run at once on a 2-core CPU shared with other
 work, their wall times 1.1-2x apart) gave equal outcomes, every checkpoint file byte for byte and
 the asynchronous job's staleness included, so nothing above is compared with a tolerance; only
-what measures time or names a place is left out. ``time/*`` and ``*_per_s`` aside, the metrics
-left out are ``VOLATILE_METRICS``; ``reward/timeouts`` and ``tools/timeouts`` are kept (0 unless
-a reward or a tool call runs past its limit: a difference there is a slow machine, not the code).
+what measures time or names a place is left out. Besides ``time/*``, ``perf/busy/*`` and
+``*_per_s``, the metrics left out are ``VOLATILE_METRICS``; ``reward/timeouts`` and
+``tools/timeouts`` are kept (0 unless a reward or a tool call runs past its limit: a difference
+there is a slow machine, not the code).
 
 The default jobs read the tiny arithmetic model cached under .cache/rlcore, as the shipped job
 does (the first run that misses it builds it: about 4 minutes on 2 idle cores). ``tools_grpo``
 and ``warmup_fresh`` build their models in the run's own folder with a short warm-up, so that the
 tokenizer, the model's initialisation and both warm-ups (with tools, and with the accuracy check)
 are compared on every run. A job that fails is recorded with its error, and differs.
+
+Cost: about 240 s of CPU for the six jobs (a020f9d's record: same_results_a020f9d.json), 25
+minutes of wall time when it was recorded, on 2 cores loaded 15 to 30 deep by other work (most
+of it tools_grpo's multi-turn generation). ``--jobs`` runs a subset.
 """
 
 from __future__ import annotations
@@ -58,12 +63,13 @@ VOLATILE_SUMMARY = (
     "busy_share",
     "run_dir",
 )
-# driver.json (the checkpoint's run state): the clock readings and the output folder.
+# driver.json (the checkpoint's run state): the clock readings, the output and cache folders.
 VOLATILE_DRIVER = (
     "progress.elapsed_s",
     "progress.train_s",
     "progress.reached_s",
     "config.runner.output_dir",
+    "config.warmup.cache_dir",
 )
 # tensorboard tags that are timings or rates (and ``time/*``, ``perf/busy/*``, ``*_per_s``)
 VOLATILE_METRICS = ("tools/seconds", "tools/time_share")
