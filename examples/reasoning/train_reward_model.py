@@ -7,16 +7,19 @@ The warmed-up tiny policy (``reasoning/tiny_arith_ppo``'s, built or found cached
 ``--samples`` answers to each of ``--prompts`` training problems; answers the task's rule finds
 right are paired with wrong ones to the same problem, and each training problem also gets
 ``--near-misses`` wrong sums (off by 1, 2, 9, 10, 11, 20, 30 or 100: a sum's slipped digits and
-carries) to rank below its right one. The reward model is a sequence-classification model (a
-new one-logit head on the last token) made from a stronger model than the policy: the tiny
-model warmed up ``--base-warmup-steps`` steps on the task (``--from-policy``: the policy's own
-weights, as RLHF's reward models start from the SFT model). It learns to score the right
-response above the wrong ones of its problem (``--loss ranking``: the softmax cross-entropy over
-a problem's responses, Bradley-Terry's ``-log sigmoid(r_right - r_wrong)`` for a pair), and is
-saved with the tokenizer to ``--out``. It reads exactly what ``reward.kind: model`` gives it:
-the prompt's text followed by the response's (``rlcore/workers/reward_model.py``). Held-out
-accuracies are printed (pairwise; the right answer ranked first); overrides (``k=v``) go to the
-policy's config. The defaults are the recipe measured in docs/rewards.md.
+carries) to rank below its right one, and with ``--malformed`` (the default) three responses
+that give no answer in the asked format (none, ``####`` alone, the sum without it) to rank below
+its wrong sums, so that answering nothing never pays. The reward model is a
+sequence-classification model (a new one-logit head on the last token) made from a stronger
+model than the policy: the tiny model warmed up ``--base-warmup-steps`` steps on the task
+(``--from-policy``: the policy's own weights, as RLHF's reward models start from the SFT model).
+It learns to score the right response above the wrong ones of its problem (``--loss ranking``:
+the softmax cross-entropy over a problem's responses, Bradley-Terry's ``-log sigmoid(r_right -
+r_wrong)`` for a pair), and is saved with the tokenizer to ``--out``. It reads exactly what
+``reward.kind: model`` gives it: the prompt's text followed by the response's
+(``rlcore/workers/reward_model.py``). Held-out accuracies are printed (pairwise; the right
+answer ranked first); overrides (``k=v``) go to the policy's config. The defaults are the recipe
+measured in docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -39,10 +42,21 @@ from rlcore.rewards.judge import Rules, judge
 from rlcore.workers.reward_model import reward_model_text
 
 
+def malformed(answer: int) -> list[str]:
+    """Responses that give no answer in the asked format: none, the marker alone, the sum without
+    it. Ranked below every well-formed sum, right or wrong: a reward model that never saw them
+    scores them at random, and the policy learns whichever it scores above its wrong sums (the
+    empty response, found when the tiny model changed: validation accuracy 0.445 to 0.42)."""
+    return ["", " ####", f" {answer}"]
+
+
 @torch.no_grad()
-def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> list[tuple]:
+def sample_pairs(
+    config, actor_dir, prompts: int, samples: int, seed: int, bad: bool = True
+) -> list[tuple]:
     """``(prompt text, right response, wrong response)`` for each problem whose samples hold
-    both; the policy samples at the training temperature."""
+    both, followed by its ``malformed`` responses when ``bad``; the policy samples at the
+    training temperature."""
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(actor_dir)
     policy = load_causal_lm(actor_dir, "float32").eval()
@@ -76,16 +90,18 @@ def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> li
             verdicts = [judge(rules, None, texts[i], train.answers[row], i).correct for i in group]
             right = [texts[i] for i, v in zip(group, verdicts, strict=True) if v]
             wrong = [texts[i] for i, v in zip(group, verdicts, strict=True) if not v]
-            pairs += [(prompt, r, w) for r, w in zip(right, wrong, strict=False)]
+            tail = malformed(int(train.answers[row])) if bad else []
+            pairs += [(prompt, r, w, *tail) for r, w in zip(right, wrong, strict=False)]
     return pairs
 
 
-def near_misses(config, actor_dir, count: int, seed: int) -> list[tuple]:
+def near_misses(config, actor_dir, count: int, seed: int, bad: bool = True) -> list[tuple]:
     """For each training problem, the right answer and ``count`` near misses (the sum off by 1,
     2, 9, 10, 11, 20, 30 or 100 either way, each at most once: the slips of a sum's digits and
     carries), written as the policy writes its answers: what the sampled pairs hold too few of
     for a small model to learn to check a sum. One tuple ``(prompt, right, wrong, ...)`` a
-    problem: the loss ranks the right one above all."""
+    problem, its ``malformed`` responses last when ``bad``: the loss ranks the right one above
+    all."""
     rng = random.Random(seed)
     tokenizer = load_tokenizer(actor_dir)
     train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
@@ -97,12 +113,33 @@ def near_misses(config, actor_dir, count: int, seed: int) -> list[tuple]:
         prompt = tokenizer.decode(batch["input_ids"][0][keep], skip_special_tokens=True)
         answer = int(train.answers[row])
         wrong = [f" #### {answer + d}" for d in rng.sample(offsets, min(count, len(offsets)))]
-        items.append((prompt, f" #### {answer}", *wrong))
+        items.append((prompt, f" #### {answer}", *wrong, *(malformed(answer) if bad else [])))
     return items
 
 
+def ranking_loss(logits: torch.Tensor, bad: int = 0) -> torch.Tensor:
+    """``logits`` ``[rows, responses]``, each row's right response first: the cross-entropy of
+    the right one under the softmax of the row's scores, plus, when the last ``bad`` responses
+    are malformed, the mean cross-entropy of each well-formed wrong one among it and them."""
+    value = F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))
+    if bad and logits.shape[1] > 1 + bad:
+        formed, worse = logits[:, 1:-bad], logits[:, -bad:]
+        tiers = torch.cat(
+            [formed[..., None], worse[:, None].expand(-1, formed.shape[1], -1)], -1
+        ).flatten(0, 1)  # [rows x wrong, 1 + bad]: a wrong sum, then the malformed ones
+        value = value + F.cross_entropy(tiers, torch.zeros(len(tiers), dtype=torch.long))
+    return value
+
+
 def train_reward_model(
-    actor_dir, items, out: Path, epochs: int, lr: float, seed: int, loss: str = "ranking"
+    actor_dir,
+    items,
+    out: Path,
+    epochs: int,
+    lr: float,
+    seed: int,
+    loss: str = "ranking",
+    bad: int = 0,
 ) -> dict:
     """``items``: ``(prompt, right, wrong, ...)`` tuples (90% train, 10% held out). ``loss``
     ``ranking``: the cross-entropy of the right response under the softmax of the scores of the
@@ -110,8 +147,10 @@ def train_reward_model(
     ``-log sigmoid(r_right - r_wrong)``): scores comparable within a problem only;
     ``verifier``: each response's binary cross-entropy against its verdict (Cobbe et al.'s
     verifier): the score is the log-odds that the response is right, comparable across
-    problems, which a critic's per-prompt baseline needs less to learn. The model is saved to
-    ``out``."""
+    problems, which a critic's per-prompt baseline needs less to learn. ``bad``: each tuple's
+    last ``bad`` responses are malformed, and ``ranking`` also ranks each of its well-formed
+    wrong responses above them (the cross-entropy of the wrong one among it and them). The
+    model is saved to ``out``."""
     from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
@@ -146,7 +185,7 @@ def train_reward_model(
         for rows in batches(train, 32):
             logits = scores(rows)
             if loss == "ranking":
-                value = F.cross_entropy(logits, torch.zeros(len(rows), dtype=torch.long))
+                value = ranking_loss(logits, bad)
             else:  # the first response of each tuple is the right one
                 labels = torch.zeros_like(logits)
                 labels[:, 0] = 1.0
@@ -192,6 +231,13 @@ def main() -> None:
         help="near misses ranked below the right answer, per training problem (at most 16)",
     )
     parser.add_argument(
+        "--malformed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="rank each problem's malformed responses (none, '####' alone, the sum without it) "
+        "below its wrong sums",
+    )
+    parser.add_argument(
         "--loss",
         choices=("ranking", "verifier"),
         default="ranking",
@@ -218,12 +264,13 @@ def main() -> None:
         longer = [f"warmup.steps={args.base_warmup_steps}", "warmup.stop_at_accuracy=null"]
         base = prepare_models(load_config("reasoning/tiny_arith_ppo", [*args.overrides, *longer]))
         base = base.actor
-    pairs = sample_pairs(config, actor, args.prompts, args.samples, args.seed)
+    pairs = sample_pairs(config, actor, args.prompts, args.samples, args.seed, args.malformed)
     say(f"{len(pairs)} (right, wrong) pairs from {args.prompts} problems x {args.samples}")
     if args.near_misses:
-        pairs += near_misses(config, actor, args.near_misses, args.seed)
+        pairs += near_misses(config, actor, args.near_misses, args.seed, args.malformed)
+    bad = len(malformed(0)) if args.malformed else 0
     result = train_reward_model(
-        base, pairs, Path(args.out), args.epochs, args.lr, args.seed, args.loss
+        base, pairs, Path(args.out), args.epochs, args.lr, args.seed, args.loss, bad
     )
     say(f"reward model saved to {args.out}")
     print(json.dumps(result))

@@ -113,11 +113,14 @@ class RolloutCorrectionConfig:
         "a k1 option takes a ratio u for [1/u, u] or 'lower_upper'",
         range="> 0",
     )
-    bypass_mode: bool = key(
-        False,
+    bypass_mode: bool | None = key(
+        None,
         doc="true: the rollout's recorded log-probs are the old ones (no recompute pass; PPO's "
         "ratio is taken against the policy that sampled); false: the actor recomputes them and "
-        "the rollout_is / rollout_rs corrections apply (decoupled)",
+        "the rollout_is / rollout_rs corrections apply (decoupled); null: true in an "
+        "asynchronous reasoning run (runner.max_staleness >= 1) that sets none of rollout_is, "
+        "rollout_rs and actor.recompute_log_probs and whose estimator needs no recompute pass "
+        "(the correction measured best in docs/async.md), false otherwise",
     )
     loss_type: Literal["ppo_clip", "reinforce"] = key(
         "ppo_clip",
@@ -408,7 +411,9 @@ class RunnerConfig:
         "next batches with the weights it has while the actor (and critic) train, and a batch is "
         "trained on only while its weights are at most this many actor updates old (AReaL's "
         "max_head_offpolicyness); 0 = every stage in lockstep. Needs the rollout in a process "
-        "apart from the actor's; docs/async.md",
+        "apart from the actor's. PPO's ratio is then taken against the log-probs of the policy "
+        "that sampled (reasoning: algorithm.rollout_correction.bypass_mode null means bypass "
+        "here, unless a correction is set); docs/async.md",
         range=">= 0",
     )
     # embodied

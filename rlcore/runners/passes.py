@@ -39,7 +39,7 @@ class Passes:
         alg = config.algorithm
         self.inputs = ADVANTAGES.entry(alg.adv_type).traits["inputs"]
         corr = alg.rollout_correction
-        self.reuse_log_probs = corr.bypass_mode or (
+        self.reuse_log_probs = config.derived.bypass_mode or (
             not config.actor.recompute_log_probs
             and "sum_pi_squared" not in self.inputs
             and rollout.generates_with_the_actor()

@@ -80,6 +80,45 @@ def test_critic_update_sizes_fall_back_to_the_actor():
     assert update.ppo_epochs == config.actor.ppo_epochs
 
 
+ASYNC = [
+    "runner.max_staleness=1",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor:0,ref:0,critic:1,rollout:1,reward:1}",
+]
+RC = "algorithm.rollout_correction"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "bypass"),
+    [
+        ([], False),  # synchronous: the old log-probs as before
+        (ASYNC, True),  # asynchronous, nothing asked: bypass (measured best, docs/async.md)
+        ([*ASYNC, f"{RC}.rollout_is=token"], False),  # a correction needs the recompute
+        ([*ASYNC, f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=2.0"], False),
+        ([*ASYNC, "actor.recompute_log_probs=true"], False),  # asked for the recompute
+        ([*ASYNC, f"{RC}.bypass_mode=false"], False),  # as given
+        ([f"{RC}.bypass_mode=true"], True),
+    ],
+)
+def test_bypass_mode_null_means_bypass_in_an_asynchronous_run_that_asks_nothing_else(
+    overrides, bypass
+):
+    config = load_config("reasoning/tiny_arith_ppo", overrides)
+    assert config.algorithm.rollout_correction.bypass_mode is (
+        None if f"{RC}.bypass_mode" not in " ".join(overrides) else bypass
+    )
+    assert config.derived.bypass_mode is bypass
+
+
+def test_bypass_mode_null_keeps_the_pass_an_estimator_reads_and_is_false_when_embodied():
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [*ASYNC, "algorithm.adv_type=optimal_token_baseline", "algorithm.group_size=2"],
+    )
+    assert config.derived.bypass_mode is False  # it reads the recompute's sum_pi_squared
+    assert load_config("embodied/mujoco_halfcheetah_ppo_async").derived.bypass_mode is False
+
+
 def test_build_config_from_a_plain_dict_round_trips():
     raw = {"mode": "embodied", "env": {"id": "Pendulum-v1"}, "actor": {"ppo_mini_batch_size": 64}}
     config = build_config(raw)

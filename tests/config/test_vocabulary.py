@@ -57,14 +57,16 @@ IMPLICIT = {
 # reward.batch_timeout_s: 0.1 spent a deadline and a process restart per response that timed
 # out, minutes per batch (a batch of these shipped tasks scores in well under a second);
 # cluster.worker_timeout_s: 0.1 waited for a silent worker forever;
-# algorithm.rollout_correction and rollout.calculate_log_probs: off, 0.1 corrected nothing)
+# algorithm.rollout_correction and rollout.calculate_log_probs: off, 0.1 corrected nothing;
+# bypass_mode null is bypass only where runner.max_staleness >= 1, which 0.1 did not have)
 ROLLOUT_CORRECTION = {
     "algorithm.rollout_correction.rollout_is": None,
     "algorithm.rollout_correction.rollout_is_threshold": 2.0,
     "algorithm.rollout_correction.rollout_is_batch_normalize": False,
     "algorithm.rollout_correction.rollout_rs": None,
     "algorithm.rollout_correction.rollout_rs_threshold": None,
-    "algorithm.rollout_correction.bypass_mode": False,
+    "algorithm.rollout_correction.bypass_mode": None,
+    "derived.bypass_mode": False,
     "algorithm.rollout_correction.loss_type": "ppo_clip",
 }
 ADDED_IN_BOTH_MODES = {
