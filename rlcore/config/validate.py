@@ -14,14 +14,13 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from rlcore.config.aliases import ALIASES, foreign_section
 from rlcore.config.derived import is_derived
 from rlcore.config.errors import ConfigError
 from rlcore.config.fields import REQUIRED, default_of, frozen
-from rlcore.config.foreign_keys import FOREIGN_KEYS
-from rlcore.config.rlinf_keys import RLINF_KEYS, RLINF_SOURCE
+from rlcore.config.foreign import ALIASES, foreign_section
+from rlcore.config.foreign.key_lists import RLINF_KEYS, RLINF_SOURCE, VERL_KEYS, VERL_VERSION
+from rlcore.config.foreign.near_misses import FOREIGN_KEYS
 from rlcore.config.schema import SCHEMAS
-from rlcore.config.verl_keys import VERL_KEYS, VERL_VERSION
 from rlcore.did_you_mean import closest
 
 

@@ -11,11 +11,10 @@ import pytest
 import yaml
 
 from rlcore.config import ConfigError, load_config
-from rlcore.config.aliases import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
-from rlcore.config.rlinf_keys import RLINF_KEYS
+from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
+from rlcore.config.foreign.key_lists import RLINF_KEYS, VERL_KEYS
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_paths
-from rlcore.config.verl_keys import VERL_KEYS
 
 # verl keys read together with another by the loader (load.py): the token budgets and verl's
 # custom reward function
