@@ -117,6 +117,13 @@ def verl_token_budgets(cfg: DictConfig) -> list[str]:
     return said
 
 
+CUSTOM_REWARD = (
+    "{prefix}.path and .name (verl) are reward.kind=custom, reward.custom_fn={fn} here (a "
+    "function written as verl's compute_score(data_source, solution_str, ground_truth, "
+    "extra_info) is called so)"
+)
+
+
 def verl_custom_reward(cfg: DictConfig) -> list[str]:
     """verl's ``custom_reward_function.path`` and ``.name`` (``compute_score`` when not given;
     verl 0.9 also spells them under ``reward.``) as ``reward.kind=custom`` with
@@ -137,11 +144,7 @@ def verl_custom_reward(cfg: DictConfig) -> list[str]:
             )
         OmegaConf.update(cfg, "reward.custom_fn", fn, merge=False, force_add=True)
         OmegaConf.update(cfg, "reward.kind", "custom", merge=False, force_add=True)
-        said.append(
-            f"{prefix}.path and .name (verl) are reward.kind=custom, reward.custom_fn={fn} here "
-            "(a function written as verl's compute_score(data_source, solution_str, "
-            "ground_truth, extra_info) is called so)"
-        )
+        said.append(CUSTOM_REWARD.format(prefix=prefix, fn=fn))
     return said
 
 
