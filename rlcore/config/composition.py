@@ -188,11 +188,12 @@ def _check_yaml_files(first: Path, directory: Path) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """A config to compose and its command line, sorted: ``config`` as the user named it, its
-    file ``directory/name.yaml``; ``searched``, the folders whose config groups it may pick (the
-    file's, then the package's); ``hydra_overrides``, what Hydra composes with (group choices such
-    as ``cluster=NAME``, and the package's folder on the search path); ``parsed``, every
-    override; ``plain``, the ``key=value`` ones, applied after composition."""
+    """A config to compose and its command line, sorted: ``config`` as the user named it, the
+    package's ``config_dir``, the config's file ``directory/name.yaml``; ``searched``, the
+    folders whose config groups it may pick (the file's, then the package's);
+    ``hydra_overrides``, what Hydra composes with (group choices such as ``cluster=NAME``, and
+    the package's folder on the search path); ``parsed``, every override; ``plain``, the
+    ``key=value`` ones, applied after composition."""
 
     config: str
     config_dir: Path
@@ -205,10 +206,9 @@ class Request:
 
 
 def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> Request:
-    """Find ``config`` (a name under ``config_dir`` or a YAML path), parse
-    ``overrides`` and sort them into Hydra's group choices, each checked to name a file, and
-    plain keys. ``ConfigError`` names a missing config, an unparsable override or an unknown
-    choice."""
+    """Find ``config`` (a name under ``config_dir`` or a YAML path), parse ``overrides`` and sort
+    them into Hydra's group choices, each checked to name a file, and plain keys. ``ConfigError``
+    names a missing config, an unparsable override or an unknown choice."""
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
     # A config file elsewhere composes with the package's groups (`/cluster: local`,
@@ -229,9 +229,9 @@ def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFI
 
 
 def compose_with_hydra(request: Request) -> tuple[DictConfig, DictConfig]:
-    """Hydra's composition of the request (defaults lists, group choices), open to new
-    keys, and the config file itself as written (``own``: what decides precedence between
-    spellings). ``ConfigError`` names a broken YAML file or what Hydra could not compose."""
+    """Hydra's composition of the request (defaults lists, group choices), open to new keys, and the
+    config file itself as written (``own``: what decides precedence between spellings).
+    ``ConfigError`` names a broken YAML file or what Hydra could not compose."""
     directory, name = request.directory, request.name
     cache = directory == request.config_dir  # (a file elsewhere is read afresh)
     try:
@@ -251,9 +251,9 @@ def compose_with_hydra(request: Request) -> tuple[DictConfig, DictConfig]:
 def settle_placement(
     cfg: DictConfig, own: DictConfig, request: Request, cluster_file: Path | None
 ) -> None:
-    """One component placement where Hydra would merge several: the config file's own
-    beats its defaults list's, a ``cluster=NAME`` file's beats both, and ``cluster_file``
-    replaces the whole ``cluster`` section."""
+    """One component placement where Hydra would merge several: the config file's own beats its
+    defaults list's, a ``cluster=NAME`` file's beats both, and ``cluster_file`` replaces the whole
+    ``cluster`` section."""
     _own_placement_wins(cfg, own)
     _placement_from_cluster_choice(cfg, list(request.searched), list(request.parsed))
     if cluster_file is not None:

@@ -81,8 +81,8 @@ def compose_raw(
 
 
 def resolved(cfg: DictConfig, config: str) -> dict:
-    """``cfg`` as a plain dict, interpolations resolved; ``ConfigError`` names one
-    that cannot be."""
+    """``cfg`` as a plain dict, interpolations resolved; ``ConfigError`` names one that cannot
+    be."""
     try:
         raw = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
@@ -95,10 +95,9 @@ def resolved(cfg: DictConfig, config: str) -> dict:
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[Override]) -> list[str]:
-    """The command line's ``key=value`` and ``~key`` overrides, in order, on ``cfg``; an
-    alias sets the rlcore key(s) it means (``set_alias``), with a line each. ``ConfigError``
-    names an override that cannot apply (deleting a key that is not set, a value under a key
-    that holds one)."""
+    """The command line's ``key=value`` and ``~key`` overrides, in order, on ``cfg``; an alias sets
+    the rlcore key(s) it means (``set_alias``), with a line each. ``ConfigError`` names an override
+    that cannot apply (deleting a key that is not set, a value under a key that holds one)."""
     said: list[str] = []
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for override in overrides:
@@ -124,9 +123,9 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[Override]) -> list[str]
 
 
 def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
-    """The supervised warm-up trains the tiny model only: a reasoning config that names
-    a model (``actor.model.path``, as the seeds' commands do on the default job) runs without
-    it, said in one line, where it was refused."""
+    """The supervised warm-up trains the tiny model only: a reasoning config that names a model
+    (``actor.model.path``, as the seeds' commands do on the default job) runs without it, said in
+    one line, where it was refused."""
     path = OmegaConf.select(cfg, "actor.model.path", default=None)
     steps = OmegaConf.select(cfg, "warmup.steps", default=0)
     if cfg.get("mode") != "reasoning" or path is None or not isinstance(steps, int) or steps <= 0:
@@ -143,8 +142,8 @@ def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
 
 
 def env_file_made_absolute(cfg: DictConfig) -> None:
-    """``env.id=path/to/file.py:Class`` names the file from where the run starts;
-    every process of the run (a Ray worker starts elsewhere) reads it by its absolute path."""
+    """``env.id=path/to/file.py:Class`` names the file from where the run starts; every process of
+    the run (a Ray worker starts elsewhere) reads it by its absolute path."""
     env_id = OmegaConf.select(cfg, "env.id", default=None)
     if not isinstance(env_id, str) or ":" not in env_id:
         return
