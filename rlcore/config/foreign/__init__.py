@@ -6,6 +6,7 @@
   ``current_keys`` for a config a run folder kept;
 - ``key_lists.py``: every key verl's PPO trainer and RLinf's example read, from the data files
   ``verl_keys.txt`` and ``rlinf_keys.txt``, so a key with no counterpart is named as theirs;
+- ``unmapped.py``: the validator's line for their keys with no rlcore counterpart;
 - ``near_misses.py``: other frameworks' option names written under rlcore's sections, for
   "rlcore calls it ..." hints (not accepted);
 - ``translate.py``: the loader's passes that rewrite a composed config's foreign spellings into
