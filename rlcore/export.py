@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
+from rlcore.config.foreign import current_keys
 from rlcore.config.load import validate_config
 from rlcore.export_target import check_target, written_whole
 from rlcore.log import say

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
+from rlcore.config.foreign import current_keys
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
 from rlcore.data.identity import changed_files, file_sha256
