@@ -15,7 +15,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.algorithms import LOSS_SHARES, get_policy_loss_fn, ppo_loss
+from rlcore.algorithms import LOSS_SHARES, ppo_loss
+from rlcore.columns import (
+    ADVANTAGES,
+    LOSS_MASK,
+    OLD_LOG_PROBS,
+    RETURNS,
+    ROLLOUT_IS_WEIGHTS,
+    VALUES,
+)
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -51,10 +59,7 @@ class EmbodiedActor(TrainedComponent):
             fsdp=FsdpOptions.of(actor.fsdp),
             max_skipped_steps=config.runner.max_skipped_steps,
         )
-        # the loss with the options it reads (algorithm.policy_loss_options) bound
-        self.policy_loss = get_policy_loss_fn(
-            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
-        )
+        self.loss_settings = config.algorithm.ppo_loss_settings()
 
     @dispatch(Dispatch.SHARD)
     @torch.no_grad()
@@ -86,31 +91,20 @@ class EmbodiedActor(TrainedComponent):
         return {_name(k): v for k, v in metrics.items()}
 
     def _loss(self, module: torch.nn.Module, micro: TensorDict, counts: dict[str, int]):
-        alg = self.config.algorithm
-        col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
         log_probs, entropy, values = module(micro["obs"], micro["actions"])
+        # transitions are [B, 1] "sequences" for the losses
+        batch = {
+            OLD_LOG_PROBS: micro["log_probs"],
+            ADVANTAGES: micro["advantages"],
+            LOSS_MASK: micro["valid"],
+            VALUES: micro["values"],
+            RETURNS: micro["returns"],
+        }
+        if ROLLOUT_IS_WEIGHTS in micro:
+            batch[ROLLOUT_IS_WEIGHTS] = micro[ROLLOUT_IS_WEIGHTS]
+        steps = {k: v[:, None] for k, v in batch.items()}
         return ppo_loss(
-            col(log_probs),
-            col(micro["log_probs"]),
-            col(micro["advantages"]),
-            col(micro["valid"]),
-            entropy=col(entropy),
-            policy_loss_fn=self.policy_loss,
-            clip_ratio_low=alg.clip_ratio_low,
-            clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c,
-            loss_agg_mode=alg.loss_agg_func,
-            entropy_coef=alg.entropy_bonus,
-            values=col(values),
-            returns=col(micro["returns"]),
-            old_values=col(micro["values"]),
-            value_coef=alg.value_coef,
-            value_clip=alg.value_clip,
-            huber_delta=alg.huber_delta,
-            rollout_is_weights=(
-                col(micro["rollout_is_weights"]) if "rollout_is_weights" in micro else None
-            ),
-            **counts,
+            self.loss_settings, steps, log_probs[:, None], entropy[:, None], values[:, None], counts
         )
 
 

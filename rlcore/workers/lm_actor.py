@@ -20,7 +20,6 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import (
     LOSS_SHARES,
-    get_policy_loss_fn,
     ppo_loss,
     value_loss,
 )
@@ -256,10 +255,7 @@ class LMActor(TrainedComponent):
         )
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
-        # the loss with the options it reads (algorithm.policy_loss_options) bound
-        self.policy_loss = get_policy_loss_fn(
-            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
-        )
+        self.loss_settings = config.algorithm.ppo_loss_settings()
         self.temperature = config.rollout.temperature
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
@@ -312,26 +308,9 @@ class LMActor(TrainedComponent):
         return {f"actor/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
-        alg = self.config.algorithm
         log_probs, entropy = self._log_probs_entropy(module, micro)
-        loss, metrics = ppo_loss(
-            log_probs,
-            micro["old_log_probs"],
-            micro["advantages"],
-            micro["loss_mask"],
-            entropy=entropy,
-            policy_loss_fn=self.policy_loss,
-            clip_ratio_low=alg.clip_ratio_low,
-            clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c,
-            loss_agg_mode=alg.loss_agg_func,
-            entropy_coef=alg.entropy_bonus,
-            ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
-            kl_loss_type=alg.kl_loss_type,
-            kl_coef=alg.kl_loss_coef,
-            rollout_is_weights=micro.get("rollout_is_weights"),
-            **_with_budget_length(counts, micro, self.config),
-        )
+        counts = _with_budget_length(counts, micro, self.config)
+        loss, metrics = ppo_loss(self.loss_settings, micro, log_probs, entropy, counts=counts)
         share = _padding_share(module, micro, self.config, self.share_prompts)
         return loss, {**metrics, "padding_share": share}
 
