@@ -89,6 +89,7 @@ def ppo_loss(
     and ``num_seqs`` (None: this batch's own)."""
     s, mask = settings, batch[LOSS_MASK]
     counts = dict(counts or {})
+    # the registry's losses take verl's keyword (users' registered losses are called with it)
     agg = {"loss_agg_mode": s.loss_agg_func, **counts}
     weights = batch.get(ROLLOUT_IS_WEIGHTS)
     pg_loss, pg = s.policy_loss(
