@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlcore"
 LAYERS = [  # lowest first
-    {"compile_marks", "did_you_mean", "lazy", "log", "procpool"},
+    {"columns", "compile_marks", "did_you_mean", "lazy", "log", "procpool"},
     {"algorithms"},
     {"config"},
     {"placement"},

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tensordict import NonTensorStack, TensorDict
 
+from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
@@ -134,15 +135,15 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
     input_ids, mask = left_pad(ids, pad_id)
     batch = TensorDict(
         {
-            "input_ids": input_ids,
-            "attention_mask": mask,
+            INPUT_IDS: input_ids,
+            ATTENTION_MASK: mask,
             # Groups are this batch's prompts by position: a prompt drawn twice (at an epoch's
             # end and the next one's start) makes two groups, not one of twice the size.
-            "index": torch.arange(len(rows)).repeat_interleave(repeat),
+            INDEX: torch.arange(len(rows)).repeat_interleave(repeat),
         },
         batch_size=[len(ids)],
     )
-    batch["answers"] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
+    batch[ANSWERS] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
     # verl's data_source (reward.kind auto routes by it) and extra_info (a custom reward
     # written as verl's is given both)
     for key, column in (("sources", prompts.sources), ("extras", prompts.extras)):

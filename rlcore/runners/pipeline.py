@@ -40,6 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from rlcore.columns import ATTENTION_MASK, LOSS_MASK, RESPONSE_MASK, ROLLOUT_VERSIONS
 from rlcore.data.sampler import prompt_batch
 from rlcore.data.sequences import trim_padding
 from rlcore.runners import reasoning_metrics
@@ -227,7 +228,7 @@ class Pipeline(Ahead):
         with watch("passes"):
             r.passes.wait(passes, batch)
         metrics: dict[str, float] = {
-            "sampling/generated_tokens": float(batch["loss_mask"].sum()),
+            "sampling/generated_tokens": float(batch[LOSS_MASK].sum()),
             "async/staleness": float(staleness),
         }
         with watch("advantages"):
@@ -259,7 +260,7 @@ class Pipeline(Ahead):
         metrics.update(r.normalized)
         metrics.update(watch.metrics())
         total = sum(watch.seconds.values())
-        metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
+        metrics["perf/tokens_per_s"] = float(batch[ATTENTION_MASK].sum()) / max(total, 1e-9)
         generated = metrics.pop("sampling/generated_tokens")
         metrics["perf/generated_tokens_per_s"] = generated / max(total, 1e-9)
         r.generated_tokens += int(generated)
@@ -270,7 +271,7 @@ def token_staleness(batch: Any, version: int) -> tuple[int, int, int]:
     """A partial rollout's batch trained on at ``version``: the versions its response tokens
     were sampled behind it, summed; its response tokens; its rows sampled with more than one
     version (a weight update taken mid-generation)."""
-    made, mask = batch["rollout_versions"], batch["response_mask"].bool()
+    made, mask = batch[ROLLOUT_VERSIONS], batch[RESPONSE_MASK].bool()
     behind = (version - made).masked_select(mask)
     low = made.masked_fill(~mask, 1 << 40).min(-1).values
     high = made.masked_fill(~mask, -1).max(-1).values

@@ -32,6 +32,7 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcore.algorithms import build_kl_controller
+from rlcore.columns import INDEX, REWARD_BASELINES
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.identity import data_state, resumed_data
 from rlcore.data.sampler import PromptSampler, data_name, load_prompt_set, prompt_batch
@@ -161,14 +162,14 @@ class ReasoningRunner(Driver):
         batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
         if "reward_baselines" in self.passes.inputs:  # ReMax
             with watch("generate_baseline"):
-                batch["reward_baselines"] = greedy_baselines(
+                batch[REWARD_BASELINES] = greedy_baselines(
                     batch,
                     cfg.algorithm.group_size,
                     self.whole_shards,
                     self._greedy,
                     self.reward.score,
                 )
-            metrics["reward/greedy_baseline_mean"] = float(batch["reward_baselines"].mean())
+            metrics["reward/greedy_baseline_mean"] = float(batch[REWARD_BASELINES].mean())
         self.rollout.release_memory()  # generation is done: a collocated sglang engine's
         self.passes.run(batch, watch)  # old log-probs, the reference's, values
         with watch("advantages"):
@@ -196,7 +197,7 @@ class ReasoningRunner(Driver):
 
         def prompts(generation: int) -> TensorDict:
             batch = prompt_batch(self.sampler.next(wanted), self.train_set, size, pad)
-            batch["index"] += generation * wanted  # one id per group over all the batches
+            batch[INDEX] += generation * wanted  # one id per group over all the batches
             return batch
 
         def generate_and_score(prompts: TensorDict) -> tuple[TensorDict, TensorDict]:

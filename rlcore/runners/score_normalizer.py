@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import SCORES
+
 
 class ScoreNormalizer:
     def __init__(self, reward: Any) -> None:
@@ -25,7 +27,7 @@ class ScoreNormalizer:
         self.count, self.mean, self.m2 = 0, 0.0, 0.0
 
     def __call__(self, scored: TensorDict) -> dict[str, float]:
-        """``scored["scores"]`` normalised in place where a model scored; the metrics."""
+        """The ``scores`` column normalised in place where a model scored; the metrics."""
         model = scored.get("model_scores", None)
         if model is None:
             return {}
@@ -42,9 +44,9 @@ class ScoreNormalizer:
         self.count = total
         std = math.sqrt(self.m2 / self.count) or 1.0
         normalised = (values - self.mean) / std
-        scores = scored["scores"].clone()
+        scores = scored[SCORES].clone()
         scores[rows] = (scores[rows].double() + self.weight * (normalised - values)).float()
-        scored["scores"] = scores
+        scored[SCORES] = scores
         return {"reward/model_score_running_mean": self.mean, "reward/model_score_running_std": std}
 
     def state_dict(self) -> dict[str, float]:

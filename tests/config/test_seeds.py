@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rlcore.cli import run_entry_point
+from rlcore.columns import LAST_VALUE, OLD_LOG_PROBS, VALUES
 from rlcore.config import load_config
 from rlcore.config.errors import ConfigError
 from rlcore.models.hub import local_model_dir
@@ -353,7 +354,7 @@ def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
         runner.sync()
         batch = runner.rollout.collect(runner.version)
         again = runner.actor.recompute(batch.select("obs", "actions", "last_obs"))
-        for name in ("log_probs", "values", "last_value"):
+        for name in (OLD_LOG_PROBS, VALUES, LAST_VALUE):
             torch.testing.assert_close(again[name], batch[name], rtol=1e-5, atol=1e-6)
     finally:
         runner.close()
