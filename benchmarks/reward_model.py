@@ -39,7 +39,7 @@ def seconds_per_batch(model: str, rows: slice, total: int, repeats: int, out=Non
     from rlcore.config import load_config
     from rlcore.models.lm import load_tokenizer
     from rlcore.prepare import prepare_models
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     torch.set_num_threads(1)
     config = load_config(

@@ -33,13 +33,17 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.service_url import redacted, url_problem
+from rlcore.log import warn
 from rlcore.rewards.bounded_post import PostFailed, bounded_post
-from rlcore.rewards.judge import shown_value
+from rlcore.rewards.verdicts import Verdict, shown_value
+
+if TYPE_CHECKING:
+    from rlcore.rewards.scorer import Rows
 
 BACKOFF_S = 0.5  # the first wait before trying a request again; doubled at each try
 # An answer is a few bytes per item; this leaves room for extra fields (echoed items) while a
@@ -100,8 +104,31 @@ class RemoteScorer:
         self.retries = config.remote_retries
         self.on_error = config.on_error
         self.pool = ThreadPoolExecutor(config.remote_concurrency, thread_name_prefix="reward")
+        self.failed = 0  # the last batch's items whose requests failed (on_error: zero)
 
-    def score(self, items: list[dict[str, Any]]) -> RemoteScores:
+    def score(self, rows: Rows) -> list[Verdict]:
+        """The ``Scorer`` seam: each row's verdict from the service; ``failed``: the rows of
+        failed requests (scored 0 under ``reward.on_error: zero``, said on stderr)."""
+        items = [
+            {"prompt": prompt, "response": text, "answer": answer, "data_source": source}
+            for prompt, text, answer, source in zip(
+                rows.prompts, rows.texts, rows.answers, rows.sources, strict=True
+            )
+        ]
+        answer = self.ask(items)
+        self.failed = answer.failed
+        if answer.failed:
+            warn(
+                f"reward: {answer.failed} of {len(items)} responses score 0: their requests to "
+                f"reward.url {self.shown} failed (reward.on_error=zero)"
+            )
+        judged = answer.correct is not None
+        return [
+            Verdict(score, answer.correct[i] if judged else None, judged=judged)
+            for i, score in enumerate(answer.scores)
+        ]
+
+    def ask(self, items: list[dict[str, Any]]) -> RemoteScores:
         """Every item's score, in order (requests in parallel, each retried)."""
         chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         answers = list(self.pool.map(self._request, chunks))

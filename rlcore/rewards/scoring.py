@@ -11,7 +11,7 @@ responses being scored are stopped and those not started are not scored (both sc
 count as timed out), so a scorer that keeps timing out costs the budget, not a deadline and a
 restarted process per response. A batch where most time out ends the run
 (``reward.max_timeout_share``, in the reward worker), as soon as that many have: the rest are
-not scored. The verdicts themselves: ``judge.py``.
+not scored. The verdicts themselves: ``verdicts.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 from rlcore.config.errors import ConfigError
 from rlcore.procpool import SKIPPED, START_TIMEOUT_S, DeadlinePool, PoolFailed
-from rlcore.rewards.judge import Rules, Verdict, judge, serve
+from rlcore.rewards.verdicts import Rules, Verdict, rule_verdict, serve
 
-__all__ = ["RewardError", "Rules", "ScoringPool", "Verdict", "judge"]
+__all__ = ["RewardError", "Rules", "ScoringPool", "Verdict", "rule_verdict"]
 
 
 class RewardError(ConfigError):

@@ -27,6 +27,8 @@ from rlcore.models.lm_policy import check_lm_policy
 from rlcore.models.user_policy import check_user_policy
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
+from rlcore.rewards.judge import check_judge, compile_parser, read_template
+from rlcore.rewards.model import check_reward_model
 from rlcore.rewards.remote import check_reachable
 from rlcore.runners.checkpoint import (
     DRIVER_FILE,
@@ -38,8 +40,6 @@ from rlcore.runners.files import check_no_links
 from rlcore.tools.protocol import load_interaction, load_tools
 from rlcore.tools.python import PythonInterpreter, check_sandbox
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
-from rlcore.workers.reward_judge import check_judge, compile_parser, read_template
-from rlcore.workers.reward_model import check_reward_model
 
 
 def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:

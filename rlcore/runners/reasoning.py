@@ -40,6 +40,7 @@ from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import PlacementPlan
 from rlcore.prepare import ModelDirs
+from rlcore.rewards.worker import RewardWorker
 from rlcore.runners import reasoning_metrics
 from rlcore.runners.advantages import reasoning_advantages
 from rlcore.runners.baselines import greedy_baselines
@@ -55,7 +56,6 @@ from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
 from rlcore.tools.protocol import load_tools, schema
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
-from rlcore.workers.reward import RewardWorker
 from rlcore.workers.rollout import RolloutWorker
 
 

@@ -582,11 +582,11 @@ def test_verl_custom_reward_function_is_a_custom_reward_called_as_verl_calls_it(
         capsys.readouterr().err
     )
     # the row's data_source and extra_info reach it, by keyword, as verl passes them
-    from rlcore.rewards.judge import Rules, judge
     from rlcore.rewards.rules import load_custom_fn
+    from rlcore.rewards.verdicts import Rules, rule_verdict
 
     fn = load_custom_fn(config.reward.custom_fn)
-    verdict = judge(
+    verdict = rule_verdict(
         Rules.of(config.reward), fn, "so #### 4", "4", 0, "openai/gsm8k", {"bonus": 0.5}
     )
     assert (verdict.score, verdict.correct) == (1.5, True)

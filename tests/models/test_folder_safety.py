@@ -18,9 +18,9 @@ from rlcore.config import ConfigError, load_config
 from rlcore.models import lm
 from rlcore.models.lm import check_model_dir, load_causal_lm, load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards import model as rm
+from rlcore.rewards.model import check_reward_model
 from rlcore.runners.preflight import preflight
-from rlcore.workers import reward_model as rm
-from rlcore.workers.reward_model import check_reward_model
 from tests.rewards.test_model import reward_model  # noqa: F401 (the fixture)
 from tests.workers.test_shard_reader import planted
 

@@ -14,8 +14,8 @@ from tensordict import NonTensorStack, TensorDict
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards.judge import compile_parser, parse_score, read_template
 from rlcore.runners.preflight import preflight
-from rlcore.workers.reward_judge import compile_parser, parse_score, read_template
 
 DEFAULT = load_config("reasoning/tiny_arith_ppo", []).reward.judge_parser
 
@@ -169,7 +169,7 @@ def judge_setup(tiny_lm, tmp_path):
 
 
 def graded(config, model_dir, batch):
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     worker = RewardWorker(None, config, model_dir)
     try:

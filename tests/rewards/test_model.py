@@ -10,8 +10,8 @@ from tensordict import NonTensorStack, TensorDict
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards.model import check_reward_model
 from rlcore.runners.preflight import preflight
-from rlcore.workers.reward_model import check_reward_model
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ ANSWERS = ["3", "35", "14"]
 
 
 def worker_for(tiny_lm, reward_model, **reward):
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     config, dirs = tiny_lm
     keys = {"reward.kind": "model", "reward.model_path": str(reward_model)}
@@ -107,7 +107,7 @@ def fsdp2_rank_main(rank, out, config, model_dir, batch):
 
     import torch.distributed as dist
 
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     ctx = SimpleNamespace(
         group=dist.group.WORLD, world_size=2, rank=rank, torch_device=torch.device("cpu")
@@ -116,7 +116,8 @@ def fsdp2_rank_main(rank, out, config, model_dir, batch):
     try:
         mine = batch[:2] if rank == 0 else batch[2:]
         scores = worker.score(mine)["model_scores"]
-        held = sum(p.to_local().numel() for p in worker.model.model.parameters())  # (shards)
+        sharded = worker.router.scorers["model"].model
+        held = sum(p.to_local().numel() for p in sharded.parameters())  # (its shards)
         torch.save({"scores": scores, "held": held}, f"{out}/rank{rank}.pt")
     finally:
         worker.close()

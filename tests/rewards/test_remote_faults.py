@@ -106,7 +106,7 @@ def settings(url, **changes):
 
 def failure(url, n=2, **changes) -> str:
     with pytest.raises(RemoteRewardError) as raised:
-        RemoteScorer(settings(url, **changes)).score(items(n))
+        RemoteScorer(settings(url, **changes)).ask(items(n))
     message = str(raised.value)
     assert message.startswith("reward.url: ") and "\n" not in message
     return message
@@ -218,7 +218,7 @@ def test_a_peer_that_does_not_speak_http_is_a_failure_not_a_traceback(raw, monke
     hangs_up = raw(lambda conn, stop: None)  # closes without a word: tried again
     assert "RemoteDisconnected" in failure(hangs_up.url, remote_retries=1)
     assert hangs_up.connections == 2
-    zero = RemoteScorer(settings(garbage.url, on_error="zero")).score(items(3))
+    zero = RemoteScorer(settings(garbage.url, on_error="zero")).ask(items(3))
     assert zero.scores == [0.0] * 3 and zero.failed == 3  # on_error zero: the run goes on
 
 

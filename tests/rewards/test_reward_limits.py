@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlcore.config import ConfigError, load_config
-from rlcore.rewards import RewardError, ScoringPool
+from rlcore.rewards import RewardError, ScoringPool, Verdict
 from tests.rewards.test_rules import encode, worker
 
 REWARD = """
@@ -70,9 +70,14 @@ def test_a_reward_model_giving_nan_ends_the_run_naming_the_model():
         rule_weight=1.0,
     )
     w.tokenizer = Letters()
-    w.judge = None
-    w.model = SimpleNamespace(
-        collective=False, score=lambda prompts, responses: torch.tensor([0.5, math.nan])
+    # a reward model whose score head gives NaN on the second row
+    w.router.scorers["model"] = SimpleNamespace(
+        collective=False,
+        score=lambda rows: [
+            Verdict(s, None, judged=False)
+            for s, _ in zip((0.5, math.nan), rows.prompts, strict=True)
+        ],
+        close=lambda: None,
     )
     batch = encode(["#### 4", "#### 5"], ["4", "4"])
     batch["input_ids"] = torch.cat([torch.full((2, 2), ord("q")), batch["responses"]], dim=1)

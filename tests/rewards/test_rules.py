@@ -11,13 +11,13 @@ from rlcore.config.errors import ConfigError
 from rlcore.data.answers import scorer_of
 from rlcore.rewards import (
     RewardError,
-    Rules,
-    ScoringPool,
     gsm8k_correct,
     load_custom_fn,
     math_correct,
 )
-from rlcore.workers.reward import RewardWorker
+from rlcore.rewards.router import RewardRouter
+from rlcore.rewards.scorer import RuleScorer
+from rlcore.rewards.worker import RewardWorker
 
 
 @pytest.mark.parametrize(
@@ -98,11 +98,8 @@ def worker(components=(), **reward) -> RewardWorker:
     w.config = SimpleNamespace(**(defaults | reward))
     w.max_response_length = 12
     w.tokenizer = Letters()
-    w.gsm8k = Rules.of(w.config, "gsm8k")
-    kind = w.config.kind
-    w.pools = {kind: ScoringPool(w.config, kind=kind)} if kind in ("math", "custom") else {}
-    w.remote = w.model = None  # (kinds remote and model: test_remote.py, test_model.py)
-    w.rule = w.config.kind
+    # (kinds remote and model: test_remote.py, test_model.py)
+    w.router = RewardRouter(w.config, {"rule": RuleScorer(w.config, start=w.config.kind)})
     return w
 
 
@@ -141,7 +138,8 @@ def test_auto_scores_each_row_by_its_data_source_as_verl_does():
         )
         assert out["correct"].tolist() == [False, True, True]
         assert out["unparsed"].tolist() == [True, False, False]
-        assert list(w.pools) == ["math"] and w.pools["math"].rules.kind == "math"  # for MATH
+        pools = w.router.rules.pools
+        assert list(pools) == ["math"] and pools["math"].rules.kind == "math"  # for MATH
     finally:
         w.close()
 

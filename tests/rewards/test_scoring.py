@@ -8,7 +8,7 @@ import pytest
 
 from rlcore.config import load_config
 from rlcore.rewards import RewardError, ScoringPool
-from rlcore.rewards.judge import Rules, judge
+from rlcore.rewards.verdicts import Rules, rule_verdict
 
 REWARD = """
 import math
@@ -134,10 +134,10 @@ def test_a_custom_verdict_is_the_accuracy_not_a_threshold_on_the_score(tmp_path)
     assert [(v.score, v.correct) for v in verdicts] == [(0.5, True), (0.5, False)]
     rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
     # verl's name for the verdict
-    acc = judge(rules, lambda r, a: {"score": 1.0, "acc": r == a}, "6", "7")
+    acc = rule_verdict(rules, lambda r, a: {"score": 1.0, "acc": r == a}, "6", "7")
     assert (acc.correct, acc.judged) == (False, True)
     # a bare number is a reward without a verdict, however high: no accuracy counts it
-    bare = judge(rules, lambda r, a: 5.0, "7", "7")
+    bare = rule_verdict(rules, lambda r, a: 5.0, "7", "7")
     assert (bare.score, bare.correct, bare.judged) == (5.0, None, False)
 
 
@@ -159,11 +159,13 @@ def test_numpy_and_torch_scalars_are_numbers_and_numpy_bools_verdicts(tmp_path):
     import torch
 
     rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
-    numpy = judge(rules, lambda r, a: {"score": np.float32(0.5), "correct": np.bool_(True)}, "", "")
+    numpy = rule_verdict(
+        rules, lambda r, a: {"score": np.float32(0.5), "correct": np.bool_(True)}, "", ""
+    )
     assert (numpy.score, numpy.correct) == (0.5, True) and type(numpy.correct) is bool
-    tensor = judge(rules, lambda r, a: torch.tensor(2.0), "", "")
+    tensor = rule_verdict(rules, lambda r, a: torch.tensor(2.0), "", "")
     assert (tensor.score, tensor.judged) == (2.0, False)
-    assert judge(rules, lambda r, a: np.array(1.5), "", "").score == 1.5
+    assert rule_verdict(rules, lambda r, a: np.array(1.5), "", "").score == 1.5
 
 
 def test_a_process_killed_at_its_deadline_is_replaced_by_a_warm_spare(tmp_path):

@@ -73,7 +73,7 @@ def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
     return problems
 
 
-BUILT_IN_COMPONENTS = ("score", "correct", "format")  # rlcore/rewards/judge.py's Verdict
+BUILT_IN_COMPONENTS = ("score", "correct", "format")  # rlcore/rewards/verdicts.py's Verdict
 
 
 def check_gdpo(config: ReasoningConfig) -> list[str]:

@@ -14,13 +14,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlcore.config.errors import ConfigError
 from rlcore.models.folder_safety import check_score_head
 from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
+from rlcore.rewards.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from rlcore.rewards.scorer import Rows
 
 
 def described_model(path: str) -> tuple[Path, dict[str, Any], list[str]]:
@@ -111,8 +115,14 @@ class ModelScorer:
         self.clip = reward.score_clip
         self.chat = getattr(self.tokenizer, "chat_template", None) is not None
 
+    def score(self, rows: Rows) -> list[Verdict]:
+        """The ``Scorer`` seam: each row's score, with no verdict (the rule gives it)."""
+        return [
+            Verdict(float(s), None, judged=False) for s in self.scores(rows.prompts, rows.texts)
+        ]
+
     @torch.no_grad()
-    def score(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
+    def scores(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
         """``[B]`` float32 scores, one per (prompt, response)."""
         texts = [
             reward_model_text(self.tokenizer, p, r) for p, r in zip(prompts, responses, strict=True)
@@ -129,10 +139,13 @@ class ModelScorer:
         out = torch.cat(scores) if scores else torch.zeros(0)
         return out.clamp(-self.clip, self.clip) if self.clip is not None else out
 
+    def close(self) -> None:
+        self.model = None
+
     @property
     def collective(self) -> bool:
         """Whether a pass needs every reward rank (FSDP2 over several): each must then call
-        ``score`` as often as the others, with no rows if it has none to score."""
+        ``scores`` as often as the others, with no rows if it has none to score."""
         return self.sharded is not None and self.sharded.world_size > 1
 
     def _passes_behind_the_other_ranks(self, passes: int) -> int:
