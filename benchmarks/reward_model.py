@@ -43,7 +43,7 @@ def seconds_per_batch(model: str, rows: slice, total: int, repeats: int, out=Non
 
     torch.set_num_threads(1)
     config = load_config(
-        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model_path={model}"]
+        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model.path={model}"]
     )
     actor = prepare_models(config, log=lambda message: None).actor
     batch = batch_of(config, load_tokenizer(actor), total)[rows]

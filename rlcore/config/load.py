@@ -412,7 +412,7 @@ def _verl_token_budgets(cfg: DictConfig, said: list[str]) -> None:
 def _verl_custom_reward(cfg: DictConfig, said: list[str]) -> None:
     """verl's ``custom_reward_function.path`` and ``.name`` (``compute_score`` when not given;
     verl 0.9 also spells them under ``reward.``) as ``reward.kind=custom`` with
-    ``reward.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl, and
+    ``reward.rules.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl, and
     is called as verl calls it when written so (``judge.verl_signature``)."""
     for prefix in ("custom_reward_function", "reward.custom_reward_function"):
         path = _pop_select(cfg, f"{prefix}.path")
@@ -420,17 +420,17 @@ def _verl_custom_reward(cfg: DictConfig, said: list[str]) -> None:
         if path is _ABSENT or path is None:
             continue
         fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
-        given = OmegaConf.select(cfg, "reward.custom_fn", default=None)
+        given = OmegaConf.select(cfg, "reward.rules.custom_fn", default=None)
         if given is not None and given != fn:
             raise ConfigError(
-                f"{prefix}.path: names {fn}, but reward.custom_fn is {given}; they are one key "
-                "here, so keep one"
+                f"{prefix}.path: names {fn}, but reward.rules.custom_fn is {given}; they are one "
+                "key here, so keep one"
             )
-        OmegaConf.update(cfg, "reward.custom_fn", fn, merge=False, force_add=True)
+        OmegaConf.update(cfg, "reward.rules.custom_fn", fn, merge=False, force_add=True)
         OmegaConf.update(cfg, "reward.kind", "custom", merge=False, force_add=True)
         said.append(
-            f"{prefix}.path and .name (verl) are reward.kind=custom, reward.custom_fn={fn} here "
-            "(a function written as verl's compute_score(data_source, solution_str, "
+            f"{prefix}.path and .name (verl) are reward.kind=custom, reward.rules.custom_fn={fn} "
+            "here (a function written as verl's compute_score(data_source, solution_str, "
             "ground_truth, extra_info) is called so)"
         )
 

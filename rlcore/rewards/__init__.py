@@ -1,6 +1,6 @@
 """The reward code in one room: the rules (``rules.py``) and the verdict on one response
-(``verdicts.py``), the scoring processes killed past ``reward.timeout_s`` (``scoring.py``), the
-``Scorer`` seam every reward kind is scored through (``scorer.py``: the rules; ``remote.py``: an
+(``verdicts.py``), the scoring processes killed past ``reward.rules.timeout_s`` (``scoring.py``),
+the ``Scorer`` seam every reward kind is scored through (``scorer.py``: the rules; ``remote.py``: an
 HTTP service; ``model.py``: a reward model; ``judge.py``: a generative judge), the router that
 sends each row to its kind's scorer by its data source (``router.py``) and the ``reward``
 component that runs them on a run's responses (``worker.py``: ``RewardWorker``).

@@ -1,19 +1,19 @@
 """``reward.kind: judge``: a causal language model grades each response (a generative judge).
 
-The reward component loads the judge (``reward.model_path``: a causal LM folder with its
+The reward component loads the judge (``reward.model.path``: a causal LM folder with its
 tokenizer) on the device its placement gives it, in ``actor.model.dtype``. Each row's judge
-prompt is ``reward.judge_template`` (a regular text file of at most 64 KiB) with ``{prompt}``,
+prompt is ``reward.judge.template`` (a regular text file of at most 64 KiB) with ``{prompt}``,
 ``{response}`` and ``{answer}`` filled in as they are (``{response}`` is required; no format spec,
 conversion, attribute or item; write a literal brace twice: ``{{``), sent
 through the judge's chat template as a user turn when its tokenizer has one. The judge answers
-greedily, at most ``reward.judge_max_new_tokens`` tokens, ``reward.model_micro_batch_size`` rows
-at a time; ``reward.judge_parser``, a regular expression whose first group is a number, reads the
+greedily, at most ``reward.judge.max_new_tokens`` tokens, ``reward.model.micro_batch_size`` rows
+at a time; ``reward.judge.parser``, a regular expression whose first group is a number, reads the
 score from the first match in the answer (a judge that gives none scores 0, counted in
 ``reward/judge_unparsed``). The verdicts (accuracy) and the combination with the rule's score are
-those of ``kind: model`` (``reward.rule``, ``reward.combine``). Each row's raw judge answer goes
-to the validation samples in the run folder.
+those of ``kind: model`` (``reward.model.rule``, ``reward.model.combine``). Each row's raw judge
+answer goes to the validation samples in the run folder.
 
-``reward.judge_backend: sglang`` generates with an SGLang engine (``sglang_engine.start_engine``,
+``reward.judge.backend: sglang`` generates with an SGLang engine (``sglang_engine.start_engine``,
 the rollout's adapter) started on the reward process's GPUs, tensor parallel over them: the
 judge prompts go in as token ids, all rows in one call (the engine batches them), greedy, stopped
 at the judge's end-of-sequence ids, and the answers are decoded as the hf path decodes them
@@ -44,7 +44,7 @@ TEMPLATE_MAX_BYTES = 64 * 1024
 
 
 def read_template(path: str) -> str:
-    """``reward.judge_template``'s text, or ``ConfigError`` when it is no regular file of at
+    """``reward.judge.template``'s text, or ``ConfigError`` when it is no regular file of at
     most ``TEMPLATE_MAX_BYTES`` (``template_text``), or fills in other placeholders than
     ``PLACEHOLDERS``, or not ``{response}``, or formats one: a format spec, a conversion, an
     attribute or an item (``{response:>100000000}`` would make every judge prompt 100 MB)."""
@@ -53,14 +53,14 @@ def read_template(path: str) -> str:
         fields = [(f, s, c) for _, f, s, c in string.Formatter().parse(text) if f is not None]
     except ValueError as error:
         raise ConfigError(
-            f"reward.judge_template: {path} is not a template ({error}); write a literal brace "
+            f"reward.judge.template: {path} is not a template ({error}); write a literal brace "
             "twice ({{ or }})"
         ) from None
     names = {field for field, _, _ in fields}
     unknown = sorted(names - set(PLACEHOLDERS))
     if unknown:
         raise ConfigError(
-            f"reward.judge_template: {path} fills in {', '.join(map(_shown, unknown))}, which "
+            f"reward.judge.template: {path} fills in {', '.join(map(_shown, unknown))}, which "
             "rlcore does not give as such; use {prompt}, {response} and {answer}, each as it is "
             "(no attribute or item; a literal brace: {{ or }})"
         )
@@ -69,12 +69,12 @@ def read_template(path: str) -> str:
         field, spec, conversion = formatted[0]
         written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
         raise ConfigError(
-            f"reward.judge_template: {path} formats {{{' '.join(written.split())[:80]}}}; "
+            f"reward.judge.template: {path} formats {{{' '.join(written.split())[:80]}}}; "
             f"rlcore fills each placeholder in as it is: write {{{field}}}"
         )
     if "response" not in names:
         raise ConfigError(
-            f"reward.judge_template: {path} has no {{response}}, so the judge would never see "
+            f"reward.judge.template: {path} has no {{response}}, so the judge would never see "
             "the answer it grades; put {response} where it goes"
         )
     return text
@@ -96,20 +96,20 @@ def template_text(path: str) -> str:
                 kind = _not_regular(os.fstat(handle.fileno()).st_mode)
                 data = b"" if kind else handle.read(TEMPLATE_MAX_BYTES + 1)
     except OSError as error:
-        raise ConfigError(f"reward.judge_template: {path} cannot be read ({error})") from None
+        raise ConfigError(f"reward.judge.template: {path} cannot be read ({error})") from None
     if kind is not None:
         raise ConfigError(
-            f"reward.judge_template: {path} is {kind}, not a regular file; give a text file"
+            f"reward.judge.template: {path} is {kind}, not a regular file; give a text file"
         )
     if len(data) > TEMPLATE_MAX_BYTES:
         raise ConfigError(
-            f"reward.judge_template: {path} is larger than {TEMPLATE_MAX_BYTES // 1024} KiB, "
+            f"reward.judge.template: {path} is larger than {TEMPLATE_MAX_BYTES // 1024} KiB, "
             "which no judge prompt needs; give the template alone"
         )
     try:
         return data.decode()
     except UnicodeDecodeError as error:
-        raise ConfigError(f"reward.judge_template: {path} is not UTF-8 text ({error})") from None
+        raise ConfigError(f"reward.judge.template: {path} is not UTF-8 text ({error})") from None
 
 
 def _not_regular(mode: int) -> str | None:
@@ -127,16 +127,16 @@ def _not_regular(mode: int) -> str | None:
 
 
 def compile_parser(pattern: str) -> re.Pattern[str]:
-    """``reward.judge_parser`` compiled, or ``ConfigError`` naming what is wrong with it."""
+    """``reward.judge.parser`` compiled, or ``ConfigError`` naming what is wrong with it."""
     try:
         compiled = re.compile(pattern)
     except re.error as error:
         raise ConfigError(
-            f"reward.judge_parser: {pattern!r} is no regular expression ({error})"
+            f"reward.judge.parser: {pattern!r} is no regular expression ({error})"
         ) from None
     if compiled.groups < 1:
         raise ConfigError(
-            f"reward.judge_parser: {pattern!r} has no group; put the score in the first one, "
+            f"reward.judge.parser: {pattern!r} has no group; put the score in the first one, "
             "e.g. 'Score: (-?\\d+(?:\\.\\d+)?)'"
         )
     return compiled
@@ -160,7 +160,7 @@ def check_judge(path: str) -> Path:
     directory, _, architectures = described_model(path)
     if not any(a.endswith("ForCausalLM") for a in architectures):
         raise ConfigError(
-            f"reward.model_path: {path} is not a causal language model (architectures "
+            f"reward.model.path: {path} is not a causal language model (architectures "
             f"{architectures or 'none'}); reward.kind judge generates with one"
         )
     return directory
@@ -171,13 +171,13 @@ class JudgeScorer:
 
     def __init__(self, config: Any, device: torch.device, ctx: Any = None) -> None:
         reward = config.reward
-        directory = check_judge(reward.model_path)
-        self.template = read_template(reward.judge_template)
-        self.parser = compile_parser(reward.judge_parser)
+        directory = check_judge(reward.model.path)
+        self.template = read_template(reward.judge.template)
+        self.parser = compile_parser(reward.judge.parser)
         self.tokenizer = load_tokenizer(directory)
         self.tokenizer.padding_side = "left"  # generation continues each row's end
         self.model = self.engine = None
-        if reward.judge_backend == "sglang":  # on the reward process's GPUs
+        if reward.judge.backend == "sglang":  # on the reward process's GPUs
             from rlcore.workers import sglang_engine
 
             gpus = len(ctx.devices) if ctx is not None and ctx.device == "cuda" else 1
@@ -201,8 +201,8 @@ class JudgeScorer:
             ).to(device)
             self.model.eval()
         self.device = device
-        self.micro = reward.model_micro_batch_size
-        self.max_new_tokens = reward.judge_max_new_tokens
+        self.micro = reward.model.micro_batch_size
+        self.max_new_tokens = reward.judge.max_new_tokens
         self.chat = getattr(self.tokenizer, "chat_template", None) is not None
         self.outputs: list[str] = []  # the judge's answers to the last rows scored
         self.unparsed = 0  # of those, answers that gave no score
@@ -236,7 +236,7 @@ class JudgeScorer:
         return torch.tensor(scores, dtype=torch.float32)
 
     def _hf_answers(self, texts: list[str]) -> list[str]:
-        """transformers' greedy answers to ``texts``, ``reward.model_micro_batch_size`` at a
+        """transformers' greedy answers to ``texts``, ``reward.model.micro_batch_size`` at a
         time, left-padded."""
         answers: list[str] = []
         for encoded in encoded_in_parts(self, texts):

@@ -2,10 +2,10 @@
 picks (``reward.sources``: verl's data_source column), else ``reward.kind``.
 
 A row of a rule kind gets the rule's verdict (``RuleScorer``); a row of kind remote the
-service's (``RemoteScorer``); a row of kind model or judge the rule's verdict (``reward.rule``)
-and the model's score, combined as ``reward.combine`` says. Every row a rule judges is scored in
-one call, so that ``reward.max_timeout_share`` and ``reward.batch_timeout_s`` count the whole
-batch's.
+service's (``RemoteScorer``); a row of kind model or judge the rule's verdict
+(``reward.model.rule``) and the model's score, combined as ``reward.model.combine`` says. Every row
+a rule judges is scored in one call, so that ``reward.rules.max_timeout_share`` and
+``reward.rules.batch_timeout_s`` count the whole batch's.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODELLED = ("model", "judge")  # the kinds a model scores (a rule still gives th
 @dataclass
 class Routed:
     """One batch's verdicts and kinds, one per row, and what the scorers said besides:
-    ``model_scores`` (the model's or judge's own, before ``reward.combine``: ``[B]``, nan
+    ``model_scores`` (the model's or judge's own, before ``reward.model.combine``: ``[B]``, nan
     where it scored none), ``modelled`` (its rows), ``columns`` (``remote_failures``,
     ``judge_unparsed``, ``judge_outputs``: per row, for the metrics and the validation
     samples) and ``unscored`` (the rows the scoring pools left unscored, as messages say
@@ -46,9 +46,9 @@ def build_scorers(config: Any, device: torch.device, ctx: Any = None) -> dict[st
     ``reward.sources``), each built once per reward rank; the rules' always."""
     reward = config.reward
     used = {reward.kind, *reward.sources.values()}
-    rule = reward.rule if reward.kind == "model" else reward.kind  # the rule of most verdicts
+    rule = reward.model.rule if reward.kind == "model" else reward.kind  # the rule of most verdicts
     if rule == "custom" or "custom" in used:
-        load_custom_fn(reward.custom_fn)  # a bad file fails here, naming the key
+        load_custom_fn(reward.rules.custom_fn)  # a bad file fails here, naming the key
     scorers: dict[str, Scorer] = {"rule": RuleScorer(reward, start=rule)}
     if "remote" in used:
         from rlcore.rewards.remote import RemoteScorer
@@ -84,9 +84,9 @@ class RewardRouter:
 
     def rule_of(self, kind: str, source: Any) -> str | None:
         """The rule that gives a row of ``kind`` its verdict: a model's or judge's
-        ``reward.rule``; None for a service, which gives its own."""
+        ``reward.model.rule``; None for a service, which gives its own."""
         if kind in MODELLED:
-            return scorer_of(self.config.rule, source)
+            return scorer_of(self.config.model.rule, source)
         return None if kind == "remote" else kind
 
     def score(self, rows: Rows) -> Routed:
@@ -141,8 +141,8 @@ class RewardRouter:
             routed.columns["judge_outputs"] = said
 
     def _combined(self, verdicts: list[Verdict], scored: list[Verdict]) -> list[Verdict]:
-        """The rule's verdicts with the model's scores as ``reward.combine`` says."""
-        cfg = self.config
+        """The rule's verdicts with the model's scores as ``reward.model.combine`` says."""
+        cfg = self.config.model
         weights = {
             "rule_only_for_accuracy": (1.0, 0.0),
             "sum": (1.0, 1.0),

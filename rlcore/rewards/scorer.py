@@ -71,7 +71,7 @@ class Rows:
 class Scorer(Protocol):
     """A reward kind: one ``Verdict`` per row, in order. A scorer that gives a score and no
     verdict (a reward model, a judge) returns verdicts with ``judged=False``; the router
-    combines them with the rule's (``reward.combine``)."""
+    combines them with the rule's (``reward.model.combine``)."""
 
     def score(self, rows: Rows) -> list[Verdict]: ...
 
@@ -80,7 +80,7 @@ class Scorer(Protocol):
 
 class RuleScorer:
     """The rules: gsm8k's bounded regex in this process, math-verify and a custom function
-    (``reward.custom_fn``) in scoring processes killed past ``reward.timeout_s``
+    (``reward.rules.custom_fn``) in scoring processes killed past ``reward.rules.timeout_s``
     (``ScoringPool``), one pool per rule, started at its first row (``start``: the rule whose
     pool starts at once, for a run that scores every row with it)."""
 
@@ -94,11 +94,11 @@ class RuleScorer:
     def score(self, rows: Rows) -> list[Verdict]:
         """Each row's verdict by its rule (``rows.rules``): gsm8k's here, math's and custom's
         in the pool, with each row's data_source and extra_info, for a function written as
-        verl's. A pool stops once over ``reward.max_timeout_share`` of the whole batch timed
+        verl's. A pool stops once over ``reward.rules.max_timeout_share`` of the whole batch timed
         out (the run ends then)."""
         for pool in self.pools.values():
             pool.unscored = 0
-        rules = rows.rules or [self.config.kind] * len(rows)
+        rules = rows.rules  # (the router's: a rule kind, or a model's reward.model.rule)
         # the built-in rules read the model's own text; a custom function the whole trajectory
         read = [
             own if rule in ("gsm8k", "math") else text
@@ -121,9 +121,9 @@ class RuleScorer:
         return verdicts
 
     def _max_timeouts(self, batch_size: int) -> int | None:
-        """The timeouts past which a pool stops scoring a batch (``reward.max_timeout_share``
+        """The timeouts past which a pool stops scoring a batch (``reward.rules.max_timeout_share``
         of it, at least 1); None for a share of 1 (never)."""
-        share = self.config.max_timeout_share
+        share = self.config.rules.max_timeout_share
         return max(1, int(share * batch_size)) if share < 1 else None
 
     def unscored_said(self) -> str:
@@ -132,9 +132,9 @@ class RuleScorer:
         unscored = sum(pool.unscored for pool in self.pools.values())
         if not unscored:
             return ""
-        budget = self.config.batch_timeout_s
+        budget = self.config.rules.batch_timeout_s
         return (
-            f" or were not scored ({unscored}: past reward.batch_timeout_s={budget:g} s, or "
+            f" or were not scored ({unscored}: past reward.rules.batch_timeout_s={budget:g} s, or "
             "once too many had timed out)"
         )
 

@@ -18,7 +18,7 @@ from rlcore.data.answers import math_verify_seconds
 from rlcore.procpool import Overtime, SoftDeadline, serve_items
 from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
 
-# A response is stopped in its scoring process at this share of reward.timeout_s, so that the
+# A response is stopped in its scoring process at this share of reward.rules.timeout_s, so that the
 # process goes on, before the pool kills and replaces it at the whole of it (procpool.py).
 SOFT_SHARE = 0.8
 
@@ -42,11 +42,11 @@ class Rules:
     def of(cls, reward: Any, kind: str | None = None) -> Rules:
         return cls(
             kind or reward.kind,
-            reward.gsm8k_mode,
-            reward.correct_score,
-            reward.format_score,
-            reward.custom_fn,
-            reward.timeout_s,
+            reward.rules.gsm8k_mode,
+            reward.rules.correct_score,
+            reward.rules.format_score,
+            reward.rules.custom_fn,
+            reward.rules.timeout_s,
         )
 
 
@@ -133,7 +133,7 @@ def rule_verdict(
     with no verdict, which no accuracy counts (a score is never turned into a verdict by a
     threshold). Anything else is a ``BadReward``."""
     if custom is not None:
-        where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
+        where = f"reward.rules.custom_fn: {rules.custom_fn} on response {index}"
         try:
             returned = _call(custom, response, answer, source, extra)
         except (Exception, SystemExit) as error:  # sys.exit() in a reward is a bad reward too

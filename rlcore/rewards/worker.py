@@ -24,7 +24,7 @@ from rlcore.scheduler.dispatch import Dispatch, dispatch
 class RewardWorker:
     """``score(batch)`` -> ``[B]`` rows of ``scores``, ``correct``, ``unparsed`` (no answer found)
     and ``timed_out``. The kinds math and custom score in processes killed past
-    ``reward.timeout_s`` (``ScoringPool``); gsm8k's bounded regex runs here."""
+    ``reward.rules.timeout_s`` (``ScoringPool``); gsm8k's bounded regex runs here."""
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config.reward
@@ -100,41 +100,42 @@ class RewardWorker:
         ]
 
     def _check_timeouts(self, routed: Routed, texts: list[str]) -> None:
-        """``RewardError`` when more than ``reward.max_timeout_share`` of the batch (and at
+        """``RewardError`` when more than ``reward.rules.max_timeout_share`` of the batch (and at
         least 2) timed out, else one warning line for those that did."""
         verdicts, unscored = routed.verdicts, routed.unscored
         late = [i for i, v in enumerate(verdicts) if v.timed_out]
         size = len(verdicts)
-        if len(late) >= 2 and len(late) > self.config.max_timeout_share * size:
+        if len(late) >= 2 and len(late) > self.config.rules.max_timeout_share * size:
             scorer = (
-                f"reward.custom_fn {self.config.custom_fn}"
+                f"reward.rules.custom_fn {self.config.rules.custom_fn}"
                 if self.config.kind == "custom"
                 else f"reward.kind {self.config.kind} (math-verify)"
             )
+            or_budget = " or reward.rules.batch_timeout_s" if unscored else ""
             raise RewardError(
-                f"reward.max_timeout_share: {len(late)} of {size} responses of a batch "
-                f"took over reward.timeout_s={self.config.timeout_s:g} s{unscored} with "
-                f"{scorer} on the answers of {self.data}; check the reward and the answers, or "
-                f"raise reward.timeout_s{' or reward.batch_timeout_s' if unscored else ''}"
+                f"reward.rules.max_timeout_share: {len(late)} of {size} responses of a batch "
+                f"took over reward.rules.timeout_s={self.config.rules.timeout_s:g} s{unscored} "
+                f"with {scorer} on the answers of {self.data}; check the reward and the "
+                f"answers, or raise reward.rules.timeout_s{or_budget}"
             )
         if late:
             sample = texts[late[0]][-200:].replace("\n", " ")
             warn(
                 f"reward: {len(late)} of {size} responses took over "
-                f"reward.timeout_s={self.config.timeout_s:g} s{unscored} and score 0; response "
-                f"{late[0]} ends: {sample!r}"
+                f"reward.rules.timeout_s={self.config.rules.timeout_s:g} s{unscored} and score 0; "
+                f"response {late[0]} ends: {sample!r}"
             )
 
     def _check_rewards(self, routed: Routed, scores: torch.Tensor) -> None:
         """``RewardError`` naming the reward and the value unless every reward, its source's
-        (a model's before ``reward.combine`` too) and the final one, is a finite number within
+        (a model's before ``reward.model.combine`` too) and the final one, is a finite number within
         ``reward.score_range``: a NaN or an infinity would make every optimiser step
         non-finite, and each be skipped without a word."""
         low, high = self.config.score_range
         given = [(i, v.score, "") for i, v in enumerate(routed.verdicts)]
         if routed.model_scores is not None:
             given += [
-                (i, float(routed.model_scores[i]), " (before reward.combine)")
+                (i, float(routed.model_scores[i]), " (before reward.model.combine)")
                 for i in routed.modelled
             ]
         shaped = (
@@ -154,12 +155,12 @@ class RewardWorker:
         """A reward kind as messages name it, with the key that says where it comes from."""
         cfg = self.config
         if kind == "custom":
-            return f"reward.custom_fn {cfg.custom_fn}"
+            return f"reward.rules.custom_fn {cfg.rules.custom_fn}"
         if kind == "remote":
-            return f"reward.url {redacted(cfg.url)}"
+            return f"reward.remote.url {redacted(cfg.remote.url)}"
         if kind in ("model", "judge"):
-            return f"the {kind} at reward.model_path {cfg.model_path}"
-        return f"reward.kind {kind} (reward.correct_score, format_score)"
+            return f"the {kind} at reward.model.path {cfg.model.path}"
+        return f"reward.kind {kind} (reward.rules.correct_score, format_score)"
 
     def _components(self, verdicts: list, penalty: torch.Tensor | None) -> torch.Tensor:
         """``[B, K]``: each response's ``algorithm.gdpo_reward_keys`` components (0 for a
@@ -176,7 +177,8 @@ class RewardWorker:
                     raise RewardError(
                         f"algorithm.gdpo_reward_keys: '{key}' is not among the numbers the "
                         f"reward gave response {i} ({', '.join(parts)}); return it from "
-                        f"reward.custom_fn ({self.config.custom_fn}) in the dict, or remove it "
+                        f"reward.rules.custom_fn ({self.config.rules.custom_fn}) in the dict, or "
+                        "remove it "
                         "from gdpo_reward_keys"
                     )
                 column.append(0.0 if parts is None else parts[key])

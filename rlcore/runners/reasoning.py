@@ -76,8 +76,10 @@ class ReasoningRunner(Driver):
         self.generated_tokens = 0  # response tokens generated for training, dropped included
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
         self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
-        # reward.score_normalize: the model's scores standardised by running statistics
-        self.normalize = ScoreNormalizer(config.reward) if config.reward.score_normalize else None
+        # reward.model.score_normalize: the model's scores standardised by running statistics
+        self.normalize = (
+            ScoreNormalizer(config.reward) if config.reward.model.score_normalize else None
+        )
         self.normalized: dict[str, float] = {}  # its statistics after the latest batch
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
@@ -212,7 +214,7 @@ class ReasoningRunner(Driver):
         return generate_groups(rule, wanted, size, pad, prompts, generate_and_score)
 
     def score(self, batch: TensorDict) -> TensorDict:
-        """A training batch's rewards (normalised with ``reward.score_normalize``)."""
+        """A training batch's rewards (normalised with ``reward.model.score_normalize``)."""
         scored = self.reward.score(batch)
         if self.normalize is not None:
             self.normalized = self.normalize(scored)

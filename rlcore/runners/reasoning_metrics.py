@@ -30,7 +30,7 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         **accuracy("reward/accuracy", scored),
         "reward/unparsed": float(scored["unparsed"].float().mean()),
         "reward/timeouts": int(scored["timed_out"].sum()),
-        # kind model: the reward model's mean score (before reward.combine)
+        # kind model: the reward model's mean score (before reward.model.combine)
         **(
             {"reward/model_score": float(scored["model_scores"].nanmean())}
             if "model_scores" in scored
@@ -42,7 +42,7 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
             if "judge_unparsed" in scored
             else {}
         ),
-        # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
+        # kind remote: responses whose requests failed, scored 0 (reward.remote.on_error=zero)
         **(
             {"reward/remote_failures": int(scored["remote_failures"].sum())}
             if "remote_failures" in scored

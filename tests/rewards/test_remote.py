@@ -6,7 +6,6 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from rlcore.placement import plan_for_config
 from rlcore.rewards import remote
 from rlcore.rewards.remote import RemoteRewardError, RemoteScorer, check_reachable
 from rlcore.runners.preflight import preflight
+from tests.rewards.test_rules import sectioned
 
 
 class Service:
@@ -73,7 +73,7 @@ def settings(url, **changes):
         on_error="raise",
         score_range=(-1e4, 1e4),
     )
-    return SimpleNamespace(**(base | changes))
+    return sectioned(base | changes)
 
 
 def items(n):
@@ -121,7 +121,7 @@ def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(se
 def test_a_request_past_its_deadline_fails_after_its_retries(service):
     slow = service(lambda it, n: (time.sleep(1.0), lengths(it, n))[1])
     with pytest.raises(
-        RemoteRewardError, match=r"no whole answer within reward.remote_timeout_s=0.2"
+        RemoteRewardError, match=r"no whole answer within reward.remote.timeout_s=0.2"
     ):
         RemoteScorer(settings(slow.url, remote_timeout_s=0.2, remote_retries=1)).ask(items(1))
     assert len(slow.seen) == 2  # the first try and one retry
@@ -141,15 +141,17 @@ def free_port():
 
 def test_an_unreachable_service_is_refused_before_the_start_with_one_line(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/score"  # nothing listens there
-    with pytest.raises(ConfigError, match=r"reward.url: .* is unreachable .*start the reward"):
+    with pytest.raises(
+        ConfigError, match=r"reward.remote.url: .* is unreachable .*start the reward"
+    ):
         check_reachable(url, timeout_s=2.0)
     config = load_config(
         "reasoning/tiny_arith_ppo",
-        [f"runner.output_dir={tmp_path}", "reward.kind=remote", f"reward.url={url}"],
+        [f"runner.output_dir={tmp_path}", "reward.kind=remote", f"reward.remote.url={url}"],
     )
-    with pytest.raises(ConfigError, match=r"reward.url: .* is unreachable"):
+    with pytest.raises(ConfigError, match=r"reward.remote.url: .* is unreachable"):
         preflight(config, plan_for_config(config))  # what the dry run runs too
-    with pytest.raises(ConfigError, match=r"reward.url: None, but reward.kind is remote"):
+    with pytest.raises(ConfigError, match=r"reward.remote.url: None, but reward.kind is remote"):
         load_config("reasoning/tiny_arith_ppo", ["reward.kind=remote"])
 
 
@@ -161,7 +163,7 @@ def test_the_reward_worker_sends_each_rows_prompt_response_and_answer(tiny_lm, s
 
     config, dirs = tiny_lm
     s = service(lambda it, n: (200, {"scores": [float(len(x["response"])) for x in it]}))
-    config = replace_keys(config, {"reward.kind": "remote", "reward.url": s.url})
+    config = replace_keys(config, {"reward.kind": "remote", "reward.remote.url": s.url})
     worker = RewardWorker(None, config, dirs.actor)
     tok = load_tokenizer(dirs.actor)
     prompt = tok("12+30=", add_special_tokens=False)["input_ids"]
@@ -196,7 +198,7 @@ def test_reward_sources_route_each_row_to_its_kind_in_one_batch(tiny_lm, service
 
     config, dirs = tiny_lm
     s = service(lambda it, n: (200, {"scores": [5.0] * len(it)}))
-    keys = {"reward.kind": "gsm8k", "reward.sources": {"svc": "remote"}, "reward.url": s.url}
+    keys = {"reward.kind": "gsm8k", "reward.sources": {"svc": "remote"}, "reward.remote.url": s.url}
     worker = RewardWorker(None, replace_keys(config, keys), dirs.actor)
     tok = load_tokenizer(dirs.actor)
     response = tok(" #### 42", add_special_tokens=False)["input_ids"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from tensordict import NonTensorStack, TensorDict
 
+from rlcore.config.aliases import REWARD_KEYS
 from rlcore.config.errors import ConfigError
 from rlcore.data.answers import scorer_of
 from rlcore.rewards import (
@@ -60,9 +61,9 @@ def test_a_math_reference_answer_is_read_once_per_process(monkeypatch):
 def test_custom_function_from_a_file(tmp_path):
     (tmp_path / "mine.py").write_text("def score(response, answer):\n    return len(response)\n")
     assert load_custom_fn(f"{tmp_path}/mine.py:score")("abc", "x") == 3
-    with pytest.raises(ConfigError, match=r"reward.custom_fn: .* defines no function 'nope'"):
+    with pytest.raises(ConfigError, match=r"reward.rules.custom_fn: .* defines no function 'nope'"):
         load_custom_fn(f"{tmp_path}/mine.py:nope")
-    with pytest.raises(ConfigError, match=r"reward.custom_fn: .*missing.py does not exist"):
+    with pytest.raises(ConfigError, match=r"reward.rules.custom_fn: .*missing.py does not exist"):
         load_custom_fn(f"{tmp_path}/missing.py:score")
     with pytest.raises(ConfigError, match=r"is not 'path/to/file.py:function'"):
         load_custom_fn("just_a_name")
@@ -75,6 +76,19 @@ class Letters:
 
     def batch_decode(self, rows, skip_special_tokens=True):
         return ["".join(chr(int(t)) for t in row if t) for row in rows]
+
+
+def sectioned(flat: dict) -> SimpleNamespace:
+    """A reward section written with the earlier flat keys (``REWARD_KEYS``), in its
+    subsections."""
+    sections: dict = {}
+    for key, value in flat.items():
+        section, _, leaf = REWARD_KEYS.get(key, f".{key}").rpartition(".")
+        sections.setdefault(section, {})[leaf] = value
+    top = sections.pop("", {})
+    return SimpleNamespace(
+        **top, **{name: SimpleNamespace(**keys) for name, keys in sections.items()}
+    )
 
 
 def worker(components=(), **reward) -> RewardWorker:
@@ -95,7 +109,7 @@ def worker(components=(), **reward) -> RewardWorker:
         "sources": {},
         "rule": "auto",
     }
-    w.config = SimpleNamespace(**(defaults | reward))
+    w.config = sectioned(defaults | reward)
     w.max_response_length = 12
     w.tokenizer = Letters()
     # (kinds remote and model: test_remote.py, test_model.py)
@@ -173,7 +187,7 @@ def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path,
     assert out["timed_out"].tolist() == [True, False]
     assert out["unparsed"].tolist() == [False, False]
     said = capsys.readouterr().err
-    assert "1 of 2 responses took over reward.timeout_s=0.3 s and score 0; response 0" in said
+    assert "1 of 2 responses took over reward.rules.timeout_s=0.3 s and score 0; response 0" in said
 
 
 def test_gdpo_components_come_from_the_verdicts_and_the_overlong_buffer():
@@ -206,7 +220,7 @@ def test_a_gdpo_component_the_custom_reward_does_not_return_names_the_key(tmp_pa
             RewardError,
             match=r"algorithm.gdpo_reward_keys: 'length' is not "
             r"among the numbers the reward gave response 0 \(score, correct, "
-            r"format_reward\); return it from reward.custom_fn",
+            r"format_reward\); return it from reward.rules.custom_fn",
         ):
             w.score(encode(["x"], ["x"]))
     finally:
