@@ -77,9 +77,7 @@ class ReasoningRunner(Driver):
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
         self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
         # reward.model.score_normalize: the model's scores standardised by running statistics
-        self.normalize = (
-            ScoreNormalizer(config.reward) if config.reward.model.score_normalize else None
-        )
+        self.normalize = ScoreNormalizer.of(config.reward)
         self.normalized: dict[str, float] = {}  # its statistics after the latest batch
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(

@@ -24,6 +24,12 @@ class ScoreNormalizer:
         self.weight = reward.model.model_weight if reward.model.combine == "weighted" else 1.0
         self.count, self.mean, self.m2 = 0, 0.0, 0.0
 
+    @classmethod
+    def of(cls, reward: Any) -> ScoreNormalizer | None:
+        """The normaliser of the reward section ``reward``; None without
+        ``reward.model.score_normalize``."""
+        return cls(reward) if reward.model.score_normalize else None
+
     def __call__(self, scored: TensorDict) -> dict[str, float]:
         """``scored["scores"]`` normalised in place where a model scored; the metrics."""
         model = scored.get("model_scores", None)

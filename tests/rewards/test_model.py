@@ -218,7 +218,10 @@ def test_score_normalize_standardises_the_model_part_by_running_statistics():
         scores = 0.5 * torch.nan_to_num(model) + rule  # combine weighted: 0.5 x model + rule
         return TensorDict({"scores": scores, "model_scores": model}, batch_size=[len(model)])
 
-    norm = ScoreNormalizer(sectioned({"combine": "weighted", "model_weight": 0.5}))
+    assert ScoreNormalizer.of(sectioned({"score_normalize": False})) is None  # (off: none)
+    norm = ScoreNormalizer.of(
+        sectioned({"score_normalize": True, "combine": "weighted", "model_weight": 0.5})
+    )
     first = scored([1.0, 3.0, float("nan")], [1.0, 0.0, 1.0])  # the third: no model score
     norm(first)  # mean 2, population std 1: the model parts become -1 and 1
     assert first["scores"].tolist() == pytest.approx([0.5 * -1 + 1, 0.5 * 1 + 0, 1.0])
