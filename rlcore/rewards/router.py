@@ -50,18 +50,23 @@ def build_scorers(config: Any, device: torch.device, ctx: Any = None) -> dict[st
     if rule == "custom" or "custom" in used:
         load_custom_fn(reward.rules.custom_fn)  # a bad file fails here, naming the key
     scorers: dict[str, Scorer] = {"rule": RuleScorer(reward, start=rule)}
-    if "remote" in used:
-        from rlcore.rewards.remote import RemoteScorer
+    try:
+        if "remote" in used:
+            from rlcore.rewards.remote import RemoteScorer
 
-        scorers["remote"] = RemoteScorer(reward)
-    if "model" in used:
-        from rlcore.rewards.model import ModelScorer
+            scorers["remote"] = RemoteScorer(reward)
+        if "model" in used:
+            from rlcore.rewards.model import ModelScorer
 
-        scorers["model"] = ModelScorer(config, device, ctx)
-    if "judge" in used:
-        from rlcore.rewards.judge import JudgeScorer
+            scorers["model"] = ModelScorer(config, device, ctx)
+        if "judge" in used:
+            from rlcore.rewards.judge import JudgeScorer
 
-        scorers["judge"] = JudgeScorer(config, device, ctx)
+            scorers["judge"] = JudgeScorer(config, device, ctx)
+    except BaseException:  # a model that fails to load: the scoring processes stop too
+        for scorer in scorers.values():
+            scorer.close()
+        raise
     return scorers
 
 

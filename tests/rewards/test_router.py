@@ -102,3 +102,25 @@ def test_a_models_score_combines_with_the_rules_as_reward_model_combine_says(com
     assert routed.verdicts[0].score == expected and routed.verdicts[0].correct is True
     assert routed.model_scores.tolist() == [3.0]
     assert torch.isfinite(routed.model_scores).all()
+
+
+def test_a_scorer_that_fails_to_start_stops_those_built_before_it(monkeypatch, tmp_path):
+    """A reward model that cannot load ends the worker's start; the rules' scoring processes,
+    started before it, are stopped then, not left behind."""
+    from types import SimpleNamespace
+
+    from rlcore.config.errors import ConfigError
+    from rlcore.rewards import router as router_module
+
+    closed = []
+
+    class Rules(RuleScorer):
+        def close(self) -> None:
+            closed.append(type(self).__name__)
+            super().close()
+
+    monkeypatch.setattr(router_module, "RuleScorer", Rules)
+    cfg = SimpleNamespace(reward=config(kind="model", model_path=str(tmp_path / "nope")))
+    with pytest.raises(ConfigError, match=r"^reward\.model\.path: "):
+        router_module.build_scorers(cfg, torch.device("cpu"))
+    assert closed == ["Rules"]
