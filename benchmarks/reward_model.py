@@ -39,11 +39,11 @@ def seconds_per_batch(model: str, rows: slice, total: int, repeats: int, out=Non
     from rlcore.config import load_config
     from rlcore.models.lm import load_tokenizer
     from rlcore.prepare import prepare_models
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     torch.set_num_threads(1)
     config = load_config(
-        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model_path={model}"]
+        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model.path={model}"]
     )
     actor = prepare_models(config, log=lambda message: None).actor
     batch = batch_of(config, load_tokenizer(actor), total)[rows]

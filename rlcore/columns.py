@@ -44,7 +44,7 @@ INDEX = "index"
 ROLLOUT_VERSIONS = "rollout_versions"
 """``[B, R]`` the weight version that sampled each token (asynchronous runs)."""
 
-# Reasoning: the reward's rows (``rlcore.workers.reward``), and what estimators read of them.
+# Reasoning: the reward's rows (``rlcore.rewards.worker``), and what estimators read of them.
 SCORES = "scores"
 """``[B]`` the reward's score of each response."""
 CORRECT = "correct"

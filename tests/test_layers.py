@@ -14,9 +14,9 @@ LAYERS = [  # lowest first
     {"scheduler"},
     {"envs"},
     {"data"},
-    {"rewards", "tools"},
+    {"tools"},
     {"models"},
-    {"workers", "prepare"},
+    {"workers", "rewards", "prepare"},
     {"runners", "export", "export_target"},
     {"cli"},
 ]

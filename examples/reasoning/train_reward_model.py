@@ -14,7 +14,7 @@ weights, as RLHF's reward models start from the SFT model). It learns to score t
 response above the wrong ones of its problem (``--loss ranking``: the softmax cross-entropy over
 a problem's responses, Bradley-Terry's ``-log sigmoid(r_right - r_wrong)`` for a pair), and is
 saved with the tokenizer to ``--out``. It reads exactly what ``reward.kind: model`` gives it:
-the prompt's text followed by the response's (``rlcore/workers/reward_model.py``). Held-out
+the prompt's text followed by the response's (``rlcore/rewards/model.py``). Held-out
 accuracies are printed (pairwise; the right answer ranked first); overrides (``k=v``) go to the
 policy's config. The defaults are the recipe measured in docs/rewards.md.
 """
@@ -35,8 +35,8 @@ from rlcore.data.sequences import response_mask
 from rlcore.log import say
 from rlcore.models.lm import load_causal_lm, load_tokenizer
 from rlcore.prepare import prepare_models
-from rlcore.rewards.judge import Rules, judge
-from rlcore.workers.reward_model import reward_model_text
+from rlcore.rewards.model import reward_model_text
+from rlcore.rewards.verdicts import Rules, rule_verdict
 
 
 @torch.no_grad()
@@ -73,7 +73,9 @@ def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> li
             prompt = tokenizer.decode(
                 batch["input_ids"][g * samples][keep[g * samples]], skip_special_tokens=True
             )
-            verdicts = [judge(rules, None, texts[i], train.answers[row], i).correct for i in group]
+            verdicts = [
+                rule_verdict(rules, None, texts[i], train.answers[row], i).correct for i in group
+            ]
             right = [texts[i] for i, v in zip(group, verdicts, strict=True) if v]
             wrong = [texts[i] for i, v in zip(group, verdicts, strict=True) if not v]
             pairs += [(prompt, r, w) for r, w in zip(right, wrong, strict=False)]

@@ -61,7 +61,7 @@ def load_prompt_set(
     kinds = _scorers(rows, config.reward.kind, what)
     if "math" in kinds:
         math_rows = [row for row, kind in zip(rows, kinds, strict=True) if kind == "math"]
-        readable = _readable_math_rows(math_rows, what, config.reward.timeout_s, log)
+        readable = _readable_math_rows(math_rows, what, config.reward.rules.timeout_s, log)
         if len(readable) < len(math_rows):
             kept = {id(row) for row in readable}
             rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
@@ -110,7 +110,7 @@ def _readable_math_rows(
     rows: list[dict[str, str]], what: str, timeout_s: float, log: Callable[[str], None]
 ) -> list[dict[str, str]]:
     """``rows`` without those whose reference answer math-verify cannot read (each distinct
-    answer read once, within reward.timeout_s): they would score every response 0."""
+    answer read once, within reward.rules.timeout_s): they would score every response 0."""
     main = threading.current_thread() is threading.main_thread()  # (math-verify's alarm)
     limit = math_verify_seconds(timeout_s) if main else None
     bad = unreadable_math_answers([row["answer"] for row in rows], limit)
@@ -120,8 +120,8 @@ def _readable_math_rows(
     named = ", ".join(repr(a[:40]) for a in sorted(bad)[:3]) + (", ..." if len(bad) > 3 else "")
     log(
         f"{what}: dropped {len(rows) - len(kept)} of {len(rows)} prompts whose reference answer "
-        f"math-verify cannot read within reward.timeout_s={timeout_s:g} (reward.kind=math would "
-        f"score every response to them 0): {named}"
+        f"math-verify cannot read within reward.rules.timeout_s={timeout_s:g} (reward.kind=math "
+        f"would score every response to them 0): {named}"
     )
     if not kept:
         raise DataError(f"{what}: math-verify reads none of the reference answers: {named}")

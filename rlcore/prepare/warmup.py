@@ -82,7 +82,7 @@ def accuracy_reached(
 @torch.no_grad()
 def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningConfig) -> float:
     """Share of ``prompts`` (a ``PromptSet``) answered right by greedy decoding, scored by the
-    GSM8K rule (``reward.gsm8k_mode``) as the synthetic task's answers are written."""
+    GSM8K rule (``reward.rules.gsm8k_mode``) as the synthetic task's answers are written."""
     ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
     with evaluating(model):
         out = model.generate(
@@ -94,7 +94,7 @@ def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningC
             eos_token_id=tokenizer.eos_token_id,
         )
     texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-    mode = config.reward.gsm8k_mode
+    mode = config.reward.rules.gsm8k_mode
     right = [bool(gsm8k_correct(t, a, mode)) for t, a in zip(texts, prompts.answers, strict=True)]
     return sum(right) / len(right)
 

@@ -76,7 +76,7 @@ RESUME_FREE_KEYS = {
     "runner.max_skipped_steps",
     "cluster.collective_timeout_s",
     "cluster.worker_timeout_s",
-    "reward.num_processes",
+    "reward.rules.num_processes",
     "runner.val_n",
     "runner.log_val_generations",
     "rollout.val_temperature",

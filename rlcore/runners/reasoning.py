@@ -41,6 +41,7 @@ from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import PlacementPlan
 from rlcore.prepare import ModelDirs
+from rlcore.rewards.worker import RewardWorker
 from rlcore.runners import reasoning_metrics
 from rlcore.runners.advantages import reasoning_advantages
 from rlcore.runners.baselines import greedy_baselines
@@ -56,7 +57,6 @@ from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
 from rlcore.tools.protocol import load_tools, schema
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
-from rlcore.workers.reward import RewardWorker
 from rlcore.workers.rollout import RolloutWorker
 
 
@@ -77,8 +77,8 @@ class ReasoningRunner(Driver):
         self.generated_tokens = 0  # response tokens generated for training, dropped included
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
         self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
-        # reward.score_normalize: the model's scores standardised by running statistics
-        self.normalize = ScoreNormalizer(config.reward) if config.reward.score_normalize else None
+        # reward.model.score_normalize: the model's scores standardised by running statistics
+        self.normalize = ScoreNormalizer.of(config.reward)
         self.normalized: dict[str, float] = {}  # its statistics after the latest batch
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
@@ -213,7 +213,7 @@ class ReasoningRunner(Driver):
         return generate_groups(rule, wanted, size, pad, prompts, generate_and_score)
 
     def score(self, batch: TensorDict) -> TensorDict:
-        """A training batch's rewards (normalised with ``reward.score_normalize``)."""
+        """A training batch's rewards (normalised with ``reward.model.score_normalize``)."""
         scored = self.reward.score(batch)
         if self.normalize is not None:
             self.normalized = self.normalize(scored)

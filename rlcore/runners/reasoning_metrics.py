@@ -48,7 +48,7 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
         **accuracy("reward/accuracy", scored),
         "reward/unparsed": float(scored[UNPARSED].float().mean()),
         "reward/timeouts": int(scored[TIMED_OUT].sum()),
-        # kind model: the reward model's mean score (before reward.combine)
+        # kind model: the reward model's mean score (before reward.model.combine)
         **(
             {"reward/model_score": float(scored[MODEL_SCORES].nanmean())}
             if MODEL_SCORES in scored
@@ -60,7 +60,7 @@ def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict
             if JUDGE_UNPARSED in scored
             else {}
         ),
-        # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
+        # kind remote: responses whose requests failed, scored 0 (reward.remote.on_error=zero)
         **(
             {"reward/remote_failures": int(scored[REMOTE_FAILURES].sum())}
             if REMOTE_FAILURES in scored

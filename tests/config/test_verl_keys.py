@@ -53,8 +53,8 @@ COUNTERPARTS = {
     "trainer.max_actor_ckpt_to_keep": "runner.keep_checkpoints",
     "trainer.max_critic_ckpt_to_keep": "runner.keep_checkpoints",
     "trainer.default_local_dir": "runner.output_dir",
-    "custom_reward_function.path": "reward.custom_fn",
-    "custom_reward_function.name": "reward.custom_fn",
+    "custom_reward_function.path": "reward.rules.custom_fn",
+    "custom_reward_function.name": "reward.rules.custom_fn",
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (
         "actor.entropy_from_logits_with_chunking"
     ),
@@ -136,7 +136,7 @@ def test_a_verl_key_with_a_counterpart_is_mapped_to_it(verl, rlcore):
     if verl in ALIASES:
         assert rlcore in ALIASES[verl].targets
     else:
-        assert verl in PAIRED and rlcore in {*TOKEN_BUDGETS, "reward.custom_fn"}
+        assert verl in PAIRED and rlcore in {*TOKEN_BUDGETS, "reward.rules.custom_fn"}
 
 
 # RLinf keys with an rlcore counterpart (maniskill_ppo_mlp.yaml and the files it composes)

@@ -146,7 +146,7 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
     tmp_path, monkeypatch
 ):
     """With reward.kind=math every response to such a row would score 0: an empty box, and an
-    answer whose parsing outlasts reward.timeout_s (1 s: math-verify's own alarm ends it; here
+    answer whose parsing outlasts reward.rules.timeout_s (1 s: math-verify's own alarm ends it; here
     its extraction is made to take 30 s for that answer, as a parse bomb would)."""
     import time
 
@@ -178,7 +178,7 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
             "data.train_batch_size=2",
             "actor.ppo_mini_batch_size=2",
             "reward.kind=math",
-            "reward.timeout_s=1",
+            "reward.rules.timeout_s=1",
         ],
     )
     said = []
@@ -188,7 +188,7 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
     assert prompts.answers == ["\\frac{1}{2}", "\\text{Monday}"]
     assert said == [
         "data.train_files: dropped 2 of 4 prompts whose reference answer math-verify cannot "
-        "read within reward.timeout_s=1 (reward.kind=math would score every response to them "
+        "read within reward.rules.timeout_s=1 (reward.kind=math would score every response to them "
         "0): '\\\\boxed{}', 'x_{BOMB}'"
     ]
 

@@ -36,8 +36,8 @@ def length_reward(tmp_path):
     )
     return (
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/length.py:score",
-        "reward.num_processes=1",
+        f"reward.rules.custom_fn={tmp_path}/length.py:score",
+        "reward.rules.num_processes=1",
     )
 
 
@@ -106,7 +106,7 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
         "algorithm.adv_type=remax",
         "algorithm.group_size=3",
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/chars.py:score",
+        f"reward.rules.custom_fn={tmp_path}/chars.py:score",
     )
     runner = build_runner(config, plan_for_config(config))
     try:
@@ -531,11 +531,13 @@ def test_a_reward_that_times_out_on_most_of_a_batch_ends_the_run_naming_it(tiny_
         dirs.actor.parent,
         tmp_path,
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/slow.py:score",
-        "reward.timeout_s=0.2",
+        f"reward.rules.custom_fn={tmp_path}/slow.py:score",
+        "reward.rules.timeout_s=0.2",
         "data.val_max_samples=4",
     )
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=r"reward.max_timeout_share: 4 of 4 responses .*slow.py"):
+    with pytest.raises(
+        ConfigError, match=r"reward.rules.max_timeout_share: 4 of 4 responses .*slow.py"
+    ):
         run(config)
     assert time.monotonic() - start < 30  # the first batch, not minutes per batch

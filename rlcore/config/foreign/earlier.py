@@ -1,5 +1,6 @@
 """rlcore's own earlier spellings: keys renamed when one optimiser section came to serve every
-component (``EARLIER_ALIASES``), and keys whose value now follows from the mode
+component and when the flat reward section split into subsections by kind
+(``EARLIER_ALIASES``), and keys whose value now follows from the mode
 (``DERIVED_KEYS``, checked against it); ``current_keys`` reads a config a run folder kept, written
 by this version or an earlier one, in this version's keys.
 """
@@ -23,6 +24,41 @@ EARLIER_ALIASES: dict[str, Alias] = {
     "critic.optim.lr_warmup_steps": Alias(
         EARLIER, ("critic.optim.warmup_steps",), minus_one_is(0), "also verl's: -1 is 0"
     ),
+}
+
+# rlcore's earlier flat reward section, now in subsections by kind (reward.rules, .model,
+# .judge, .remote): each flat key -> the key it is now
+REWARD_KEYS = {
+    "gsm8k_mode": "rules.gsm8k_mode",
+    "correct_score": "rules.correct_score",
+    "format_score": "rules.format_score",
+    "custom_fn": "rules.custom_fn",
+    "timeout_s": "rules.timeout_s",
+    "num_processes": "rules.num_processes",
+    "max_timeout_share": "rules.max_timeout_share",
+    "batch_timeout_s": "rules.batch_timeout_s",
+    "model_path": "model.path",
+    "model_micro_batch_size": "model.micro_batch_size",
+    "model_backend": "model.backend",
+    "score_normalize": "model.score_normalize",
+    "score_clip": "model.score_clip",
+    "rule": "model.rule",
+    "combine": "model.combine",
+    "model_weight": "model.model_weight",
+    "rule_weight": "model.rule_weight",
+    "judge_template": "judge.template",
+    "judge_parser": "judge.parser",
+    "judge_max_new_tokens": "judge.max_new_tokens",
+    "judge_backend": "judge.backend",
+    "url": "remote.url",
+    "remote_batch_size": "remote.batch_size",
+    "remote_concurrency": "remote.concurrency",
+    "remote_timeout_s": "remote.timeout_s",
+    "remote_retries": "remote.retries",
+    "on_error": "remote.on_error",
+}
+EARLIER_ALIASES |= {
+    f"reward.{flat}": Alias(EARLIER, (f"reward.{now}",)) for flat, now in REWARD_KEYS.items()
 }
 
 

@@ -118,8 +118,8 @@ def verl_token_budgets(cfg: DictConfig) -> list[str]:
 
 
 CUSTOM_REWARD = (
-    "{prefix}.path and .name (verl) are reward.kind=custom, reward.custom_fn={fn} here (a "
-    "function written as verl's compute_score(data_source, solution_str, ground_truth, "
+    "{prefix}.path and .name (verl) are reward.kind=custom, reward.rules.custom_fn={fn} here "
+    "(a function written as verl's compute_score(data_source, solution_str, ground_truth, "
     "extra_info) is called so)"
 )
 
@@ -127,8 +127,8 @@ CUSTOM_REWARD = (
 def verl_custom_reward(cfg: DictConfig) -> list[str]:
     """verl's ``custom_reward_function.path`` and ``.name`` (``compute_score`` when not given;
     verl 0.9 also spells them under ``reward.``) as ``reward.kind=custom`` with
-    ``reward.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl, and
-    is called as verl calls it when written so (``judge.verl_signature``)."""
+    ``reward.rules.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl,
+    and is called as verl calls it when written so (``judge.verl_signature``)."""
     said: list[str] = []
     for prefix in ("custom_reward_function", "reward.custom_reward_function"):
         path = _pop_select(cfg, f"{prefix}.path")
@@ -136,13 +136,13 @@ def verl_custom_reward(cfg: DictConfig) -> list[str]:
         if path is _ABSENT or path is None:
             continue
         fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
-        given = OmegaConf.select(cfg, "reward.custom_fn", default=None)
+        given = OmegaConf.select(cfg, "reward.rules.custom_fn", default=None)
         if given is not None and given != fn:
             raise ConfigError(
-                f"{prefix}.path: names {fn}, but reward.custom_fn is {given}; they are one key "
-                "here, so keep one"
+                f"{prefix}.path: names {fn}, but reward.rules.custom_fn is {given}; they are one "
+                "key here, so keep one"
             )
-        OmegaConf.update(cfg, "reward.custom_fn", fn, merge=False, force_add=True)
+        OmegaConf.update(cfg, "reward.rules.custom_fn", fn, merge=False, force_add=True)
         OmegaConf.update(cfg, "reward.kind", "custom", merge=False, force_add=True)
         said.append(CUSTOM_REWARD.format(prefix=prefix, fn=fn))
     return said

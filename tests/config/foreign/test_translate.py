@@ -131,7 +131,7 @@ def test_verl_token_budgets_refuse_two_lengths_for_one_budget():
 
 def test_verl_custom_reward_is_the_custom_reward_kind_with_verls_default_function_name():
     out, said = run(verl_custom_reward, {"custom_reward_function": {"path": "/r.py", "name": None}})
-    assert out == {"reward": {"custom_fn": "/r.py:compute_score", "kind": "custom"}}
+    assert out == {"reward": {"rules": {"custom_fn": "/r.py:compute_score"}, "kind": "custom"}}
     assert len(said) == 1
 
 
