@@ -20,6 +20,10 @@ One iteration, as in verl's PPO:
 6. the critic takes its clipped value-loss steps, then (after ``critic_warmup`` iterations) the
    actor its PPO steps, with the KL loss when ``use_kl_loss``.
 
+That is the iteration at ``runner.max_staleness`` 0 (``pipeline.Lockstep``); at k >= 1 the same
+iteration takes batches the rollout generated ahead with older weights, and submits the passes
+and updates without waiting (``pipeline.Pipeline``).
+
 Validation decodes greedily and reports the share of right answers, before the first iteration,
 every ``val_every`` iterations and after the last.
 """
