@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,22 @@ class PromptSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.queue = list(state["queue"])
         self.order.bit_generator.state = state["order"]
+
+
+@dataclass
+class TrainingPrompts:
+    """A run's batches of training prompts: ``wanted`` groups of ``size`` rows each, drawn by
+    ``sampler`` from ``prompts`` (``pad_id`` pads them on the left)."""
+
+    sampler: PromptSampler
+    prompts: PromptSet
+    wanted: int
+    size: int
+    pad_id: int
+
+    def __call__(self, generation: int = 0) -> TensorDict:
+        """The next batch; ``generation``: its number among one training batch's generation
+        batches (DAPO's dynamic sampling), so that each group's ``index`` is its own over all."""
+        batch = prompt_batch(self.sampler.next(self.wanted), self.prompts, self.size, self.pad_id)
+        batch[INDEX] += generation * self.wanted
+        return batch

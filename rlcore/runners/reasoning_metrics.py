@@ -123,13 +123,17 @@ def trajectory_metrics(trajectories: list[dict[str, Any]]) -> dict[str, float]:
 def throughput(metrics: dict, seconds: dict[str, float], batch: TensorDict) -> int:
     """Tokens per second of the iteration (``perf/tokens_per_s``: its prompt and response
     tokens over its stages' ``seconds``) and of generation (``perf/generated_tokens_per_s``,
-    from ``sampling/generated_tokens``, which leaves ``metrics``); the tokens generated."""
+    from ``sampling/generated_tokens``, which leaves ``metrics``, over the ``generate`` stage;
+    an asynchronous iteration has none, its rollout generating beside the other stages: over
+    the whole iteration); the tokens generated."""
     total = sum(seconds.values())
     metrics["perf/tokens_per_s"] = float(batch[ATTENTION_MASK].sum()) / max(total, 1e-9)
     generated = metrics.pop("sampling/generated_tokens")
-    metrics["perf/generated_tokens_per_s"] = generated / max(seconds["generate"], 1e-9)
-    if "tools/seconds" in metrics:  # the share of the generation stage spent in tool calls
-        metrics["tools/time_share"] = metrics["tools/seconds"] / max(seconds["generate"], 1e-9)
+    generating = seconds.get("generate")
+    over = total if generating is None else generating
+    metrics["perf/generated_tokens_per_s"] = generated / max(over, 1e-9)
+    if "tools/seconds" in metrics and generating is not None:  # generation's share in tools
+        metrics["tools/time_share"] = metrics["tools/seconds"] / max(generating, 1e-9)
     return int(generated)
 
 
@@ -169,8 +173,8 @@ def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, An
         # resumed with runner.resume_changed_data on files that differ from the checkpoint's
         **({"resumed_on_changed_data": runner.changed_data} if runner.changed_data else {}),
         **(
-            {}
-            if runner.pipeline is None
-            else {"async": runner.pipeline.summary(runner.regenerated)}
+            {"async": runner.pipeline.summary(runner.regenerated)}
+            if runner.pipeline is not None and runner.pipeline.bound  # asynchronous
+            else {}
         ),
     }

@@ -103,23 +103,18 @@ def _partial_rollout(config: ReasoningConfig) -> list[str]:
 
 
 def _asynchronous(config: ReasoningConfig) -> list[str]:
-    """What an asynchronous run (``runner.max_staleness`` > 0) does not build yet."""
-    stale, alg = config.runner.max_staleness, config.algorithm
-    if not stale:
+    """What an asynchronous run (``runner.max_staleness`` > 0) refuses: DAPO's dynamic sampling,
+    whose batch size in prompts is known only once the batch is scored (docs/async.md)."""
+    stale = config.runner.max_staleness
+    if not stale or not config.algorithm.filter_groups.enable:
         return []
-    problems = []
-    if alg.filter_groups.enable:
-        problems.append(
-            f"runner.max_staleness: {stale} with algorithm.filter_groups.enable (DAPO's "
-            "resampling until enough groups differ) is not built; set one of them off"
-        )
-    if "reward_baselines" in _estimator_inputs(config):
-        problems.append(
-            f"runner.max_staleness: {stale} with algorithm.adv_type {alg.adv_type} (a greedy "
-            "answer per prompt from the current weights) is not built; use "
-            "runner.max_staleness=0, or another estimator"
-        )
-    return problems
+    return [
+        f"runner.max_staleness: {stale} with algorithm.filter_groups.enable: DAPO's resampling "
+        "learns how many more prompts a batch needs only from its scores, when the trainer "
+        "takes it, so they could not be generated ahead; the groups it adds would wait behind "
+        "the rollout's batches in flight and sample with newer weights than the rest; set "
+        "runner.max_staleness=0, or algorithm.filter_groups.enable=false"
+    ]
 
 
 def _rollout_correction(config: ReasoningConfig) -> list[str]:
