@@ -195,12 +195,11 @@ def compose_raw(
     overrides: Sequence[str] = (),
     config_dir: Path = CONFIG_DIR,
     cluster_file: Path | None = None,
-    note: Callable[[str], None] = say,
 ) -> dict:
     """The composed config as a plain dict, interpolations resolved, not yet validated.
 
     ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it. verl's and
-    RLinf's spellings (``aliases.py``) become rlcore's keys, each said once through ``note``.
+    RLinf's spellings (``aliases.py``) become rlcore's keys, each said once (``rlcore.log``).
     """
     directory, name = locate_config(config, config_dir)
     parsed = parse_overrides(overrides)
@@ -245,7 +244,7 @@ def compose_raw(
     _no_warmup_for_a_given_model(cfg, said)
     _env_file_made_absolute(cfg)
     for line in dict.fromkeys(said):
-        note(line)
+        say(line)
     try:
         raw = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
