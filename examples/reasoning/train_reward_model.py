@@ -46,7 +46,7 @@ def sample_pairs(config, actor_dir, prompts: int, samples: int, seed: int) -> li
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(actor_dir)
     policy = load_causal_lm(actor_dir, "float32").eval()
-    train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
+    train = load_prompt_set(config, tokenizer, train=True)
     rules = Rules.of(config.reward, "gsm8k")
     pad = tokenizer.pad_token_id
     pairs, width = [], config.data.max_response_length
@@ -90,7 +90,7 @@ def near_misses(config, actor_dir, count: int, seed: int) -> list[tuple]:
     problem: the loss ranks the right one above all."""
     rng = random.Random(seed)
     tokenizer = load_tokenizer(actor_dir)
-    train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
+    train = load_prompt_set(config, tokenizer, train=True)
     offsets = [d * sign for d in (1, 2, 9, 10, 11, 20, 30, 100) for sign in (-1, 1)]
     pad, items = tokenizer.pad_token_id, []
     for row in range(len(train.answers)):

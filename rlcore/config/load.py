@@ -21,7 +21,7 @@ returns its lines, said once each after every pass has run.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +55,12 @@ def compose_raw(
     overrides: Sequence[str] = (),
     config_dir: Path = CONFIG_DIR,
     cluster_file: Path | None = None,
-    note: Callable[[str], None] = say,
 ) -> dict:
     """The composed config as a plain dict, interpolations resolved, not yet validated.
 
     ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it. verl's and
-    RLinf's spellings (``rlcore.config.foreign``) become rlcore's keys, each said once through
-    ``note`` once every pass has run (a refused config says none).
+    RLinf's spellings (``rlcore.config.foreign``) become rlcore's keys, each said once
+    (``rlcore.log``) once every pass has run (a refused config says none).
     """
     request = read_request(config, overrides, config_dir)
     cfg, own = compose_with_hydra(request)
@@ -76,7 +75,7 @@ def compose_raw(
     ]
     env_file_made_absolute(cfg)
     for line in dict.fromkeys(said):
-        note(line)
+        say(line)
     return resolved(cfg, config)
 
 

@@ -4,7 +4,6 @@ arithmetic task), and the seeded order in which training prompts are drawn, batc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
+from rlcore.log import say
 
 
 def data_name(data: Any) -> str:
@@ -30,7 +30,6 @@ def load_prompt_set(
     config: ReasoningConfig,
     tokenizer: Any,
     train: bool,
-    log: Callable[[str], None],
     tools: list[dict[str, Any]] | None = None,
 ) -> PromptSet:
     """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
@@ -39,9 +38,7 @@ def load_prompt_set(
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files
     if files:
-        rows = load_prompt_rows(
-            files, what, data.prompt_key, data.answer_key, data.answer_format, log
-        )
+        rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
     else:  # errors and notes name the task the prompts come from, not empty file keys
         what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
@@ -62,7 +59,7 @@ def load_prompt_set(
     kinds = _scorers(rows, config.reward.kind, what)
     if "math" in kinds:
         math_rows = [row for row, kind in zip(rows, kinds, strict=True) if kind == "math"]
-        readable = _readable_math_rows(math_rows, what, config.reward.rules.timeout_s, log)
+        readable = _readable_math_rows(math_rows, what, config.reward.rules.timeout_s)
         if len(readable) < len(math_rows):
             kept = {id(row) for row in readable}
             rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
@@ -76,7 +73,7 @@ def load_prompt_set(
         tools=tools,
     )
     if prompts.dropped:
-        log(
+        say(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
             f"data.max_prompt_length={data.max_prompt_length} tokens"
         )
@@ -91,7 +88,9 @@ def load_prompt_set(
 def check_prompt_files(config: ReasoningConfig, files: list[str], what: str) -> None:
     """``files`` read as the run reads them, and each row's scorer found (the dry run)."""
     data = config.data
-    rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+    rows = load_prompt_rows(
+        files, what, data.prompt_key, data.answer_key, data.answer_format, quiet=True
+    )
     _scorers(rows, config.reward.kind, what)
 
 
@@ -108,7 +107,7 @@ def _scorers(rows: list[dict[str, Any]], kind: str, what: str) -> list[str]:
 
 
 def _readable_math_rows(
-    rows: list[dict[str, str]], what: str, timeout_s: float, log: Callable[[str], None]
+    rows: list[dict[str, str]], what: str, timeout_s: float
 ) -> list[dict[str, str]]:
     """``rows`` without those whose reference answer math-verify cannot read (each distinct
     answer read once, within reward.rules.timeout_s): they would score every response 0."""
@@ -119,7 +118,7 @@ def _readable_math_rows(
         return rows
     kept = [row for row in rows if row["answer"] not in bad]
     named = ", ".join(repr(a[:40]) for a in sorted(bad)[:3]) + (", ..." if len(bad) > 3 else "")
-    log(
+    say(
         f"{what}: dropped {len(rows) - len(kept)} of {len(rows)} prompts whose reference answer "
         f"math-verify cannot read within reward.rules.timeout_s={timeout_s:g} (reward.kind=math "
         f"would score every response to them 0): {named}"

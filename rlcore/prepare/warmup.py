@@ -65,15 +65,13 @@ def calculator_call(expression: str) -> str:
     return f"<tool_call>{arguments}</tool_call>"
 
 
-def accuracy_reached(
-    model: Any, tokenizer: Any, val: Any, config: ReasoningConfig, log: Any = say
-) -> Any:
+def accuracy_reached(model: Any, tokenizer: Any, val: Any, config: ReasoningConfig) -> Any:
     """The warm-up's stop test: greedy validation accuracy >= ``warmup.stop_at_accuracy``."""
     target = config.warmup.stop_at_accuracy
 
     def reached(step: int) -> bool:
         accuracy = greedy_accuracy(model, tokenizer, val, config)
-        log(f"tiny model: warm-up step {step}: validation accuracy {accuracy:.3f}")
+        say(f"tiny model: warm-up step {step}: validation accuracy {accuracy:.3f}")
         return accuracy >= target
 
     return reached

@@ -257,7 +257,7 @@ def _check_links(config: RLCoreConfig) -> None:
 
 
 def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:
-    checkpoint = checkpoint_to_resume(config, log=lambda line: None)  # the run says it
+    checkpoint = checkpoint_to_resume(config, quiet=True)  # the run says what it skips
     if checkpoint is None:
         return
     driver = json.loads((checkpoint / DRIVER_FILE).read_text())

@@ -41,7 +41,6 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.data.identity import data_state, resumed_data
 from rlcore.data.sampler import PromptSampler, TrainingPrompts, data_name, load_prompt_set
 from rlcore.data.sequences import trim_padding
-from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import PlacementPlan
 from rlcore.prepare import ModelDirs
@@ -72,8 +71,8 @@ class ReasoningRunner(Driver):
         self.tokenizer = load_tokenizer(models.actor)
         # rollout.tools: their schemas, for a chat template that lists them to the model
         tools = [schema(t) for t in load_tools(config.rollout.tools).values()] or None
-        self.train_set = load_prompt_set(config, self.tokenizer, True, say, tools)
-        self.val_set = load_prompt_set(config, self.tokenizer, False, say, tools)
+        self.train_set = load_prompt_set(config, self.tokenizer, True, tools)
+        self.val_set = load_prompt_set(config, self.tokenizer, False, tools)
         self.sampler = PromptSampler(len(self.train_set), run.seed, config.data.shuffle)
         self.prompts = TrainingPrompts(
             self.sampler,
