@@ -194,7 +194,7 @@ def _tiny_model_dir(out: Path) -> Path:
         "reasoning/tiny_arith_ppo",
         [f"runner.output_dir={out}", "warmup.steps=0", "warmup.stop_at_accuracy=null"],
     )
-    return prepare_models(config, log=lambda message: None).actor
+    return prepare_models(config).actor
 
 
 def matmul_params(model: torch.nn.Module) -> int:

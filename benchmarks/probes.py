@@ -728,8 +728,8 @@ def check_rc0(result: dict) -> list[str]:
 
 def check_reward_timeouts_said(result: dict) -> list[str]:
     failures = check_rc0(result)
-    if not re.search(r"reward\.timeout_s", result["_stderr"]):
-        failures.append("no stderr line says that responses timed out (reward.timeout_s)")
+    if not re.search(r"reward\.rules\.timeout_s", result["_stderr"]):
+        failures.append("no stderr line says that responses timed out (reward.rules.timeout_s)")
     return failures
 
 
@@ -757,7 +757,7 @@ def _bad(
 
 def probes() -> list[Probe]:
     env_id = ("env.id", "probe_envs")
-    reward = ("reward.custom_fn",)
+    reward = ("reward.rules.custom_fn",)
     custom = ["reward.kind=custom"]
     out: list[Probe] = []
     add = out.append
@@ -858,7 +858,7 @@ def probes() -> list[Probe]:
             _bad(
                 name,
                 "reasoning",
-                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}"],
+                [*custom, f"reward.rules.custom_fn=@REW@/rewards.py:{fn}"],
                 reward,
                 dry=False,
             )
@@ -867,7 +867,7 @@ def probes() -> list[Probe]:
         _bad(
             "reward_syntax_error",
             "reasoning",
-            [*custom, "reward.custom_fn=@DIR@/bad_syntax.py:f"],
+            [*custom, "reward.rules.custom_fn=@DIR@/bad_syntax.py:f"],
             reward,
             setup=write_file("bad_syntax.py", "def f(response, answer:\n    return 1.0\n"),
         )
@@ -876,7 +876,7 @@ def probes() -> list[Probe]:
         _bad(
             "reward_missing_file",
             "reasoning",
-            [*custom, "reward.custom_fn=@DIR@/nothere.py:f"],
+            [*custom, "reward.rules.custom_fn=@DIR@/nothere.py:f"],
             reward,
         )
     )
@@ -884,7 +884,7 @@ def probes() -> list[Probe]:
         _bad(
             "reward_missing_function",
             "reasoning",
-            [*custom, "reward.custom_fn=@REW@/rewards.py:nope"],
+            [*custom, "reward.rules.custom_fn=@REW@/rewards.py:nope"],
             reward,
         )
     )
@@ -947,7 +947,7 @@ def probes() -> list[Probe]:
         ("max_grad_norm_negative_reasoning", "reasoning", "actor.optim.max_grad_norm=-1"),
         ("critic_max_grad_norm_negative", "reasoning", "critic.optim.max_grad_norm=-1"),
         # 8.
-        ("reward_timeout_negative", "reasoning", "reward.timeout_s=-1"),
+        ("reward_timeout_negative", "reasoning", "reward.rules.timeout_s=-1"),
         ("total_env_steps_zero", "embodied", "runner.total_env_steps=0"),
         ("total_iterations_zero", "reasoning", "runner.total_iterations=0"),
         # 8b. inputs of the first hour: an env argument its constructor lacks, a hub id that is
@@ -1084,7 +1084,7 @@ def probes() -> list[Probe]:
         )
     )
 
-    # 11. a math answer that takes forever to compare: scored 0 after reward.timeout_s
+    # 11. a math answer that takes forever to compare: scored 0 after reward.rules.timeout_s
     add(
         Probe(
             "math_tower_answer",
@@ -1099,7 +1099,7 @@ def probes() -> list[Probe]:
             ],
             setup=prompt_file("jsonl", "tower"),
             check=check_rc0,
-            watch={"timeouts": r"reward\.timeout_s"},
+            watch={"timeouts": r"reward\.rules\.timeout_s"},
         )
     )
     # 12. a reward that sleeps 100 s, one that spins in C holding the GIL
@@ -1112,12 +1112,12 @@ def probes() -> list[Probe]:
                 "reasoning",
                 [
                     *custom,
-                    f"reward.custom_fn=@REW@/rewards.py:{fn}",
-                    "reward.timeout_s=1",
-                    "reward.max_timeout_share=1",  # (every response times out: no storm stop)
+                    f"reward.rules.custom_fn=@REW@/rewards.py:{fn}",
+                    "reward.rules.timeout_s=1",
+                    "reward.rules.max_timeout_share=1",  # (every response times out: no storm stop)
                 ],
                 check=check_reward_timeouts_said,
-                watch={"timeouts": r"reward\.timeout_s"},
+                watch={"timeouts": r"reward\.rules\.timeout_s"},
             )
         )
 
@@ -1441,8 +1441,8 @@ def probes() -> list[Probe]:
         _bad(
             "reward_timeout_storm",
             "reasoning",
-            [*custom, "reward.custom_fn=@REW@/rewards.py:sleeps", "reward.timeout_s=1"],
-            ("reward.max_timeout_share",),
+            [*custom, "reward.rules.custom_fn=@REW@/rewards.py:sleeps", "reward.rules.timeout_s=1"],
+            ("reward.rules.max_timeout_share",),
             dry=False,
         )
     )
@@ -1451,14 +1451,14 @@ def probes() -> list[Probe]:
             _bad(
                 name,
                 "reasoning",
-                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}"],
-                ("reward.custom_fn",),
+                [*custom, f"reward.rules.custom_fn=@REW@/rewards.py:{fn}"],
+                ("reward.rules.custom_fn",),
                 dry=False,
             )
         )
     for name, fn, extra in [
         ("reward_numpy_float32", "numpy_float32", []),
-        ("reward_plain_numbers_one_timeout", "one_timeout", ["reward.timeout_s=1"]),
+        ("reward_plain_numbers_one_timeout", "one_timeout", ["reward.rules.timeout_s=1"]),
     ]:
         add(
             Probe(
@@ -1466,7 +1466,12 @@ def probes() -> list[Probe]:
                 "bad_input",
                 "ok",
                 "reasoning",
-                [*custom, f"reward.custom_fn=@REW@/rewards.py:{fn}", *extra, "runner.val_every=1"],
+                [
+                    *custom,
+                    f"reward.rules.custom_fn=@REW@/rewards.py:{fn}",
+                    *extra,
+                    "runner.val_every=1",
+                ],
                 check=check_summary_written,
             )
         )

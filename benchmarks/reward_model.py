@@ -23,7 +23,7 @@ import torch
 def batch_of(config, tokenizer, rows: int):
     from rlcore.data.sampler import load_prompt_set, prompt_batch
 
-    train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
+    train = load_prompt_set(config, tokenizer, train=True)
     batch = prompt_batch(list(range(rows)), train, 1, tokenizer.pad_token_id)
     texts = [f" #### {train.answers[i]}" for i in range(rows)]
     encoded = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
@@ -39,13 +39,13 @@ def seconds_per_batch(model: str, rows: slice, total: int, repeats: int, out=Non
     from rlcore.config import load_config
     from rlcore.models.lm import load_tokenizer
     from rlcore.prepare import prepare_models
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     torch.set_num_threads(1)
     config = load_config(
-        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model_path={model}"]
+        "reasoning/tiny_arith_ppo", ["reward.kind=model", f"reward.model.path={model}"]
     )
-    actor = prepare_models(config, log=lambda message: None).actor
+    actor = prepare_models(config).actor
     batch = batch_of(config, load_tokenizer(actor), total)[rows]
     worker = RewardWorker(None, config, actor)
     worker.score(batch)  # warm

@@ -109,7 +109,7 @@ What cannot be matched:
 * The pad token is the EOS token (id 0) in this tokenizer; TRL's PPO builds attention masks as
   ``ids != pad_token_id``, so it also masks the EOS it generated (its usual behaviour with such
   tokenizers). Shapes and FLOPs are unaffected.
-* Reward scoring: rlcore scores in 2 worker processes (``reward.num_processes=2``); here it is
+* Reward scoring: rlcore scores in 2 worker processes (``reward.rules.num_processes=2``); here it is
   in-process (TRL has no such option). Scoring 64-256 short strings takes well under a
   millisecond either way.
 * rlcore's ``seconds_per_stage["iteration"]`` is a mean over every iteration (the first

@@ -66,7 +66,7 @@ def main() -> None:
     config = load_config(args.config, args.overrides)
     dirs = prepare_models(config)  # the cached tiny model folder (built if missing)
     tokenizer = load_tokenizer(dirs.actor)
-    prompts = load_prompt_set(config, tokenizer, train=True, log=print)
+    prompts = load_prompt_set(config, tokenizer, train=True)
     ids = prompts.prompts
     texts = prompt_texts(config, tokenizer)
     data = config.data

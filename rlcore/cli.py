@@ -22,8 +22,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rlcore.config import ConfigError, RLCoreConfig, load_config
+from rlcore.config.composition import refuse_repeated
 from rlcore.config.fields import as_plain
-from rlcore.config.load import refuse_repeated
 from rlcore.config.reference import key_reference, write_reference
 from rlcore.placement import PlacementPlan, plan_for_config
 
@@ -59,7 +59,7 @@ def config_as_yaml(config: RLCoreConfig) -> str:
 
 def _entry_help(default_config: str) -> str:
     """The shipped configs of the entry point's mode and the commands around a run."""
-    from rlcore.config.load import shipped_configs
+    from rlcore.config.composition import shipped_configs
 
     mode = default_config.split("/")[0]
     lines = []

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
+from rlcore.config.foreign import current_keys
 from rlcore.config.load import validate_config
 from rlcore.export_target import check_target, written_whole
 from rlcore.log import say
@@ -95,7 +95,7 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
 
     # The architecture and tokenizer of the run's models (the tiny one from its cache, rebuilt
     # the same if the cache is gone); the trained weights replace theirs.
-    dirs = prepare_models(config, say)
+    dirs = prepare_models(config)
     tokenizer = load_tokenizer(dirs.actor)
     dtype = config.actor.model.dtype
     lora = config.actor.model.lora

@@ -1,6 +1,6 @@
 """Package exports imported on first use, for packages whose submodules must load lightly (a
 worker process importing ``rlcore.scheduler.worker``, a scoring process importing
-``rlcore.rewards.judge``): importing a submodule runs its package's ``__init__`` first."""
+``rlcore.rewards.verdicts``): importing a submodule runs its package's ``__init__`` first."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def tiny_lm(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny_lm")
     config = tiny_config(root / "cache", root / "outputs")
-    return config, prepare_models(config, log=lambda message: None)
+    return config, prepare_models(config)
 
 
 class RaySession:

@@ -224,12 +224,12 @@ def test_a_key_given_twice_is_refused_and_a_home_path_is_expanded(capsys, monkey
             "runner.output_dir='~/runs'",
             "reward.kind=custom",
             "data.train_files=['~/a.jsonl',b.jsonl]",
-            "reward.custom_fn='~/r.py:score'",
+            "reward.rules.custom_fn='~/r.py:score'",
         ],
     )
     assert config.runner.output_dir == f"{tmp_path}/runs"
     assert config.data.train_files == (f"{tmp_path}/a.jsonl", "b.jsonl")
-    assert config.reward.custom_fn == f"{tmp_path}/r.py:score"
+    assert config.reward.rules.custom_fn == f"{tmp_path}/r.py:score"
 
 
 @pytest.mark.parametrize("mode", ["embodied", "reasoning"])

@@ -7,16 +7,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlcore"
 LAYERS = [  # lowest first
-    {"compile_marks", "did_you_mean", "lazy", "log", "procpool"},
+    {"columns", "compile_marks", "did_you_mean", "lazy", "log", "procpool"},
     {"algorithms"},
     {"config"},
     {"placement"},
     {"scheduler"},
     {"envs"},
     {"data"},
-    {"rewards", "tools"},
+    {"tools"},
     {"models"},
-    {"workers", "prepare"},
+    {"workers", "rewards", "prepare"},
     {"runners", "export", "export_target"},
     {"cli"},
 ]
@@ -81,3 +81,30 @@ def test_there_are_no_import_cycles():
         if module not in done:
             visit(module, [module])
     assert not cycles, "\n".join(sorted(set(cycles)))
+
+
+# Inside rlcore.config: the foreign vocabularies (verl's, RLinf's and rlcore's earlier keys, and
+# their translation) sit below the schema, the validator and the loader; Hydra's composition
+# knows none of them. Each module named imports from rlcore only these.
+CONFIG_FOUNDATIONS = {
+    "rlcore.config.foreign": (
+        "rlcore.config.foreign",
+        "rlcore.config.errors",
+        "rlcore.did_you_mean",
+    ),
+    "rlcore.config.composition": ("rlcore.config.errors", "rlcore.did_you_mean"),
+}
+
+
+def test_the_foreign_vocabularies_and_the_composition_stand_on_errors_alone():
+    graph = imports()
+    assert any(module.startswith("rlcore.config.foreign.") for module in graph)
+    reaching = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for prefix, allowed in CONFIG_FOUNDATIONS.items()
+        if module == prefix or module.startswith(prefix + ".")
+        for target in targets
+        if not any(target == a or target.startswith(a + ".") for a in allowed)
+    )
+    assert not reaching, "\n".join(reaching)

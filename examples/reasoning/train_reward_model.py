@@ -17,7 +17,7 @@ It learns to score the right response above the wrong ones of its problem (``--l
 the softmax cross-entropy over a problem's responses, Bradley-Terry's ``-log sigmoid(r_right -
 r_wrong)`` for a pair), and is saved with the tokenizer to ``--out``. It reads exactly what
 ``reward.kind: model`` gives it: the prompt's text followed by the response's
-(``rlcore/workers/reward_model.py``). Held-out accuracies are printed (pairwise; the right
+(``rlcore/rewards/model.py``). Held-out accuracies are printed (pairwise; the right
 answer ranked first); overrides (``k=v``) go to the policy's config. The defaults are the recipe
 measured in docs/rewards.md.
 """
@@ -38,8 +38,8 @@ from rlcore.data.sequences import response_mask
 from rlcore.log import say
 from rlcore.models.lm import load_causal_lm, load_tokenizer
 from rlcore.prepare import prepare_models
-from rlcore.rewards.judge import Rules, judge
-from rlcore.workers.reward_model import reward_model_text
+from rlcore.rewards.model import reward_model_text
+from rlcore.rewards.verdicts import Rules, rule_verdict
 
 
 def malformed(answer: int) -> list[str]:
@@ -60,7 +60,7 @@ def sample_pairs(
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(actor_dir)
     policy = load_causal_lm(actor_dir, "float32").eval()
-    train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
+    train = load_prompt_set(config, tokenizer, train=True)
     rules = Rules.of(config.reward, "gsm8k")
     pad = tokenizer.pad_token_id
     pairs, width = [], config.data.max_response_length
@@ -87,7 +87,9 @@ def sample_pairs(
             prompt = tokenizer.decode(
                 batch["input_ids"][g * samples][keep[g * samples]], skip_special_tokens=True
             )
-            verdicts = [judge(rules, None, texts[i], train.answers[row], i).correct for i in group]
+            verdicts = [
+                rule_verdict(rules, None, texts[i], train.answers[row], i).correct for i in group
+            ]
             right = [texts[i] for i, v in zip(group, verdicts, strict=True) if v]
             wrong = [texts[i] for i, v in zip(group, verdicts, strict=True) if not v]
             tail = malformed(int(train.answers[row])) if bad else []
@@ -104,7 +106,7 @@ def near_misses(config, actor_dir, count: int, seed: int, bad: bool = True) -> l
     all."""
     rng = random.Random(seed)
     tokenizer = load_tokenizer(actor_dir)
-    train = load_prompt_set(config, tokenizer, train=True, log=lambda message: None)
+    train = load_prompt_set(config, tokenizer, train=True)
     offsets = [d * sign for d in (1, 2, 9, 10, 11, 20, 30, 100) for sign in (-1, 1)]
     pad, items = tokenizer.pad_token_id, []
     for row in range(len(train.answers)):

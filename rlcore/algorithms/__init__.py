@@ -1,6 +1,7 @@
 """rlcore.algorithms: the RL math both modes share, as pure tensor functions.
 
-No I/O, no Ray, no config objects: ``[B, T]`` tensors and a 0/1 ``response_mask`` in, tensors out.
+No I/O, no Ray, no config objects: ``[B, T]`` tensors and a 0/1 ``response_mask`` in, tensors out
+(a loss's settings bound once in a frozen object, ``PPOLossSettings``).
 For reasoning T counts response tokens; for embodied it counts time steps. See docs/algorithms.md
 for the formulas and the papers they come from.
 """
@@ -30,7 +31,7 @@ from rlcore.algorithms.kl import (
     kl_penalty,
     scores_to_token_rewards,
 )
-from rlcore.algorithms.loss import LOSS_SHARES, ppo_loss
+from rlcore.algorithms.loss import LOSS_SHARES, PPOLossSettings, ppo_loss
 from rlcore.algorithms.policy_loss import (
     POLICY_LOSSES,
     get_policy_loss_fn,
@@ -58,6 +59,7 @@ __all__ = [
     "STANDARD_KWARGS",
     "AdaptiveKLController",
     "FixedKLController",
+    "PPOLossSettings",
     "agg_loss",
     "apply_kl_penalty",
     "bootstrap_truncations",

@@ -26,6 +26,14 @@ import torch
 
 from rlcore.algorithms.registry import Registry
 from rlcore.algorithms.stats import masked_whiten
+from rlcore.columns import (
+    OLD_LOG_PROBS,
+    REWARD_BASELINES,
+    REWARD_COMPONENT_WEIGHTS,
+    REWARD_COMPONENTS,
+    ROLLOUT_IS_WEIGHTS,
+    SUM_PI_SQUARED,
+)
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_std")
@@ -34,12 +42,12 @@ STANDARD_KWARGS = ("values", "index", "gamma", "lam", "epsilon", "norm_adv_by_st
 # of its squared token probabilities at each position (the optimal token baselines), and the
 # reward's components ``[B, K]`` with their weights ``[K]`` (GDPO).
 INPUTS = (
-    "reward_baselines",
-    "old_log_probs",
-    "sum_pi_squared",
-    "reward_components",
-    "reward_component_weights",
-    "rollout_is_weights",
+    REWARD_BASELINES,
+    OLD_LOG_PROBS,
+    SUM_PI_SQUARED,
+    REWARD_COMPONENTS,
+    REWARD_COMPONENT_WEIGHTS,
+    ROLLOUT_IS_WEIGHTS,
 )
 
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", STANDARD_KWARGS)
@@ -459,7 +467,7 @@ def compute_remax_advantage(
     "gdpo",
     needs_groups=True,
     normalizes=True,
-    inputs=("reward_components", "reward_component_weights"),
+    inputs=(REWARD_COMPONENTS, REWARD_COMPONENT_WEIGHTS),
 )
 def compute_gdpo_advantage(
     token_level_rewards: torch.Tensor,
@@ -520,8 +528,8 @@ def _reward_to_go(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> tor
 @register_advantage(
     "optimal_token_baseline",
     needs_groups=True,
-    inputs=("old_log_probs", "sum_pi_squared"),
-    optional_inputs=("rollout_is_weights",),
+    inputs=(OLD_LOG_PROBS, SUM_PI_SQUARED),
+    optional_inputs=(ROLLOUT_IS_WEIGHTS,),
 )
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
@@ -566,8 +574,8 @@ def compute_optimal_token_baseline_advantage(
 @register_advantage(
     "tir_optimal_token_baseline",
     needs_groups=True,
-    inputs=("old_log_probs", "sum_pi_squared"),
-    optional_inputs=("rollout_is_weights",),
+    inputs=(OLD_LOG_PROBS, SUM_PI_SQUARED),
+    optional_inputs=(ROLLOUT_IS_WEIGHTS,),
 )
 def compute_tir_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,

@@ -9,7 +9,7 @@ imports, measured, in a worker hosting a component that imports nothing of its o
 from rlcore.lazy import lazy_exports
 
 _EXPORTS = {
-    "CONFIG_DIR": "rlcore.config.load",
+    "CONFIG_DIR": "rlcore.config.composition",
     "AlgorithmConfig": "rlcore.config.schema",
     "ConfigError": "rlcore.config.errors",
     "EmbodiedConfig": "rlcore.config.schema",
@@ -19,7 +19,7 @@ _EXPORTS = {
     "UpdateConfig": "rlcore.config.schema",
     "build_config": "rlcore.config.validate",
     "compose_raw": "rlcore.config.load",
-    "config_names": "rlcore.config.load",
+    "config_names": "rlcore.config.composition",
     "load_config": "rlcore.config.load",
     "replace_keys": "rlcore.config.load",
     "schema_paths": "rlcore.config.validate",

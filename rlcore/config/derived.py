@@ -15,7 +15,7 @@ changes afterwards (the config is frozen).
   correction and no recompute pass; reasoning).
 
 rlcore's earlier keys ``algorithm.loss_type`` and ``actor.model.add_value_head`` are accepted
-with a line on stderr (``aliases.py``) when they say what is derived, and refused otherwise.
+with a line on stderr (``foreign/earlier.py``) when they say what is derived, and refused otherwise.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.aliases import ALIASES, DERIVED_KEYS
 from rlcore.config.fields import REQUIRED
+from rlcore.config.foreign import ALIASES, DERIVED_KEYS
 from rlcore.config.schema import SCHEMAS, AlgorithmConfig
 from rlcore.config.validate import describe_type, schema_defaults, schema_paths
 

@@ -381,16 +381,10 @@ class OverlongBufferConfig:
 
 
 @dataclass(kw_only=True, frozen=True)
-class RewardConfig(GroupKeys):
-    kind: Literal["auto", "gsm8k", "math", "custom", "remote", "model", "judge"] = key(
-        "auto",
-        doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; remote: an "
-        "HTTP service at reward.url; model: a reward model at reward.model_path; judge: a causal "
-        "LM at reward.model_path grading by reward.judge_template (docs/rewards.md); auto = "
-        "each row's data_source picks the rule as verl's default scorer does (openai/gsm8k: "
-        "gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: "
-        "math), gsm8k for rows without one (rlcore's own files, the synthetic task)",
-    )
+class RewardRulesConfig:
+    """The rules (kinds gsm8k, math and custom), which also give the verdicts of the rows a
+    reward model or judge scores (``reward.model.rule``)."""
+
     gsm8k_mode: Literal["strict", "flexible"] = key(
         "strict", doc="strict: '#### N' is required; flexible: the last number in the response"
     )
@@ -428,57 +422,29 @@ class RewardConfig(GroupKeys):
         60.0,
         doc="seconds scoring one batch may take on a reward rank (kinds math and custom); past "
         "it, the responses not yet scored score 0 and count as timed out (one warning line; "
-        "reward.max_timeout_share applies to them), so a reward that keeps timing out costs "
-        "this, not a killed and restarted process per response; at least reward.timeout_s; "
+        "reward.rules.max_timeout_share applies to them), so a reward that keeps timing out costs "
+        "this, not a killed and restarted process per response; at least reward.rules.timeout_s; "
         "null = no limit but each response's",
         range="> 0",
     )
-    score_range: list[float] = key(
-        factory=lambda: [-1e4, 1e4],
-        doc="[low, high]: every reward (each kind, custom functions, reward models, judges, "
-        "services; the score after reward.combine and the overlong penalty) must be a finite "
-        "number within it, else the run ends naming the reward and the value: NaN, infinities "
-        "or 1e308 would make every optimiser step non-finite, and be skipped without a word",
-        range="any",
-    )
-    sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model", "judge"]] = key(
-        factory=dict,
-        doc="the reward kind of the rows of each data source (verl's data_source column), e.g. "
-        "{openai/gsm8k: gsm8k, my/chat: model}, so one batch mixes rules, a service and a "
-        "reward model; rows of other sources (and without one) take reward.kind",
-    )
-    model_path: str | None = key(
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardModelConfig:
+    """The model that scores (kind model: a reward model; kind judge: a causal LM grading by
+    ``reward.judge``) and how its score combines with the rule's."""
+
+    path: str | None = key(
         None,
         doc="kind model: a folder holding a sequence-classification model with one label (its "
         "logit is the score), its trained score head and its tokenizer; kind judge: a causal LM "
         "and its tokenizer (either: safetensors weights, no custom code)",
         path=True,
     )
-    judge_template: str | None = key(
-        None,
-        doc="kind judge: a text file (at most 64 KiB), the judge's prompt, with {response} and "
-        "optionally {prompt} and {answer} filled in as they are (no format spec; a literal "
-        "brace written twice)",
-        path=True,
-    )
-    judge_parser: str = key(
-        "(-?\\d+(?:\\.\\d+)?)",
-        doc="kind judge: a regular expression whose first group, at its first match in the "
-        "judge's answer, is the score (none: the score is 0, counted in reward/judge_unparsed)",
-    )
-    judge_max_new_tokens: int = key(
-        16, doc="kind judge: tokens the judge may answer with (greedy)", range=">= 1"
-    )
-    judge_backend: Literal["hf", "sglang"] = key(
-        "hf",
-        doc="kind judge: the engine the judge generates with: hf (transformers' generate, any "
-        "device) or sglang (an SGLang engine on the reward component's GPUs, tensor parallel "
-        "over a process's GPUs; the gpu extra), as rollout.backend",
-    )
-    model_micro_batch_size: int = key(
+    micro_batch_size: int = key(
         64, doc="kinds model and judge: rows per pass of the model", range=">= 1"
     )
-    model_backend: Literal["torch", "fsdp2"] = key(
+    backend: Literal["torch", "fsdp2"] = key(
         "torch",
         doc="kind model: torch = every reward rank holds the whole reward model; fsdp2 = its "
         "weights sharded over the reward ranks by FSDP2 (the training backend's fully_shard, "
@@ -496,7 +462,7 @@ class RewardConfig(GroupKeys):
     rule: Literal["auto", "gsm8k", "math", "custom"] = key(
         "auto",
         doc="kind model: the rule that gives each response's verdict (the accuracy metrics) "
-        "and its rule score for reward.combine; as reward.kind reads these names",
+        "and its rule score for reward.model.combine; as reward.kind reads these names",
     )
     combine: Literal["rule_only_for_accuracy", "sum", "weighted"] = key(
         "rule_only_for_accuracy",
@@ -510,20 +476,54 @@ class RewardConfig(GroupKeys):
     rule_weight: float = key(
         1.0, doc="kind model, combine weighted: the rule score's weight", range="any"
     )
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardJudgeConfig:
+    """Kind judge: the judge's prompt, how its answer is read, and its engine (the judge's
+    folder is ``reward.model.path``)."""
+
+    template: str | None = key(
+        None,
+        doc="kind judge: a text file (at most 64 KiB), the judge's prompt, with {response} and "
+        "optionally {prompt} and {answer} filled in as they are (no format spec; a literal "
+        "brace written twice)",
+        path=True,
+    )
+    parser: str = key(
+        "(-?\\d+(?:\\.\\d+)?)",
+        doc="kind judge: a regular expression whose first group, at its first match in the "
+        "judge's answer, is the score (none: the score is 0, counted in reward/judge_unparsed)",
+    )
+    max_new_tokens: int = key(
+        16, doc="kind judge: tokens the judge may answer with (greedy)", range=">= 1"
+    )
+    backend: Literal["hf", "sglang"] = key(
+        "hf",
+        doc="kind judge: the engine the judge generates with: hf (transformers' generate, any "
+        "device) or sglang (an SGLang engine on the reward component's GPUs, tensor parallel "
+        "over a process's GPUs; the gpu extra), as rollout.backend",
+    )
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardRemoteConfig:
+    """Kind remote: the reward service and how it is asked (docs/rewards.md)."""
+
     url: str | None = key(
         None,
         doc="kind remote: the service's address (http:// or https://); each request POSTs "
         "{'items': [{'prompt', 'response', 'answer', 'data_source'}]} and reads {'scores': [...]} "
         "(and optionally 'correct': [...]) in the same order",
     )
-    remote_batch_size: int = key(64, doc="kind remote: items per request", range=">= 1")
-    remote_concurrency: int = key(
+    batch_size: int = key(64, doc="kind remote: items per request", range=">= 1")
+    concurrency: int = key(
         4, doc="kind remote: requests in flight at once, per reward rank", range=">= 1"
     )
-    remote_timeout_s: float = key(
+    timeout_s: float = key(
         30.0, doc="kind remote: seconds a request may take before it is tried again", range="> 0"
     )
-    remote_retries: int = key(
+    retries: int = key(
         3,
         doc="kind remote: tries after the first for a request that got no answer, timed out or "
         "got a 5xx or 429 status (waiting 0.5 s, 1 s, 2 s ...); a 4xx status or a malformed "
@@ -535,6 +535,41 @@ class RewardConfig(GroupKeys):
         doc="kind remote: a request that still fails ends the run (raise, naming the URL and "
         "why), or its items score 0 (zero: counted in reward/remote_failures, said on stderr)",
     )
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardConfig(GroupKeys):
+    kind: Literal["auto", "gsm8k", "math", "custom", "remote", "model", "judge"] = key(
+        "auto",
+        doc="gsm8k: the number after '####'; math: \\boxed{} via math-verify; custom; remote: an "
+        "HTTP service at reward.remote.url; model: a reward model at reward.model.path; judge: a "
+        "causal LM at reward.model.path grading by reward.judge.template (docs/rewards.md); auto = "
+        "each row's data_source picks the rule as verl's default scorer does (openai/gsm8k: "
+        "gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500: "
+        "math), gsm8k for rows without one (rlcore's own files, the synthetic task)",
+    )
+    score_range: list[float] = key(
+        factory=lambda: [-1e4, 1e4],
+        doc="[low, high]: every reward (each kind, custom functions, reward models, judges, "
+        "services; the score after reward.model.combine and the overlong penalty) must be a finite "
+        "number within it, else the run ends naming the reward and the value: NaN, infinities "
+        "or 1e308 would make every optimiser step non-finite, and be skipped without a word",
+        range="any",
+    )
+    sources: dict[str, Literal["gsm8k", "math", "custom", "remote", "model", "judge"]] = key(
+        factory=dict,
+        doc="the reward kind of the rows of each data source (verl's data_source column), e.g. "
+        "{openai/gsm8k: gsm8k, my/chat: model}, so one batch mixes rules, a service and a "
+        "reward model; rows of other sources (and without one) take reward.kind",
+    )
+    rules: RewardRulesConfig = section(
+        RewardRulesConfig, doc="the rules: gsm8k, math (math-verify) and a custom function"
+    )
+    model: RewardModelConfig = section(
+        RewardModelConfig, doc="kinds model and judge: the model that scores"
+    )
+    judge: RewardJudgeConfig = section(RewardJudgeConfig, doc="kind judge: its prompt and engine")
+    remote: RewardRemoteConfig = section(RewardRemoteConfig, doc="kind remote: the service")
     overlong_buffer: OverlongBufferConfig = section(
         OverlongBufferConfig, doc="DAPO's soft penalty on responses near the length limit"
     )

@@ -8,6 +8,8 @@ from typing import Literal
 
 from rlcore.algorithms.aggregation import AggMode
 from rlcore.algorithms.kl import KLKind
+from rlcore.algorithms.loss import PPOLossSettings
+from rlcore.algorithms.policy_loss import get_policy_loss_fn
 from rlcore.config.fields import REQUIRED, key, section
 
 
@@ -269,6 +271,23 @@ class AlgorithmConfig:
         """The reward has a reference-KL penalty that is not 0 (the adaptive controller scales
         its coefficient, so one that starts at 0 stays 0)."""
         return self.use_kl_in_reward and self.kl_ctrl.kl_coef > 0
+
+    def ppo_loss_settings(self) -> PPOLossSettings:
+        """The PPO loss's settings from these keys, bound once by each actor (both modes)."""
+        return PPOLossSettings(
+            policy_loss=get_policy_loss_fn(self.policy_loss, vars(self.policy_loss_options)),
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c,
+            loss_agg_func=self.loss_agg_func,
+            entropy_bonus=self.entropy_bonus,
+            use_kl_loss=self.kl_loss_on,
+            kl_loss_coef=self.kl_loss_coef,
+            kl_loss_type=self.kl_loss_type,
+            value_coef=self.value_coef,
+            value_clip=self.value_clip,
+            huber_delta=self.huber_delta,
+        )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -1,5 +1,5 @@
-"""``reward.url`` read as the config check and the remote reward's messages read it: what makes
-an address unusable, and the address as a message may show it (never its credentials)."""
+"""``reward.remote.url`` read as the config check and the remote reward's messages read it: what
+makes an address unusable, and the address as a message may show it (never its credentials)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ def redacted(url: str) -> str:
 
 
 def url_problem(url: str) -> str | None:
-    """What makes ``url`` unusable as ``reward.url`` and the fix, said without its credentials;
-    None for a usable one."""
+    """What makes ``url`` unusable as ``reward.remote.url`` and the fix, said without its
+    credentials; None for a usable one."""
     shown = redacted(url)
-    example = "e.g. reward.url=http://127.0.0.1:8000/score"
+    example = "e.g. reward.remote.url=http://127.0.0.1:8000/score"
     if not url.startswith(("http://", "https://")):
         return f"{shown!r} is not an http:// or https:// address; {example}"
     if any(c.isspace() or ord(c) < 32 for c in url):

@@ -1,5 +1,5 @@
-"""A Python file of the user's, named by a key (``reward.custom_fn``, ``env.id``), imported as a
-module, and a user's class named ``module:Class`` or ``path/to/file.py:Class`` (``rollout.tools``,
+"""A Python file of the user's, named by a key (``reward.rules.custom_fn``, ``env.id``), imported as
+a module, and a user's class named ``module:Class`` or ``path/to/file.py:Class`` (``rollout.tools``,
 ``actor.model.cls``); what goes wrong is a ``ConfigError`` naming the key and the file, in one
 line."""
 

@@ -7,21 +7,18 @@ problem is one line that names the full key path.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import types
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from rlcore.config.aliases import ALIASES, foreign_section
 from rlcore.config.derived import is_derived
 from rlcore.config.errors import ConfigError
 from rlcore.config.fields import REQUIRED, default_of, frozen
-from rlcore.config.foreign_keys import FOREIGN_KEYS
-from rlcore.config.rlinf_keys import RLINF_KEYS, RLINF_SOURCE
+from rlcore.config.foreign.near_misses import FOREIGN_KEYS
+from rlcore.config.foreign.unmapped import FOREIGN_KEY_SECTIONS, in_foreign_section, no_counterpart
 from rlcore.config.schema import SCHEMAS
-from rlcore.config.verl_keys import VERL_KEYS, VERL_VERSION
 from rlcore.did_you_mean import closest
 
 
@@ -83,13 +80,6 @@ def build_config(raw: Mapping[str, Any]) -> Any:
     return config
 
 
-# every section that holds verl's or RLinf's keys (``critic.profiler``, ``env.train`` ...): a
-# mapping under one is named key by key
-FOREIGN_KEY_SECTIONS = frozenset(
-    key.rsplit(".", i)[0] for key in VERL_KEYS | RLINF_KEYS for i in range(1, key.count(".") + 1)
-)
-
-
 @dataclasses.dataclass
 class _Context:
     schema: type
@@ -98,25 +88,15 @@ class _Context:
 
     def unknown_key(self, path: str, value: Any) -> list[str]:
         """One problem per unknown leaf under a foreign section, else one for ``path``."""
-        origin = foreign_section(path)
-        if origin is not None:
+        foreign_leaf = in_foreign_section(path)
+        if foreign_leaf is not None:
             if isinstance(value, Mapping) and value:
                 return [
                     p
                     for name, item in value.items()
                     for p in self.unknown_key(f"{path}.{name}", item)
                 ]
-            parent, _, leaf = path.rpartition(".")
-            siblings = {a.rpartition(".")[2]: a for a in ALIASES if a.rpartition(".")[0] == parent}
-            near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)
-            # (a key verl has is no misspelling of another)
-            hint = (
-                f"; did you mean '{siblings[near[0]]}'?" if near and path not in VERL_KEYS else ""
-            )
-            return [
-                f"{path}: {origin}'s key has no rlcore counterpart{hint} (the {origin} keys rlcore "
-                "accepts are listed in docs/config.md)"
-            ]
+            return [foreign_leaf]
         valid = [p for p, _, _ in schema_paths(self.schema)]
         if path in FOREIGN_KEYS:
             return [f"{path}: unknown key; rlcore calls it '{FOREIGN_KEYS[path]}'"]
@@ -129,16 +109,9 @@ class _Context:
             return [
                 p for name, item in value.items() for p in self.unknown_key(f"{path}.{name}", item)
             ]
-        if path in RLINF_KEYS:  # (under a section both have: actor, env, runner, rollout)
-            return [
-                f"{path}: RLinf's key ({RLINF_SOURCE}) has no rlcore counterpart (the RLinf keys "
-                "rlcore accepts are listed in docs/config.md)"
-            ]
-        if path in VERL_KEYS:  # (under a section both have: data, critic, algorithm, reward)
-            return [
-                f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart (the verl "
-                "keys rlcore accepts are listed in docs/config.md)"
-            ]
+        unmapped = no_counterpart(path)
+        if unmapped is not None:
+            return [unmapped]
         match = closest(path, valid)
         hint = f"; did you mean '{match[0]}'?" if match else ""
         return [f"{path}: unknown key{hint}"]

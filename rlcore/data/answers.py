@@ -49,8 +49,8 @@ def last_number(text: str) -> str | None:
 
 
 def math_verify_seconds(timeout_s: float) -> int:
-    """``reward.timeout_s`` as math-verify's own limits take it: signal alarms of whole seconds,
-    at least one."""
+    """``reward.rules.timeout_s`` as math-verify's own limits take it: signal alarms of whole
+    seconds, at least one."""
     return max(1, math.ceil(timeout_s))
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSE_MASK, RESPONSES
+
 
 @dataclass(frozen=True)
 class Packed:
@@ -66,8 +68,8 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
     """``batch``'s sequences (its prompt and response tokens, by ``attention_mask``, with the
     positions of its ``position_ids``) packed into rows. Every row of ``batch`` has at least one
     prompt token: the first response token's prediction reads the prompt's last position."""
-    mask = batch["attention_mask"].bool()
-    response_width = batch["responses"].shape[1]
+    mask = batch[ATTENTION_MASK].bool()
+    response_width = batch[RESPONSES].shape[1]
     prompt_lengths = mask[:, : mask.shape[1] - response_width].sum(-1)
     if bool((prompt_lengths == 0).any()):
         raise ValueError(
@@ -75,7 +77,7 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
         )
     lengths = mask.sum(-1)
     starts, rows, width = _layout(lengths.tolist(), one_row)
-    device = batch["input_ids"].device
+    device = batch[INPUT_IDS].device
     begin = torch.tensor([row * width + column for row, column in starts], device=device)
     # the flat destination of each real token: its sequence's start + its index in it
     sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
@@ -83,12 +85,12 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
         torch.arange(int(lengths.sum()), device=device) - (lengths.cumsum(0) - lengths)[sequence]
     )
     destination = begin[sequence] + within
-    input_ids = torch.full((rows * width,), pad_id, dtype=batch["input_ids"].dtype, device=device)
-    input_ids[destination] = batch["input_ids"][mask]
-    positions = torch.zeros(rows * width, dtype=batch["position_ids"].dtype, device=device)
-    positions[destination] = batch["position_ids"][mask]
+    input_ids = torch.full((rows * width,), pad_id, dtype=batch[INPUT_IDS].dtype, device=device)
+    input_ids[destination] = batch[INPUT_IDS][mask]
+    positions = torch.zeros(rows * width, dtype=batch[POSITION_IDS].dtype, device=device)
+    positions[destination] = batch[POSITION_IDS][mask]
     # response token j of sequence b is predicted at its (prompt length + j - 1)th token
-    ends = batch["response_mask"].sum(-1).clamp(min=1)
+    ends = batch[RESPONSE_MASK].sum(-1).clamp(min=1)
     j = torch.arange(response_width, device=device).expand(len(lengths), -1)
     j = torch.minimum(j, (ends - 1)[:, None])
     predictors = begin[:, None] + prompt_lengths[:, None] + j - 1
@@ -100,10 +102,8 @@ def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     columns of ``input_ids``, ``attention_mask`` and ``position_ids``: a group's responses):
     ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
     of each row's prompt. None when every row's prompt is its own."""
-    cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
-    keys = torch.cat(
-        [batch[k][:, :cut] for k in ("input_ids", "attention_mask", "position_ids")], dim=1
-    )
+    cut = batch[INPUT_IDS].shape[1] - batch[RESPONSES].shape[1]
+    keys = torch.cat([batch[k][:, :cut] for k in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS)], dim=1)
     distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
     if len(distinct) == len(keys):
         return None
@@ -119,10 +119,10 @@ def padding_share(
     ``[B, P + R]`` columns, of the packed rows, or with ``share_prompts`` (and rows that share
     prompts) of each distinct prompt's columns once and each response's
     (``shared_prompt_logits``: its last token's column is not computed)."""
-    mask = batch["attention_mask"]
+    mask = batch[ATTENTION_MASK]
     copies = prompt_copies(batch) if share_prompts else None
     if copies is not None:
-        cut = mask.shape[1] - batch["responses"].shape[1]
+        cut = mask.shape[1] - batch[RESPONSES].shape[1]
         prompts, responses = mask[copies[0], :cut], mask[:, cut:-1]
         real = int(prompts.sum()) + int(responses.sum())
         return 1.0 - real / max(1, prompts.numel() + responses.numel())

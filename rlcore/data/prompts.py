@@ -8,12 +8,12 @@ is a different question).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlcore.data.answers import extract_gsm8k_answer, parse_number
+from rlcore.log import say
 
 READERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 
@@ -49,17 +49,17 @@ def load_prompt_rows(
     prompt_key: str,
     answer_key: str,
     answer_format: str,
-    log: Callable[[str], None] | None = None,
+    quiet: bool = False,
 ) -> list[dict[str, Any]]:
     """``[{"prompt": text or chat messages, "answer": ..., "source": ..., "extra": ...}]`` from
     ``files``; ``what`` names the config key. A file in verl's layout (see ``verl_layout``) is
-    read as verl reads it, said once per file through ``log``."""
+    read as verl reads it, said once per file unless ``quiet`` (the dry run: the run says it)."""
     rows = []
     for path in files:
         table = _read(path, what)
         verl = verl_layout(table[0], prompt_key, answer_key)
-        if verl and log is not None:
-            log(
+        if verl and not quiet:
+            say(
                 f"{what}: {path} is in verl's layout: prompts from its 'prompt' chat messages, "
                 "answers from reward_model.ground_truth, the scorer from data_source "
                 "(reward.kind auto)"

@@ -4,7 +4,7 @@ arithmetic task), and the seeded order in which training prompts are drawn, batc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +12,13 @@ import numpy as np
 import torch
 from tensordict import NonTensorStack, TensorDict
 
+from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
+from rlcore.log import say
 
 
 def data_name(data: Any) -> str:
@@ -28,7 +30,6 @@ def load_prompt_set(
     config: ReasoningConfig,
     tokenizer: Any,
     train: bool,
-    log: Callable[[str], None],
     tools: list[dict[str, Any]] | None = None,
 ) -> PromptSet:
     """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
@@ -37,9 +38,7 @@ def load_prompt_set(
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files
     if files:
-        rows = load_prompt_rows(
-            files, what, data.prompt_key, data.answer_key, data.answer_format, log
-        )
+        rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
     else:  # errors and notes name the task the prompts come from, not empty file keys
         what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
@@ -60,7 +59,7 @@ def load_prompt_set(
     kinds = _scorers(rows, config.reward.kind, what)
     if "math" in kinds:
         math_rows = [row for row, kind in zip(rows, kinds, strict=True) if kind == "math"]
-        readable = _readable_math_rows(math_rows, what, config.reward.timeout_s, log)
+        readable = _readable_math_rows(math_rows, what, config.reward.rules.timeout_s)
         if len(readable) < len(math_rows):
             kept = {id(row) for row in readable}
             rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
@@ -74,7 +73,7 @@ def load_prompt_set(
         tools=tools,
     )
     if prompts.dropped:
-        log(
+        say(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
             f"data.max_prompt_length={data.max_prompt_length} tokens"
         )
@@ -89,7 +88,9 @@ def load_prompt_set(
 def check_prompt_files(config: ReasoningConfig, files: list[str], what: str) -> None:
     """``files`` read as the run reads them, and each row's scorer found (the dry run)."""
     data = config.data
-    rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+    rows = load_prompt_rows(
+        files, what, data.prompt_key, data.answer_key, data.answer_format, quiet=True
+    )
     _scorers(rows, config.reward.kind, what)
 
 
@@ -106,10 +107,10 @@ def _scorers(rows: list[dict[str, Any]], kind: str, what: str) -> list[str]:
 
 
 def _readable_math_rows(
-    rows: list[dict[str, str]], what: str, timeout_s: float, log: Callable[[str], None]
+    rows: list[dict[str, str]], what: str, timeout_s: float
 ) -> list[dict[str, str]]:
     """``rows`` without those whose reference answer math-verify cannot read (each distinct
-    answer read once, within reward.timeout_s): they would score every response 0."""
+    answer read once, within reward.rules.timeout_s): they would score every response 0."""
     main = threading.current_thread() is threading.main_thread()  # (math-verify's alarm)
     limit = math_verify_seconds(timeout_s) if main else None
     bad = unreadable_math_answers([row["answer"] for row in rows], limit)
@@ -117,10 +118,10 @@ def _readable_math_rows(
         return rows
     kept = [row for row in rows if row["answer"] not in bad]
     named = ", ".join(repr(a[:40]) for a in sorted(bad)[:3]) + (", ..." if len(bad) > 3 else "")
-    log(
+    say(
         f"{what}: dropped {len(rows) - len(kept)} of {len(rows)} prompts whose reference answer "
-        f"math-verify cannot read within reward.timeout_s={timeout_s:g} (reward.kind=math would "
-        f"score every response to them 0): {named}"
+        f"math-verify cannot read within reward.rules.timeout_s={timeout_s:g} (reward.kind=math "
+        f"would score every response to them 0): {named}"
     )
     if not kept:
         raise DataError(f"{what}: math-verify reads none of the reference answers: {named}")
@@ -134,15 +135,15 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
     input_ids, mask = left_pad(ids, pad_id)
     batch = TensorDict(
         {
-            "input_ids": input_ids,
-            "attention_mask": mask,
+            INPUT_IDS: input_ids,
+            ATTENTION_MASK: mask,
             # Groups are this batch's prompts by position: a prompt drawn twice (at an epoch's
             # end and the next one's start) makes two groups, not one of twice the size.
-            "index": torch.arange(len(rows)).repeat_interleave(repeat),
+            INDEX: torch.arange(len(rows)).repeat_interleave(repeat),
         },
         batch_size=[len(ids)],
     )
-    batch["answers"] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
+    batch[ANSWERS] = NonTensorStack(*[prompts.answers[i] for i in rows for _ in range(repeat)])
     # verl's data_source (reward.kind auto routes by it) and extra_info (a custom reward
     # written as verl's is given both)
     for key, column in (("sources", prompts.sources), ("extras", prompts.extras)):
@@ -172,3 +173,22 @@ class PromptSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.queue = list(state["queue"])
         self.order.bit_generator.state = state["order"]
+
+
+@dataclass
+class TrainingPrompts:
+    """A run's batches of training prompts: ``wanted`` groups of ``size`` rows each, drawn by
+    ``sampler`` from ``prompts`` (``pad_id`` pads them on the left)."""
+
+    sampler: PromptSampler
+    prompts: PromptSet
+    wanted: int
+    size: int
+    pad_id: int
+
+    def __call__(self, generation: int = 0) -> TensorDict:
+        """The next batch; ``generation``: its number among one training batch's generation
+        batches (DAPO's dynamic sampling), so that each group's ``index`` is its own over all."""
+        batch = prompt_batch(self.sampler.next(self.wanted), self.prompts, self.size, self.pad_id)
+        batch[INDEX] += generation * self.wanted
+        return batch

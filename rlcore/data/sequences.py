@@ -20,6 +20,16 @@ from typing import Any
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOSS_MASK,
+    POSITION_IDS,
+    RESPONSE_MASK,
+    RESPONSES,
+    ROLLOUT_LOG_PROBS,
+)
+
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` ``[B, P]`` with each prompt right-aligned (torch's
@@ -60,15 +70,15 @@ def generated_layout(
     responses = torch.where(mask.bool(), responses, pad_id)
     attention = torch.cat([prompt_mask, mask], dim=1)
     out = {
-        "input_ids": torch.cat([prompt_ids, responses], dim=1),
-        "attention_mask": attention,
-        "position_ids": position_ids(attention),
-        "responses": responses,
-        "response_mask": mask,
-        "loss_mask": mask.clone(),
+        INPUT_IDS: torch.cat([prompt_ids, responses], dim=1),
+        ATTENTION_MASK: attention,
+        POSITION_IDS: position_ids(attention),
+        RESPONSES: responses,
+        RESPONSE_MASK: mask,
+        LOSS_MASK: mask.clone(),
     }
     if log_probs is not None:
-        out["rollout_log_probs"] = log_probs * mask
+        out[ROLLOUT_LOG_PROBS] = log_probs * mask
     return out
 
 
@@ -76,13 +86,13 @@ def concat_generated(batches: Sequence[Any], pad_id: int) -> Any:
     """Generated batches joined row-wise, each one's prompts first left-padded to the widest
     batch's (prompt batches are padded to their own longest prompt; the responses all have
     the same width)."""
-    full = max(b["input_ids"].shape[1] for b in batches)
+    full = max(b[INPUT_IDS].shape[1] for b in batches)
     padded = []
     for batch in batches:
-        extra = full - batch["input_ids"].shape[1]
+        extra = full - batch[INPUT_IDS].shape[1]
         if extra:
             batch = batch.clone(recurse=False)
-            for key, fill in (("input_ids", pad_id), ("attention_mask", 0), ("position_ids", 0)):
+            for key, fill in ((INPUT_IDS, pad_id), (ATTENTION_MASK, 0), (POSITION_IDS, 0)):
                 batch.set(
                     key, torch.nn.functional.pad(batch[key], (extra, 0), value=fill), inplace=False
                 )
@@ -96,10 +106,10 @@ def trim_padding(batch: Any) -> Any:
     right of the responses, which no pass then pays for.
     Its ``[B, R]`` tensors are those as wide as ``responses``; its ``[B, P + R]`` ones those as
     wide as ``input_ids``. The same log-probs and values, for fewer positions."""
-    full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
-    prompt = batch["attention_mask"][:, : full - width]
+    full, width = batch[INPUT_IDS].shape[1], batch[RESPONSES].shape[1]
+    prompt = batch[ATTENTION_MASK][:, : full - width]
     left = int((prompt.sum(0) == 0).long().cumprod(0).sum())  # leading all-padding columns
-    longest = max(1, int(batch["response_mask"].sum(-1).max()))
+    longest = max(1, int(batch[RESPONSE_MASK].sum(-1).max()))
     right = width - longest
     if not left and not right:
         return batch
@@ -118,9 +128,9 @@ def token_budget_split(batch: Any, budget: int) -> list[torch.Tensor]:
     their padding is cut (``trim_padding``: rows x (longest prompt + longest response)); a row
     longer than the budget goes alone. Rows are taken longest first, so each micro-batch holds
     rows of like lengths."""
-    full, width = batch["input_ids"].shape[1], batch["responses"].shape[1]
-    prompts = batch["attention_mask"][:, : full - width].sum(-1).tolist()
-    responses = batch["response_mask"].sum(-1).clamp(min=1).tolist()
+    full, width = batch[INPUT_IDS].shape[1], batch[RESPONSES].shape[1]
+    prompts = batch[ATTENTION_MASK][:, : full - width].sum(-1).tolist()
+    responses = batch[RESPONSE_MASK].sum(-1).clamp(min=1).tolist()
     order = sorted(range(len(prompts)), key=lambda i: prompts[i] + responses[i], reverse=True)
     parts: list[list[int]] = []
     longest_p = longest_r = 0

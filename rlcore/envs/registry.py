@@ -70,7 +70,7 @@ def resolve_env(env_id: str) -> str | EnvFactory:
 
 
 def _file_entry_point(env_id: str, file: Path, attr: str) -> EnvFactory:
-    """``path/to/file.py:Class``, as ``reward.custom_fn`` names a file: the file imported as a
+    """``path/to/file.py:Class``, as ``reward.rules.custom_fn`` names a file: the file imported as a
     module of its own (kept in ``sys.modules``, so its envs pickle)."""
     if not file.is_file():
         raise EnvError(f"env.id: {file} (of '{env_id}') does not exist")

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES
 from rlcore.data.packing import pack, prompt_copies
 
 
@@ -109,9 +110,9 @@ def response_logits(
         return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
     keep = {"logits_to_keep": response_length + 1} if keeps else {}
     out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
+        input_ids=batch[INPUT_IDS],
+        attention_mask=batch[ATTENTION_MASK],
+        position_ids=batch[POSITION_IDS],
         use_cache=False,
         **keep,
     )
@@ -129,12 +130,12 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
     each response's first token. The same logits as the full rows' (to float rounding: the sums
     run in another order), for each distinct prompt's positions once instead of once per
     response."""
-    width = batch["responses"].shape[1]
+    width = batch[RESPONSES].shape[1]
     copies = prompt_copies(batch)
     if copies is None:
         return response_logits(model, batch, width)
     firsts, copy_of = copies
-    cut = batch["input_ids"].shape[1] - width
+    cut = batch[INPUT_IDS].shape[1] - width
     prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
     out = model(**prompts, use_cache=True, logits_to_keep=1)
     first = out.logits[copy_of, -1:]
@@ -143,9 +144,9 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
     cache = output_cache(out)
     cache.batch_select_indices(copy_of)
     rest = model(
-        input_ids=batch["input_ids"][:, cut:-1],
-        attention_mask=batch["attention_mask"][:, :-1],
-        position_ids=batch["position_ids"][:, cut:-1],
+        input_ids=batch[INPUT_IDS][:, cut:-1],
+        attention_mask=batch[ATTENTION_MASK][:, :-1],
+        position_ids=batch[POSITION_IDS][:, cut:-1],
         **cache_inputs(model, cache),
         use_cache=True,
     ).logits
@@ -160,12 +161,12 @@ def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tenso
         rows = pack(batch, one_row_kernel(model))
         return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
     out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
+        input_ids=batch[INPUT_IDS],
+        attention_mask=batch[ATTENTION_MASK],
+        position_ids=batch[POSITION_IDS],
         use_cache=False,
     )
-    return out.logits[:, -batch["responses"].shape[1] - 1 : -1, 0].float()
+    return out.logits[:, -batch[RESPONSES].shape[1] - 1 : -1, 0].float()
 
 
 @functools.cache

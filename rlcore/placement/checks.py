@@ -166,12 +166,12 @@ def _spans(plan: PlacementPlan, config: RLCoreConfig) -> list[str]:
     the others would sit idle; an sglang rollout is tensor parallel over exactly
     ``rollout.tensor_parallel_size`` GPUs, which must be what each of its processes gets."""
     sglang = isinstance(config, ReasoningConfig) and config.rollout.backend == "sglang"
-    judge = isinstance(config, ReasoningConfig) and config.reward.judge_backend == "sglang"
+    judge = isinstance(config, ReasoningConfig) and config.reward.judge.backend == "sglang"
     if plan.device != "cuda":
         cpus = f"the plan's devices are CPUs (cluster.device {config.cluster.device})"
         return [
             f"{key}: sglang runs on GPUs only, and {cpus}; use {key}=hf"
-            for key, asked in (("rollout.backend", sglang), ("reward.judge_backend", judge))
+            for key, asked in (("rollout.backend", sglang), ("reward.judge.backend", judge))
             if asked
         ]
     problems = []

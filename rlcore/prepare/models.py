@@ -49,7 +49,7 @@ def prepare(config: Any) -> ModelDirs | None:
     return prepare_models(config) if config.mode == "reasoning" else None
 
 
-def prepare_models(config: ReasoningConfig, log: Any = say) -> ModelDirs:
+def prepare_models(config: ReasoningConfig) -> ModelDirs:
     """The run's model directories; builds (or finds cached) the tiny model when no path is set."""
     model = config.actor.model
     if model.path is not None:
@@ -63,7 +63,7 @@ def prepare_models(config: ReasoningConfig, log: Any = say) -> ModelDirs:
         check_positions(actor, config.data, "actor.model.path")
     else:
         check_positions(None, config.data, "actor.model.path")  # before it is built
-        actor = _tiny_model_dir(config, log)
+        actor = _tiny_model_dir(config)
     critic = actor
     if config.critic.model_path is not None:
         folder = local_model_dir(config.critic.model_path, "critic.model_path")
@@ -88,10 +88,10 @@ def _fingerprint(config: ReasoningConfig) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
+def _tiny_model_dir(config: ReasoningConfig) -> Path:
     directory = Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
     if (directory / "config.json").is_file():
-        log(f"tiny model: cached at {directory}")
+        say(f"tiny model: cached at {directory}")
         return directory
     syn = config.data.synthetic
     rows = arithmetic_problems(
@@ -120,17 +120,17 @@ def _tiny_model_dir(config: ReasoningConfig, log: Any) -> Path:
             if tools
             else sft_examples(taught, tokenizer, suffix, config.data.chat_template is True)
         )
-        log(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
+        say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
         stop = None
         if warm.stop_at_accuracy is not None:
-            val = load_prompt_set(config, tokenizer, train=False, log=log)
-            stop = accuracy_reached(model, tokenizer, val, config, log)
+            val = load_prompt_set(config, tokenizer, train=False)
+            stop = accuracy_reached(model, tokenizer, val, config)
         losses = supervised_warmup(model, tokenizer.pad_token_id, examples, config, syn.seed, stop)
-        log(f"tiny model: warmed up for {len(losses)} steps")
+        say(f"tiny model: warmed up for {len(losses)} steps")
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)  # atomic: a crash mid-save leaves no half-written cache entry
-    log(f"tiny model: saved to {directory}")
+    say(f"tiny model: saved to {directory}")
     return directory

@@ -65,15 +65,13 @@ def calculator_call(expression: str) -> str:
     return f"<tool_call>{arguments}</tool_call>"
 
 
-def accuracy_reached(
-    model: Any, tokenizer: Any, val: Any, config: ReasoningConfig, log: Any = say
-) -> Any:
+def accuracy_reached(model: Any, tokenizer: Any, val: Any, config: ReasoningConfig) -> Any:
     """The warm-up's stop test: greedy validation accuracy >= ``warmup.stop_at_accuracy``."""
     target = config.warmup.stop_at_accuracy
 
     def reached(step: int) -> bool:
         accuracy = greedy_accuracy(model, tokenizer, val, config)
-        log(f"tiny model: warm-up step {step}: validation accuracy {accuracy:.3f}")
+        say(f"tiny model: warm-up step {step}: validation accuracy {accuracy:.3f}")
         return accuracy >= target
 
     return reached
@@ -82,7 +80,7 @@ def accuracy_reached(
 @torch.no_grad()
 def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningConfig) -> float:
     """Share of ``prompts`` (a ``PromptSet``) answered right by greedy decoding, scored by the
-    GSM8K rule (``reward.gsm8k_mode``) as the synthetic task's answers are written."""
+    GSM8K rule (``reward.rules.gsm8k_mode``) as the synthetic task's answers are written."""
     ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
     with evaluating(model):
         out = model.generate(
@@ -94,7 +92,7 @@ def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningC
             eos_token_id=tokenizer.eos_token_id,
         )
     texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-    mode = config.reward.gsm8k_mode
+    mode = config.reward.rules.gsm8k_mode
     right = [bool(gsm8k_correct(t, a, mode)) for t, a in zip(texts, prompts.answers, strict=True)]
     return sum(right) / len(right)
 

@@ -88,7 +88,7 @@ class _Cut:
 
 
 def _late(timeout_s: float) -> PostFailed:
-    return PostFailed(f"no whole answer within reward.remote_timeout_s={timeout_s:g} s", True)
+    return PostFailed(f"no whole answer within reward.remote.timeout_s={timeout_s:g} s", True)
 
 
 def _exchange(

@@ -1,214 +1,274 @@
-"""The verdict on one response, and the loop of a scoring process (``scoring.py`` runs it).
+"""``reward.kind: judge``: a causal language model grades each response (a generative judge).
 
-This module imports neither torch nor the config package: a scoring process starts, and is
-replaced after a timeout, in a fraction of a second.
+The reward component loads the judge (``reward.model.path``: a causal LM folder with its
+tokenizer) on the device its placement gives it, in ``actor.model.dtype``. Each row's judge
+prompt is ``reward.judge.template`` (a regular text file of at most 64 KiB) with ``{prompt}``,
+``{response}`` and ``{answer}`` filled in as they are (``{response}`` is required; no format spec,
+conversion, attribute or item; write a literal brace twice: ``{{``), sent
+through the judge's chat template as a user turn when its tokenizer has one. The judge answers
+greedily, at most ``reward.judge.max_new_tokens`` tokens, ``reward.model.micro_batch_size`` rows
+at a time; ``reward.judge.parser``, a regular expression whose first group is a number, reads the
+score from the first match in the answer (a judge that gives none scores 0, counted in
+``reward/judge_unparsed``). The verdicts (accuracy) and the combination with the rule's score are
+those of ``kind: model`` (``reward.model.rule``, ``reward.model.combine``). Each row's raw judge
+answer goes to the validation samples in the run folder.
+
+``reward.judge.backend: sglang`` generates with an SGLang engine (``sglang_engine.start_engine``,
+the rollout's adapter) started on the reward process's GPUs, tensor parallel over them: the
+judge prompts go in as token ids, all rows in one call (the engine batches them), greedy, stopped
+at the judge's end-of-sequence ids, and the answers are decoded as the hf path decodes them
+(tested against the fake engine: the same answers as the hf judge).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
-import traceback
-from dataclasses import dataclass
-from typing import Any
+import os
+import re
+import stat
+import string
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rlcore.data.answers import math_verify_seconds
-from rlcore.procpool import Overtime, SoftDeadline, serve_items
-from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
+import torch
 
-# A response is stopped in its scoring process at this share of reward.timeout_s, so that the
-# process goes on, before the pool kills and replaces it at the whole of it (procpool.py).
-SOFT_SHARE = 0.8
+from rlcore.config.errors import ConfigError
+from rlcore.models.lm import DTYPES, load_tokenizer
+from rlcore.rewards.model import described_model, encoded_in_parts
+from rlcore.rewards.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from rlcore.rewards.scorer import Rows
+
+PLACEHOLDERS = ("prompt", "response", "answer")
+TEMPLATE_MAX_BYTES = 64 * 1024
 
 
-class BadReward(Exception):
-    """A custom reward that raised or returned something other than a finite number."""
-
-
-@dataclass(frozen=True)
-class Rules:
-    """What judging reads of the ``reward`` section (plain values: no config import needed)."""
-
-    kind: str
-    gsm8k_mode: str
-    correct_score: float
-    format_score: float
-    custom_fn: str | None
-    timeout_s: float
-
-    @classmethod
-    def of(cls, reward: Any, kind: str | None = None) -> Rules:
-        return cls(
-            kind or reward.kind,
-            reward.gsm8k_mode,
-            reward.correct_score,
-            reward.format_score,
-            reward.custom_fn,
-            reward.timeout_s,
+def read_template(path: str) -> str:
+    """``reward.judge.template``'s text, or ``ConfigError`` when it is no regular file of at
+    most ``TEMPLATE_MAX_BYTES`` (``template_text``), or fills in other placeholders than
+    ``PLACEHOLDERS``, or not ``{response}``, or formats one: a format spec, a conversion, an
+    attribute or an item (``{response:>100000000}`` would make every judge prompt 100 MB)."""
+    text = template_text(path)
+    try:
+        fields = [(f, s, c) for _, f, s, c in string.Formatter().parse(text) if f is not None]
+    except ValueError as error:
+        raise ConfigError(
+            f"reward.judge.template: {path} is not a template ({error}); write a literal brace "
+            "twice ({{ or }})"
+        ) from None
+    names = {field for field, _, _ in fields}
+    unknown = sorted(names - set(PLACEHOLDERS))
+    if unknown:
+        raise ConfigError(
+            f"reward.judge.template: {path} fills in {', '.join(map(_shown, unknown))}, which "
+            "rlcore does not give as such; use {prompt}, {response} and {answer}, each as it is "
+            "(no attribute or item; a literal brace: {{ or }})"
         )
+    formatted = [(f, s, c) for f, s, c in fields if s or c]
+    if formatted:
+        field, spec, conversion = formatted[0]
+        written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        raise ConfigError(
+            f"reward.judge.template: {path} formats {{{' '.join(written.split())[:80]}}}; "
+            f"rlcore fills each placeholder in as it is: write {{{field}}}"
+        )
+    if "response" not in names:
+        raise ConfigError(
+            f"reward.judge.template: {path} has no {{response}}, so the judge would never see "
+            "the answer it grades; put {response} where it goes"
+        )
+    return text
 
 
-@dataclass(frozen=True)
-class Verdict:
-    score: float
-    correct: bool | None  # None: no answer in the expected form, or no verdict (judged False)
-    timed_out: bool = False
-    judged: bool = True  # False: a custom function that returned a bare number (no verdict)
-    # The reward's named parts (GDPO normalises each apart): the built-in kinds give "score",
-    # "correct" (1 or 0) and "format" (1 when an answer in the expected form was found); a
-    # custom function, every number in the dict it returns. None: a timed-out response (all 0).
-    components: dict[str, float] | None = None
+def _shown(field: str) -> str:
+    return " ".join(field.split())[:80] or "{}"  # (one line; {} is a positional field)
 
 
-def _finite(number: int | float) -> bool:
-    """Whether ``number`` is finite as a float (an int past 1.8e308 is not)."""
+def template_text(path: str) -> str:
+    """The text of ``path`` if it is a regular file of at most ``TEMPLATE_MAX_BYTES`` of UTF-8,
+    else ``ConfigError``: a FIFO or a device would block the dry run, or never end."""
+    file = Path(path).expanduser()
     try:
-        return math.isfinite(number)
-    except OverflowError:
-        return False
-
-
-def shown_value(value: Any) -> str:
-    """``value`` as a one-line message shows it: its repr, cut past 40 characters."""
+        kind = _not_regular(os.stat(file).st_mode)
+        if kind is None:
+            descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # (swapped for a FIFO since)
+            with os.fdopen(descriptor, "rb") as handle:
+                kind = _not_regular(os.fstat(handle.fileno()).st_mode)
+                data = b"" if kind else handle.read(TEMPLATE_MAX_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"reward.judge.template: {path} cannot be read ({error})") from None
+    if kind is not None:
+        raise ConfigError(
+            f"reward.judge.template: {path} is {kind}, not a regular file; give a text file"
+        )
+    if len(data) > TEMPLATE_MAX_BYTES:
+        raise ConfigError(
+            f"reward.judge.template: {path} is larger than {TEMPLATE_MAX_BYTES // 1024} KiB, "
+            "which no judge prompt needs; give the template alone"
+        )
     try:
-        text = repr(value)
-    except ValueError:  # (an int past Python's 4300-digit conversion limit)
-        return "an integer of over 4300 digits"
-    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+        return data.decode()
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"reward.judge.template: {path} is not UTF-8 text ({error})") from None
 
 
-def _plain(value: Any) -> Any:
-    """A numpy scalar or a 0-d array or tensor as the Python number (or bool) it holds."""
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
-        return value.item()
-    return value
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is, if it is not a regular file."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
-@functools.lru_cache(maxsize=8)
-def verl_signature(custom: Any) -> frozenset[str] | None:
-    """The keywords to call ``custom`` with when it is written as verl's
-    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (it is then
-    called so, with each row's ``data_source`` and ``extra_info``, None where the data has
-    none); None for a ``(response, answer)`` function. Read once per function."""
+def compile_parser(pattern: str) -> re.Pattern[str]:
+    """``reward.judge.parser`` compiled, or ``ConfigError`` naming what is wrong with it."""
     try:
-        parameters = inspect.signature(custom).parameters
+        compiled = re.compile(pattern)
+    except re.error as error:
+        raise ConfigError(
+            f"reward.judge.parser: {pattern!r} is no regular expression ({error})"
+        ) from None
+    if compiled.groups < 1:
+        raise ConfigError(
+            f"reward.judge.parser: {pattern!r} has no group; put the score in the first one, "
+            "e.g. 'Score: (-?\\d+(?:\\.\\d+)?)'"
+        )
+    return compiled
+
+
+def parse_score(parser: re.Pattern[str], output: str) -> float | None:
+    """The number the judge's ``output`` gives by ``parser`` (its first match's first group),
+    or None when it gives none."""
+    found = parser.search(output)
+    if found is None:
+        return None
+    try:
+        value = float(found.group(1))
     except (TypeError, ValueError):
         return None
-    if "solution_str" not in parameters or "ground_truth" not in parameters:
-        return None
-    verl = ("data_source", "solution_str", "ground_truth", "extra_info")
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    return frozenset(k for k in verl if k in parameters or takes_any)
+    return value if value == value and abs(value) != float("inf") else None
 
 
-def _call(custom: Any, response: str, answer: str, source: Any, extra: Any) -> Any:
-    names = verl_signature(custom)
-    if names is None:
-        return custom(response, answer)
-    given = {
-        "data_source": source,
-        "solution_str": response,
-        "ground_truth": answer,
-        "extra_info": extra,
-    }
-    return custom(**{k: v for k, v in given.items() if k in names})
+def check_judge(path: str) -> Path:
+    """``path`` as a folder holding a causal LM and its tokenizer, or ``ConfigError``."""
+    directory, _, architectures = described_model(path)
+    if not any(a.endswith("ForCausalLM") for a in architectures):
+        raise ConfigError(
+            f"reward.model.path: {path} is not a causal language model (architectures "
+            f"{architectures or 'none'}); reward.kind judge generates with one"
+        )
+    return directory
 
 
-def judge(
-    rules: Rules,
-    custom: Any,
-    response: str,
-    answer: str,
-    index: int = 0,
-    source: str | None = None,
-    extra: Any = None,
-) -> Verdict:
-    """The verdict on one response (``custom``: the loaded custom function or None). A custom
-    function takes ``(response, answer)``, or verl's ``(data_source, solution_str,
-    ground_truth, extra_info)`` (``verl_signature``: then ``source`` and ``extra``, the row's
-    ``data_source`` and ``extra_info``, are passed), and returns ``{"score": number,
-    "correct": bool}`` (verl's ``"acc"`` is read as ``"correct"``), or a bare number: a reward
-    with no verdict, which no accuracy counts (a score is never turned into a verdict by a
-    threshold). Anything else is a ``BadReward``."""
-    if custom is not None:
-        where = f"reward.custom_fn: {rules.custom_fn} on response {index}"
-        try:
-            returned = _call(custom, response, answer, source, extra)
-        except (Exception, SystemExit) as error:  # sys.exit() in a reward is a bad reward too
-            raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
-        verdict = None
-        if isinstance(returned, dict):
-            returned = {name: _plain(value) for name, value in returned.items()}
-            verdict = returned.get("correct", returned.get("acc"))
-            if verdict is not None and not isinstance(verdict, bool):
-                raise BadReward(
-                    f"{where} returned correct={verdict!r}; the verdict is True or False (a "
-                    "number is a score: return it as another key)"
-                )
-        score = returned.get("score") if isinstance(returned, dict) else _plain(returned)
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise BadReward(
-                f"{where} returned {shown_value(returned)}; return a number, or "
-                "{'score': number, 'correct': bool}"
+class JudgeScorer:
+    """The judge of ``config.reward`` on ``device`` (see the module docstring)."""
+
+    def __init__(self, config: Any, device: torch.device, ctx: Any = None) -> None:
+        reward = config.reward
+        directory = check_judge(reward.model.path)
+        self.template = read_template(reward.judge.template)
+        self.parser = compile_parser(reward.judge.parser)
+        self.tokenizer = load_tokenizer(directory)
+        self.tokenizer.padding_side = "left"  # generation continues each row's end
+        self.model = self.engine = None
+        if reward.judge.backend == "sglang":  # on the reward process's GPUs
+            from rlcore.workers import sglang_engine
+
+            gpus = len(ctx.devices) if ctx is not None and ctx.device == "cuda" else 1
+            self.engine = sglang_engine.start_engine(
+                model_path=str(directory),
+                tp_size=gpus,
+                dtype=config.actor.model.dtype,
+                skip_tokenizer_init=True,  # ids in, ids out (greedy: no seed needed)
+                base_gpu_id=0,
+                log_level="error",
             )
-        if not _finite(score):
-            raise BadReward(
-                f"{where} returned {shown_value(score)}; rewards must be finite numbers"
+            self.stop_ids = sglang_engine.eos_ids(directory, self.tokenizer)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(directory),
+                dtype=DTYPES[config.actor.model.dtype],
+                trust_remote_code=False,
+                use_safetensors=True,
+            ).to(device)
+            self.model.eval()
+        self.device = device
+        self.micro = reward.model.micro_batch_size
+        self.max_new_tokens = reward.judge.max_new_tokens
+        self.chat = getattr(self.tokenizer, "chat_template", None) is not None
+        self.outputs: list[str] = []  # the judge's answers to the last rows scored
+        self.unparsed = 0  # of those, answers that gave no score
+
+    def judge_prompt(self, prompt: str, response: str, answer: str | None) -> str:
+        text = self.template.format(prompt=prompt, response=response, answer=answer or "")
+        if not self.chat:
+            return text
+        turn = [{"role": "user", "content": text}]
+        return self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+
+    def score(self, rows: Rows) -> list[Verdict]:
+        """The ``Scorer`` seam: each row's score, with no verdict (the rule gives it)."""
+        scores = self.scores(rows.prompts, rows.texts, rows.answers)
+        return [Verdict(float(s), None, judged=False) for s in scores]
+
+    @torch.no_grad()
+    def scores(
+        self, prompts: list[str], responses: list[str], answers: list[str | None]
+    ) -> torch.Tensor:
+        """``[B]`` float32 scores (0 where the judge gave none); ``outputs`` keeps its answers."""
+        texts = [
+            self.judge_prompt(p, r, a) for p, r, a in zip(prompts, responses, answers, strict=True)
+        ]
+        self.outputs = (
+            self._hf_answers(texts) if self.engine is None else self._sglang_answers(texts)
+        )
+        parsed = [parse_score(self.parser, output) for output in self.outputs]
+        self.unparsed = sum(value is None for value in parsed)
+        scores = [0.0 if value is None else value for value in parsed]
+        return torch.tensor(scores, dtype=torch.float32)
+
+    def _hf_answers(self, texts: list[str]) -> list[str]:
+        """transformers' greedy answers to ``texts``, ``reward.model.micro_batch_size`` at a
+        time, left-padded."""
+        answers: list[str] = []
+        for encoded in encoded_in_parts(self, texts):
+            out = self.model.generate(
+                **encoded,
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
             )
-        components = {"score": float(score)}
-        if isinstance(returned, dict):
-            for name, value in returned.items():
-                if isinstance(value, int | float) and isinstance(name, str):  # bools too
-                    if not _finite(value):
-                        raise BadReward(
-                            f"{where} returned {name}={shown_value(value)}; the numbers it "
-                            "returns must be finite"
-                        )
-                    components[name] = float(value)
-        if verdict is None:
-            return Verdict(float(score), None, judged=False, components=components)
-        return Verdict(float(score), verdict, components=components)
-    if rules.kind == "math":
-        # math-verify's own limits too (signal alarms: whole seconds, main thread only)
-        correct = math_correct(response, answer, timeout_s=math_verify_seconds(rules.timeout_s))
-    else:
-        correct = gsm8k_correct(response, answer, rules.gsm8k_mode)
-    if correct is None:
-        return Verdict(0.0, None, components={"score": 0.0, "correct": 0.0, "format": 0.0})
-    score = rules.correct_score if correct else rules.format_score
-    parts = {"score": score, "correct": float(correct), "format": 1.0}
-    return Verdict(score, correct, components=parts)
+            new = out[:, encoded["input_ids"].shape[1] :]
+            answers += self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        return answers
 
+    def _sglang_answers(self, texts: list[str]) -> list[str]:
+        """The SGLang engine's greedy answers to ``texts`` (token ids in, every row in one
+        call: the engine batches them itself), decoded as the hf path decodes."""
+        ids = [
+            self.tokenizer(text, add_special_tokens=not self.chat)["input_ids"] for text in texts
+        ]
+        params = {
+            "temperature": 0.0,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_token_ids": list(self.stop_ids),
+            "skip_special_tokens": False,
+        }
+        outputs = self.engine.generate(input_ids=ids, sampling_params=params) if ids else []
+        return [
+            self.tokenizer.decode(list(out["output_ids"]), skip_special_tokens=True)
+            for out in outputs
+        ]
 
-def serve(conn: Any, rules: Rules) -> None:
-    """A scoring process (``rlcore.procpool``'s protocol): ``(index, response, answer[,
-    data_source, extra_info])`` in, ``(index, Verdict)`` or ``(index, message)`` (a bad reward,
-    a failure) out."""
-
-    def setup() -> Any:
-        custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
-        if rules.kind == "math":
-            # math-verify loads its grammar and sympy on first use (seconds on a busy machine):
-            # here, before "ready", so that no response's deadline pays for it
-            math_correct(
-                "\\boxed{\\frac{1}{2}}", "0.5", timeout_s=math_verify_seconds(rules.timeout_s)
-            )
-        return custom
-
-    soft = SoftDeadline()
-
-    def answer(custom: Any, index: int, item: tuple) -> Any:
-        response, reference, *context = item  # (context: data_source, extra_info)
-        try:
-            with soft.within(SOFT_SHARE * rules.timeout_s):
-                return judge(rules, custom, response, reference, index, *context)
-        except Overtime:  # stopped here, so this process goes on (no kill, no restart)
-            return Verdict(0.0, False, timed_out=True)
-        except BadReward as error:
-            return str(error)
-        except Exception as error:  # the rules themselves failing: say where
-            detail = traceback.format_exc(limit=-3)
-            return f"reward: scoring response {index} failed: {error}\n{detail}"
-
-    serve_items(conn, setup, answer)
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

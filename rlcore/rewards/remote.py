@@ -1,7 +1,7 @@
 """``reward.kind: remote``: responses scored by an HTTP service (OpenRLHF's ``--remote_rm_url``,
 a reward-model server, a sandbox), with the contract below so that anyone can write one.
 
-Request: ``POST reward.url`` with a JSON body
+Request: ``POST reward.remote.url`` with a JSON body
 
     {"items": [{"prompt": str, "response": str, "answer": str or null,
                 "data_source": str or null}, ...]}
@@ -11,15 +11,15 @@ Answer: status 200 and
     {"scores": [float, ...]}                     one finite number per item, in order
     {"scores": [...], "correct": [bool, ...]}    and the verdicts the accuracy counts (optional)
 
-Extra fields are allowed both ways. A batch goes in requests of ``reward.remote_batch_size``
-items, ``reward.remote_concurrency`` of them in flight. A request that fails (no connection,
-no whole answer within ``reward.remote_timeout_s``, status 5xx or 429) is tried again
-``reward.remote_retries`` times, waiting 0.5 s, 1 s, 2 s ... between tries; one that still
+Extra fields are allowed both ways. A batch goes in requests of ``reward.remote.batch_size``
+items, ``reward.remote.concurrency`` of them in flight. A request that fails (no connection,
+no whole answer within ``reward.remote.timeout_s``, status 5xx or 429) is tried again
+``reward.remote.retries`` times, waiting 0.5 s, 1 s, 2 s ... between tries; one that still
 fails, or is answered with another status (a 3xx too: redirects are not followed) or a
 malformed body, is a failure. Malformed: not JSON, over ``MAX_ANSWER_BYTES``, nested deeper
 than Python's JSON reader allows, an integer longer than Python converts, not one score per
 item, or a score that is not a finite number within ``reward.score_range``.
-``reward.on_error`` says what a failure does: ``raise`` ends the run with one line naming the
+``reward.remote.on_error`` says what a failure does: ``raise`` ends the run with one line naming the
 URL (never its credentials: they are refused before the start) and what went wrong; ``zero``
 scores the request's items 0, counted in ``reward/remote_failures`` and said on stderr. Each
 try's cost is bounded whatever the service does (``bounded_post``).
@@ -33,13 +33,17 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rlcore.config.errors import ConfigError
 from rlcore.config.service_url import redacted, url_problem
+from rlcore.log import warn
 from rlcore.rewards.bounded_post import PostFailed, bounded_post
-from rlcore.rewards.judge import shown_value
+from rlcore.rewards.verdicts import Verdict, shown_value
+
+if TYPE_CHECKING:
+    from rlcore.rewards.scorer import Rows
 
 BACKOFF_S = 0.5  # the first wait before trying a request again; doubled at each try
 # An answer is a few bytes per item; this leaves room for extra fields (echoed items) while a
@@ -48,7 +52,7 @@ MAX_ANSWER_BYTES = 16 << 20
 
 
 class RemoteRewardError(ConfigError):
-    """The reward service failed a request (``reward.on_error: raise``): one line."""
+    """The reward service failed a request (``reward.remote.on_error: raise``): one line."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def check_reachable(url: str, timeout_s: float = 5.0) -> None:
     dry run and the start check; the contract's POST is not sent)."""
     problem = url_problem(url)
     if problem:
-        raise ConfigError(f"reward.url: {problem}")
+        raise ConfigError(f"reward.remote.url: {problem}")
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -82,7 +86,7 @@ def check_reachable(url: str, timeout_s: float = 5.0) -> None:
             pass
     except OSError as error:
         raise ConfigError(
-            f"reward.url: {redacted(url)} is unreachable ({type(error).__name__}: {error}); "
+            f"reward.remote.url: {redacted(url)} is unreachable ({type(error).__name__}: {error}); "
             "start the reward service, or check the address"
         ) from None
 
@@ -92,16 +96,40 @@ class RemoteScorer:
     section."""
 
     def __init__(self, config: Any) -> None:
-        self.url = config.url
-        self.shown = redacted(config.url)  # (credentials are refused earlier; never shown)
+        remote = config.remote
+        self.url = remote.url
+        self.shown = redacted(remote.url)  # (credentials are refused earlier; never shown)
         self.score_range = tuple(config.score_range)
-        self.batch_size = config.remote_batch_size
-        self.timeout_s = config.remote_timeout_s
-        self.retries = config.remote_retries
-        self.on_error = config.on_error
-        self.pool = ThreadPoolExecutor(config.remote_concurrency, thread_name_prefix="reward")
+        self.batch_size = remote.batch_size
+        self.timeout_s = remote.timeout_s
+        self.retries = remote.retries
+        self.on_error = remote.on_error
+        self.pool = ThreadPoolExecutor(remote.concurrency, thread_name_prefix="reward")
+        self.failed = 0  # the last batch's items whose requests failed (on_error: zero)
 
-    def score(self, items: list[dict[str, Any]]) -> RemoteScores:
+    def score(self, rows: Rows) -> list[Verdict]:
+        """The ``Scorer`` seam: each row's verdict from the service; ``failed``: the rows of
+        failed requests (scored 0 under ``reward.remote.on_error: zero``, said on stderr)."""
+        items = [
+            {"prompt": prompt, "response": text, "answer": answer, "data_source": source}
+            for prompt, text, answer, source in zip(
+                rows.prompts, rows.texts, rows.answers, rows.sources, strict=True
+            )
+        ]
+        answer = self.ask(items)
+        self.failed = answer.failed
+        if answer.failed:
+            warn(
+                f"reward: {answer.failed} of {len(items)} responses score 0: their requests to "
+                f"reward.remote.url {self.shown} failed (reward.remote.on_error=zero)"
+            )
+        judged = answer.correct is not None
+        return [
+            Verdict(score, answer.correct[i] if judged else None, judged=judged)
+            for i, score in enumerate(answer.scores)
+        ]
+
+    def ask(self, items: list[dict[str, Any]]) -> RemoteScores:
         """Every item's score, in order (requests in parallel, each retried)."""
         chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         answers = list(self.pool.map(self._request, chunks))
@@ -136,11 +164,12 @@ class RemoteScorer:
                     break
         tries = f"{attempt + 1} tr{'y' if attempt == 0 else 'ies'}"
         message = (
-            f"reward.url: {self.shown} failed a request of {len(chunk)} items ({tries}): {problem}"
+            f"reward.remote.url: {self.shown} failed a request of {len(chunk)} items "
+            f"({tries}): {problem}"
         )
         if self.on_error == "raise":
             raise RemoteRewardError(
-                f"{message}; fix the service, or set reward.on_error=zero to score such "
+                f"{message}; fix the service, or set reward.remote.on_error=zero to score such "
                 "requests 0 and go on"
             )
         return message
@@ -153,7 +182,7 @@ class RemoteScorer:
         if 300 <= answer.status < 400:
             raise _Failure(
                 f"status {answer.status} redirects to {answer.location!r}, which is not "
-                "followed; set reward.url to the address that scores",
+                "followed; set reward.remote.url to the address that scores",
                 False,
             )
         if answer.status != 200:

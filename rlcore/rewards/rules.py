@@ -45,7 +45,7 @@ def math_correct(response: str, answer: str, timeout_s: int | None = None) -> bo
 
     ``timeout_s``: math-verify's own limits on parsing and on verifying, which it implements
     with signal alarms and so only in a main thread (the scoring processes run this there; they
-    are also killed past ``reward.timeout_s``: scoring.py).
+    are also killed past ``reward.rules.timeout_s``: scoring.py).
     """
     from math_verify import parse, verify
 
@@ -63,18 +63,20 @@ def _reference(answer: str, timeout_s: int | None) -> tuple[Any, ...]:
 
 
 def load_custom_fn(spec: str) -> Callable[[str, str], float]:
-    """``path/to/file.py:function`` -> the function; errors name ``reward.custom_fn``."""
+    """``path/to/file.py:function`` -> the function; errors name ``reward.rules.custom_fn``."""
     from rlcore.config.errors import ConfigError  # here: scoring processes start without it
     from rlcore.config.user_files import import_user_file
 
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
-        raise ConfigError(f"reward.custom_fn: '{spec}' is not 'path/to/file.py:function'")
+        raise ConfigError(f"reward.rules.custom_fn: '{spec}' is not 'path/to/file.py:function'")
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ConfigError(f"reward.custom_fn: {path} does not exist")
-    module = import_user_file(file, f"rlcore_user_reward_{file.stem}", "reward.custom_fn", path)
+        raise ConfigError(f"reward.rules.custom_fn: {path} does not exist")
+    module = import_user_file(
+        file, f"rlcore_user_reward_{file.stem}", "reward.rules.custom_fn", path
+    )
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ConfigError(f"reward.custom_fn: {path} defines no function '{name}'")
+        raise ConfigError(f"reward.rules.custom_fn: {path} defines no function '{name}'")
     return fn

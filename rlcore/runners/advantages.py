@@ -28,6 +28,24 @@ from rlcore.algorithms import (
     scores_to_token_rewards,
 )
 from rlcore.algorithms.rollout_correction import rollout_correction
+from rlcore.columns import (
+    ADVANTAGES,
+    INDEX,
+    LAST_VALUE,
+    LOSS_MASK,
+    OLD_LOG_PROBS,
+    REF_LOG_PROBS,
+    RETURNS,
+    REWARD_COMPONENT_WEIGHTS,
+    REWARD_COMPONENTS,
+    REWARDS,
+    ROLLOUT_IS_WEIGHTS,
+    ROLLOUT_LOG_PROBS,
+    SCORES,
+    TERMINATED,
+    TRUNCATED,
+    VALUES,
+)
 from rlcore.config.sections import AlgorithmConfig
 
 KLController = FixedKLController | AdaptiveKLController
@@ -41,20 +59,20 @@ def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
     if alg.group_size > 1:
         group_advantages(alg, batch)
         return
-    values = torch.cat([batch["values"], batch["last_value"][:, None]], dim=1)  # [N, T + 1]
-    terminated, truncated = batch["terminated"], batch["truncated"]
+    values = torch.cat([batch[VALUES], batch[LAST_VALUE][:, None]], dim=1)  # [N, T + 1]
+    terminated, truncated = batch[TERMINATED], batch[TRUNCATED]
     rewards = bootstrap_truncations(
-        batch["rewards"],
+        batch[REWARDS],
         values[:, 1:],
         terminated,
         truncated,
         alg.gamma,
         at_termination=alg.bootstrap_type == "always",
     )
-    batch["advantages"], batch["returns"] = compute_advantages(
+    batch[ADVANTAGES], batch[RETURNS] = compute_advantages(
         alg.adv_type,
         rewards,
-        batch["valid"],
+        batch[LOSS_MASK],
         normalize=alg.normalize_advantages,
         values=values,
         gamma=alg.gamma,
@@ -67,11 +85,11 @@ def embodied_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
 def group_advantages(alg: AlgorithmConfig, batch: TensorDict) -> None:
     """Embodied GRPO: the group estimator over the rows' episodes (no value, no bootstrap: an
     episode the collection cut off scores the rewards it got)."""
-    rows = batch["rewards"].shape[0]
-    batch["advantages"], batch["returns"] = compute_advantages(
+    rows = batch[REWARDS].shape[0]
+    batch[ADVANTAGES], batch[RETURNS] = compute_advantages(
         alg.adv_type,
-        batch["rewards"],
-        batch["valid"],
+        batch[REWARDS],
+        batch[LOSS_MASK],
         normalize=alg.normalize_advantages,
         index=torch.arange(rows) // alg.group_size,
         gamma=alg.gamma,
@@ -87,28 +105,28 @@ def reasoning_advantages(
     ``values`` ... as the estimator reads them); ``scored``: the reward's rows. The KL metrics
     (``kl/to_ref``, ``kl/coef``); ``kl_ctrl`` (fixed or adaptive) steps with the KL it saw."""
     metrics: dict[str, float] = {}
-    mask = batch["loss_mask"]  # the model's own tokens (tool tokens are context)
-    rewards = scores_to_token_rewards(scored["scores"], mask)
-    if "ref_log_probs" in batch:
-        old, ref = batch["old_log_probs"], batch["ref_log_probs"]
+    mask = batch[LOSS_MASK]  # the model's own tokens (tool tokens are context)
+    rewards = scores_to_token_rewards(scored[SCORES], mask)
+    if REF_LOG_PROBS in batch:
+        old, ref = batch[OLD_LOG_PROBS], batch[REF_LOG_PROBS]
         metrics["kl/to_ref"] = float(masked_mean(kl_penalty(old, ref, alg.kl_penalty), mask))
         if alg.use_kl_in_reward:
             metrics["kl/coef"] = kl_ctrl.value
             rewards, _ = apply_kl_penalty(rewards, old, ref, mask, kl_ctrl, alg.kl_penalty)
-    if "rollout_log_probs" in batch:  # sampled by another policy than the recomputed old one
+    if ROLLOUT_LOG_PROBS in batch:  # sampled by another policy than the recomputed old one
         mask = _correct(alg, batch, metrics)
     inputs = {name: batch[name] for name in INPUTS if name in batch}
-    if "reward_components" in scored:  # GDPO's
+    if REWARD_COMPONENTS in scored:  # GDPO's
         weights = alg.gdpo_reward_weights or [1.0] * len(alg.gdpo_reward_keys)
-        inputs["reward_components"] = scored["reward_components"]
-        inputs["reward_component_weights"] = torch.tensor(weights)
-    batch["advantages"], batch["returns"] = compute_advantages(
+        inputs[REWARD_COMPONENTS] = scored[REWARD_COMPONENTS]
+        inputs[REWARD_COMPONENT_WEIGHTS] = torch.tensor(weights)
+    batch[ADVANTAGES], batch[RETURNS] = compute_advantages(
         alg.adv_type,
         rewards,
         mask,
         normalize=alg.normalize_advantages,
-        values=batch.get("values"),
-        index=batch["index"],
+        values=batch.get(VALUES),
+        index=batch[INDEX],
         gamma=alg.gamma,
         lam=alg.gae_lambda,
         norm_adv_by_std=alg.norm_adv_by_std,
@@ -139,10 +157,10 @@ def _correct(alg: AlgorithmConfig, batch: TensorDict, metrics: dict[str, float])
     """The rollout correction on ``batch``: ``rollout_is_weights`` added, ``loss_mask``
     without the rejected tokens (returned), the ``rollout_corr/`` metrics."""
     weights, mask, found = corrected(
-        alg, batch["old_log_probs"], batch["rollout_log_probs"], batch["loss_mask"]
+        alg, batch[OLD_LOG_PROBS], batch[ROLLOUT_LOG_PROBS], batch[LOSS_MASK]
     )
     metrics.update(found)
     if weights is not None:
-        batch["rollout_is_weights"] = weights
-    batch["loss_mask"] = mask
+        batch[ROLLOUT_IS_WEIGHTS] = weights
+    batch[LOSS_MASK] = mask
     return mask

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS, RESPONSES, SCORES
+
 
 def greedy_baselines(
     batch: TensorDict,
@@ -21,18 +23,18 @@ def greedy_baselines(
     ``whole_shards``: the group rows padded to whole shards of the rollout and reward ranks;
     ``generate``: greedy responses to prompts; ``score``: their scores.
     """
-    prompt_width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+    prompt_width = batch[INPUT_IDS].shape[1] - batch[RESPONSES].shape[1]
     firsts = batch[::size]
     prompts = TensorDict(
         {
-            "input_ids": firsts["input_ids"][:, :prompt_width],
-            "attention_mask": firsts["attention_mask"][:, :prompt_width],
-            "index": firsts["index"],
+            INPUT_IDS: firsts[INPUT_IDS][:, :prompt_width],
+            ATTENTION_MASK: firsts[ATTENTION_MASK][:, :prompt_width],
+            INDEX: firsts[INDEX],
         },
         batch_size=firsts.batch_size,
     )
-    prompts["answers"] = firsts["answers"]
+    prompts[ANSWERS] = firsts[ANSWERS]
     groups = prompts.batch_size[0]
     padded = prompts[whole_shards(list(range(groups)))]
     greedy = padded.update(generate(padded))
-    return score(greedy)["scores"][:groups].repeat_interleave(size)
+    return score(greedy)[SCORES][:groups].repeat_interleave(size)

@@ -29,16 +29,16 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.aliases import current_keys
 from rlcore.config.errors import ConfigError
+from rlcore.config.foreign import current_keys
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_defaults
 from rlcore.data.identity import changed_files, file_sha256
-from rlcore.log import say, warn
+from rlcore.log import warn
 from rlcore.runners.files import (
     check_no_links,
     first_link,
@@ -76,7 +76,7 @@ RESUME_FREE_KEYS = {
     "runner.max_skipped_steps",
     "cluster.collective_timeout_s",
     "cluster.worker_timeout_s",
-    "reward.num_processes",
+    "reward.rules.num_processes",
     "runner.val_n",
     "runner.log_val_generations",
     "rollout.val_temperature",
@@ -94,15 +94,16 @@ RESUME_FREE_KEYS = {
 }
 
 
-def checkpoint_to_resume(config: Any, log: Callable[[str], None] = say) -> Path | None:
+def checkpoint_to_resume(config: Any, quiet: bool = False) -> Path | None:
     """``runner.resume_dir``'s checkpoint; with ``runner.resume=auto`` the newest complete one of
-    OUTPUT_DIR/RUN_NAME (None when it has none yet); else None."""
+    OUTPUT_DIR/RUN_NAME (None when it has none yet); else None. ``quiet``: the checkpoints
+    skipped are not said (the dry run: the run says them)."""
     run = config.runner
     if run.resume_dir:
-        return find_checkpoint(run.resume_dir, log)
+        return find_checkpoint(run.resume_dir, quiet=quiet)
     if run.resume == "auto":
         folder = Path(run.output_dir) / run.run_name
-        found = newest_complete(folder, log) if folder.is_dir() else None
+        found = newest_complete(folder, quiet) if folder.is_dir() else None
         if found is None and _checkpoints(folder):  # (a crash mid-write leaves no such folder)
             raise ConfigError(
                 f"runner.resume=auto: no checkpoint of {folder} is complete (each is named "
@@ -253,14 +254,15 @@ def check_manifest(checkpoint: Path) -> str | None:
     return None
 
 
-def newest_complete(run_dir: Path, log: Callable[[str], None] = warn) -> Path | None:
+def newest_complete(run_dir: Path, quiet: bool = False) -> Path | None:
     """The newest checkpoint of ``run_dir`` whose files match its manifest; each newer broken
-    one is reported through ``log`` and skipped."""
+    one is skipped, and said unless ``quiet``."""
     for checkpoint in reversed(_checkpoints(run_dir)):
         problem = check_manifest(checkpoint)
         if problem is None:
             return checkpoint
-        log(f"skipped checkpoint {checkpoint.name}: {problem}")
+        if not quiet:
+            warn(f"skipped checkpoint {checkpoint.name}: {problem}")
     return None
 
 
@@ -350,12 +352,10 @@ def data_files(config: Any) -> dict[str, tuple[str, ...]]:
     return {"data.train_files": config.data.train_files, "data.val_files": config.data.val_files}
 
 
-def find_checkpoint(
-    path: str, log: Callable[[str], None] = say, key: str = "runner.resume_dir"
-) -> Path:
+def find_checkpoint(path: str, key: str = "runner.resume_dir", quiet: bool = False) -> Path:
     """``path`` itself if it is a checkpoint (refused, naming the file, if its files disagree
     with its manifest), else the newest complete checkpoint of the run at ``path``; ``key``:
-    what gave ``path``, named in a refusal."""
+    what gave ``path``, named in a refusal; ``quiet``: as in ``newest_complete``."""
     where = Path(path)
     use = "exported" if key == "export" else "resumed"
     if (where / DRIVER_FILE).is_file() or (where / MANIFEST_FILE).is_file():
@@ -363,7 +363,7 @@ def find_checkpoint(
         if problem is not None:
             raise ConfigError(f"{key}: {where} cannot be {use}: {problem}")
         return where
-    found = newest_complete(where, log)
+    found = newest_complete(where, quiet)
     if found is None:
         raise ConfigError(
             f"{key}: no complete checkpoint at {path} (give RUN/checkpoints/iter_K, "

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import CORRECT, JUDGED, LOSS_MASK, SCORES
 from rlcore.config.errors import ConfigError
 from rlcore.config.sections import FilterGroupsConfig
 from rlcore.data.sequences import concat_generated
@@ -40,7 +41,7 @@ def generate_groups(
     while True:
         batch, scored = generate_and_score(prompts(generations))
         generations += 1
-        generated += int(batch["loss_mask"].sum())
+        generated += int(batch[LOSS_MASK].sum())
         if not rule.enable:
             return batch, scored, {"sampling/generated_tokens": float(generated)}
         varied = varied_groups(scored, rule.metric, size)
@@ -70,14 +71,14 @@ def varied_groups(scored: TensorDict, metric: str, size: int) -> torch.Tensor:
     """``[B]`` bool: rows of groups (``size`` consecutive rows) whose ``metric`` differs within
     the group: ``acc`` the verdicts, ``score`` the scores (DAPO's dynamic sampling keeps them)."""
     if metric == "acc":
-        if not bool(scored["judged"].all()):
+        if not bool(scored[JUDGED].all()):
             raise ConfigError(
                 "algorithm.filter_groups.metric: acc needs the scorer's verdicts, and the custom "
                 "reward returns bare numbers; use metric=score, or return {'score', 'correct'}"
             )
-        values = scored["correct"].float()
+        values = scored[CORRECT].float()
     else:
-        values = scored["scores"].float()
+        values = scored[SCORES].float()
     grouped = values.reshape(-1, size)
     varied = (grouped != grouped[:, :1]).any(-1)
     return varied.repeat_interleave(size)

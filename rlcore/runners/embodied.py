@@ -23,6 +23,7 @@ from typing import Any
 
 from tensordict import TensorDict
 
+from rlcore.columns import ACTIONS, LAST_OBS, LOSS_MASK, OBS, OLD_LOG_PROBS, ROLLOUT_IS_WEIGHTS
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs.registry import solved_threshold
 from rlcore.log import say, warn
@@ -115,14 +116,14 @@ class EmbodiedRunner(Driver):
         correcting = self.config.algorithm.rollout_correction.rollout_is is not None
         corrections: dict[str, float] = {}
         if self.config.actor.log_prob_micro_batch_size is not None or correcting:
-            behaviour = batch["log_probs"]  # the rollout's, as it collected
+            behaviour = batch[OLD_LOG_PROBS]  # the rollout's, as it collected
             with watch("recompute"):  # the actor's own numbers, not the rollout's
-                batch.update(self.actor.recompute(batch.select("obs", "actions", "last_obs")))
+                batch.update(self.actor.recompute(batch.select(OBS, ACTIONS, LAST_OBS)))
             if correcting:  # the decoupled objective: weights to the collecting policy
                 weights, _, corrections = corrected(
-                    self.config.algorithm, batch["log_probs"], behaviour, batch["valid"]
+                    self.config.algorithm, batch[OLD_LOG_PROBS], behaviour, batch[LOSS_MASK]
                 )
-                batch["rollout_is_weights"] = weights
+                batch[ROLLOUT_IS_WEIGHTS] = weights
         with watch("advantages"):
             embodied_advantages(self.config.algorithm, batch)
         with watch("update"):

@@ -8,6 +8,7 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcore.algorithms import explained_variance
+from rlcore.columns import LOSS_MASK, RETURNS, VALUES
 
 
 def batch_metrics(batch: TensorDict) -> dict[str, float]:
@@ -16,7 +17,7 @@ def batch_metrics(batch: TensorDict) -> dict[str, float]:
     that succeeded when the env reports success."""
     metrics = {
         "critic/vf_explained_var": float(
-            explained_variance(batch["values"], batch["returns"], batch["valid"])
+            explained_variance(batch[VALUES], batch[RETURNS], batch[LOSS_MASK])
         )
     }
     episodes = int(batch["episode_count"].sum())

@@ -14,6 +14,13 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcore.algorithms import ADVANTAGES
+from rlcore.columns import (
+    OLD_LOG_PROBS,
+    REF_LOG_PROBS,
+    ROLLOUT_LOG_PROBS,
+    SUM_PI_SQUARED,
+    VALUES,
+)
 from rlcore.config.schema import ReasoningConfig
 from rlcore.runners.progress import Stopwatch
 from rlcore.scheduler.handles import Pending, submit
@@ -41,7 +48,7 @@ class Passes:
         corr = alg.rollout_correction
         self.reuse_log_probs = config.derived.bypass_mode or (
             not config.actor.recompute_log_probs
-            and "sum_pi_squared" not in self.inputs
+            and SUM_PI_SQUARED not in self.inputs
             and rollout.generates_with_the_actor()
         )
         self.record_log_probs = (
@@ -52,15 +59,15 @@ class Passes:
         )
         self.calls: list[tuple[str, Any, str, str | None]] = []
         if not self.reuse_log_probs:  # the optimal token baselines want a second column
-            both = "sum_pi_squared" in self.inputs
+            both = SUM_PI_SQUARED in self.inputs
             method = "compute_log_probs_and_sum_pi_squared" if both else "compute_log_probs"
-            self.calls.append(("logprob", actor, method, None if both else "old_log_probs"))
+            self.calls.append(("logprob", actor, method, None if both else OLD_LOG_PROBS))
         if ref is not None:
-            self.calls.append(("ref", ref, "compute_log_probs", "ref_log_probs"))
+            self.calls.append(("ref", ref, "compute_log_probs", REF_LOG_PROBS))
         elif alg.kl_loss_on or alg.kl_reward_on:  # LoRA: the base model is the reference
-            self.calls.append(("ref", actor, "compute_ref_log_probs", "ref_log_probs"))
+            self.calls.append(("ref", actor, "compute_ref_log_probs", REF_LOG_PROBS))
         if critic is not None:
-            self.calls.append(("values", critic, "compute_values", "values"))
+            self.calls.append(("values", critic, "compute_values", VALUES))
 
     def run(self, batch: TensorDict, watch: Stopwatch) -> None:
         """Each pass in turn, timed by ``watch``; the answers into ``batch``."""
@@ -82,7 +89,7 @@ class Passes:
 
     def _reuse(self, batch: TensorDict) -> None:
         if self.reuse_log_probs:
-            batch.rename_key_("rollout_log_probs", "old_log_probs")
+            batch.rename_key_(ROLLOUT_LOG_PROBS, OLD_LOG_PROBS)
 
 
 def _put(batch: TensorDict, key: str | None, answer: Any) -> None:

@@ -1,9 +1,13 @@
-"""Asynchronous reasoning iterations (``runner.max_staleness`` = k >= 1): the rollout generates
-the next batches with the weights it holds while the actor and critic train on this one.
+"""Where a reasoning iteration's batches come from, and how its stages run: the one iteration
+(``ReasoningRunner.iterate``) drives a ``Lockstep`` at ``runner.max_staleness`` 0 (each batch
+generated with the actor's weights when the iteration asks for it, every stage in turn) or a
+``Pipeline`` at k >= 1 (asynchronous: the rollout generates the next batches with the weights it
+holds while the actor and critic train on this one). Neither holds the runner: each is given the
+prompts, the rollout, the passes and the components, and the iteration passes the version.
 
-Every call below is submitted to the component's processes without waiting (``submit``), and a
-process runs the calls it is given in order; the driver waits only for what it reads. One
-iteration, batch i at actor version v (docs/async.md draws it):
+In a ``Pipeline`` every call below is submitted to the component's processes without waiting
+(``submit``), and a process runs the calls it is given in order; the driver waits only for what
+it reads. One iteration, batch i at actor version v (docs/async.md draws it):
 
     wait for batch i's responses (submitted k iterations ago, with weights v_i >= v - k)
     reward.score(i)                                       the reward's process
@@ -37,17 +41,23 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.data.sampler import prompt_batch
-from rlcore.data.sequences import trim_padding
-from rlcore.runners import reasoning_metrics
-from rlcore.runners.advantages import reasoning_advantages
+from tensordict import TensorDict
+
+from rlcore.columns import LOSS_MASK, RESPONSE_MASK, ROLLOUT_VERSIONS
+from rlcore.config.schema import ReasoningConfig
+from rlcore.data.sampler import TrainingPrompts
+from rlcore.runners.dynamic_sampling import generate_groups
+from rlcore.runners.passes import Passes
 from rlcore.runners.progress import Stopwatch
 from rlcore.scheduler.handles import Pending, submit, wait_any
 
 PARTIAL_ROLLOUT_TOKENS = 16  # rollout.partial_rollout_tokens: null
+
+Scorer = Callable[[TensorDict], TensorDict]  # a training batch's rewards
 
 
 class StalenessError(RuntimeError):
@@ -116,19 +126,112 @@ class Ahead:
         }
 
 
-class Pipeline(Ahead):
-    """A reasoning run's batches in flight, and its iteration (module docstring)."""
+class ReasoningBatches(Ahead):
+    """Where a reasoning iteration's batches come from, both modes: ``Lockstep`` (staleness 0)
+    or ``Pipeline``. ``ReasoningRunner.iterate``, the one iteration, asks it for a batch
+    (``next_batch``), runs its passes (``run_passes``) and updates (``update``) through it, and
+    tells it of each new version (``updated``)."""
 
-    def __init__(self, runner: Any) -> None:
-        """``runner``: the ``ReasoningRunner`` whose components and state it drives."""
-        super().__init__(runner.config.runner.max_staleness)
-        self.runner = runner
-        rollout = runner.config.rollout
+    def __init__(
+        self,
+        config: ReasoningConfig,
+        prompts: TrainingPrompts,
+        rollout: Any,
+        passes: Passes,
+        components: Any,
+    ) -> None:
+        """``prompts``: the training prompts, drawn batch by batch; ``rollout``: the rollout's
+        handle; ``passes``: the run's passes; ``components``: the components (weight syncs)."""
+        super().__init__(config.runner.max_staleness)
+        self.config, self.prompts, self.rollout = config, prompts, rollout
+        self.passes, self.components = passes, components
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The prompt sampler as a checkpoint keeps it: before the batches in flight."""
+        if self.queue:
+            return self.queue[0].before
+        return self.prompts.sampler.state_dict()
+
+    def needs_sync(self) -> bool:
+        """Whether the rollout must be given the actor's weights before the next batch."""
+        raise NotImplementedError
+
+    def next_batch(
+        self, iteration: int, version: int, watch: Stopwatch, score: Scorer
+    ) -> tuple[TensorDict, TensorDict, dict[str, float]]:
+        """``(batch, scored, metrics)``: the batch iteration ``iteration`` trains on at actor
+        ``version``, scored by ``score``."""
+        raise NotImplementedError
+
+    def run_passes(self, batch: TensorDict, watch: Stopwatch, version: int) -> None:
+        """The batch's passes (``passes.py``), their answers in ``batch``."""
+        raise NotImplementedError
+
+    def update(
+        self, updates: list[tuple[str, Any]], batch: TensorDict, watch: Stopwatch
+    ) -> dict[str, float]:
+        """Each ``(timer, component)``'s update on ``batch``, their metrics."""
+        raise NotImplementedError
+
+    def updated(self, version: int) -> None:
+        """The actor's weights are now ``version``."""
+
+    def finish(self, batch: TensorDict, version: int) -> dict[str, float]:
+        """After the iteration's updates: metrics of a ``batch`` trained on at ``version``."""
+        return {}
+
+
+class Lockstep(ReasoningBatches):
+    """Staleness 0, the synchronous iteration: each batch generated when the iteration asks
+    for it, with the weights the actor holds (synced first), and every stage in turn. With
+    DAPO's dynamic sampling, generation batches until enough groups differ
+    (``dynamic_sampling.py``)."""
+
+    def needs_sync(self) -> bool:
+        return True
+
+    def next_batch(
+        self, iteration: int, version: int, watch: Stopwatch, score: Scorer
+    ) -> tuple[TensorDict, TensorDict, dict[str, float]]:
+        def generate_and_score(prompts: TensorDict) -> tuple[TensorDict, TensorDict]:
+            with watch("generate"):
+                responses = self.rollout.generate(
+                    prompts, version, log_probs=self.passes.record_log_probs
+                )
+                batch = prompts.update(responses)
+            with watch("reward"):
+                return batch, score(batch)
+
+        rule, p = self.config.algorithm.filter_groups, self.prompts
+        return generate_groups(rule, p.wanted, p.size, p.pad_id, p, generate_and_score)
+
+    def run_passes(self, batch: TensorDict, watch: Stopwatch, version: int) -> None:
+        self.rollout.release_memory()  # generation is done: a collocated sglang engine's
+        self.passes.run(batch, watch)
+
+    def update(
+        self, updates: list[tuple[str, Any]], batch: TensorDict, watch: Stopwatch
+    ) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for timer, component in updates:
+            with watch(timer):
+                metrics.update(component.update(batch))
+        return metrics
+
+
+class Pipeline(ReasoningBatches):
+    """Staleness k >= 1: the batches in flight, generated ahead (module docstring)."""
+
+    def __init__(self, config: ReasoningConfig, *parts: Any) -> None:
+        """As ``ReasoningBatches``."""
+        super().__init__(config, *parts)
+        rollout = config.rollout
         self.partial = rollout.partial_rollout
         self.segment = rollout.partial_rollout_tokens or PARTIAL_ROLLOUT_TOKENS
-        self.most_segments = math.ceil(runner.config.data.max_response_length / self.segment)
+        self.most_segments = math.ceil(config.data.max_response_length / self.segment)
         self.keys = itertools.count()
         self.tokens_behind = [0, 0, 0, 0]  # versions behind summed, tokens, rows interrupted, rows
+        self.left = 0  # batches to train on after the current one
 
     def summary(self, regenerated: int) -> dict[str, Any]:
         """``Ahead.summary``; with partial rollouts also the tokens' mean staleness and the
@@ -140,35 +243,22 @@ class Pipeline(Ahead):
             out["interrupted_share"] = round(interrupted / max(rows, 1), 4)
         return out
 
-    def sampler_state(self) -> dict[str, Any]:
-        """The prompt sampler as a checkpoint keeps it: before the batches in flight."""
-        if self.queue:
-            return self.queue[0].before
-        return self.runner.sampler.state_dict()
-
-    def _start(self) -> InFlight:
+    def _start(self, version: int) -> InFlight:
         """One more batch to generate, with the weights the rollout will hold by then (every
-        copy started so far reaches it first)."""
-        r = self.runner
-        cfg = r.config
-        before = r.sampler.state_dict()
-        prompts = prompt_batch(
-            r.sampler.next(cfg.data.train_batch_size),
-            r.train_set,
-            cfg.algorithm.group_size,
-            r.tokenizer.pad_token_id,
-        )
+        copy started so far reaches it first: ``version``)."""
+        before = self.prompts.sampler.state_dict()
+        prompts = self.prompts()
         if not self.partial:
-            responses = submit(r.rollout, "generate", prompts, r.version, log_probs=True)
-            return InFlight(prompts, responses, r.version, before)
+            responses = submit(self.rollout, "generate", prompts, version, log_probs=True)
+            return InFlight(prompts, responses, version, before)
         key = next(self.keys)
-        begun = submit(r.rollout, "begin_partial", prompts, r.version, key)
-        batch = InFlight(prompts, None, r.version, before, key=key, begun=begun)
+        begun = submit(self.rollout, "begin_partial", prompts, version, key)
+        batch = InFlight(prompts, None, version, before, key=key, begun=begun)
         self._next_segment(batch)
         return batch
 
     def _next_segment(self, batch: InFlight) -> None:
-        batch.last = submit(self.runner.rollout, "advance_partial", batch.key, self.segment)
+        batch.last = submit(self.rollout, "advance_partial", batch.key, self.segment)
         batch.segments += 1
 
     def _complete(self, batch: InFlight, ended: bool = False) -> None:
@@ -179,7 +269,7 @@ class Pipeline(Ahead):
             return
         while not ended and batch.segments < self.most_segments:
             self._next_segment(batch)
-        batch.answer = submit(self.runner.rollout, "finish_partial", batch.key)
+        batch.answer = submit(self.rollout, "finish_partial", batch.key)
 
     def _generate_while(self, waiting: list[Pending]) -> None:
         """Until every ``waiting`` answer is in: the batch being generated gets its next segment
@@ -208,69 +298,70 @@ class Pipeline(Ahead):
                 head.begun.result()
         return super().take(version)
 
-    def iterate(self, iteration: int) -> dict[str, float]:
-        r, watch = self.runner, Stopwatch()
-        cfg = r.config
-        left = cfg.runner.total_iterations - iteration  # batches to train on after this one
-        if not self.queue:  # the first iteration (of a start or a resume): fill the pipeline
-            with watch("sync"):
-                r.sync()
-            self.top_up(left + 1, self._start)
+    def needs_sync(self) -> bool:
+        return not self.queue  # the first iteration (of a start or a resume) fills the pipeline
+
+    def next_batch(
+        self, iteration: int, version: int, watch: Stopwatch, score: Scorer
+    ) -> tuple[TensorDict, TensorDict, dict[str, float]]:
+        self.left = self.config.runner.total_iterations - iteration
+        if not self.queue:
+            self.top_up(self.left + 1, lambda: self._start(version))
         with watch("wait_generate"):
-            current, responses, staleness = self.take(r.version)
+            current, responses, staleness = self.take(version)
             batch = current.asked.update(responses)
         with watch("reward"):
-            scored = r.score(batch)
-        batch = trim_padding(batch)
-        passes = r.passes.submit(batch)  # old log-probs, the reference's, values
-        self.top_up(left, self._start)  # after this batch's passes, in each process
-        with watch("passes"):
-            r.passes.wait(passes, batch)
-        metrics: dict[str, float] = {
-            "sampling/generated_tokens": float(batch["loss_mask"].sum()),
+            scored = score(batch)
+        metrics = {
+            "sampling/generated_tokens": float(batch[LOSS_MASK].sum()),
             "async/staleness": float(staleness),
         }
-        with watch("advantages"):
-            metrics.update(reasoning_advantages(cfg.algorithm, r.kl_ctrl, batch, scored))
-        updates = {}
-        if r.critic is not None:
-            updates["critic"] = submit(r.critic, "update", batch)
-        trains = iteration > cfg.critic.critic_warmup
-        if trains:
-            updates["actor"] = submit(r.actor, "update", batch)
+        return batch, scored, metrics
+
+    def run_passes(self, batch: TensorDict, watch: Stopwatch, version: int) -> None:
+        pending = self.passes.submit(batch)
+        self.top_up(self.left, lambda: self._start(version))  # after its passes, in each process
+        with watch("passes"):
+            self.passes.wait(pending, batch)
+
+    def update(
+        self, updates: list[tuple[str, Any]], batch: TensorDict, watch: Stopwatch
+    ) -> dict[str, float]:
+        """The updates side by side (each in its processes)."""
+        pending = [submit(component, "update", batch) for _, component in updates]
+        metrics: dict[str, float] = {}
         with watch("updates"):
             if self.partial:
-                self._generate_while(list(updates.values()))
-            for pending in updates.values():
-                metrics.update(pending.result())
-        if trains:
-            metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
-            r.version += 1
-            self.syncing.append(r.components.start_sync("actor", "rollout", r.version))
-        if self.partial:  # the rest of the batches in flight, after the sync
-            for waiting in self.queue:
-                self._complete(waiting)
-            behind, tokens, interrupted = token_staleness(batch, r.version - int(trains))
-            for i, value in enumerate((behind, tokens, interrupted, len(batch))):
-                self.tokens_behind[i] += value
-            metrics["async/token_staleness_mean"] = behind / max(tokens, 1)
-            metrics["async/interrupted_share"] = interrupted / len(batch)
-        metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
-        metrics.update(r.normalized)
-        metrics.update(watch.metrics())
-        total = sum(watch.seconds.values())
-        metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
-        generated = metrics.pop("sampling/generated_tokens")
-        metrics["perf/generated_tokens_per_s"] = generated / max(total, 1e-9)
-        r.generated_tokens += int(generated)
+                self._generate_while(pending)
+            for answer in pending:
+                metrics.update(answer.result())
         return metrics
+
+    def updated(self, version: int) -> None:
+        """The new weights sent to the rollout: started, waited for by the next ``take``."""
+        self.syncing.append(self.components.start_sync("actor", "rollout", version))
+
+    def finish(self, batch: TensorDict, version: int) -> dict[str, float]:
+        """With partial rollouts: the rest of the batches in flight submitted (after the weight
+        sync), and the batch's tokens' staleness."""
+        if not self.partial:
+            return {}
+        for waiting in self.queue:
+            self._complete(waiting)
+        behind, tokens, interrupted = token_staleness(batch, version)
+        for i, value in enumerate((behind, tokens, interrupted, len(batch))):
+            self.tokens_behind[i] += value
+        return {
+            "async/token_staleness_mean": behind / max(tokens, 1),
+            "async/interrupted_share": interrupted / len(batch),
+        }
 
 
 def token_staleness(batch: Any, version: int) -> tuple[int, int, int]:
     """A partial rollout's batch trained on at ``version``: the versions its response tokens
     were sampled behind it, summed; its response tokens; its rows sampled with more than one
     version (a weight update taken mid-generation)."""
-    made, mask = batch["rollout_versions"], batch["response_mask"].bool()
+    made, mask = batch[ROLLOUT_VERSIONS], batch[RESPONSE_MASK].bool()
     behind = (version - made).masked_select(mask)
     low = made.masked_fill(~mask, 1 << 40).min(-1).values
     high = made.masked_fill(~mask, -1).max(-1).values

@@ -27,6 +27,8 @@ from rlcore.models.lm_policy import check_lm_policy
 from rlcore.models.user_policy import check_user_policy
 from rlcore.placement import PlacementPlan, runs_in_driver
 from rlcore.rewards import load_custom_fn
+from rlcore.rewards.judge import check_judge, compile_parser, read_template
+from rlcore.rewards.model import check_reward_model
 from rlcore.rewards.remote import check_reachable
 from rlcore.runners.checkpoint import (
     DRIVER_FILE,
@@ -38,8 +40,6 @@ from rlcore.runners.files import check_no_links
 from rlcore.tools.protocol import load_interaction, load_tools
 from rlcore.tools.python import PythonInterpreter, check_sandbox
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
-from rlcore.workers.reward_judge import check_judge, compile_parser, read_template
-from rlcore.workers.reward_model import check_reward_model
 
 
 def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
@@ -78,19 +78,19 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
         if files:
             attempt(check_prompt_files, config, files, what)
     reward = config.reward
-    if reward.custom_fn is not None:  # (validation refused it where no row reads it)
-        attempt(load_custom_fn, reward.custom_fn)
+    if reward.rules.custom_fn is not None:  # (validation refused it where no row reads it)
+        attempt(load_custom_fn, reward.rules.custom_fn)
     used = {reward.kind, *reward.sources.values()}
-    if "remote" in used and reward.url is not None:
-        attempt(check_reachable, reward.url)
-    if "model" in used and reward.model_path is not None:
-        attempt(check_reward_model, reward.model_path)
-    if "judge" in used and reward.model_path is not None:
-        attempt(check_judge, reward.model_path)
-    if "judge" in used and reward.judge_template is not None:
-        attempt(read_template, reward.judge_template)
+    if "remote" in used and reward.remote.url is not None:
+        attempt(check_reachable, reward.remote.url)
+    if "model" in used and reward.model.path is not None:
+        attempt(check_reward_model, reward.model.path)
+    if "judge" in used and reward.model.path is not None:
+        attempt(check_judge, reward.model.path)
+    if "judge" in used and reward.judge.template is not None:
+        attempt(read_template, reward.judge.template)
     if "judge" in used:
-        attempt(compile_parser, reward.judge_parser)
+        attempt(compile_parser, reward.judge.parser)
     attempt(_check_megatron_models, config)
     lora = config.actor.model.lora
     if lora.rank and config.actor.model.path is not None:
@@ -257,7 +257,7 @@ def _check_links(config: RLCoreConfig) -> None:
 
 
 def _check_resume(config: RLCoreConfig, plan: PlacementPlan) -> None:
-    checkpoint = checkpoint_to_resume(config, log=lambda line: None)  # the run says it
+    checkpoint = checkpoint_to_resume(config, quiet=True)  # the run says what it skips
     if checkpoint is None:
         return
     driver = json.loads((checkpoint / DRIVER_FILE).read_text())

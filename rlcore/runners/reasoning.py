@@ -20,6 +20,10 @@ One iteration, as in verl's PPO:
 6. the critic takes its clipped value-loss steps, then (after ``critic_warmup`` iterations) the
    actor its PPO steps, with the KL loss when ``use_kl_loss``.
 
+That is the iteration at ``runner.max_staleness`` 0 (``pipeline.Lockstep``); at k >= 1 the same
+iteration takes batches the rollout generated ahead with older weights, and submits the passes
+and updates without waiting (``pipeline.Pipeline``).
+
 Validation decodes greedily and reports the share of right answers, before the first iteration,
 every ``val_every`` iterations and after the last.
 """
@@ -32,22 +36,22 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcore.algorithms import build_kl_controller
+from rlcore.columns import REWARD_BASELINES
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.identity import data_state, resumed_data
-from rlcore.data.sampler import PromptSampler, data_name, load_prompt_set, prompt_batch
+from rlcore.data.sampler import PromptSampler, TrainingPrompts, data_name, load_prompt_set
 from rlcore.data.sequences import trim_padding
-from rlcore.log import say
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import PlacementPlan
 from rlcore.prepare import ModelDirs
+from rlcore.rewards.worker import RewardWorker
 from rlcore.runners import reasoning_metrics
 from rlcore.runners.advantages import reasoning_advantages
 from rlcore.runners.baselines import greedy_baselines
 from rlcore.runners.checkpoint import data_files
 from rlcore.runners.driver import Driver
-from rlcore.runners.dynamic_sampling import generate_groups
 from rlcore.runners.passes import Passes
-from rlcore.runners.pipeline import Pipeline
+from rlcore.runners.pipeline import Lockstep, Pipeline, ReasoningBatches
 from rlcore.runners.progress import Stopwatch
 from rlcore.runners.score_normalizer import ScoreNormalizer
 from rlcore.runners.validation import validate
@@ -55,7 +59,6 @@ from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
 from rlcore.tools.protocol import load_tools, schema
 from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
-from rlcore.workers.reward import RewardWorker
 from rlcore.workers.rollout import RolloutWorker
 
 
@@ -68,16 +71,23 @@ class ReasoningRunner(Driver):
         self.tokenizer = load_tokenizer(models.actor)
         # rollout.tools: their schemas, for a chat template that lists them to the model
         tools = [schema(t) for t in load_tools(config.rollout.tools).values()] or None
-        self.train_set = load_prompt_set(config, self.tokenizer, True, say, tools)
-        self.val_set = load_prompt_set(config, self.tokenizer, False, say, tools)
+        self.train_set = load_prompt_set(config, self.tokenizer, True, tools)
+        self.val_set = load_prompt_set(config, self.tokenizer, False, tools)
         self.sampler = PromptSampler(len(self.train_set), run.seed, config.data.shuffle)
+        self.prompts = TrainingPrompts(
+            self.sampler,
+            self.train_set,
+            config.data.train_batch_size,
+            alg.group_size,
+            self.tokenizer.pad_token_id,
+        )
         ctrl = alg.kl_ctrl
         self.kl_ctrl = build_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
         self.generated_tokens = 0  # response tokens generated for training, dropped included
         self.changed_data: list[str] = []  # resumed on other data (runner.resume_changed_data)
         self.regenerated = 0  # batches in flight at the checkpoint resumed from, generated again
-        # reward.score_normalize: the model's scores standardised by running statistics
-        self.normalize = ScoreNormalizer(config.reward) if config.reward.score_normalize else None
+        # reward.model.score_normalize: the model's scores standardised by running statistics
+        self.normalize = ScoreNormalizer.of(config.reward)
         self.normalized: dict[str, float] = {}  # its statistics after the latest batch
         super().__init__(config, plan, data_name(config.data))
         self.schedule = self.schedule_of(
@@ -115,18 +125,19 @@ class ReasoningRunner(Driver):
         self.critic: LMCritic | None = built.get("critic")
         self.ref: LMReference | None = built.get("ref")
         self.passes = Passes(config, self.actor, self.rollout, self.ref, self.critic)
-        # asynchronous: the rollout generates ahead while the actor trains (pipeline.py)
-        self.pipeline = Pipeline(self) if config.runner.max_staleness else None
+        # the batches: made when asked (synchronous), or ahead while the actor trains (pipeline.py)
+        batches = Pipeline if config.runner.max_staleness else Lockstep
+        parts = (self.prompts, self.rollout, self.passes, self.components)
+        self.pipeline: ReasoningBatches = batches(config, *parts)
 
     def saved(self) -> dict[str, Any]:
         saved = {"actor": self.actor, "rollout": self.rollout}
         return saved if self.critic is None else {**saved, "critic": self.critic}
 
     def state(self) -> dict[str, Any]:
-        ahead = self.pipeline  # asynchronous: the sampler before the batches in flight, which
-        return {  # a resumed run generates again
-            "sampler": self.sampler.state_dict() if ahead is None else ahead.sampler_state(),
-            "in_flight": 0 if ahead is None else len(ahead.queue),
+        return {  # asynchronous: the sampler before the batches in flight, which a resumed run
+            "sampler": self.pipeline.sampler_state(),  # generates again
+            "in_flight": len(self.pipeline.queue),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             **({} if self.normalize is None else {"score_norm": self.normalize.state_dict()}),
             "version": self.version,
@@ -152,67 +163,46 @@ class ReasoningRunner(Driver):
     # one iteration -----------------------------------------------------------------------------
 
     def iterate(self, iteration: int) -> dict[str, float]:
-        if self.pipeline is not None:  # asynchronous (runner.max_staleness)
-            return self.pipeline.iterate(iteration)
-        cfg, watch = self.config, Stopwatch()
-        with watch("sync"):
-            self.sync()
-        batch, scored, metrics = self._generate(watch)
+        """One iteration, both modes: the batch and the way its stages run are the pipeline's
+        (``Lockstep`` at ``runner.max_staleness`` 0, else ``Pipeline``)."""
+        cfg, watch, batches = self.config, Stopwatch(), self.pipeline
+        if batches.needs_sync():
+            with watch("sync"):
+                self.sync()
+        batch, scored, metrics = batches.next_batch(iteration, self.version, watch, self.score)
         batch = trim_padding(batch)  # no pass pays for columns that are padding in every row
         if "reward_baselines" in self.passes.inputs:  # ReMax
             with watch("generate_baseline"):
-                batch["reward_baselines"] = greedy_baselines(
+                batch[REWARD_BASELINES] = greedy_baselines(
                     batch,
                     cfg.algorithm.group_size,
                     self.whole_shards,
                     self._greedy,
                     self.reward.score,
                 )
-            metrics["reward/greedy_baseline_mean"] = float(batch["reward_baselines"].mean())
-        self.rollout.release_memory()  # generation is done: a collocated sglang engine's
-        self.passes.run(batch, watch)  # old log-probs, the reference's, values
+            metrics["reward/greedy_baseline_mean"] = float(batch[REWARD_BASELINES].mean())
+        batches.run_passes(batch, watch, self.version)  # old log-probs, the reference's, values
         with watch("advantages"):
             metrics.update(reasoning_advantages(cfg.algorithm, self.kl_ctrl, batch, scored))
-        if self.critic is not None:
-            with watch("critic_update"):
-                metrics.update(self.critic.update(batch))
-        if iteration > cfg.critic.critic_warmup:
-            with watch("actor_update"):
-                metrics.update(self.actor.update(batch))
+        trains = iteration > cfg.critic.critic_warmup
+        updates = [] if self.critic is None else [("critic_update", self.critic)]
+        if trains:
+            updates.append(("actor_update", self.actor))
+        metrics.update(batches.update(updates, batch, watch))
+        if trains:
             # the run's summary averages perf/ metrics: this one under that name too
             metrics["perf/update_padding_share"] = metrics["actor/padding_share"]
             self.version += 1
+            batches.updated(self.version)
+        metrics.update(batches.finish(batch, self.version - int(trains)))
         metrics.update(reasoning_metrics.batch_metrics(cfg, batch, scored))
         metrics.update(self.normalized)
         metrics.update(watch.metrics())
         self.generated_tokens += reasoning_metrics.throughput(metrics, watch.seconds, batch)
         return metrics
 
-    def _generate(self, watch: Stopwatch) -> tuple[TensorDict, TensorDict, dict[str, float]]:
-        """One batch of groups, generated and scored (``dynamic_sampling.py``)."""
-        cfg = self.config
-        wanted, size = cfg.data.train_batch_size, cfg.algorithm.group_size
-        pad = self.tokenizer.pad_token_id
-
-        def prompts(generation: int) -> TensorDict:
-            batch = prompt_batch(self.sampler.next(wanted), self.train_set, size, pad)
-            batch["index"] += generation * wanted  # one id per group over all the batches
-            return batch
-
-        def generate_and_score(prompts: TensorDict) -> tuple[TensorDict, TensorDict]:
-            with watch("generate"):
-                responses = self.rollout.generate(
-                    prompts, self.version, log_probs=self.passes.record_log_probs
-                )
-                batch = prompts.update(responses)
-            with watch("reward"):
-                return batch, self.score(batch)
-
-        rule = cfg.algorithm.filter_groups
-        return generate_groups(rule, wanted, size, pad, prompts, generate_and_score)
-
     def score(self, batch: TensorDict) -> TensorDict:
-        """A training batch's rewards (normalised with ``reward.score_normalize``)."""
+        """A training batch's rewards (normalised with ``reward.model.score_normalize``)."""
         scored = self.reward.score(batch)
         if self.normalize is not None:
             self.normalized = self.normalize(scored)

@@ -8,6 +8,24 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcore.algorithms import explained_variance, masked_mean
+from rlcore.columns import (
+    ATTENTION_MASK,
+    CORRECT,
+    JUDGE_UNPARSED,
+    JUDGED,
+    LOSS_MASK,
+    MODEL_SCORES,
+    OVERLONG_PENALTY,
+    REMOTE_FAILURES,
+    RESPONSE_MASK,
+    RETURNS,
+    REWARD_COMPONENTS,
+    SCORES,
+    TIMED_OUT,
+    TRAJECTORIES,
+    UNPARSED,
+    VALUES,
+)
 from rlcore.config.schema import ReasoningConfig
 from rlcore.log import say
 
@@ -15,61 +33,59 @@ from rlcore.log import say
 def accuracy(name: str, scored: TensorDict) -> dict[str, float]:
     """``{name: share of correct responses}`` over those the scorer gave a verdict on; empty
     when it gave none (a custom reward that returns bare numbers)."""
-    judged = scored["judged"]
+    judged = scored[JUDGED]
     if not judged.any():
         return {}
-    return {name: float(scored["correct"][judged].float().mean())}
+    return {name: float(scored[CORRECT][judged].float().mean())}
 
 
 def batch_metrics(config: ReasoningConfig, batch: TensorDict, scored: TensorDict) -> dict:
     """The rewards, responses, padding and values of one training batch."""
-    lengths = batch["response_mask"].sum(-1).float()  # every response token, tools' included
-    mask = batch["loss_mask"].bool()  # the model's own tokens
+    lengths = batch[RESPONSE_MASK].sum(-1).float()  # every response token, tools' included
+    mask = batch[LOSS_MASK].bool()  # the model's own tokens
     metrics = {
-        "reward/mean": float(scored["scores"].mean()),
+        "reward/mean": float(scored[SCORES].mean()),
         **accuracy("reward/accuracy", scored),
-        "reward/unparsed": float(scored["unparsed"].float().mean()),
-        "reward/timeouts": int(scored["timed_out"].sum()),
-        # kind model: the reward model's mean score (before reward.combine)
+        "reward/unparsed": float(scored[UNPARSED].float().mean()),
+        "reward/timeouts": int(scored[TIMED_OUT].sum()),
+        # kind model: the reward model's mean score (before reward.model.combine)
         **(
-            {"reward/model_score": float(scored["model_scores"].nanmean())}
-            if "model_scores" in scored
+            {"reward/model_score": float(scored[MODEL_SCORES].nanmean())}
+            if MODEL_SCORES in scored
             else {}
         ),
         # kind judge: answers of the judge that gave no score (scored 0)
         **(
-            {"reward/judge_unparsed": int(scored["judge_unparsed"].sum())}
-            if "judge_unparsed" in scored
+            {"reward/judge_unparsed": int(scored[JUDGE_UNPARSED].sum())}
+            if JUDGE_UNPARSED in scored
             else {}
         ),
-        # kind remote: responses whose requests failed, scored 0 (reward.on_error=zero)
+        # kind remote: responses whose requests failed, scored 0 (reward.remote.on_error=zero)
         **(
-            {"reward/remote_failures": int(scored["remote_failures"].sum())}
-            if "remote_failures" in scored
+            {"reward/remote_failures": int(scored[REMOTE_FAILURES].sum())}
+            if REMOTE_FAILURES in scored
             else {}
         ),
         "response/length_mean": float(lengths.mean()),
         "response/clip_ratio": float((lengths == config.data.max_response_length).float().mean()),
         # the share of the passes' token positions that are padding (left of the prompts,
         # right of the responses up to the batch's longest)
-        "perf/padding_share": 1.0 - float(batch["attention_mask"].float().mean()),
+        "perf/padding_share": 1.0 - float(batch[ATTENTION_MASK].float().mean()),
     }
-    if "overlong_penalty" in scored:
-        penalty = scored["overlong_penalty"]
+    if OVERLONG_PENALTY in scored:
+        penalty = scored[OVERLONG_PENALTY]
         metrics["reward/overlong_penalty_mean"] = float(penalty.mean())
         metrics["reward/overlong"] = float((penalty < 0).float().mean())
-    if "reward_components" in scored:
-        means = scored["reward_components"].mean(0).tolist()
+    if REWARD_COMPONENTS in scored:
+        means = scored[REWARD_COMPONENTS].mean(0).tolist()
         for key, mean in zip(config.algorithm.gdpo_reward_keys, means, strict=True):
             metrics[f"reward/component/{key}_mean"] = mean
-    if "trajectories" in batch:
-        metrics.update(trajectory_metrics(batch["trajectories"].tolist()))
-    if "values" in batch:
-        values = batch["values"]
+    if TRAJECTORIES in batch:
+        metrics.update(trajectory_metrics(batch[TRAJECTORIES].tolist()))
+    if VALUES in batch:
+        values = batch[VALUES]
         metrics["critic/value_mean"] = float(masked_mean(values, mask))
-        metrics["critic/vf_explained_var"] = float(
-            explained_variance(values, batch["returns"], mask)
-        )
+        metrics["critic/vf_explained_var"] = float(explained_variance(values, batch[RETURNS], mask))
     return metrics
 
 
@@ -107,13 +123,17 @@ def trajectory_metrics(trajectories: list[dict[str, Any]]) -> dict[str, float]:
 def throughput(metrics: dict, seconds: dict[str, float], batch: TensorDict) -> int:
     """Tokens per second of the iteration (``perf/tokens_per_s``: its prompt and response
     tokens over its stages' ``seconds``) and of generation (``perf/generated_tokens_per_s``,
-    from ``sampling/generated_tokens``, which leaves ``metrics``); the tokens generated."""
+    from ``sampling/generated_tokens``, which leaves ``metrics``, over the ``generate`` stage;
+    an asynchronous iteration has none, its rollout generating beside the other stages: over
+    the whole iteration); the tokens generated."""
     total = sum(seconds.values())
-    metrics["perf/tokens_per_s"] = float(batch["attention_mask"].sum()) / max(total, 1e-9)
+    metrics["perf/tokens_per_s"] = float(batch[ATTENTION_MASK].sum()) / max(total, 1e-9)
     generated = metrics.pop("sampling/generated_tokens")
-    metrics["perf/generated_tokens_per_s"] = generated / max(seconds["generate"], 1e-9)
-    if "tools/seconds" in metrics:  # the share of the generation stage spent in tool calls
-        metrics["tools/time_share"] = metrics["tools/seconds"] / max(seconds["generate"], 1e-9)
+    generating = seconds.get("generate")
+    over = total if generating is None else generating
+    metrics["perf/generated_tokens_per_s"] = generated / max(over, 1e-9)
+    if "tools/seconds" in metrics and generating is not None:  # generation's share in tools
+        metrics["tools/time_share"] = metrics["tools/seconds"] / max(generating, 1e-9)
     return int(generated)
 
 
@@ -153,8 +173,8 @@ def summary(runner: Any, wall_s: float, means: dict[str, float]) -> dict[str, An
         # resumed with runner.resume_changed_data on files that differ from the checkpoint's
         **({"resumed_on_changed_data": runner.changed_data} if runner.changed_data else {}),
         **(
-            {}
-            if runner.pipeline is None
-            else {"async": runner.pipeline.summary(runner.regenerated)}
+            {"async": runner.pipeline.summary(runner.regenerated)}
+            if runner.pipeline is not None and runner.pipeline.bound  # asynchronous
+            else {}
         ),
     }

@@ -205,7 +205,7 @@ class Supervisor:
             stop = _cluster_left_cannot_host(self.plan)
         if stop is not None:
             raise RunLost(self._story(stop, loss, done, _way_on(run_dir))) from error
-        checkpoint = newest_complete(run_dir, warn)
+        checkpoint = newest_complete(run_dir)
         resumed = 0 if checkpoint is None else int(checkpoint.name.removeprefix("iter_"))
         self.restarts.append(Restart(loss, done, resumed))
         where = "the start" if checkpoint is None else f"checkpoint {checkpoint.name}"
@@ -239,7 +239,7 @@ class Supervisor:
 def _way_on(run_dir: Path) -> str:
     """What to do after the run stopped on a loss: resume from its newest complete checkpoint
     (named), or run it again when it has none."""
-    checkpoint = newest_complete(run_dir, warn)
+    checkpoint = newest_complete(run_dir)
     if checkpoint is None:
         return "no checkpoint was written yet: run it again (runner.max_restarts restarts it)"
     return (

@@ -24,6 +24,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import (
+    CORRECT,
+    JUDGE_OUTPUTS,
+    JUDGED,
+    RESPONSE_MASK,
+    RESPONSES,
+    SCORES,
+    TRAJECTORIES,
+)
 from rlcore.runners.files import write_replacing
 
 
@@ -38,10 +47,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def sample_metrics(scored: TensorDict, n: int) -> dict[str, float]:
     """The metrics above from ``scored`` rows of n samples per prompt, prompt by prompt."""
-    metrics = {f"val/reward_mean@{n}": float(scored["scores"].float().mean())}
-    if not bool(scored["judged"].all()):
+    metrics = {f"val/reward_mean@{n}": float(scored[SCORES].float().mean())}
+    if not bool(scored[JUDGED].all()):
         return metrics
-    right = scored["correct"].reshape(-1, n).sum(-1).tolist()
+    right = scored[CORRECT].reshape(-1, n).sum(-1).tolist()
     metrics[f"val/mean@{n}"] = sum(c / n for c in right) / len(right)
     for k in sorted({1, n}):
         metrics[f"val/pass@{k}"] = sum(pass_at_k(n, c, k) for c in right) / len(right)
@@ -49,17 +58,17 @@ def sample_metrics(scored: TensorDict, n: int) -> dict[str, float]:
 
 
 def _generation(tokenizer: Any, row: TensorDict) -> dict[str, Any]:
-    response = row["responses"][row["response_mask"].bool()]
-    verdict = bool(row["correct"]) if bool(row["judged"]) else None
+    response = row[RESPONSES][row[RESPONSE_MASK].bool()]
+    verdict = bool(row[CORRECT]) if bool(row[JUDGED]) else None
     generation = {
         "response": tokenizer.decode(response, skip_special_tokens=True),
-        "score": float(row["scores"]),
+        "score": float(row[SCORES]),
         "correct": verdict,
     }
-    if "judge_outputs" in row:  # reward.kind judge: what the judge answered
-        generation["judge"] = row["judge_outputs"]
-    if "trajectories" in row:  # multi-turn: the turns and tool answers, and how it stopped
-        trajectory = row["trajectories"]
+    if JUDGE_OUTPUTS in row:  # reward.kind judge: what the judge answered
+        generation["judge"] = row[JUDGE_OUTPUTS]
+    if TRAJECTORIES in row:  # multi-turn: the turns and tool answers, and how it stopped
+        trajectory = row[TRAJECTORIES]
         generation["messages"], generation["stop"] = trajectory["messages"], trajectory["stop"]
     return generation
 
@@ -117,7 +126,7 @@ def validate(
     answered = prompts.update(greedy(prompts))
     answered = answered.update(score(answered))[: len(rows)]
     metrics = {
-        "val/reward_mean": float(answered["scores"].mean()),
+        "val/reward_mean": float(answered[SCORES].mean()),
         **accuracy("val/accuracy", answered),
     }
     n, samples = run.val_n, None

@@ -291,19 +291,15 @@ class OnRay(_Deployment):
         """Stop the processes, giving them ``wait_s`` to close their components; with
         ``keep_warm`` (a run that ended cleanly), keep them for the next run of the same plan
         when processes are kept warm (``warm.py``)."""
-        if keep_warm and warm.enabled() and self.scheduler.release_components(wait_s):
-            warm.give(self._key, self.scheduler)
-            return
-        self.scheduler.shutdown(wait_s)
+        if not (keep_warm and warm.keep(self._key, self.scheduler, wait_s)):
+            self.scheduler.shutdown(wait_s)
 
     def close_after_loss(self, wait_s: float) -> None:
         """Stop the processes after a loss; when processes are kept warm, keep those that
         close their components within ``wait_s`` for the next attempt to adopt
         (``Scheduler.keep_survivors``)."""
-        if warm.enabled() and self.scheduler.keep_survivors(wait_s):
-            warm.give(None, self.scheduler)
-            return
-        self.scheduler.shutdown(wait_s)
+        if not warm.keep_survivors(self.scheduler, wait_s):
+            self.scheduler.shutdown(wait_s)
 
 
 def _local_peers(spec: ComponentSpec, built: dict[str, Any]) -> tuple[tuple, dict]:

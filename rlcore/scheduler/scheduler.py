@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import shutil
 import signal
 import tempfile
 import threading
-import time
 from typing import Any
 
 import ray
@@ -30,26 +28,13 @@ from rlcore.config.schema import RLCoreConfig
 from rlcore.placement import PlacementPlan, Process, plan_for_config
 from rlcore.scheduler import warm
 from rlcore.scheduler.deadlines import Deadlines
-from rlcore.scheduler.errors import WorkerLost
-from rlcore.scheduler.last_words import LAST_WORDS_ENV, account
+from rlcore.scheduler.kept import Dead, KeptProcesses
+from rlcore.scheduler.last_words import LAST_WORDS_ENV
 from rlcore.scheduler.network import transport_env
-from rlcore.scheduler.ray_cluster import (
-    NodeSlots,
-    SchedulerError,
-    alive_nodes,
-    connect,
-    disconnect,
-    lost_node,
-    release,
-    reserve,
-)
+from rlcore.scheduler.ray_cluster import SchedulerError, connect, reserve
 from rlcore.scheduler.weight_sync import SyncReport, WeightSync
 from rlcore.scheduler.worker import ProcessIdentity, WorkerProcess
-from rlcore.scheduler.worker_group import WorkerGroup, death_cause
-
-# Once a process is known lost, how long the others get to be seen lost too (Ray reports a
-# death at once); the rest are busy, in a call that waits on the lost one, and alive.
-LOST_TOO_S = 0.5
+from rlcore.scheduler.worker_group import WorkerGroup
 
 _RemoteProcess = ray.remote(WorkerProcess)
 
@@ -97,13 +82,14 @@ class Scheduler:
         self.collective_timeout_s = collective_timeout_s
         self.deadlines: dict[str, Deadlines] = {}  # per component, kept across its groups
         self.worker_timeout_s = worker_timeout_s
-        self.info: dict[tuple[str, int], dict[str, Any]] = {}  # (component, rank) -> describe()
-        self._handles: dict[tuple[str, int], Any] = {}  # (component, rank) -> process
-        self._slots: list[NodeSlots] = []
+        self.kept = KeptProcesses()  # its slots and processes (kept.py)
         self._weights: WeightSync | None = None
-        self._owns_ray = False
         self._previous_sigterm: Any = None
-        self._last_words: str | None = None
+
+    @property
+    def info(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """(component, rank) -> what its process says of itself (``WorkerProcess.describe``)."""
+        return self.kept.info
 
     @classmethod
     def from_config(cls, config: RLCoreConfig, **options: Any) -> Scheduler:
@@ -128,49 +114,49 @@ class Scheduler:
     def stop(self, keep_warm: bool = False) -> None:
         """``shutdown``; with ``keep_warm`` (a clean end) in a program that keeps processes
         warm, keep them for the next scheduler instead (``warm.py``)."""
-        if keep_warm and warm.enabled() and self.release_components():
-            warm.give(None, self)
-            return
-        self.shutdown()
+        if not (keep_warm and warm.keep(None, self)):
+            self.shutdown()
 
     # start-up ----------------------------------------------------------------------------------
 
     def can_host(self, plan: PlacementPlan, address: str | None) -> bool:
-        """Whether this started scheduler's slots can hold ``plan`` (on Ray at ``address``): the
-        same Ray, device kind and nodes, every node still alive (a lost node's slots and
-        processes are gone with it), and at least as many slots on each node."""
-        mine = self.plan
-        return (
-            (self.address, mine.device, len(self._slots)) == (address, plan.device, plan.num_nodes)
-            and all(slot.group.bundle_count >= plan.devices_per_node for slot in self._slots)
-            and {slot.node_id for slot in self._slots} <= alive_nodes()
-        )
+        """Whether this started scheduler can host ``plan`` on Ray at ``address``: the same Ray
+        and device kind, on slots that can hold it (``KeptProcesses.can_hold``)."""
+        same = (self.address, self.plan.device) == (address, plan.device)
+        return same and self.kept.can_hold(plan)
+
+    def hand_on(self) -> KeptProcesses:
+        """What this scheduler holds, for another to start on (``warm.py``); after, it holds
+        nothing and leaves SIGTERM to whoever had it before."""
+        self._restore_sigterm()
+        kept, self.kept = self.kept, KeptProcesses()
+        return kept
 
     def start(self) -> None:
         # Processes a finished run kept warm (warm.py) are adopted when they stand on the slots
         # this plan asks for, and stopped otherwise (they hold slots).
         kept = warm.adopt(lambda kept: kept.can_host(self.plan, self.address))
         if kept is not None:
-            kept._restore_sigterm()
+            self.kept = kept.hand_on()
         self._catch_sigterm()
         processes, handles = self.plan.processes(), []
         try:
             if kept is None:
                 # Where a worker's watchdog writes its last words (last_words.py), on this node.
-                self._last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
-                self._owns_ray = connect(self.plan, self.address)
-                self._slots = reserve(self.plan, self.timeout_s, self.tag)
+                self.kept.last_words = tempfile.mkdtemp(prefix="rlcore-last-words-")
+                self.kept.owns_ray = connect(self.plan, self.address)
+                self.kept.slots = reserve(self.plan, self.timeout_s, self.tag)
                 handles = [self._spawn(p) for p in processes]
             else:
-                handles = self._adopt(kept, processes)
+                handles = self._adopt(kept.plan, processes)
             infos = ray.get([h.describe.remote() for h in handles], timeout=self.timeout_s)
             for process, handle, info in zip(processes, handles, infos, strict=True):
                 self._check_where(process, info)
                 # The address the Ray node runs on (reachable by the other nodes): the
                 # rendezvous address of any group whose rank 0 is here.
-                info["ip"] = self._slots[process.node].ip
+                info["ip"] = self.kept.slots[process.node].ip
                 for name in process.components:
-                    self._handles[(name, process.rank)] = handle
+                    self.kept.handles[(name, process.rank)] = handle
                     self.info[(name, process.rank)] = info
             if self.init_distributed:
                 self._init_groups()
@@ -186,39 +172,15 @@ class Scheduler:
         except BaseException as error:
             lost = None
             with contextlib.suppress(Exception):  # (the error to tell is the one raised)
-                lost = self._lost_while_starting(error, processes, handles)
+                lost = self.kept.lost_while_starting(error, processes, handles)
             self.shutdown()
             if lost is not None:
                 raise lost from error
             raise
 
-    def _lost_while_starting(
-        self, error: BaseException, processes: list[Process], handles: list[Any]
-    ) -> WorkerLost | None:
-        """The process that died while this scheduler started (killed, its node lost), as the
-        ``WorkerLost`` a run's supervisor restarts after; None when ``error`` is no death."""
-        if not isinstance(error, ray.exceptions.RayError) or not handles:
-            return None
-        pings = {h.describe.remote(): p for p, h in zip(processes, handles, strict=False)}
-        done, _ = ray.wait(list(pings), num_returns=len(pings), timeout=LOST_TOO_S)
-        alive = alive_nodes()
-        for ref in done:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError as death:
-                process = pings[ref]
-                slot = self._slots[process.node] if process.node < len(self._slots) else None
-                if slot is not None and slot.node_id not in alive:
-                    cause = lost_node(slot.ip, slot.node_id)
-                else:
-                    cause = f"the process died while starting: {death_cause(death)}"
-                named = "+".join(process.components)
-                return WorkerLost(named, process.rank, process.node, cause)
-        return None
-
     def _spawn(self, process: Process) -> Any:
         plan = self.plan
-        slot = self._slots[process.node]
+        slot = self.kept.slots[process.node]
         return _RemoteProcess.options(
             num_gpus=process.fraction if plan.device == "cuda" else 0,
             num_cpus=process.fraction if plan.device == "cpu" else 0,
@@ -229,33 +191,11 @@ class Scheduler:
             f"{process.rank}",
         ).remote(self._identity(process))
 
-    def _adopt(self, kept: Scheduler, processes: list[Process]) -> list[Any]:
-        """Take over ``kept``'s slots and, for each process of this plan, a kept process that
-        stands on its node and devices with at most its share of them (the largest such: the
-        slot still holds every process of the plan), given its new identity (its groups are set
-        up afresh); stop the others, and start the processes still missing."""
-        self._slots, self._last_words, self._owns_ray = (
-            kept._slots,
-            kept._last_words,
-            kept._owns_ray,
-        )
-        free: dict[tuple, list[tuple[float, Any]]] = {}
-        for process in kept.plan.processes():
-            handle = kept._handles.get((process.components[0], process.rank))
-            if handle is not None:
-                where = (process.node, tuple(process.devices))
-                free.setdefault(where, []).append((process.fraction, handle))
-        kept._handles.clear()
-        kept._slots, kept._last_words, kept._owns_ray = [], None, False
-        handles: list[Any] = []
-        for process in processes:
-            here = free.get((process.node, tuple(process.devices)), [])
-            fits = [entry for entry in here if entry[0] <= process.fraction]
-            best = max(fits, key=lambda entry: entry[0], default=None)
-            if best is not None:
-                here.remove(best)
-            handles.append(None if best is None else best[1])
-        _stop([handle for left in free.values() for _, handle in left], {}, wait_s=10.0)
+    def _adopt(self, kept_plan: PlacementPlan, processes: list[Process]) -> list[Any]:
+        """The processes of this plan: for each, a kept process of ``kept_plan`` that stands on
+        its slot (``KeptProcesses.adopt``) given its new identity (its groups are set up
+        afresh), or one started where none does."""
+        handles = self.kept.adopt(kept_plan, processes)
         assigning = [
             handle.assign.remote(self._identity(process))
             for process, handle in zip(processes, handles, strict=True)
@@ -270,38 +210,16 @@ class Scheduler:
 
     def _identity(self, process: Process) -> ProcessIdentity:
         """Who ``process``'s ``WorkerProcess`` is (what it is built or ``assign``ed with)."""
-        plan = self.plan
-        first = process.components[0]
-        world = plan.world_size(first)
-        same_node = [r.rank for r in plan.components[first] if r.node == process.node]
         env = {
-            "RANK": str(process.rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(same_node.index(process.rank)),
-            "LOCAL_WORLD_SIZE": str(len(same_node)),
-            "NODE_RANK": str(process.node),
             # gloo's and NCCL's sockets: loopback in a local run (network.py)
             **transport_env(self.network_interface, local=self.address is None),
-            LAST_WORDS_ENV: self._last_words or "",
+            LAST_WORDS_ENV: self.kept.last_words or "",
         }
-        if plan.device == "cuda" and len(process.devices) > 1:
-            # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in process.devices)
-        return ProcessIdentity(
-            process.components,
-            process.rank,
-            world,
-            int(env["LOCAL_RANK"]),
-            process.node,
-            process.devices,
-            plan.device,
-            env,
-            self.torch_threads,
-        )
+        return _identity(self.plan, process, env, self.torch_threads)
 
     def _check_where(self, process: Process, info: dict[str, Any]) -> None:
         """Refuse to go on if Ray put a process anywhere but where the plan says."""
-        slot = self._slots[process.node]
+        slot = self.kept.slots[process.node]
         where = f"{'+'.join(process.components)} rank {process.rank}"
         if info["node_id"] != slot.node_id:
             raise SchedulerError(f"cluster: Ray started {where} on a node the plan did not pick")
@@ -315,7 +233,7 @@ class Scheduler:
         calls = []
         for group in self.plan.fused:
             ranks = self.plan.components[group[0]]
-            handles = [self._handles[(group[0], r.rank)] for r in ranks]
+            handles = [self.kept.handles[(group[0], r.rank)] for r in ranks]
             addr, port = ray.get(handles[0].listen.remote(self.info[(group[0], 0)]["ip"]))
             calls += [
                 h.init_distributed.remote(
@@ -333,7 +251,7 @@ class Scheduler:
             placed = ", ".join(self.plan.components)
             raise KeyError(f"component '{component}' is not in the plan (placed: {placed})")
         ranks = self.plan.components[component]
-        handles = [self._handles[(component, r.rank)] for r in ranks]
+        handles = [self.kept.handles[(component, r.rank)] for r in ranks]
         deadlines = self.deadlines.setdefault(component, Deadlines(self.worker_timeout_s))
         return WorkerGroup(component, handles, ranks, self.plan.group_name(component), deadlines)
 
@@ -370,134 +288,40 @@ class Scheduler:
         chosen, _, finish = self._weights.start(src, dst, method)
         return chosen, finish
 
-    def dead_processes(self, wait_s: float = 5.0) -> list[tuple[tuple[str, ...], int, int, str]]:
-        """``(components, rank, node, cause)`` of each process that is gone, or stopped (on
-        this machine: its state says so); ``cause`` says which, and why it died. A process busy
-        in a long call (or stuck in a collective) does not answer within ``wait_s`` and counts
-        as alive."""
-
-        where = {id(h): (name, rank) for (name, rank), h in self._handles.items()}
-        here = ray.get_runtime_context().get_node_id()
-        # a stopped process answers nothing: seen in its state, not waited for
-        halted = self._stopped_here()
-        pings = {h.describe.remote(): h for h in self._processes() if id(h) not in halted}
-        gone: list[tuple[Any, str]] = []
-        pending, deadline = list(pings), time.monotonic() + wait_s
-        while pending:
-            if halted or gone:  # one is lost: the others get a moment to say they are too
-                deadline = min(deadline, time.monotonic() + LOST_TOO_S)
-            answered, pending = ray.wait(
-                pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic())
-            )
-            if not answered:
-                break  # the rest are busy (in a long call, a collective): alive
-            for ref in answered:
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError as error:
-                    info = self.info[where[id(pings[ref])]]
-                    if info["node_id"] not in alive_nodes():
-                        gone.append((pings[ref], lost_node(info["ip"], info["node_id"])))
-                        continue
-                    words = account(self._last_words, info["pid"], info["node_id"] == here)
-                    gone.append((pings[ref], f"the process died: {words or death_cause(error)}"))
-        for handle in halted.values():
-            pid = self.info[where[id(handle)]]["pid"]
-            gone.append((handle, f"the process is stopped (pid {pid}: SIGSTOP, a debugger)"))
-        dead = []
-        for handle, cause in gone:
-            name, rank = where[id(handle)]
-            process = next(
-                p for p in self.plan.processes() if p.rank == rank and name in p.components
-            )
-            dead.append((process.components, rank, process.node, cause))
-        return dead
-
-    def _stopped_here(self) -> dict[int, Any]:
-        """The processes on this machine that are stopped (their state says so), by handle id."""
-        from rlcore.scheduler.processes import stopped
-
-        here = ray.get_runtime_context().get_node_id()
-        where = {id(h): key for key, h in self._handles.items()}
-        return {
-            id(h): h
-            for h in self._processes()
-            if self.info[where[id(h)]]["node_id"] == here
-            and stopped(self.info[where[id(h)]]["pid"])
-        }
-
-    def _processes(self) -> list[Any]:
-        """One handle per process (fused components share theirs)."""
-        return list({id(h): h for h in self._handles.values()}.values())
+    def dead_processes(self, wait_s: float = 5.0) -> list[Dead]:
+        """``(components, rank, node, cause)`` of each process that is gone, or stopped; a
+        process busy in a long call counts as alive (``KeptProcesses.dead``)."""
+        return self.kept.dead(self.plan, wait_s)
 
     def is_alive(self) -> bool:
         """Whether every process of this started scheduler still answers (none lost)."""
-        if not self._handles or not ray.is_initialized():
-            return False
-        try:
-            return not self.dead_processes()
-        except Exception:  # (handles of another Ray session)
-            return False
+        return self.kept.all_answer(self.plan)
 
     def release_components(self, wait_s: float = 10.0) -> bool:
         """Close every component, keeping the processes, their groups and slots for another
         run (``warm.py``); False (and everything stopped) if a process does not close in
         ``wait_s``."""
-        handles = self._processes()
-        try:
-            ray.get([h.release.remote() for h in handles], timeout=wait_s)
-        except Exception:
-            self.shutdown(wait_s)
-            return False
-        return True
+        if self.kept.release_components(wait_s):
+            return True
+        self.shutdown(wait_s)
+        return False
 
     # shutdown ----------------------------------------------------------------------------------
 
     def keep_survivors(self, wait_s: float) -> bool:
-        """After a loss: stop the processes lost (dead, stopped, or not closing their
-        components within ``wait_s``: busy in a call that waits on a lost peer) and keep the
-        others, their components closed, for the next attempt to adopt (``warm.py``); False,
-        and every process stopped, when none is left."""
-        lost = {
-            id(self._handles[(components[0], rank)])
-            for components, rank, _, _ in self.dead_processes(wait_s)
-        }
-        alive = [h for h in self._processes() if id(h) not in lost]
-        releasing = {h.release.remote(): h for h in alive}
-        done, _ = ray.wait(list(releasing), num_returns=len(releasing), timeout=wait_s)
-        closed = set()
-        for ref in done:
-            with contextlib.suppress(Exception):
-                ray.get(ref)
-                closed.add(id(releasing[ref]))
-        _kill([h for h in self._processes() if id(h) not in closed])
-        self._handles = {key: h for key, h in self._handles.items() if id(h) in closed}
-        if not self._handles:
-            self.shutdown(wait_s)
-            return False
-        return True
+        """After a loss: stop the processes lost and keep the others, their components closed,
+        for the next attempt to adopt (``KeptProcesses.keep_survivors``); False, and every
+        process stopped, when none is left."""
+        if self.kept.keep_survivors(self.plan, wait_s):
+            return True
+        self.shutdown(wait_s)
+        return False
 
     def shutdown(self, wait_s: float = 10.0) -> None:
         """Stop every process this scheduler started, giving them ``wait_s`` to close their
         components first; safe to call more than once."""
-        handles = self._processes()
-        if handles and ray.is_initialized():
-            # (nor a stopped one, which would answer nothing, make the others wait)
-            halted: dict[int, Any] = {}
-            with contextlib.suppress(Exception):
-                halted = self._stopped_here()
-            _stop(handles, halted, wait_s)
-        self._handles.clear()
-        if ray.is_initialized():
-            release(self._slots)
-        self._slots = []
-        if self._owns_ray and ray.is_initialized():
-            disconnect()
-        self._owns_ray = False
+        self.kept.stop(wait_s)
         self._restore_sigterm()
-        if self._last_words is not None:
-            shutil.rmtree(self._last_words, ignore_errors=True)
-            self._last_words = None
 
     def _catch_sigterm(self) -> None:
         # SIGTERM and SIGHUP would end Python without running `finally`; make them unwind like
@@ -514,21 +338,35 @@ class Scheduler:
             self._previous_sigterm = None
 
 
-def _stop(handles: list[Any], halted: dict[int, Any], wait_s: float) -> None:
-    """Give ``handles``' processes ``wait_s`` to close (those in ``halted``, stopped, are not
-    asked), then end them. A dead or hung process does not stop the clean-up of the others."""
-    if not handles or not ray.is_initialized():
-        return
-    with contextlib.suppress(Exception):
-        closing = [h.close.remote() for h in handles if id(h) not in halted]
-        ray.wait(closing, num_returns=len(closing), timeout=wait_s)
-    _kill(handles)
-
-
-def _kill(handles: list[Any]) -> None:
-    for h in handles:
-        with contextlib.suppress(Exception):
-            ray.kill(h)
+def _identity(
+    plan: PlacementPlan, process: Process, env: dict[str, str], torch_threads: int | None
+) -> ProcessIdentity:
+    """``process``'s identity in ``plan``: its ranks, and its environment (``env`` added)."""
+    first = process.components[0]
+    world = plan.world_size(first)
+    same_node = [r.rank for r in plan.components[first] if r.node == process.node]
+    env = {
+        "RANK": str(process.rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(same_node.index(process.rank)),
+        "LOCAL_WORLD_SIZE": str(len(same_node)),
+        "NODE_RANK": str(process.node),
+        **env,
+    }
+    if plan.device == "cuda" and len(process.devices) > 1:
+        # Ray makes one GPU visible (its bundle's); a multi-GPU process sees all of its own.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in process.devices)
+    return ProcessIdentity(
+        process.components,
+        process.rank,
+        world,
+        int(env["LOCAL_RANK"]),
+        process.node,
+        process.devices,
+        plan.device,
+        env,
+        torch_threads,
+    )
 
 
 def _raise_exit(signum: int, frame: object) -> None:

@@ -93,6 +93,19 @@ def give(key: Any, scheduler: Any) -> bool:
     return True
 
 
+def keep(key: Any, scheduler: Any, wait_s: float = 10.0) -> bool:
+    """Keep a cleanly finished ``scheduler`` for the next run of ``key`` (``give``) if
+    processes are kept warm and its components all close within ``wait_s``
+    (``Scheduler.release_components``: a process that does not makes it stop them all)."""
+    return enabled() and scheduler.release_components(wait_s) and give(key, scheduler)
+
+
+def keep_survivors(scheduler: Any, wait_s: float) -> bool:
+    """Keep the processes of ``scheduler`` that survive a loss for the next attempt to adopt
+    (``Scheduler.keep_survivors``), if processes are kept warm and any survive."""
+    return enabled() and scheduler.keep_survivors(wait_s) and give(None, scheduler)
+
+
 def release() -> None:
     """Stop the kept scheduler."""
     kept = _state["kept"]

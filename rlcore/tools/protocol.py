@@ -5,7 +5,7 @@ and ``parameters: dict`` (a JSON schema of its arguments, ``{"type": "object", .
 OpenAI-style function calling) and a method ``call(self, arguments: dict) -> str``. A call that
 raises returns the error to the model as text and is counted as a tool error.
 
-Entries are ``module:Class`` or ``path/to/file.py:Class`` (the forms of ``reward.custom_fn``);
+Entries are ``module:Class`` or ``path/to/file.py:Class`` (the forms of ``reward.rules.custom_fn``);
 ``calculator`` and ``python`` name the built-ins. An interaction (``rollout.interaction``, verl's
 term) is a class built with no arguments with ``respond(self, messages: list[dict], answer: str)
 -> str | None``: the user's next message after a model turn without a tool call, None to end.

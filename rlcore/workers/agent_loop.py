@@ -27,6 +27,17 @@ from typing import Any
 import torch
 from tensordict import NonTensorStack, TensorDict
 
+from rlcore.columns import (
+    ANSWERS,
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOSS_MASK,
+    POSITION_IDS,
+    RESPONSE_MASK,
+    RESPONSES,
+    ROLLOUT_LOG_PROBS,
+    TRAJECTORIES,
+)
 from rlcore.data.sequences import position_ids
 from rlcore.tools.calls import CallParser
 from rlcore.tools.pool import ToolPool
@@ -119,9 +130,9 @@ class AgentLoop:
         """``prompts`` (left-padded ``input_ids`` / ``attention_mask``, ``answers``) -> the
         batch ``RolloutBackend.generate`` describes, with ``loss_mask`` and ``trajectories``
         (one dict per row: turns, calls, errors, how it stopped, the messages)."""
-        ids, mask = prompts["input_ids"], prompts["attention_mask"]
+        ids, mask = prompts[INPUT_IDS], prompts[ATTENTION_MASK]
         heads = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
-        answers = prompts["answers"].tolist() if "answers" in prompts else [""] * len(heads)
+        answers = prompts[ANSWERS].tolist() if ANSWERS in prompts else [""] * len(heads)
         rows = [_Trajectory() for _ in heads]
         for _ in range(self.max_turns):
             active = [i for i, row in enumerate(rows) if row.stop is None]
@@ -219,19 +230,19 @@ class AgentLoop:
             response_mask[i, :n] = 1
             loss_mask[i, :n] = torch.tensor(row.trained, dtype=torch.long)
             logp[i, :n] = torch.tensor(row.logps)
-        attention = torch.cat([prompts["attention_mask"], response_mask], dim=1)
+        attention = torch.cat([prompts[ATTENTION_MASK], response_mask], dim=1)
         out = {
-            "input_ids": torch.cat([prompts["input_ids"], responses], dim=1),
-            "attention_mask": attention,
-            "position_ids": position_ids(attention),
-            "responses": responses,
-            "response_mask": response_mask,
-            "loss_mask": loss_mask,
+            INPUT_IDS: torch.cat([prompts[INPUT_IDS], responses], dim=1),
+            ATTENTION_MASK: attention,
+            POSITION_IDS: position_ids(attention),
+            RESPONSES: responses,
+            RESPONSE_MASK: response_mask,
+            LOSS_MASK: loss_mask,
         }
         if log_probs:
-            out["rollout_log_probs"] = logp * loss_mask
+            out[ROLLOUT_LOG_PROBS] = logp * loss_mask
         batch = TensorDict(out, batch_size=[size])
-        batch["trajectories"] = NonTensorStack(*[row.summary() for row in rows])
+        batch[TRAJECTORIES] = NonTensorStack(*[row.summary() for row in rows])
         return batch
 
 

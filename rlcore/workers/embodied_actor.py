@@ -5,7 +5,8 @@ data-parallel strategy; what is its own is the loss: with ``loss_type: actor_cri
 and the value head (shared backbone or twin trunks) train in one backward pass,
 ``policy loss + value_coef x value loss - entropy_bonus x entropy``
 (``rlcore.algorithms.ppo_loss``).
-Transitions are one-step "sequences" (``[B, 1]``) for the losses, masked by ``valid``.
+Transitions are one-step "sequences" (``[B, 1]``) for the losses, masked by ``loss_mask``
+(the valid steps).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.algorithms import LOSS_SHARES, get_policy_loss_fn, ppo_loss
+from rlcore.algorithms import LOSS_SHARES, ppo_loss
+from rlcore.algorithms.loss import OPTIONAL_READS
+from rlcore.columns import ACTIONS, LAST_OBS, LAST_VALUE, LOSS_MASK, OBS, OLD_LOG_PROBS, VALUES
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -23,8 +26,8 @@ from rlcore.workers.embodied_rollout import make_policy
 from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
-# What the update reads of a batch, flattened from [N, T] to transitions.
-TRAINED_ON = ("obs", "actions", "log_probs", "values", "advantages", "returns", "valid")
+# What the model reads of a batch; the loss reads its columns (``PPOLossSettings.reads``).
+MODEL_READS = (OBS, ACTIONS)
 
 
 class EmbodiedActor(TrainedComponent):
@@ -51,66 +54,44 @@ class EmbodiedActor(TrainedComponent):
             fsdp=FsdpOptions.of(actor.fsdp),
             max_skipped_steps=config.runner.max_skipped_steps,
         )
-        # the loss with the options it reads (algorithm.policy_loss_options) bound
-        self.policy_loss = get_policy_loss_fn(
-            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
-        )
+        self.loss_settings = config.algorithm.ppo_loss_settings()
 
     @dispatch(Dispatch.SHARD)
     @torch.no_grad()
     def recompute(self, batch: TensorDict) -> TensorDict:
-        """The rollout's ``log_probs``, ``values`` (``[N, T]``) and ``last_value`` (``[N]``) of
+        """The rollout's ``old_log_probs``, ``values`` (``[N, T]``) and ``last_value`` (``[N]``) of
         this rank's rows, recomputed with the actor's weights, ``actor.log_prob_micro_batch_size``
         transitions per forward pass."""
-        rows, steps = batch["actions"].shape[:2]
-        obs, actions = batch["obs"].flatten(0, 1), batch["actions"].flatten(0, 1)
+        rows, steps = batch[ACTIONS].shape[:2]
+        obs, actions = batch[OBS].flatten(0, 1), batch[ACTIONS].flatten(0, 1)
         size = self.config.actor.log_prob_micro_batch_size or rows * steps
         on = self.trainer.device
         pairs = zip(obs.split(size), actions.split(size), strict=True)
         parts = [self.model(o.to(on), a.to(on)) for o, a in pairs]
         log_probs = torch.cat([p[0] for p in parts]).view(rows, steps).cpu()
         values = torch.cat([p[2] for p in parts]).view(rows, steps).cpu()
-        last = torch.cat([self.model.value(o.to(on)) for o in batch["last_obs"].split(size)]).cpu()
+        last = torch.cat([self.model.value(o.to(on)) for o in batch[LAST_OBS].split(size)]).cpu()
         return TensorDict(
-            {"log_probs": log_probs, "values": values, "last_value": last}, batch_size=[rows]
+            {OLD_LOG_PROBS: log_probs, VALUES: values, LAST_VALUE: last}, batch_size=[rows]
         )
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
         """PPO epochs over this rank's rows of ``batch`` (``[N]`` rows of ``[N, T]`` steps, with
         ``advantages`` and ``returns``); the metrics of all ranks."""
-        steps = batch.batch_size[0] * batch["valid"].shape[1]
-        read = TRAINED_ON + (("rollout_is_weights",) if "rollout_is_weights" in batch else ())
+        steps = batch.batch_size[0] * batch[LOSS_MASK].shape[1]
+        read = MODEL_READS + self.loss_settings.reads(value_head=True)
+        read += tuple(k for k in OPTIONAL_READS if k in batch)
         flat = TensorDict({k: batch[k].flatten(0, 1) for k in read}, batch_size=[steps])
-        metrics = self.trainer.fit(flat, self._loss, mask_key="valid")
+        metrics = self.trainer.fit(flat, self._loss, mask_key=LOSS_MASK)
         return {_name(k): v for k, v in metrics.items()}
 
     def _loss(self, module: torch.nn.Module, micro: TensorDict, counts: dict[str, int]):
-        alg = self.config.algorithm
-        col = lambda x: x[:, None]  # noqa: E731  transitions are [B, 1] "sequences" for the losses
-        log_probs, entropy, values = module(micro["obs"], micro["actions"])
+        log_probs, entropy, values = module(micro[OBS], micro[ACTIONS])
+        # transitions are [B, 1] "sequences" for the losses
+        steps = {k: v[:, None] for k, v in micro.items() if k not in MODEL_READS}
         return ppo_loss(
-            col(log_probs),
-            col(micro["log_probs"]),
-            col(micro["advantages"]),
-            col(micro["valid"]),
-            entropy=col(entropy),
-            policy_loss_fn=self.policy_loss,
-            clip_ratio_low=alg.clip_ratio_low,
-            clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c,
-            loss_agg_mode=alg.loss_agg_func,
-            entropy_coef=alg.entropy_bonus,
-            values=col(values),
-            returns=col(micro["returns"]),
-            old_values=col(micro["values"]),
-            value_coef=alg.value_coef,
-            value_clip=alg.value_clip,
-            huber_delta=alg.huber_delta,
-            rollout_is_weights=(
-                col(micro["rollout_is_weights"]) if "rollout_is_weights" in micro else None
-            ),
-            **counts,
+            self.loss_settings, steps, log_probs[:, None], entropy[:, None], values[:, None], counts
         )
 
 

@@ -18,6 +18,18 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import (
+    ACTIONS,
+    LAST_OBS,
+    LAST_VALUE,
+    LOSS_MASK,
+    OBS,
+    OLD_LOG_PROBS,
+    REWARDS,
+    TERMINATED,
+    TRUNCATED,
+    VALUES,
+)
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.models import ActorCritic
@@ -30,7 +42,7 @@ from rlcore.workers.env_worker import Transition
 from rlcore.workers.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
 
-STEP_FIELDS = ("actions", "log_probs", "values", "rewards", "terminated", "truncated", "valid")
+STEP_FIELDS = (ACTIONS, OLD_LOG_PROBS, VALUES, REWARDS, TERMINATED, TRUNCATED, LOSS_MASK)
 
 
 def make_policy(config: EmbodiedConfig, spec: SpaceSpec) -> ActorCritic | UserPolicy | LMPolicy:
@@ -90,7 +102,8 @@ class EmbodiedRollout:
         """``runner.rollout_steps`` steps of this rank's envs with the current policy.
 
         Returns ``[N]`` rows (one per env) of ``[N, T]`` entries: ``obs``, ``actions``,
-        ``log_probs``, ``values``, ``rewards``, ``terminated``, ``truncated``, ``valid``; and
+        ``old_log_probs``, ``values``, ``rewards``, ``terminated``, ``truncated``,
+        ``loss_mask`` (the valid steps); and
         ``[N]`` ones: ``last_obs`` and ``last_value`` (the observation after the last step and its
         V) and the sums of
         the episodes that ended (``episode_return_sum``, ``episode_length_sum``,
@@ -105,19 +118,19 @@ class EmbodiedRollout:
         rows: dict[str, list[torch.Tensor]] = {k: [] for k in STEP_FIELDS}
         for (action, log_prob, value), step in zip(acted, stepped, strict=True):
             for name, item in (
-                ("actions", action),
-                ("log_probs", log_prob),
-                ("values", value),
-                ("rewards", step.rewards),
-                ("terminated", step.terminated),
-                ("truncated", step.truncated),
-                ("valid", step.valid),
+                (ACTIONS, action),
+                (OLD_LOG_PROBS, log_prob),
+                (VALUES, value),
+                (REWARDS, step.rewards),
+                (TERMINATED, step.terminated),
+                (TRUNCATED, step.truncated),
+                (LOSS_MASK, step.valid),
             ):
                 rows[name].append(item)
         batch = {name: torch.stack(items, dim=1) for name, items in rows.items()}  # [N, T, ...]
-        batch["obs"] = obs.transpose(0, 1)
-        batch["last_obs"] = current
-        batch["last_value"] = self.model.value(current.to(self.device))
+        batch[OBS] = obs.transpose(0, 1)
+        batch[LAST_OBS] = current
+        batch[LAST_VALUE] = self.model.value(current.to(self.device))
         batch.update(self.env.finished_episodes())
         # The batch leaves on the CPU: one copy per rollout from a GPU simulator, none otherwise.
         return TensorDict({k: v.cpu() for k, v in batch.items()}, batch_size=[current.shape[0]])

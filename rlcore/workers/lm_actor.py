@@ -20,9 +20,21 @@ from tensordict import TensorDict
 
 from rlcore.algorithms import (
     LOSS_SHARES,
-    get_policy_loss_fn,
     ppo_loss,
     value_loss,
+)
+from rlcore.algorithms.loss import OPTIONAL_READS
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOSS_MASK,
+    OLD_LOG_PROBS,
+    POSITION_IDS,
+    RESPONSE_MASK,
+    RESPONSES,
+    RETURNS,
+    SUM_PI_SQUARED,
+    VALUES,
 )
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.sections import UpdateConfig
@@ -47,27 +59,10 @@ from rlcore.workers.megatron_strategy import MegatronOptions
 from rlcore.workers.strategy import FsdpOptions
 from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
 
-# What an actor / critic update reads of the batch.
-ACTOR_READS = (
-    "input_ids",
-    "attention_mask",
-    "position_ids",
-    "responses",
-    "response_mask",
-    "loss_mask",
-    "old_log_probs",
-    "advantages",
-)
-CRITIC_READS = (
-    "input_ids",
-    "attention_mask",
-    "position_ids",
-    "responses",
-    "response_mask",
-    "loss_mask",
-    "values",
-    "returns",
-)
+# What a forward pass reads of the batch; an actor update adds the loss's columns
+# (``PPOLossSettings.reads``), a critic update the value loss's.
+MODEL_READS = (INPUT_IDS, ATTENTION_MASK, POSITION_IDS, RESPONSES, RESPONSE_MASK)
+CRITIC_READS = (*MODEL_READS, LOSS_MASK, VALUES, RETURNS)
 
 
 def _trainer(
@@ -122,7 +117,7 @@ def _with_budget_length(counts: dict[str, int], micro: TensorDict, config: Reaso
     so the sequence count is scaled by the budget over the width."""
     if config.algorithm.loss_agg_func != "seq-mean-token-sum-norm":
         return counts
-    width = micro["responses"].shape[1]
+    width = micro[RESPONSES].shape[1]
     return {**counts, "num_seqs": counts["num_seqs"] * config.data.max_response_length / width}
 
 
@@ -138,7 +133,7 @@ def _padding_share(
     packed = config.actor.model.use_remove_padding
     one_row = packed and one_row_kernel(module)
     share = padding_share(micro, packed, one_row, share_prompts)
-    return torch.tensor(share, device=micro["responses"].device)
+    return torch.tensor(share, device=micro[RESPONSES].device)
 
 
 def _chunk_size(config: ReasoningConfig) -> int | None:
@@ -164,7 +159,7 @@ def forward_in_parts(
     (``size`` rows each, or by the token ``budget``; each cut of its padding columns), put back
     in the batch's row order as ``[B, R]`` (0 in the columns a micro-batch did not have). Under a
     ``strategy`` with pipeline stages, the micro-batches run through its pipeline."""
-    rows_total, width = batch.batch_size[0], batch["responses"].shape[1]
+    rows_total, width = batch.batch_size[0], batch[RESPONSES].shape[1]
     if budget is not None:
         plan = token_budget_split(batch, budget)
     else:
@@ -189,24 +184,22 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     """``log_probs`` ``[B, R]`` of the responses under ``owner``'s model (the actor's or the
     reference's) at the rollout's temperature, in forward-only micro-batches; with
     ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
-    batch = batch.select(*ACTOR_READS[:5]).to(owner.device)
+    batch = batch.select(*MODEL_READS).to(owner.device)
 
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
         logits = response_logits(
             model,
             micro,
-            micro["responses"].shape[1],
+            micro[RESPONSES].shape[1],
             owner.config.actor.model.use_remove_padding,
             owner.config.actor.model.share_group_prompts,
         )
         temperature, part = owner.temperature, {}
         if sum_pi_squared:  # scaled once, for both (the whole softmax is taken anyway)
             logits, temperature = logits / temperature, 1.0
-            part["sum_pi_squared"] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
+            part[SUM_PI_SQUARED] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
         chunk = _chunk_size(owner.config)
-        logp, _ = log_probs_and_entropy(
-            logits, micro["responses"], temperature, chunk, entropy=False
-        )
+        logp, _ = log_probs_and_entropy(logits, micro[RESPONSES], temperature, chunk, entropy=False)
         return {"log_probs": logp.cpu(), **part}
 
     config = owner.config
@@ -256,21 +249,18 @@ class LMActor(TrainedComponent):
         )
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
-        # the loss with the options it reads (algorithm.policy_loss_options) bound
-        self.policy_loss = get_policy_loss_fn(
-            config.algorithm.policy_loss, vars(config.algorithm.policy_loss_options)
-        )
+        self.loss_settings = config.algorithm.ppo_loss_settings()
         self.temperature = config.rollout.temperature
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
-        width = batch["responses"].shape[1]
+        width = batch[RESPONSES].shape[1]
         logits = response_logits(
             module, batch, width, self.config.actor.model.use_remove_padding, self.share_prompts
         )
         actor = self.config.actor
         return log_probs_and_entropy(
             logits,
-            batch["responses"],
+            batch[RESPONSES],
             self.temperature,
             _chunk_size(self.config),
             checkpoint=actor.entropy_checkpointing,
@@ -302,36 +292,19 @@ class LMActor(TrainedComponent):
         vocabulary of the squared token probabilities at each response position, ``[B, R]``
         (what the optimal token baselines read), from the same forward pass."""
         out = _forward_log_probs(self, batch, sum_pi_squared=True)
-        return out.rename_key_("log_probs", "old_log_probs")
+        return out.rename_key_("log_probs", OLD_LOG_PROBS)
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        reads = ACTOR_READS + (("ref_log_probs",) if self.config.algorithm.kl_loss_on else ())
-        reads += ("rollout_is_weights",) if "rollout_is_weights" in batch else ()
-        metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key="loss_mask")
+        reads = MODEL_READS + self.loss_settings.reads(value_head=False)
+        reads += tuple(k for k in OPTIONAL_READS if k in batch)
+        metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key=LOSS_MASK)
         return {f"actor/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
-        alg = self.config.algorithm
         log_probs, entropy = self._log_probs_entropy(module, micro)
-        loss, metrics = ppo_loss(
-            log_probs,
-            micro["old_log_probs"],
-            micro["advantages"],
-            micro["loss_mask"],
-            entropy=entropy,
-            policy_loss_fn=self.policy_loss,
-            clip_ratio_low=alg.clip_ratio_low,
-            clip_ratio_high=alg.clip_ratio_high,
-            clip_ratio_c=alg.clip_ratio_c,
-            loss_agg_mode=alg.loss_agg_func,
-            entropy_coef=alg.entropy_bonus,
-            ref_log_prob=micro["ref_log_probs"] if alg.kl_loss_on else None,
-            kl_loss_type=alg.kl_loss_type,
-            kl_coef=alg.kl_loss_coef,
-            rollout_is_weights=micro.get("rollout_is_weights"),
-            **_with_budget_length(counts, micro, self.config),
-        )
+        counts = _with_budget_length(counts, micro, self.config)
+        loss, metrics = ppo_loss(self.loss_settings, micro, log_probs, entropy, counts=counts)
         share = _padding_share(module, micro, self.config, self.share_prompts)
         return loss, {**metrics, "padding_share": share}
 
@@ -368,28 +341,28 @@ class LMCritic(TrainedComponent):
     @torch.no_grad()
     def compute_values(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` values of the response tokens (0 past each response's end)."""
-        batch = batch.select(*CRITIC_READS[:5]).to(self.device)
+        batch = batch.select(*MODEL_READS).to(self.device)
 
         def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
-            values = self._values(model, micro) * micro["response_mask"]
-            return {"values": values.cpu()}
+            values = self._values(model, micro) * micro[RESPONSE_MASK]
+            return {VALUES: values.cpu()}
 
         return _on_local_rows(
             self, batch, self.update_sizes.ppo_micro_batch_size, self.budget, run
-        )["values"]
+        )[VALUES]
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        metrics = self.trainer.fit(batch.select(*CRITIC_READS), self._loss, "loss_mask")
+        metrics = self.trainer.fit(batch.select(*CRITIC_READS), self._loss, LOSS_MASK)
         return {f"critic/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
         loss, metrics = value_loss(
             self._values(module, micro),
-            micro["returns"],
-            micro["values"],
-            micro["loss_mask"],
+            micro[RETURNS],
+            micro[VALUES],
+            micro[LOSS_MASK],
             value_clip=alg.value_clip,
             huber_delta=alg.huber_delta,
             loss_agg_mode=alg.loss_agg_func,

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_MASK, ROLLOUT_VERSIONS
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
 from rlcore.models.forward import cache_inputs, inner_model
@@ -219,8 +220,8 @@ class HFEngine:
     ) -> TensorDict:
         from transformers import LogitsProcessorList
 
-        ids = prompts["input_ids"].to(self.device)
-        mask = prompts["attention_mask"].to(self.device)
+        ids = prompts[INPUT_IDS].to(self.device)
+        mask = prompts[ATTENTION_MASK].to(self.device)
         with rollout_keys_only(self.model):
             out = self.model.generate(
                 input_ids=ids,
@@ -452,8 +453,8 @@ class RolloutWorker:
     def begin_partial(self, prompts: TensorDict, version: int, key: int) -> None:
         """This rank's ``prompts`` to generate in segments under ``key``, from ``version``."""
         check_weight_version(self.rank, self.version, version)
-        keep = prompts["attention_mask"].bool()
-        contexts = [row[m].tolist() for row, m in zip(prompts["input_ids"], keep, strict=True)]
+        keep = prompts[ATTENTION_MASK].bool()
+        contexts = [row[m].tolist() for row, m in zip(prompts[INPUT_IDS], keep, strict=True)]
         self.partial[key] = PartialBatch(prompts, contexts)
 
     @dispatch(Dispatch.GATHER)
@@ -494,12 +495,12 @@ class RolloutWorker:
             responses[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             logp[i, : len(tokens)] = torch.tensor(logps)
             versions[i, : len(tokens)] = torch.tensor(made, dtype=torch.long)
-        prompt_ids = batch.prompts["input_ids"].to(torch.long)
+        prompt_ids = batch.prompts[INPUT_IDS].to(torch.long)
         generated = generated_layout(
-            prompt_ids, batch.prompts["attention_mask"], responses, self.engine.eos_ids, pad, logp
+            prompt_ids, batch.prompts[ATTENTION_MASK], responses, self.engine.eos_ids, pad, logp
         )
-        mask = generated["response_mask"].bool()
-        generated["rollout_versions"] = torch.where(mask, versions, -1)
+        mask = generated[RESPONSE_MASK].bool()
+        generated[ROLLOUT_VERSIONS] = torch.where(mask, versions, -1)
         return TensorDict(generated, batch_size=[rows])
 
     def _in_parts(self, prompts: TensorDict, **options: Any) -> TensorDict:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import generated_layout
@@ -135,7 +136,7 @@ class SGLangEngine:
                 lambda contexts, budget: self.turn(contexts, budget, greedy, validation, log_probs),
                 log_probs,
             )
-        ids, mask = prompts["input_ids"].cpu(), prompts["attention_mask"].cpu()
+        ids, mask = prompts[INPUT_IDS].cpu(), prompts[ATTENTION_MASK].cpu()
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         outputs = self.engine.generate(
             input_ids=requests,

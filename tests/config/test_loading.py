@@ -16,7 +16,7 @@ from rlcore.config import (
     config_names,
     load_config,
 )
-from rlcore.config.aliases import current_keys
+from rlcore.config.foreign import current_keys
 from rlcore.config.load import validate_config
 
 

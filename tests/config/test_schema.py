@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.config.aliases import DERIVED_KEYS
-from rlcore.config.foreign_keys import FOREIGN_KEYS
+from rlcore.config.foreign import DERIVED_KEYS
+from rlcore.config.foreign.near_misses import FOREIGN_KEYS
 from rlcore.config.reference import BEGIN, END, key_reference
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_paths

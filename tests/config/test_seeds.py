@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rlcore.cli import run_entry_point
+from rlcore.columns import LAST_VALUE, OLD_LOG_PROBS, VALUES
 from rlcore.config import load_config
 from rlcore.config.errors import ConfigError
 from rlcore.models.hub import local_model_dir
@@ -353,7 +354,7 @@ def test_the_actor_recomputes_the_rollouts_numbers_in_micro_batches(tmp_path):
         runner.sync()
         batch = runner.rollout.collect(runner.version)
         again = runner.actor.recompute(batch.select("obs", "actions", "last_obs"))
-        for name in ("log_probs", "values", "last_value"):
+        for name in (OLD_LOG_PROBS, VALUES, LAST_VALUE):
             torch.testing.assert_close(again[name], batch[name], rtol=1e-5, atol=1e-6)
     finally:
         runner.close()
@@ -577,26 +578,28 @@ def test_verl_custom_reward_function_is_a_custom_reward_called_as_verl_calls_it(
         "reasoning/tiny_arith_ppo", [f"custom_reward_function.path={tmp_path}/score.py"]
     )
     assert config.reward.kind == "custom"
-    assert config.reward.custom_fn == f"{tmp_path}/score.py:compute_score"  # verl's default name
+    assert (
+        config.reward.rules.custom_fn == f"{tmp_path}/score.py:compute_score"
+    )  # verl's default name
     assert "custom_reward_function.path and .name (verl) are reward.kind=custom" in (
         capsys.readouterr().err
     )
     # the row's data_source and extra_info reach it, by keyword, as verl passes them
-    from rlcore.rewards.judge import Rules, judge
     from rlcore.rewards.rules import load_custom_fn
+    from rlcore.rewards.verdicts import Rules, rule_verdict
 
-    fn = load_custom_fn(config.reward.custom_fn)
-    verdict = judge(
+    fn = load_custom_fn(config.reward.rules.custom_fn)
+    verdict = rule_verdict(
         Rules.of(config.reward), fn, "so #### 4", "4", 0, "openai/gsm8k", {"bonus": 0.5}
     )
     assert (verdict.score, verdict.correct) == (1.5, True)
     assert verdict.components["source"] == len("openai/gsm8k")
-    with pytest.raises(ConfigError, match=r"names .*score.py:other, but reward.custom_fn is"):
+    with pytest.raises(ConfigError, match=r"names .*score.py:other, but reward.rules.custom_fn is"):
         load_config(
             "reasoning/tiny_arith_ppo",
             [
                 f"custom_reward_function.path={tmp_path}/score.py",
                 "custom_reward_function.name=other",
-                "reward.custom_fn=x.py:f",
+                "reward.rules.custom_fn=x.py:f",
             ],
         )

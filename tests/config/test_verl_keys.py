@@ -1,9 +1,9 @@
-"""Every key of verl 0.9.1's PPO trainer config (rlcore/config/verl_keys.py, read from verl's
-wheel), and of RLinf's embodied PPO example (rlcore/config/rlinf_keys.py), meets one of three
-answers: mapped to rlcore's key(s) with a line (``aliases.py`` and the
-pairs ``load.py`` reads together), spelled as rlcore spells it, or refused as verl's key with no
-rlcore counterpart; never "unknown key" or a guess at a near rlcore key. The keys with a
-counterpart (the table below, by reading both) must be among the mapped ones."""
+"""Every key of verl 0.9.1's PPO trainer config (rlcore/config/foreign/verl_keys.txt, read from
+verl's wheel), and of RLinf's embodied PPO example (rlcore/config/foreign/rlinf_keys.txt), meets
+one of three answers: mapped to rlcore's key(s) with a line (``foreign/verl.py``, ``rlinf.py``
+and the pairs ``foreign/translate.py`` reads together), spelled as rlcore spells it, or refused
+as verl's key with no rlcore counterpart; never "unknown key" or a guess at a near rlcore key.
+The keys with a counterpart (the table below, by reading both) must be among the mapped ones."""
 
 import textwrap
 
@@ -11,14 +11,13 @@ import pytest
 import yaml
 
 from rlcore.config import ConfigError, load_config
-from rlcore.config.aliases import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
-from rlcore.config.rlinf_keys import RLINF_KEYS
+from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
+from rlcore.config.foreign.key_lists import RLINF_KEYS, VERL_KEYS
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_paths
-from rlcore.config.verl_keys import VERL_KEYS
 
-# verl keys read together with another by the loader (load.py): the token budgets and verl's
-# custom reward function
+# verl keys read together with another by the loader (foreign/translate.py): the token budgets
+# and verl's custom reward function
 PAIRED = {
     path
     for pairs in TOKEN_BUDGETS.values()
@@ -54,8 +53,8 @@ COUNTERPARTS = {
     "trainer.max_actor_ckpt_to_keep": "runner.keep_checkpoints",
     "trainer.max_critic_ckpt_to_keep": "runner.keep_checkpoints",
     "trainer.default_local_dir": "runner.output_dir",
-    "custom_reward_function.path": "reward.custom_fn",
-    "custom_reward_function.name": "reward.custom_fn",
+    "custom_reward_function.path": "reward.rules.custom_fn",
+    "custom_reward_function.name": "reward.rules.custom_fn",
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": (
         "actor.entropy_from_logits_with_chunking"
     ),
@@ -137,7 +136,7 @@ def test_a_verl_key_with_a_counterpart_is_mapped_to_it(verl, rlcore):
     if verl in ALIASES:
         assert rlcore in ALIASES[verl].targets
     else:
-        assert verl in PAIRED and rlcore in {*TOKEN_BUDGETS, "reward.custom_fn"}
+        assert verl in PAIRED and rlcore in {*TOKEN_BUDGETS, "reward.rules.custom_fn"}
 
 
 # RLinf keys with an rlcore counterpart (maniskill_ppo_mlp.yaml and the files it composes)

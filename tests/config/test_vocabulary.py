@@ -21,6 +21,13 @@ RENAMED = {
     "actor.optim.adam_eps": "actor.optim.eps",
     "actor.optim.lr_warmup_steps": "actor.optim.warmup_steps",
     "critic.optim.lr_warmup_steps": "critic.optim.warmup_steps",
+    # the reward section's flat keys, now in subsections by kind
+    "reward.gsm8k_mode": "reward.rules.gsm8k_mode",
+    "reward.correct_score": "reward.rules.correct_score",
+    "reward.format_score": "reward.rules.format_score",
+    "reward.custom_fn": "reward.rules.custom_fn",
+    "reward.timeout_s": "reward.rules.timeout_s",
+    "reward.num_processes": "reward.rules.num_processes",
 }
 # rlcore 0.1's keys whose values follow from the mode or the estimator, and where they are now
 # (critic.use_critic_model is still a key, left as given: null in every shipped config)
@@ -52,9 +59,9 @@ IMPLICIT = {
 # keys added after the vocabulary change, at their defaults: they refuse what 0.1 allowed, and
 # change no computed value (runner.resume_changed_data: 0.1 resumed on changed data unchecked;
 # runner.eval_max_steps: 0.1 raised after a million steps, and no shipped env runs 27000;
-# reward.max_timeout_share: 0.1 went on however many timed out;
+# reward.rules.max_timeout_share: 0.1 went on however many timed out;
 # reward.score_range: 0.1 trained on NaN or 1e308 rewards by skipping every step;
-# reward.batch_timeout_s: 0.1 spent a deadline and a process restart per response that timed
+# reward.rules.batch_timeout_s: 0.1 spent a deadline and a process restart per response that timed
 # out, minutes per batch (a batch of these shipped tasks scores in well under a second);
 # cluster.worker_timeout_s: 0.1 waited for a silent worker forever;
 # algorithm.rollout_correction and rollout.calculate_log_probs: off, 0.1 corrected nothing;
@@ -108,35 +115,35 @@ ADDED_SINCE = {
     "reasoning": {
         **ADDED_IN_BOTH_MODES,
         **ROLLOUT_CORRECTION,
-        "reward.max_timeout_share": 0.5,
+        "reward.rules.max_timeout_share": 0.5,
         "reward.score_range": [-1e4, 1e4],
-        "reward.batch_timeout_s": 60.0,
+        "reward.rules.batch_timeout_s": 60.0,
         "rollout.calculate_log_probs": False,
         # reward.kind remote's and model's keys (0.1 had neither kind)
-        "reward.model_path": None,
-        "reward.judge_template": None,
-        "reward.judge_parser": "(-?\\d+(?:\\.\\d+)?)",
-        "reward.judge_max_new_tokens": 16,
-        "reward.judge_backend": "hf",
-        "reward.model_micro_batch_size": 64,
-        "reward.model_backend": "torch",
+        "reward.model.path": None,
+        "reward.judge.template": None,
+        "reward.judge.parser": "(-?\\d+(?:\\.\\d+)?)",
+        "reward.judge.max_new_tokens": 16,
+        "reward.judge.backend": "hf",
+        "reward.model.micro_batch_size": 64,
+        "reward.model.backend": "torch",
         "rollout.partial_rollout": False,
         "actor.entropy_from_logits_with_chunking": False,
         "actor.entropy_from_logits_chunk_size": 2048,
         "actor.entropy_checkpointing": False,
         "rollout.partial_rollout_tokens": None,
-        "reward.score_clip": None,
-        "reward.score_normalize": False,
-        "reward.rule": "auto",
-        "reward.combine": "rule_only_for_accuracy",
-        "reward.model_weight": 1.0,
-        "reward.rule_weight": 1.0,
-        "reward.url": None,
-        "reward.remote_batch_size": 64,
-        "reward.remote_concurrency": 4,
-        "reward.remote_timeout_s": 30.0,
-        "reward.remote_retries": 3,
-        "reward.on_error": "raise",
+        "reward.model.score_clip": None,
+        "reward.model.score_normalize": False,
+        "reward.model.rule": "auto",
+        "reward.model.combine": "rule_only_for_accuracy",
+        "reward.model.model_weight": 1.0,
+        "reward.model.rule_weight": 1.0,
+        "reward.remote.url": None,
+        "reward.remote.batch_size": 64,
+        "reward.remote.concurrency": 4,
+        "reward.remote.timeout_s": 30.0,
+        "reward.remote.retries": 3,
+        "reward.remote.on_error": "raise",
         # multi-turn rollouts with tools (0.1 had one turn)
         "rollout.tools": [],
         "rollout.max_turns": 4,
@@ -295,3 +302,91 @@ def test_the_settings_before_the_design_cards_shape_are_kept_beside_it(config, c
     new = ("derived.iterations", "derived.critic_update", "derived.critic_token_budget")
     now = {k: v for k, v in now.items() if not k.startswith(new)}
     assert now == effective_before(config, now, retuned=False)
+
+
+# the reward section as rlcore wrote it before its subsections by kind: flat, at its defaults
+FLAT_REWARD = {
+    "gsm8k_mode": "strict",
+    "correct_score": 1.0,
+    "format_score": 0.0,
+    "custom_fn": None,
+    "timeout_s": 2.0,
+    "num_processes": 2,
+    "max_timeout_share": 0.5,
+    "batch_timeout_s": 60.0,
+    "model_path": None,
+    "judge_template": None,
+    "judge_parser": "(-?\\d+(?:\\.\\d+)?)",
+    "judge_max_new_tokens": 16,
+    "judge_backend": "hf",
+    "model_micro_batch_size": 64,
+    "model_backend": "torch",
+    "score_normalize": False,
+    "score_clip": None,
+    "rule": "auto",
+    "combine": "rule_only_for_accuracy",
+    "model_weight": 1.0,
+    "rule_weight": 1.0,
+    "url": None,
+    "remote_batch_size": 64,
+    "remote_concurrency": 4,
+    "remote_timeout_s": 30.0,
+    "remote_retries": 3,
+    "on_error": "raise",
+}
+
+
+JUDGE = ["reward.kind=judge", "reward.model.path=/m", "reward.judge.template=/t"]
+REMOTE = ["reward.kind=remote", "reward.remote.url=http://127.0.0.1:1/x"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "earlier", "now", "value"),
+    [
+        ([], "reward.gsm8k_mode=flexible", "rules.gsm8k_mode", "flexible"),
+        ([], "reward.timeout_s=3", "rules.timeout_s", 3.0),
+        ([], "reward.model_micro_batch_size=8", "model.micro_batch_size", 8),
+        (JUDGE, "reward.judge_max_new_tokens=4", "judge.max_new_tokens", 4),
+        (REMOTE, "reward.remote_retries=0", "remote.retries", 0),
+    ],
+)
+def test_an_earlier_flat_reward_key_is_read_with_a_line(kind, earlier, now, value, capsys):
+    loaded = load_config("reasoning/tiny_arith_ppo", [*kind, earlier])
+    section, leaf = now.split(".")
+    assert getattr(getattr(loaded.reward, section), leaf) == value
+    key = earlier.split("=")[0]
+    assert f"rlcore: {key} (rlcore's earlier key) is reward.{now} here" in (capsys.readouterr().err)
+
+
+def test_a_config_file_with_the_flat_reward_section_loads_as_its_subsections(tmp_path, capsys):
+    """The shipped reward-model config as it was written before the subsections."""
+    (tmp_path / "rm.yaml").write_text(
+        "# @package _global_\n"
+        "defaults:\n  - /reasoning/tiny_arith_ppo\n  - _self_\n"
+        "reward:\n  kind: model\n  model_path: .cache/rlcore/tiny-rm\n  rule: gsm8k\n"
+        "  combine: rule_only_for_accuracy\n"
+    )
+    earlier = load_config(str(tmp_path / "rm.yaml"))
+    said = capsys.readouterr().err
+    assert earlier == load_config("reasoning/tiny_arith_rm_ppo")
+    assert (earlier.reward.model.path, earlier.reward.model.rule) == (
+        ".cache/rlcore/tiny-rm",
+        "gsm8k",
+    )
+    for key, now in [("model_path", "model.path"), ("rule", "model.rule")]:
+        assert f"reward.{key} (rlcore's earlier key) is reward.{now} here" in said
+
+
+def test_a_checkpoint_written_with_the_flat_reward_section_resumes(tmp_path):
+    from rlcore.config.errors import ConfigError
+    from rlcore.runners.checkpoint import check_same_run
+
+    current = dataclasses.asdict(load_config("reasoning/tiny_arith_ppo"))
+    saved = json.loads(json.dumps(current))
+    for section in ("rules", "model", "judge", "remote"):
+        del saved["reward"][section]
+    saved["reward"] |= FLAT_REWARD
+    check_same_run(saved, current, tmp_path)  # the same run: it resumes
+    saved["reward"]["timeout_s"] = 5.0  # another run: refused, naming the key as it is now
+    with pytest.raises(ConfigError, match=r"other values of reward\.rules\.timeout_s;"):
+        check_same_run(saved, current, tmp_path)

@@ -139,14 +139,14 @@ def test_synthetic_prompts_that_do_not_fit_name_the_synthetic_task():
 
     config = load_config("reasoning/tiny_arith_ppo", ["data.max_prompt_length=3"])
     with pytest.raises(DataError, match=r"^data.synthetic \(validation problems\): every prompt"):
-        load_prompt_set(config, CharTokenizer(), train=False, log=lambda message: None)
+        load_prompt_set(config, CharTokenizer(), train=False)
 
 
 def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_counted(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     """With reward.kind=math every response to such a row would score 0: an empty box, and an
-    answer whose parsing outlasts reward.timeout_s (1 s: math-verify's own alarm ends it; here
+    answer whose parsing outlasts reward.rules.timeout_s (1 s: math-verify's own alarm ends it; here
     its extraction is made to take 30 s for that answer, as a parse bomb would)."""
     import time
 
@@ -178,18 +178,18 @@ def test_math_reference_answers_math_verify_cannot_read_are_dropped_named_and_co
             "data.train_batch_size=2",
             "actor.ppo_mini_batch_size=2",
             "reward.kind=math",
-            "reward.timeout_s=1",
+            "reward.rules.timeout_s=1",
         ],
     )
-    said = []
+    capsys.readouterr()
     start = time.monotonic()
-    prompts = load_prompt_set(config, CharTokenizer(), train=True, log=said.append)
+    prompts = load_prompt_set(config, CharTokenizer(), train=True)
     assert time.monotonic() - start < 15  # the alarm ended the 30 s parse
     assert prompts.answers == ["\\frac{1}{2}", "\\text{Monday}"]
-    assert said == [
-        "data.train_files: dropped 2 of 4 prompts whose reference answer math-verify cannot "
-        "read within reward.timeout_s=1 (reward.kind=math would score every response to them "
-        "0): '\\\\boxed{}', 'x_{BOMB}'"
+    assert capsys.readouterr().err.splitlines() == [
+        "rlcore: data.train_files: dropped 2 of 4 prompts whose reference answer math-verify "
+        "cannot read within reward.rules.timeout_s=1 (reward.kind=math would score every "
+        "response to them 0): '\\\\boxed{}', 'x_{BOMB}'"
     ]
 
 
@@ -206,13 +206,14 @@ VERL_ROW = {
 }
 
 
-def test_verl_layout_is_read_as_verl_reads_it(tmp_path):
+def test_verl_layout_is_read_as_verl_reads_it(tmp_path, capsys):
     import datasets
 
     path = str(tmp_path / "train.parquet")
     datasets.Dataset.from_list([VERL_ROW]).to_parquet(path)
-    said = []
-    rows = load_prompt_rows([path], "data.train_files", "question", "answer", "gsm8k", said.append)
+    capsys.readouterr()
+    rows = load_prompt_rows([path], "data.train_files", "question", "answer", "gsm8k")
+    said = capsys.readouterr().err.splitlines()
     assert rows == [
         {
             "prompt": VERL_ROW["prompt"],
@@ -222,8 +223,8 @@ def test_verl_layout_is_read_as_verl_reads_it(tmp_path):
         }
     ]
     assert said == [
-        f"data.train_files: {path} is in verl's layout: prompts from its 'prompt' chat "
-        "messages, answers from reward_model.ground_truth, the scorer from data_source "
+        f"rlcore: data.train_files: {path} is in verl's layout: prompts from its 'prompt' "
+        "chat messages, answers from reward_model.ground_truth, the scorer from data_source "
         "(reward.kind auto)"
     ]
     bad = dict(VERL_ROW, reward_model={"style": "rule", "ground_truth": ""})

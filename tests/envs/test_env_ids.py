@@ -1,6 +1,6 @@
 """Envs as users write them: named by a module path (importable: the error says how to make it
-so) or by a file, as ``reward.custom_fn`` names one; observing Discrete spaces (one-hot); their
-constructor's arguments from the config (``env.kwargs``, checked by name); a threshold that is
+so) or by a file, as ``reward.rules.custom_fn`` names one; observing Discrete spaces (one-hot);
+their constructor's arguments from the config (``env.kwargs``, checked by name); a threshold that is
 the env's own or the config's, never another env's."""
 
 import re

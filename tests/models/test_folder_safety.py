@@ -18,9 +18,9 @@ from rlcore.config import ConfigError, load_config
 from rlcore.models import lm
 from rlcore.models.lm import check_model_dir, load_causal_lm, load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards import model as rm
+from rlcore.rewards.model import check_reward_model
 from rlcore.runners.preflight import preflight
-from rlcore.workers import reward_model as rm
-from rlcore.workers.reward_model import check_reward_model
 from tests.rewards.test_model import reward_model  # noqa: F401 (the fixture)
 from tests.workers.test_shard_reader import planted
 
@@ -136,10 +136,10 @@ def test_pickle_only_weights_are_refused_and_never_unpickled(tiny_lm, reward_mod
         assert line.startswith(f"{setting}: {folder} {said}") and "\n" not in line
         assert "save_pretrained(folder) writes model.safetensors" in line
     scorer = pickled_only(copied(reward_model, tmp_path / "rm"), marker)
-    with pytest.raises(ConfigError, match="^" + re.escape(f"reward.model_path: {scorer} {said}")):
+    with pytest.raises(ConfigError, match="^" + re.escape(f"reward.model.path: {scorer} {said}")):
         check_reward_model(str(scorer))
-    line = dry_run_refusal(tmp_path, "reward.kind=model", f"reward.model_path={scorer}")
-    assert line.startswith(f"reward.model_path: {scorer} {said}")
+    line = dry_run_refusal(tmp_path, "reward.kind=model", f"reward.model.path={scorer}")
+    assert line.startswith(f"reward.model.path: {scorer} {said}")
     # unchecked, the load asks for safetensors and reads no pickle
     with pytest.raises(OSError, match=r"model\.safetensors"):
         load_causal_lm(actor, "float32")
@@ -175,11 +175,11 @@ def test_a_reward_model_without_its_score_head_is_refused(tiny_lm, reward_model,
     cut = headless(reward_model, tmp_path / "cut")
     for folder in (causal, cut):
         with pytest.raises(
-            ConfigError, match="^" + re.escape(f"reward.model_path: {folder} {NO_HEAD}")
+            ConfigError, match="^" + re.escape(f"reward.model.path: {folder} {NO_HEAD}")
         ):
             check_reward_model(str(folder))
-        line = dry_run_refusal(tmp_path, "reward.kind=model", f"reward.model_path={folder}")
-        assert line.startswith(f"reward.model_path: {folder} {NO_HEAD}") and "\n" not in line
+        line = dry_run_refusal(tmp_path, "reward.kind=model", f"reward.model.path={folder}")
+        assert line.startswith(f"reward.model.path: {folder} {NO_HEAD}") and "\n" not in line
         assert "train_reward_model.py" in line
 
 
@@ -213,6 +213,6 @@ def test_the_scorer_refuses_missing_weights_as_transformers_reports_them(
     config, _ = tiny_lm
     cut = headless(reward_model, tmp_path / "cut")
     monkeypatch.setattr(rm, "check_score_head", lambda *args: None)
-    config = replace_keys(config, {"reward.kind": "model", "reward.model_path": str(cut)})
+    config = replace_keys(config, {"reward.kind": "model", "reward.model.path": str(cut)})
     with pytest.raises(ConfigError, match=r"lacks weights the model needs \(score.weight\)"):
         rm.ModelScorer(config, torch.device("cpu"))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlcore.columns import LOSS_MASK, OLD_LOG_PROBS
 from rlcore.config import ConfigError, load_config
 from rlcore.envs import EnvError, make_vector_env, space_spec
 from rlcore.envs.color_reach import COLOURS, ColorReach
@@ -185,11 +186,11 @@ def test_the_value_head_trains_through_the_huber_value_loss():
     batch = {
         "obs": col(obs),
         "actions": col(actions),
-        "log_probs": col(log_probs),
+        OLD_LOG_PROBS: col(log_probs),
         "values": col(values),
         "advantages": torch.zeros(8, 1),
         "returns": col(values + 5.0),
-        "valid": torch.ones(8, 1, dtype=torch.bool),
+        LOSS_MASK: torch.ones(8, 1, dtype=torch.bool),
     }
     from tensordict import TensorDict
 

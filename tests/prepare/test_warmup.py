@@ -42,11 +42,12 @@ def test_accuracy_is_greedy_decoding_scored_by_the_gsm8k_rule():
     )
     replies = ["#### 3", "#### 8", "so #### 10.", "4"]  # right, wrong, right, no '####'
     config = SimpleNamespace(
-        data=SimpleNamespace(max_response_length=8), reward=SimpleNamespace(gsm8k_mode="strict")
+        data=SimpleNamespace(max_response_length=8),
+        reward=SimpleNamespace(rules=SimpleNamespace(gsm8k_mode="strict")),
     )
     model = Answers(replies)
     assert greedy_accuracy(model, Digits(), prompts, config) == 0.5
-    config.reward.gsm8k_mode = "flexible"  # the last number anywhere: "4" counts too
+    config.reward.rules.gsm8k_mode = "flexible"  # the last number anywhere: "4" counts too
     assert greedy_accuracy(model, Digits(), prompts, config) == 0.75
     assert model.training  # put back as it was
 

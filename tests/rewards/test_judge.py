@@ -14,10 +14,10 @@ from tensordict import NonTensorStack, TensorDict
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards.judge import compile_parser, parse_score, read_template
 from rlcore.runners.preflight import preflight
-from rlcore.workers.reward_judge import compile_parser, parse_score, read_template
 
-DEFAULT = load_config("reasoning/tiny_arith_ppo", []).reward.judge_parser
+DEFAULT = load_config("reasoning/tiny_arith_ppo", []).reward.judge.parser
 
 
 @pytest.mark.parametrize(
@@ -52,8 +52,8 @@ def test_parsers_and_templates_that_cannot_work_are_refused(tmp_path):
             read_template(str(tmp_path / name))
     (tmp_path / "ok.txt").write_text('Q: {prompt}\nA: {response}\nKey: {answer}\n{{"score": N}}')
     assert "{response}" in read_template(str(tmp_path / "ok.txt"))
-    with pytest.raises(ConfigError, match=r"reward\.judge_template: null"):
-        load_config("reasoning/tiny_arith_ppo", ["reward.kind=judge", "reward.model_path=x"])
+    with pytest.raises(ConfigError, match=r"reward\.judge\.template: null"):
+        load_config("reasoning/tiny_arith_ppo", ["reward.kind=judge", "reward.model.path=x"])
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_template_that_formats_or_reaches_into_a_placeholder_is_refused(tmp_pa
     with pytest.raises(ConfigError) as refused:
         read_template(str(tmp_path / "judge.txt"))
     message = str(refused.value)
-    assert message.startswith(f"reward.judge_template: {tmp_path / 'judge.txt'} ")
+    assert message.startswith(f"reward.judge.template: {tmp_path / 'judge.txt'} ")
     assert says in message and "\n" not in message
 
 
@@ -102,7 +102,7 @@ def test_a_template_that_is_no_small_regular_file_is_refused_without_reading_it(
         reading.start()
         reading.join(timeout=20)
         assert not reading.is_alive(), f"reading {path} blocked"
-        assert done["message"].startswith(f"reward.judge_template: {path} ")
+        assert done["message"].startswith(f"reward.judge.template: {path} ")
         assert says in done["message"] and "\n" not in done["message"]
     (tmp_path / "exactly.txt").write_text("{response}" + "x" * (64 * 1024 - 10))
     assert read_template(str(tmp_path / "exactly.txt")).startswith("{response}")
@@ -111,8 +111,8 @@ def test_a_template_that_is_no_small_regular_file_is_refused_without_reading_it(
         [
             f"runner.output_dir={tmp_path / 'out'}",
             "reward.kind=judge",
-            f"reward.model_path={tmp_path}",
-            f"reward.judge_template={fifo}",
+            f"reward.model.path={tmp_path}",
+            f"reward.judge.template={fifo}",
         ],
     )
     with pytest.raises(ConfigError, match="is a FIFO, not a regular file"):
@@ -140,9 +140,9 @@ def judge_setup(tiny_lm, tmp_path):
     template.write_text("What is 1 + {answer}? Answer after ####. {response}")
     keys = {
         "reward.kind": "judge",
-        "reward.model_path": str(judge),
-        "reward.judge_template": str(template),
-        "reward.judge_max_new_tokens": 6,
+        "reward.model.path": str(judge),
+        "reward.judge.template": str(template),
+        "reward.judge.max_new_tokens": 6,
         # the tiny policy as a judge writes any number (222222): within range, not refused
         "reward.score_range": [-1e9, 1e9],
     }
@@ -169,7 +169,7 @@ def judge_setup(tiny_lm, tmp_path):
 
 
 def graded(config, model_dir, batch):
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     worker = RewardWorker(None, config, model_dir)
     try:
@@ -194,7 +194,7 @@ def test_the_judge_grades_each_row_and_its_answers_are_kept(tiny_lm, tmp_path):
 
 
 def test_a_judge_on_an_sglang_engine_answers_as_the_hf_judge(tiny_lm, tmp_path, monkeypatch):
-    """reward.judge_backend=sglang against the fake SGLang engine (the real 0.5.21 Engine's
+    """reward.judge.backend=sglang against the fake SGLang engine (the real 0.5.21 Engine's
     signatures, greedy answers computed with transformers): the same answers and scores as the
     hf judge; the engine got the judge's folder and ids, not text."""
     from rlcore.workers import sglang_engine
@@ -210,9 +210,9 @@ def test_a_judge_on_an_sglang_engine_answers_as_the_hf_judge(tiny_lm, tmp_path, 
     monkeypatch.setattr(sglang_engine, "start_engine", start)
     config, keys, batch = judge_setup(tiny_lm, tmp_path)
     hf = graded(replace_keys(config, keys), tiny_lm[1].actor, batch)
-    on_sglang = unchecked(config, {**keys, "reward.judge_backend": "sglang"})
+    on_sglang = unchecked(config, {**keys, "reward.judge.backend": "sglang"})
     rows = graded(on_sglang, tiny_lm[1].actor, batch)
-    assert len(started) == 1 and started[0].server_args["model_path"] == keys["reward.model_path"]
+    assert len(started) == 1 and started[0].server_args["model_path"] == keys["reward.model.path"]
     assert started[0].server_args["skip_tokenizer_init"] is True
     assert list(rows["judge_outputs"]) == list(hf["judge_outputs"])
     assert rows["model_scores"].tolist() == hf["model_scores"].tolist()
@@ -222,11 +222,11 @@ def test_an_sglang_judge_is_refused_on_cpus_and_without_the_judge_kind(tmp_path)
     from rlcore.placement import plan_for_config
     from rlcore.placement.checks import check_plan
 
-    with pytest.raises(ConfigError, match=r"reward\.judge_backend: set, but"):
-        load_config("reasoning/tiny_arith_ppo", ["reward.judge_backend=sglang"])
+    with pytest.raises(ConfigError, match=r"reward\.judge\.backend: set, but"):
+        load_config("reasoning/tiny_arith_ppo", ["reward.judge.backend=sglang"])
     config = load_config("reasoning/tiny_arith_ppo", [])
     from tests.lm_fixtures import unchecked
 
-    asked = unchecked(config, {"reward.judge_backend": "sglang"})
-    with pytest.raises(ConfigError, match=r"reward\.judge_backend: sglang runs on GPUs only"):
+    asked = unchecked(config, {"reward.judge.backend": "sglang"})
+    with pytest.raises(ConfigError, match=r"reward\.judge\.backend: sglang runs on GPUs only"):
         check_plan(asked, plan_for_config(asked))

@@ -10,8 +10,8 @@ from tensordict import NonTensorStack, TensorDict
 from rlcore.config import ConfigError, load_config, replace_keys
 from rlcore.models.lm import load_tokenizer
 from rlcore.placement import plan_for_config
+from rlcore.rewards.model import check_reward_model
 from rlcore.runners.preflight import preflight
-from rlcore.workers.reward_model import check_reward_model
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +59,11 @@ ANSWERS = ["3", "35", "14"]
 
 
 def worker_for(tiny_lm, reward_model, **reward):
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     config, dirs = tiny_lm
-    keys = {"reward.kind": "model", "reward.model_path": str(reward_model)}
-    config = replace_keys(config, keys | {f"reward.{k}": v for k, v in reward.items()})
+    keys = {"reward.kind": "model", "reward.model.path": str(reward_model)}
+    config = replace_keys(config, keys | {f"reward.model.{k}": v for k, v in reward.items()})
     return RewardWorker(None, config, dirs.actor)
 
 
@@ -84,7 +84,7 @@ def test_scores_equal_a_direct_forward_whatever_the_micro_batch_and_the_shards(
             direct.append(model(input_ids=ids).logits[0, 0].item())
     batch = rows(load_tokenizer(tiny_lm[1].actor), PROMPTS, RESPONSES, ANSWERS)
     for micro in (1, 2, 64):
-        worker = worker_for(tiny_lm, reward_model, model_micro_batch_size=micro)
+        worker = worker_for(tiny_lm, reward_model, micro_batch_size=micro)
         try:
             whole = worker.score(batch)
             shards = [worker.score(batch[:2]), worker.score(batch[2:])]  # two ranks' shares
@@ -107,7 +107,7 @@ def fsdp2_rank_main(rank, out, config, model_dir, batch):
 
     import torch.distributed as dist
 
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     ctx = SimpleNamespace(
         group=dist.group.WORLD, world_size=2, rank=rank, torch_device=torch.device("cpu")
@@ -116,7 +116,8 @@ def fsdp2_rank_main(rank, out, config, model_dir, batch):
     try:
         mine = batch[:2] if rank == 0 else batch[2:]
         scores = worker.score(mine)["model_scores"]
-        held = sum(p.to_local().numel() for p in worker.model.model.parameters())  # (shards)
+        sharded = worker.router.scorers["model"].model
+        held = sum(p.to_local().numel() for p in sharded.parameters())  # (its shards)
         torch.save({"scores": scores, "held": held}, f"{out}/rank{rank}.pt")
     finally:
         worker.close()
@@ -134,9 +135,9 @@ def test_an_fsdp2_reward_model_scores_as_a_direct_forward_with_its_weights_shard
         config,
         {
             "reward.kind": "model",
-            "reward.model_path": str(reward_model),
-            "reward.model_backend": "fsdp2",
-            "reward.model_micro_batch_size": 1,
+            "reward.model.path": str(reward_model),
+            "reward.model.backend": "fsdp2",
+            "reward.model.micro_batch_size": 1,
         },
     )
     batch = rows(load_tokenizer(dirs.actor), PROMPTS, RESPONSES, ANSWERS)
@@ -177,7 +178,7 @@ def test_a_folder_that_is_no_one_label_classifier_is_refused_before_the_start(
     tiny_lm, reward_model, tmp_path
 ):
     _, dirs = tiny_lm
-    with pytest.raises(ConfigError, match=r"reward.model_path: .* is not a sequence-class"):
+    with pytest.raises(ConfigError, match=r"reward.model.path: .* is not a sequence-class"):
         check_reward_model(str(dirs.actor))  # a causal LM
     two = tmp_path / "two_labels"
     two.mkdir()
@@ -191,30 +192,36 @@ def test_a_folder_that_is_no_one_label_classifier_is_refused_before_the_start(
         check_reward_model(str(two))
     config = load_config(
         "reasoning/tiny_arith_ppo",
-        [f"runner.output_dir={tmp_path}", "reward.kind=model", f"reward.model_path={dirs.actor}"],
+        [f"runner.output_dir={tmp_path}", "reward.kind=model", f"reward.model.path={dirs.actor}"],
     )
-    with pytest.raises(ConfigError, match=r"reward\.model_path"):
+    with pytest.raises(ConfigError, match=r"reward\.model\.path"):
         preflight(config, plan_for_config(config))  # the dry run's checks
-    with pytest.raises(ConfigError, match=r"reward\.model_path: null, but reward\.kind is model"):
+    with pytest.raises(ConfigError, match=r"reward\.model\.path: null, but reward\.kind is model"):
         load_config("reasoning/tiny_arith_ppo", ["reward.kind=model"])
-    with pytest.raises(ConfigError, match=r"reward\.combine=weighted"):
+    with pytest.raises(ConfigError, match=r"reward\.model\.combine=weighted"):
         load_config(
             "reasoning/tiny_arith_ppo",
-            ["reward.kind=model", f"reward.model_path={reward_model}", "reward.rule_weight=2"],
+            [
+                "reward.kind=model",
+                f"reward.model.path={reward_model}",
+                "reward.model.rule_weight=2",
+            ],
         )
 
 
 def test_score_normalize_standardises_the_model_part_by_running_statistics():
-    from types import SimpleNamespace
-
     from rlcore.runners.score_normalizer import ScoreNormalizer
+    from tests.rewards.test_rules import sectioned
 
     def scored(model, rule):
         model, rule = torch.tensor(model), torch.tensor(rule)
         scores = 0.5 * torch.nan_to_num(model) + rule  # combine weighted: 0.5 x model + rule
         return TensorDict({"scores": scores, "model_scores": model}, batch_size=[len(model)])
 
-    norm = ScoreNormalizer(SimpleNamespace(combine="weighted", model_weight=0.5))
+    assert ScoreNormalizer.of(sectioned({"score_normalize": False})) is None  # (off: none)
+    norm = ScoreNormalizer.of(
+        sectioned({"score_normalize": True, "combine": "weighted", "model_weight": 0.5})
+    )
     first = scored([1.0, 3.0, float("nan")], [1.0, 0.0, 1.0])  # the third: no model score
     norm(first)  # mean 2, population std 1: the model parts become -1 and 1
     assert first["scores"].tolist() == pytest.approx([0.5 * -1 + 1, 0.5 * 1 + 0, 1.0])
@@ -223,7 +230,7 @@ def test_score_normalize_standardises_the_model_part_by_running_statistics():
     z = (5 - 3) / (8 / 3) ** 0.5
     assert second["scores"].tolist() == pytest.approx([0.5 * z])
     assert metrics["reward/model_score_running_std"] == pytest.approx((8 / 3) ** 0.5)
-    again = ScoreNormalizer(SimpleNamespace(combine="sum", model_weight=0.5))
+    again = ScoreNormalizer(sectioned({"combine": "sum", "model_weight": 0.5}))
     again.load_state_dict(norm.state_dict())  # what a checkpoint carries
     third = TensorDict(
         {"scores": torch.tensor([3.0]), "model_scores": torch.tensor([3.0])}, batch_size=[1]

@@ -5,7 +5,7 @@ import torch
 
 from rlcore.config import load_config
 from rlcore.config.errors import ConfigError
-from rlcore.workers.reward import overlong_penalty
+from rlcore.rewards.worker import overlong_penalty
 
 
 def test_the_penalty_grows_linearly_through_the_buffer():

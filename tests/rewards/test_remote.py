@@ -6,7 +6,6 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from rlcore.placement import plan_for_config
 from rlcore.rewards import remote
 from rlcore.rewards.remote import RemoteRewardError, RemoteScorer, check_reachable
 from rlcore.runners.preflight import preflight
+from tests.rewards.test_rules import sectioned
 
 
 class Service:
@@ -73,7 +73,7 @@ def settings(url, **changes):
         on_error="raise",
         score_range=(-1e4, 1e4),
     )
-    return SimpleNamespace(**(base | changes))
+    return sectioned(base | changes)
 
 
 def items(n):
@@ -90,19 +90,19 @@ def lengths(items, n):  # the score of a response: its length
 def test_scores_come_back_in_order_over_batched_concurrent_requests(service):
     s = service(lengths)
     scorer = RemoteScorer(settings(s.url))
-    answer = scorer.score(items(5))
+    answer = scorer.ask(items(5))
     assert answer.scores == [0.0, 1.0, 2.0, 3.0, 4.0] and answer.failed == 0
     assert sorted(len(batch) for batch in s.seen) == [1, 2, 2]  # remote_batch_size 2
     assert answer.correct is None  # no verdicts given: no accuracy
     verdicts = service(lambda it, n: (200, {"scores": [1] * len(it), "correct": [True] * len(it)}))
-    assert RemoteScorer(settings(verdicts.url)).score(items(3)).correct == [True] * 3
+    assert RemoteScorer(settings(verdicts.url)).ask(items(3)).correct == [True] * 3
 
 
 def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(service, monkeypatch):
     monkeypatch.setattr(remote, "BACKOFF_S", 0.1)  # (0.5 s in a run)
     flaky = service(lambda it, n: (503, {}) if n <= 2 else lengths(it, n))
     start = time.monotonic()
-    assert RemoteScorer(settings(flaky.url)).score(items(2)).scores == [0.0, 1.0]
+    assert RemoteScorer(settings(flaky.url)).ask(items(2)).scores == [0.0, 1.0]
     assert len(flaky.seen) == 3 and time.monotonic() - start >= 0.3  # waited 0.1 s, then 0.2 s
     for answer, says in [
         ((400, {"error": "bad"}), "status 400"),
@@ -113,7 +113,7 @@ def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(se
     ]:
         bad = service(lambda it, n, answer=answer: answer)
         with pytest.raises(RemoteRewardError, match=says) as raised:
-            RemoteScorer(settings(bad.url)).score(items(2))
+            RemoteScorer(settings(bad.url)).ask(items(2))
         assert len(bad.seen) == 1, says  # not tried again
         assert bad.url in str(raised.value) and "\n" not in str(raised.value)
 
@@ -121,15 +121,15 @@ def test_5xx_is_tried_again_with_backoff_and_a_4xx_or_malformed_answer_is_not(se
 def test_a_request_past_its_deadline_fails_after_its_retries(service):
     slow = service(lambda it, n: (time.sleep(1.0), lengths(it, n))[1])
     with pytest.raises(
-        RemoteRewardError, match=r"no whole answer within reward.remote_timeout_s=0.2"
+        RemoteRewardError, match=r"no whole answer within reward.remote.timeout_s=0.2"
     ):
-        RemoteScorer(settings(slow.url, remote_timeout_s=0.2, remote_retries=1)).score(items(1))
+        RemoteScorer(settings(slow.url, remote_timeout_s=0.2, remote_retries=1)).ask(items(1))
     assert len(slow.seen) == 2  # the first try and one retry
 
 
 def test_on_error_zero_scores_a_failed_requests_items_0_and_counts_them(service):
     down = service(lambda it, n: (500, {}))
-    answer = RemoteScorer(settings(down.url, on_error="zero", remote_retries=0)).score(items(3))
+    answer = RemoteScorer(settings(down.url, on_error="zero", remote_retries=0)).ask(items(3))
     assert answer.scores == [0.0, 0.0, 0.0] and answer.failed == 3
 
 
@@ -141,15 +141,17 @@ def free_port():
 
 def test_an_unreachable_service_is_refused_before_the_start_with_one_line(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/score"  # nothing listens there
-    with pytest.raises(ConfigError, match=r"reward.url: .* is unreachable .*start the reward"):
+    with pytest.raises(
+        ConfigError, match=r"reward.remote.url: .* is unreachable .*start the reward"
+    ):
         check_reachable(url, timeout_s=2.0)
     config = load_config(
         "reasoning/tiny_arith_ppo",
-        [f"runner.output_dir={tmp_path}", "reward.kind=remote", f"reward.url={url}"],
+        [f"runner.output_dir={tmp_path}", "reward.kind=remote", f"reward.remote.url={url}"],
     )
-    with pytest.raises(ConfigError, match=r"reward.url: .* is unreachable"):
+    with pytest.raises(ConfigError, match=r"reward.remote.url: .* is unreachable"):
         preflight(config, plan_for_config(config))  # what the dry run runs too
-    with pytest.raises(ConfigError, match=r"reward.url: None, but reward.kind is remote"):
+    with pytest.raises(ConfigError, match=r"reward.remote.url: None, but reward.kind is remote"):
         load_config("reasoning/tiny_arith_ppo", ["reward.kind=remote"])
 
 
@@ -157,11 +159,11 @@ def test_the_reward_worker_sends_each_rows_prompt_response_and_answer(tiny_lm, s
     """The reward component decodes the prompt (its left padding dropped) and the response
     (up to its mask), sends them with the answer, and takes the scores as the rows' rewards."""
     from rlcore.models.lm import load_tokenizer
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     config, dirs = tiny_lm
     s = service(lambda it, n: (200, {"scores": [float(len(x["response"])) for x in it]}))
-    config = replace_keys(config, {"reward.kind": "remote", "reward.url": s.url})
+    config = replace_keys(config, {"reward.kind": "remote", "reward.remote.url": s.url})
     worker = RewardWorker(None, config, dirs.actor)
     tok = load_tokenizer(dirs.actor)
     prompt = tok("12+30=", add_special_tokens=False)["input_ids"]
@@ -192,11 +194,11 @@ def test_the_reward_worker_sends_each_rows_prompt_response_and_answer(tiny_lm, s
 def test_reward_sources_route_each_row_to_its_kind_in_one_batch(tiny_lm, service):
     """reward.sources: rows of data source 'svc' go to the service, the others to the rule."""
     from rlcore.models.lm import load_tokenizer
-    from rlcore.workers.reward import RewardWorker
+    from rlcore.rewards.worker import RewardWorker
 
     config, dirs = tiny_lm
     s = service(lambda it, n: (200, {"scores": [5.0] * len(it)}))
-    keys = {"reward.kind": "gsm8k", "reward.sources": {"svc": "remote"}, "reward.url": s.url}
+    keys = {"reward.kind": "gsm8k", "reward.sources": {"svc": "remote"}, "reward.remote.url": s.url}
     worker = RewardWorker(None, replace_keys(config, keys), dirs.actor)
     tok = load_tokenizer(dirs.actor)
     response = tok(" #### 42", add_special_tokens=False)["input_ids"]

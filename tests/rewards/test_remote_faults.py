@@ -1,5 +1,5 @@
 """``reward.kind: remote`` against services that misbehave (loopback servers this test starts):
-each fault ends as one line naming reward.url, within the request's deadline, without reading
+each fault ends as one line naming reward.remote.url, within the request's deadline, without reading
 more than the size cap, following no redirect, and never showing the URL's credentials."""
 
 import json
@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 import tracemalloc
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +14,7 @@ from rlcore.config import ConfigError, load_config
 from rlcore.rewards import remote
 from rlcore.rewards.remote import RemoteRewardError, RemoteScorer, check_reachable
 from tests.rewards.test_remote import Service, items
+from tests.rewards.test_rules import sectioned
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 
@@ -101,14 +101,14 @@ def settings(url, **changes):
         on_error="raise",
         score_range=(-1e4, 1e4),
     )
-    return SimpleNamespace(**(base | changes))
+    return sectioned(base | changes)
 
 
 def failure(url, n=2, **changes) -> str:
     with pytest.raises(RemoteRewardError) as raised:
-        RemoteScorer(settings(url, **changes)).score(items(n))
+        RemoteScorer(settings(url, **changes)).ask(items(n))
     message = str(raised.value)
-    assert message.startswith("reward.url: ") and "\n" not in message
+    assert message.startswith("reward.remote.url: ") and "\n" not in message
     return message
 
 
@@ -142,7 +142,7 @@ def test_an_answer_dripped_a_byte_at_a_time_is_cut_at_the_whole_requests_deadlin
     start = time.monotonic()
     message = failure(server.url, remote_timeout_s=1.0)
     took = time.monotonic() - start
-    assert "no whole answer within reward.remote_timeout_s=1 s" in message
+    assert "no whole answer within reward.remote.timeout_s=1 s" in message
     assert 1.0 <= took < 1.5
 
 
@@ -218,20 +218,22 @@ def test_a_peer_that_does_not_speak_http_is_a_failure_not_a_traceback(raw, monke
     hangs_up = raw(lambda conn, stop: None)  # closes without a word: tried again
     assert "RemoteDisconnected" in failure(hangs_up.url, remote_retries=1)
     assert hangs_up.connections == 2
-    zero = RemoteScorer(settings(garbage.url, on_error="zero")).score(items(3))
+    zero = RemoteScorer(settings(garbage.url, on_error="zero")).ask(items(3))
     assert zero.scores == [0.0] * 3 and zero.failed == 3  # on_error zero: the run goes on
 
 
 def test_credentials_in_the_url_are_refused_before_the_start_without_showing_them():
     url = "http://alice:s3cret@127.0.0.1:1/score"
     with pytest.raises(ConfigError) as raised:
-        load_config("reasoning/tiny_arith_ppo", ["reward.kind=remote", f"reward.url={url}"])
+        load_config("reasoning/tiny_arith_ppo", ["reward.kind=remote", f"reward.remote.url={url}"])
     message = str(raised.value)
-    assert "reward.url: 'http://***@127.0.0.1:1/score' holds credentials" in message
+    assert "reward.remote.url: 'http://***@127.0.0.1:1/score' holds credentials" in message
     assert "s3cret" not in message and "alice" not in message and "\n" not in message
     with pytest.raises(ConfigError, match="holds credentials") as raised:
         check_reachable(url)  # (what the dry run and the start run)
     assert "s3cret" not in str(raised.value)
     for bad, says in [("http://host:99999/x", "Port out of range"), ("http:///x", "no host")]:
         with pytest.raises(ConfigError, match=says):
-            load_config("reasoning/tiny_arith_ppo", ["reward.kind=remote", f"reward.url={bad}"])
+            load_config(
+                "reasoning/tiny_arith_ppo", ["reward.kind=remote", f"reward.remote.url={bad}"]
+            )

@@ -1,6 +1,6 @@
 """The limits on what a reward may give and cost: every reward a finite number within
 reward.score_range (else the run ends naming the reward and the value, whatever its kind), and
-a batch's scoring bounded by reward.batch_timeout_s and reward.max_timeout_share however
+a batch's scoring bounded by reward.rules.batch_timeout_s and reward.rules.max_timeout_share however
 often the scorer times out."""
 
 import math
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlcore.config import ConfigError, load_config
-from rlcore.rewards import RewardError, ScoringPool
+from rlcore.rewards import RewardError, ScoringPool, Verdict
 from tests.rewards.test_rules import encode, worker
 
 REWARD = """
@@ -44,7 +44,8 @@ def test_a_custom_reward_of_1e308_ends_the_run_naming_the_function_and_the_value
         w.close()
     message = str(raised.value)
     assert message == (
-        f"reward.score_range: response 1 scored 1e+308 by reward.custom_fn {reward_file}:huge, "
+        "reward.score_range: response 1 scored 1e+308 by reward.rules.custom_fn "
+        f"{reward_file}:huge, "
         "outside [-10000, 10000] or not a finite number (it would make the optimiser skip its "
         "steps); fix the reward, or widen reward.score_range"
     )
@@ -70,16 +71,21 @@ def test_a_reward_model_giving_nan_ends_the_run_naming_the_model():
         rule_weight=1.0,
     )
     w.tokenizer = Letters()
-    w.judge = None
-    w.model = SimpleNamespace(
-        collective=False, score=lambda prompts, responses: torch.tensor([0.5, math.nan])
+    # a reward model whose score head gives NaN on the second row
+    w.router.scorers["model"] = SimpleNamespace(
+        collective=False,
+        score=lambda rows: [
+            Verdict(s, None, judged=False)
+            for s, _ in zip((0.5, math.nan), rows.prompts, strict=True)
+        ],
+        close=lambda: None,
     )
     batch = encode(["#### 4", "#### 5"], ["4", "4"])
     batch["input_ids"] = torch.cat([torch.full((2, 2), ord("q")), batch["responses"]], dim=1)
     batch["attention_mask"] = torch.ones_like(batch["input_ids"])
     with pytest.raises(
         RewardError,
-        match=r"^reward.score_range: response 1 scored nan by the model at reward.model_path "
+        match=r"^reward.score_range: response 1 scored nan by the model at reward.model.path "
         r"/models/rm, outside \[-10000, 10000\] or not a finite number",
     ):
         w.score(batch)
@@ -103,10 +109,13 @@ def test_score_range_and_the_batch_budget_are_checked_before_the_start():
         (["reward.score_range=[1, -1]"], "reward.score_range: [1.0, -1.0]; give [low, high]"),
         (["reward.score_range=[0, 1, 2]"], "reward.score_range: [0.0, 1.0, 2.0]; give"),
         (
-            ["reward.score_range=[-1, 1]", "reward.correct_score=5"],
-            "reward.correct_score: 5 is outside reward.score_range [-1, 1]",
+            ["reward.score_range=[-1, 1]", "reward.rules.correct_score=5"],
+            "reward.rules.correct_score: 5 is outside reward.score_range [-1, 1]",
         ),
-        (["reward.batch_timeout_s=1"], "reward.batch_timeout_s: 1, shorter than one response's"),
+        (
+            ["reward.rules.batch_timeout_s=1"],
+            "reward.rules.batch_timeout_s: 1, shorter than one response's",
+        ),
     ]:
         with pytest.raises(ConfigError, match=says.replace("[", r"\[").replace("]", r"\]")):
             load_config("reasoning/tiny_arith_ppo", keys)
@@ -117,9 +126,9 @@ def storm_pool(reward_file, *keys):
         "reasoning/tiny_arith_ppo",
         [
             "reward.kind=custom",
-            f"reward.custom_fn={reward_file}:sleeps",
-            "reward.timeout_s=0.5",
-            "reward.num_processes=2",
+            f"reward.rules.custom_fn={reward_file}:sleeps",
+            "reward.rules.timeout_s=0.5",
+            "reward.rules.num_processes=2",
             *keys,
         ],
     ).reward
@@ -130,7 +139,7 @@ def storm_pool(reward_file, *keys):
 
 def test_a_reward_that_always_times_out_costs_the_batch_budget(reward_file):
     """64 responses at 0.5 s each on 2 processes would take 16 s (and more with restarts)."""
-    pool = storm_pool(reward_file, "reward.batch_timeout_s=2")
+    pool = storm_pool(reward_file, "reward.rules.batch_timeout_s=2")
     try:
         start = time.monotonic()
         verdicts = pool.score([("x", "1")] * 64)
@@ -148,10 +157,10 @@ def test_a_reward_that_always_times_out_costs_the_batch_budget(reward_file):
 def test_a_reward_overrunning_in_python_is_stopped_in_its_process_without_a_restart(
     reward_file,
 ):
-    """A sleep (any Python-level work) is stopped at 0.8 x reward.timeout_s inside the scoring
+    """A sleep (any Python-level work) is stopped at 0.8 x reward.rules.timeout_s inside the scoring
     process (procpool.SoftDeadline): it scores 0 as timed out, and the process goes on, where
     the pool's kill at the deadline would cost a process start per response."""
-    pool = storm_pool(reward_file, "reward.batch_timeout_s=null")
+    pool = storm_pool(reward_file, "reward.rules.batch_timeout_s=null")
     try:
         pids = [process.pid for process, _ in pool.pool._workers]
         start = time.monotonic()
@@ -183,8 +192,11 @@ def test_a_batch_past_max_timeout_share_stops_at_once_and_ends_the_run(reward_fi
     finally:
         w.close()
     message = str(raised.value)
-    assert message.startswith("reward.max_timeout_share: 16 of 16 responses of a batch took ")
-    assert "or were not scored (11: past reward.batch_timeout_s=60 s, or once too many" in message
+    assert message.startswith("reward.rules.max_timeout_share: 16 of 16 responses of a batch took ")
+    assert (
+        "or were not scored (11: past reward.rules.batch_timeout_s=60 s, or once too many"
+        in message
+    )
     assert "\n" not in message
 
 
@@ -206,7 +218,7 @@ def test_responses_left_past_the_budget_are_said_in_one_warning_line(reward_file
     assert len(said) == 1
     # the first stopped in its process (0.24 s) or at the budget, the third never sent
     assert re.search(
-        r"3 of 3 responses took over reward.timeout_s=0.3 s or were not scored \([12]: past "
-        r"reward.batch_timeout_s=0.3 s, or once too many had timed out\) and score 0",
+        r"3 of 3 responses took over reward.rules.timeout_s=0.3 s or were not scored \([12]: past "
+        r"reward.rules.batch_timeout_s=0.3 s, or once too many had timed out\) and score 0",
         said[0],
     )

@@ -8,16 +8,17 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
+from rlcore.config.foreign.earlier import REWARD_KEYS
 from rlcore.data.answers import scorer_of
 from rlcore.rewards import (
     RewardError,
-    Rules,
-    ScoringPool,
     gsm8k_correct,
     load_custom_fn,
     math_correct,
 )
-from rlcore.workers.reward import RewardWorker
+from rlcore.rewards.router import RewardRouter
+from rlcore.rewards.scorer import RuleScorer
+from rlcore.rewards.worker import RewardWorker
 
 
 @pytest.mark.parametrize(
@@ -60,9 +61,9 @@ def test_a_math_reference_answer_is_read_once_per_process(monkeypatch):
 def test_custom_function_from_a_file(tmp_path):
     (tmp_path / "mine.py").write_text("def score(response, answer):\n    return len(response)\n")
     assert load_custom_fn(f"{tmp_path}/mine.py:score")("abc", "x") == 3
-    with pytest.raises(ConfigError, match=r"reward.custom_fn: .* defines no function 'nope'"):
+    with pytest.raises(ConfigError, match=r"reward.rules.custom_fn: .* defines no function 'nope'"):
         load_custom_fn(f"{tmp_path}/mine.py:nope")
-    with pytest.raises(ConfigError, match=r"reward.custom_fn: .*missing.py does not exist"):
+    with pytest.raises(ConfigError, match=r"reward.rules.custom_fn: .*missing.py does not exist"):
         load_custom_fn(f"{tmp_path}/missing.py:score")
     with pytest.raises(ConfigError, match=r"is not 'path/to/file.py:function'"):
         load_custom_fn("just_a_name")
@@ -75,6 +76,19 @@ class Letters:
 
     def batch_decode(self, rows, skip_special_tokens=True):
         return ["".join(chr(int(t)) for t in row if t) for row in rows]
+
+
+def sectioned(flat: dict) -> SimpleNamespace:
+    """A reward section written with the earlier flat keys (``REWARD_KEYS``), in its
+    subsections."""
+    sections: dict = {}
+    for key, value in flat.items():
+        section, _, leaf = REWARD_KEYS.get(key, f".{key}").rpartition(".")
+        sections.setdefault(section, {})[leaf] = value
+    top = sections.pop("", {})
+    return SimpleNamespace(
+        **top, **{name: SimpleNamespace(**keys) for name, keys in sections.items()}
+    )
 
 
 def worker(components=(), **reward) -> RewardWorker:
@@ -95,14 +109,11 @@ def worker(components=(), **reward) -> RewardWorker:
         "sources": {},
         "rule": "auto",
     }
-    w.config = SimpleNamespace(**(defaults | reward))
+    w.config = sectioned(defaults | reward)
     w.max_response_length = 12
     w.tokenizer = Letters()
-    w.gsm8k = Rules.of(w.config, "gsm8k")
-    kind = w.config.kind
-    w.pools = {kind: ScoringPool(w.config, kind=kind)} if kind in ("math", "custom") else {}
-    w.remote = w.model = None  # (kinds remote and model: test_remote.py, test_model.py)
-    w.rule = w.config.kind
+    # (kinds remote and model: test_remote.py, test_model.py)
+    w.router = RewardRouter(w.config, {"rule": RuleScorer(w.config, start=w.config.kind)})
     return w
 
 
@@ -141,7 +152,8 @@ def test_auto_scores_each_row_by_its_data_source_as_verl_does():
         )
         assert out["correct"].tolist() == [False, True, True]
         assert out["unparsed"].tolist() == [True, False, False]
-        assert list(w.pools) == ["math"] and w.pools["math"].rules.kind == "math"  # for MATH
+        pools = w.router.rules.pools
+        assert list(pools) == ["math"] and pools["math"].rules.kind == "math"  # for MATH
     finally:
         w.close()
 
@@ -175,7 +187,7 @@ def test_a_scorer_that_hangs_scores_zero_after_the_timeout_and_says_so(tmp_path,
     assert out["timed_out"].tolist() == [True, False]
     assert out["unparsed"].tolist() == [False, False]
     said = capsys.readouterr().err
-    assert "1 of 2 responses took over reward.timeout_s=0.3 s and score 0; response 0" in said
+    assert "1 of 2 responses took over reward.rules.timeout_s=0.3 s and score 0; response 0" in said
 
 
 def test_gdpo_components_come_from_the_verdicts_and_the_overlong_buffer():
@@ -208,7 +220,7 @@ def test_a_gdpo_component_the_custom_reward_does_not_return_names_the_key(tmp_pa
             RewardError,
             match=r"algorithm.gdpo_reward_keys: 'length' is not "
             r"among the numbers the reward gave response 0 \(score, correct, "
-            r"format_reward\); return it from reward.custom_fn",
+            r"format_reward\); return it from reward.rules.custom_fn",
         ):
             w.score(encode(["x"], ["x"]))
     finally:

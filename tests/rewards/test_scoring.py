@@ -1,5 +1,5 @@
 """Scoring has a deadline that holds: a custom reward that sleeps or spins holding the GIL, and
-math-verify on a tower of powers, are stopped after reward.timeout_s (their process killed and
+math-verify on a tower of powers, are stopped after reward.rules.timeout_s (their process killed and
 replaced) and score 0; a reward that is not a finite number ends the run naming the function."""
 
 import time
@@ -8,7 +8,7 @@ import pytest
 
 from rlcore.config import load_config
 from rlcore.rewards import RewardError, ScoringPool
-from rlcore.rewards.judge import Rules, judge
+from rlcore.rewards.verdicts import Rules, rule_verdict
 
 REWARD = """
 import math
@@ -53,8 +53,8 @@ def reward_config(tmp_path, *extra):
 def pool(tmp_path, function, *extra):
     config = reward_config(
         tmp_path,
-        f"reward.custom_fn={tmp_path / 'reward.py'}:{function}",
-        "reward.timeout_s=0.5",
+        f"reward.rules.custom_fn={tmp_path / 'reward.py'}:{function}",
+        "reward.rules.timeout_s=0.5",
         *extra,
     )
     return ScoringPool(config)
@@ -84,7 +84,7 @@ def test_a_scorer_spinning_in_c_is_stopped_at_the_deadline_and_the_next_batch_go
 
 def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path):
     config = load_config(
-        "reasoning/tiny_arith_ppo", ["reward.kind=math", "reward.timeout_s=0.5"]
+        "reasoning/tiny_arith_ppo", ["reward.kind=math", "reward.rules.timeout_s=0.5"]
     ).reward
     scoring = ScoringPool(config)
     try:
@@ -104,12 +104,15 @@ def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path)
     [
         (
             "nan",
-            r"reward.custom_fn: .*reward.py:nan on response 1 returned nan; rewards must be "
+            r"reward.rules.custom_fn: .*reward.py:nan on response 1 returned nan; rewards must be "
             r"finite numbers",
         ),
-        ("text", r"reward.custom_fn: .*:text on response 0 returned '1.0'; return a number, or"),
-        ("raises", r"reward.custom_fn: .*:raises on response 0 raised KeyError: 'answer'"),
-        ("exits", r"reward.custom_fn: .*:exits on response 0 raised SystemExit: 3"),
+        (
+            "text",
+            r"reward.rules.custom_fn: .*:text on response 0 returned '1.0'; return a number, or",
+        ),
+        ("raises", r"reward.rules.custom_fn: .*:raises on response 0 raised KeyError: 'answer'"),
+        ("exits", r"reward.rules.custom_fn: .*:exits on response 0 raised SystemExit: 3"),
         (
             "one_for_correct",
             r":one_for_correct on response 0 returned correct=1; the verdict is True or False",
@@ -117,7 +120,7 @@ def test_math_verify_on_a_tower_of_powers_times_out_instead_of_hanging(tmp_path)
     ],
 )
 def test_a_reward_that_is_not_a_finite_number_names_the_function(tmp_path, function, message):
-    scoring = pool(tmp_path, function, "reward.num_processes=1")
+    scoring = pool(tmp_path, function, "reward.rules.num_processes=1")
     try:
         with pytest.raises(RewardError, match=message):
             scoring.score([("ok", "1"), ("bad", "1")])
@@ -126,29 +129,31 @@ def test_a_reward_that_is_not_a_finite_number_names_the_function(tmp_path, funct
 
 
 def test_a_custom_verdict_is_the_accuracy_not_a_threshold_on_the_score(tmp_path):
-    scoring = pool(tmp_path, "verdict", "reward.correct_score=0.1")
+    scoring = pool(tmp_path, "verdict", "reward.rules.correct_score=0.1")
     try:
         verdicts = scoring.score([("7", "7"), ("6", "7")])
     finally:
         scoring.close()
     assert [(v.score, v.correct) for v in verdicts] == [(0.5, True), (0.5, False)]
-    rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
+    rules = Rules.of(
+        reward_config(tmp_path, f"reward.rules.custom_fn={tmp_path / 'reward.py'}:verdict")
+    )
     # verl's name for the verdict
-    acc = judge(rules, lambda r, a: {"score": 1.0, "acc": r == a}, "6", "7")
+    acc = rule_verdict(rules, lambda r, a: {"score": 1.0, "acc": r == a}, "6", "7")
     assert (acc.correct, acc.judged) == (False, True)
     # a bare number is a reward without a verdict, however high: no accuracy counts it
-    bare = judge(rules, lambda r, a: 5.0, "7", "7")
+    bare = rule_verdict(rules, lambda r, a: 5.0, "7", "7")
     assert (bare.score, bare.correct, bare.judged) == (5.0, None, False)
 
 
 def test_a_scorer_that_dies_is_named_with_its_exit_code_not_counted_as_a_timeout(tmp_path):
-    scoring = pool(tmp_path, "dies", "reward.num_processes=1", "reward.timeout_s=30")
+    scoring = pool(tmp_path, "dies", "reward.rules.num_processes=1", "reward.rules.timeout_s=30")
     try:
         assert [v.timed_out for v in scoring.score([("ok", "1")])] == [False]
         start = time.monotonic()
         with pytest.raises(RewardError, match=r"died on response 1, exit code 7 .*not a timeout"):
             scoring.score([("ok", "1"), ("crash", "1")])
-        assert time.monotonic() - start < 10  # at once, not after reward.timeout_s
+        assert time.monotonic() - start < 10  # at once, not after reward.rules.timeout_s
         assert [v.score for v in scoring.score([("ok", "1")])] == [0.0]  # replaced: goes on
     finally:
         scoring.close()
@@ -158,16 +163,20 @@ def test_numpy_and_torch_scalars_are_numbers_and_numpy_bools_verdicts(tmp_path):
     import numpy as np
     import torch
 
-    rules = Rules.of(reward_config(tmp_path, f"reward.custom_fn={tmp_path / 'reward.py'}:verdict"))
-    numpy = judge(rules, lambda r, a: {"score": np.float32(0.5), "correct": np.bool_(True)}, "", "")
+    rules = Rules.of(
+        reward_config(tmp_path, f"reward.rules.custom_fn={tmp_path / 'reward.py'}:verdict")
+    )
+    numpy = rule_verdict(
+        rules, lambda r, a: {"score": np.float32(0.5), "correct": np.bool_(True)}, "", ""
+    )
     assert (numpy.score, numpy.correct) == (0.5, True) and type(numpy.correct) is bool
-    tensor = judge(rules, lambda r, a: torch.tensor(2.0), "", "")
+    tensor = rule_verdict(rules, lambda r, a: torch.tensor(2.0), "", "")
     assert (tensor.score, tensor.judged) == (2.0, False)
-    assert judge(rules, lambda r, a: np.array(1.5), "", "").score == 1.5
+    assert rule_verdict(rules, lambda r, a: np.array(1.5), "", "").score == 1.5
 
 
 def test_a_process_killed_at_its_deadline_is_replaced_by_a_warm_spare(tmp_path):
-    scoring = pool(tmp_path, "spins", "reward.num_processes=1")
+    scoring = pool(tmp_path, "spins", "reward.rules.num_processes=1")
     try:
         scoring.score([("warm", "up")])
         deadline = time.monotonic() + 30

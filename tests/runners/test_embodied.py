@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import LOSS_MASK
 from rlcore.config import load_config
 from rlcore.envs import EnvError, check_output, make_vector_env, space_spec
 from rlcore.placement import plan_for_config
@@ -60,7 +61,7 @@ def one_env_batch(rewards, values, terminated, truncated, valid):
             "rewards": row(rewards),
             "terminated": row(terminated, torch.bool),
             "truncated": row(truncated, torch.bool),
-            "valid": row(valid, torch.bool),
+            LOSS_MASK: row(valid, torch.bool),
         },
         batch_size=[1],
     )
@@ -114,7 +115,7 @@ def test_collect_masks_the_reset_step_and_reads_v_of_the_final_observation(tmp_p
     batch = runner.rollout.collect(runner.version)
     runner.close()
     # limit 3: steps 0-2 are an episode, 3 only resets, 4-6 the next episode
-    assert batch["valid"][0].tolist() == [True, True, True, False, True, True, True]
+    assert batch[LOSS_MASK][0].tolist() == [True, True, True, False, True, True, True]
     assert batch["truncated"][0].tolist() == [False, False, True, False, False, False, True]
     final_obs = batch["obs"][0, 3]  # the reset step starts from the episode's final observation
     assert final_obs.item() == batch["obs"][0, 2].item() + batch["actions"][0, 2].item()

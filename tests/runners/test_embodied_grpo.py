@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rlcore.columns import LOSS_MASK, REWARDS
 from rlcore.config import ConfigError, load_config
 from rlcore.placement import plan_for_config
 from rlcore.placement.checks import check_plan
@@ -56,7 +57,7 @@ def test_each_episode_is_scored_by_its_return_against_its_group():
     second = [[0.5, 0.0, 0.0], [1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [4.5, 0.0, 0.0]]
     rewards = torch.tensor([*first, *second])
     valid = torch.tensor([[1, 1, 0]] * 4 + [[1, 0, 0]] * 4, dtype=torch.bool)
-    batch = {"rewards": rewards, "valid": valid}
+    batch = {REWARDS: rewards, LOSS_MASK: valid}
     embodied_advantages(alg, batch)
     returns = torch.tensor([3.0, 0.0, 3.0, 2.0, 0.5, 1.0, 2.0, 4.5])  # the 9 is past the end
     groups = returns.view(2, 4)

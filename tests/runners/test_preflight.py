@@ -94,18 +94,18 @@ def bad_inputs(tmp_path, model):
         ),
         (
             ARITH,
-            [*custom, "reward.custom_fn=/no/reward.py:score"],
-            "reward.custom_fn: /no/reward.py does not exist",
+            [*custom, "reward.rules.custom_fn=/no/reward.py:score"],
+            "reward.rules.custom_fn: /no/reward.py does not exist",
         ),
         (
             ARITH,
-            [*custom, f"reward.custom_fn={tmp_path / 'reward.py'}:score"],
+            [*custom, f"reward.rules.custom_fn={tmp_path / 'reward.py'}:score"],
             "defines no function 'score'",
         ),
-        (ARITH, [*custom, "reward.custom_fn=reward.py"], "is not 'path/to/file.py:function'"),
+        (ARITH, [*custom, "reward.rules.custom_fn=reward.py"], "is not 'path/to/file.py:function'"),
         (
             ARITH,
-            [*custom, f"reward.custom_fn={tmp_path / 'broken.py'}:score"],
+            [*custom, f"reward.rules.custom_fn={tmp_path / 'broken.py'}:score"],
             "broken.py cannot be loaded: SyntaxError: expected ':' (line 1)",
         ),
         (

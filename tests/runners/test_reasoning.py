@@ -36,8 +36,8 @@ def length_reward(tmp_path):
     )
     return (
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/length.py:score",
-        "reward.num_processes=1",
+        f"reward.rules.custom_fn={tmp_path}/length.py:score",
+        "reward.rules.num_processes=1",
     )
 
 
@@ -106,7 +106,7 @@ def test_the_remax_baseline_is_the_score_of_each_prompts_greedy_answer(tiny_lm, 
         "algorithm.adv_type=remax",
         "algorithm.group_size=3",
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/chars.py:score",
+        f"reward.rules.custom_fn={tmp_path}/chars.py:score",
     )
     runner = build_runner(config, plan_for_config(config))
     try:
@@ -531,11 +531,65 @@ def test_a_reward_that_times_out_on_most_of_a_batch_ends_the_run_naming_it(tiny_
         dirs.actor.parent,
         tmp_path,
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/slow.py:score",
-        "reward.timeout_s=0.2",
+        f"reward.rules.custom_fn={tmp_path}/slow.py:score",
+        "reward.rules.timeout_s=0.2",
         "data.val_max_samples=4",
     )
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=r"reward.max_timeout_share: 4 of 4 responses .*slow.py"):
+    with pytest.raises(
+        ConfigError, match=r"reward.rules.max_timeout_share: 4 of 4 responses .*slow.py"
+    ):
         run(config)
     assert time.monotonic() - start < 30  # the first batch, not minutes per batch
+
+
+def test_remax_trains_asynchronously_and_its_first_iteration_is_the_synchronous_ones(
+    tiny_lm, tmp_path, monkeypatch
+):
+    """ReMax with runner.max_staleness=1, the rollout apart: each iteration's baseline is the
+    greedy answer of the weights the trainer holds (the rollout refuses a call at a version it
+    was not synced), while the next batch generates ahead. Its first batch is made with the same
+    weights, prompts and rollout process as a synchronous run's in the same layout, so that
+    iteration's rewards, baselines and update equal the synchronous run's."""
+    _, dirs = tiny_lm
+    from rlcore.runners.reasoning import ReasoningRunner
+
+    seen: dict[str, list[dict[str, float]]] = {}
+    iterate = ReasoningRunner.iterate
+
+    def recording(self, iteration):
+        metrics = iterate(self, iteration)
+        seen.setdefault(self.config.runner.run_name, []).append(metrics)
+        return metrics
+
+    monkeypatch.setattr(ReasoningRunner, "iterate", recording)
+    (tmp_path / "chars.py").write_text("def score(response, answer):\n    return len(response)\n")
+    common = (
+        "algorithm.adv_type=remax",
+        "algorithm.group_size=3",
+        "reward.kind=custom",
+        f"reward.custom_fn={tmp_path}/chars.py:score",
+        "reward.num_processes=1",
+        "runner.checkpoint_every=0",
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor:0,rollout:1,reward:1}",
+    )
+    cache = dirs.actor.parent
+    sync = tiny_config(cache, tmp_path, *common, "runner.total_iterations=1", "runner.run_name=s")
+    run(sync)
+    config = tiny_config(
+        cache,
+        tmp_path,
+        *common,
+        "runner.max_staleness=1",
+        "runner.total_iterations=3",
+        "runner.run_name=a",
+    )
+    summary = run(config)
+    assert summary["iterations"] == 3 and summary["async"]["staleness_max"] == 1
+    first, *later = seen["a"]
+    assert [m["async/staleness"] for m in seen["a"]] == [0.0, 1.0, 1.0]
+    (synchronous,) = seen["s"]
+    for name in ("reward/mean", "reward/greedy_baseline_mean", "actor/pg_loss"):
+        assert first[name] == synchronous[name], name
+    assert all(m["reward/greedy_baseline_mean"] >= 0 for m in later)

@@ -361,7 +361,7 @@ def test_a_loss_the_cluster_left_cannot_host_stops_in_one_line_naming_the_checkp
     Ray has one): no restart is tried; one line names the loss and the checkpoint to resume
     from once the cluster has its nodes again."""
     checkpoint = tmp_path / "run" / "checkpoints" / "iter_000003"
-    monkeypatch.setattr(supervisor, "newest_complete", lambda run_dir, log: checkpoint)
+    monkeypatch.setattr(supervisor, "newest_complete", lambda run_dir: checkpoint)
     FailingDriver.FAILS, FailingDriver.BUILT = [2], []
     config = embodied(
         tmp_path,

@@ -13,7 +13,8 @@ from tests.scheduler.components import StuckInC
 REPO = Path(__file__).resolve().parents[2]
 
 # The driver's side of a run with in-process envs: no last-words folder, the step under
-# env.step_timeout_s (0.2 s), the watchdog 0.3 s after it.
+# env.step_timeout_s (1 s: a loaded machine can take 0.2 s before the stuck step's C call, and
+# the timer would then end it in Python), the watchdog 1 s after it.
 STUCK_DRIVER = """
 import gymnasium as gym, numpy as np
 from rlcore.envs.vector import reset_within, step_within
@@ -21,9 +22,9 @@ from rlcore.scheduler import last_words
 from tests.scheduler.components import StuckInC
 last_words.WATCHDOG_GRACE_S = 0.3
 envs = gym.vector.SyncVectorEnv([StuckInC])
-reset_within(envs, 0, 0.2, "env 'StuckInC' rank 0, reset")
+reset_within(envs, 0, 1.0, "env 'StuckInC' rank 0, reset")
 for step in range(5):
-    step_within(envs, np.zeros(1, np.int64), 0.2, f"env 'StuckInC' rank 0, step {step}")
+    step_within(envs, np.zeros(1, np.int64), 1.0, f"env 'StuckInC' rank 0, step {step}")
 print("never reached", flush=True)
 """
 
@@ -44,7 +45,7 @@ def test_a_step_stuck_in_c_in_the_drivers_process_ends_it_in_one_line():
     pid = done.stderr.split("pid ", 1)[1].split(")", 1)[0]
     assert done.stderr.splitlines() == [
         f"rlcore: error: env 'StuckInC' rank 0 (in the driver's process, pid {pid}): its "
-        "watchdog ended it: a call was still running after 0.5 s at "
+        "watchdog ended it: a call was still running after 2 s at "
         f"{inspect.getsourcefile(StuckInC)}:{line} in step, in code that a timeout cannot "
         "interrupt (C code holding the GIL); fix that code, or raise the limit "
         "(env.step_timeout_s)"

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from rlcore.columns import LOSS_MASK, OLD_LOG_PROBS
 from rlcore.config import load_config
 from rlcore.envs.vector import SpaceSpec
 from rlcore.workers.embodied_actor import EmbodiedActor
@@ -43,11 +44,11 @@ def make_batch() -> TensorDict:
         {
             "obs": obs,
             "actions": actions,
-            "log_probs": log_probs,
+            OLD_LOG_PROBS: log_probs,
             "values": values,
             "advantages": torch.randn(64, 1, generator=gen),
             "returns": torch.randn(64, 1, generator=gen),
-            "valid": valid,
+            LOSS_MASK: valid,
         },
         batch_size=[64],
     )

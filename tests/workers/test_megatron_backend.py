@@ -44,7 +44,7 @@ def two_layer_lm(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("two_layer_lm")
     config = tiny_config(root / "cache", root / "outputs", "actor.model.tiny.num_layers=2")
-    return config, prepare_models(config, log=lambda message: None)
+    return config, prepare_models(config)
 
 
 @pytest.fixture

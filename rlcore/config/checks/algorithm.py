@@ -73,7 +73,7 @@ def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
     return problems
 
 
-BUILT_IN_COMPONENTS = ("score", "correct", "format")  # rlcore/rewards/judge.py's Verdict
+BUILT_IN_COMPONENTS = ("score", "correct", "format")  # rlcore/rewards/verdicts.py's Verdict
 
 
 def check_gdpo(config: ReasoningConfig) -> list[str]:
@@ -92,7 +92,7 @@ def check_gdpo(config: ReasoningConfig) -> list[str]:
     known = [*BUILT_IN_COMPONENTS, *(["overlong_penalty"] if shaped else [])]
     if not keys:
         given = (
-            "the numbers in the dict reward.custom_fn returns"
+            "the numbers in the dict reward.rules.custom_fn returns"
             if reward.kind == "custom"
             else ", ".join(known)
         )

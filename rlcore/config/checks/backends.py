@@ -176,16 +176,16 @@ def _rollout_engine(config: ReasoningConfig) -> list[str]:
 
 
 def _judge_engine(config: ReasoningConfig) -> list[str]:
-    """``reward.judge_backend: sglang`` needs sglang installed (its GPU side is checked with the
+    """``reward.judge.backend: sglang`` needs sglang installed (its GPU side is checked with the
     plan)."""
-    if config.reward.judge_backend != "sglang":
+    if config.reward.judge.backend != "sglang":
         return []
     have = _unless_installed("sglang", SGLANG_VERSION)
     if not have:
         return []
     return [
-        f"reward.judge_backend: sglang needs sglang=={SGLANG_VERSION} (the gpu extra: pip "
-        f"install -e '.[gpu]' on a GPU machine), and it {have}; or use reward.judge_backend=hf"
+        f"reward.judge.backend: sglang needs sglang=={SGLANG_VERSION} (the gpu extra: pip "
+        f"install -e '.[gpu]' on a GPU machine), and it {have}; or use reward.judge.backend=hf"
     ]
 
 

@@ -4,6 +4,7 @@ the update sizes of the actor and critic."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rlcore.config.checks.algorithm import check_gdpo
@@ -102,23 +103,18 @@ def _partial_rollout(config: ReasoningConfig) -> list[str]:
 
 
 def _asynchronous(config: ReasoningConfig) -> list[str]:
-    """What an asynchronous run (``runner.max_staleness`` > 0) does not build yet."""
-    stale, alg = config.runner.max_staleness, config.algorithm
-    if not stale:
+    """What an asynchronous run (``runner.max_staleness`` > 0) refuses: DAPO's dynamic sampling,
+    whose batch size in prompts is known only once the batch is scored (docs/async.md)."""
+    stale = config.runner.max_staleness
+    if not stale or not config.algorithm.filter_groups.enable:
         return []
-    problems = []
-    if alg.filter_groups.enable:
-        problems.append(
-            f"runner.max_staleness: {stale} with algorithm.filter_groups.enable (DAPO's "
-            "resampling until enough groups differ) is not built; set one of them off"
-        )
-    if "reward_baselines" in _estimator_inputs(config):
-        problems.append(
-            f"runner.max_staleness: {stale} with algorithm.adv_type {alg.adv_type} (a greedy "
-            "answer per prompt from the current weights) is not built; use "
-            "runner.max_staleness=0, or another estimator"
-        )
-    return problems
+    return [
+        f"runner.max_staleness: {stale} with algorithm.filter_groups.enable: DAPO's resampling "
+        "learns how many more prompts a batch needs only from its scores, when the trainer "
+        "takes it, so they could not be generated ahead; the groups it adds would wait behind "
+        "the rollout's batches in flight and sample with newer weights than the rest; set "
+        "runner.max_staleness=0, or algorithm.filter_groups.enable=false"
+    ]
 
 
 def _rollout_correction(config: ReasoningConfig) -> list[str]:
@@ -177,7 +173,7 @@ def _estimator_inputs(config: ReasoningConfig) -> tuple[str, ...]:
 
 def _reward_limits(config: ReasoningConfig) -> list[str]:
     """``reward.score_range`` (a finite [low, high] holding the rule scores) and
-    ``reward.batch_timeout_s`` (no shorter than one response's deadline)."""
+    ``reward.rules.batch_timeout_s`` (no shorter than one response's deadline)."""
     reward, problems = config.reward, []
     bounds = reward.score_range
     if len(bounds) != 2 or not bounds[0] < bounds[1]:
@@ -187,98 +183,34 @@ def _reward_limits(config: ReasoningConfig) -> list[str]:
         )
     else:
         problems += [
-            f"reward.{name}: {value:g} is outside reward.score_range [{bounds[0]:g}, "
+            f"reward.rules.{name}: {value:g} is outside reward.score_range [{bounds[0]:g}, "
             f"{bounds[1]:g}], so every response it scores would end the run; widen the range "
             "or change the score"
             for name, value in (
-                ("correct_score", reward.correct_score),
-                ("format_score", reward.format_score),
+                ("correct_score", reward.rules.correct_score),
+                ("format_score", reward.rules.format_score),
             )
             if not bounds[0] <= value <= bounds[1]
         ]
-    budget = reward.batch_timeout_s
-    if budget is not None and budget < reward.timeout_s:
+    budget = reward.rules.batch_timeout_s
+    if budget is not None and budget < reward.rules.timeout_s:
         problems.append(
-            f"reward.batch_timeout_s: {budget:g}, shorter than one response's "
-            f"reward.timeout_s={reward.timeout_s:g}; give at least that, or null for no "
-            "batch limit"
+            f"reward.rules.batch_timeout_s: {budget:g}, shorter than one response's "
+            f"reward.rules.timeout_s={reward.rules.timeout_s:g}; give at least that, or null for "
+            "no batch limit"
         )
     return problems
 
 
 def _reward(config: ReasoningConfig) -> list[str]:
-    reward, problems = config.reward, []
+    reward = config.reward
     used = {reward.kind, *reward.sources.values()}  # every kind that scores some row
     by = (
         f"reward.kind is {reward.kind}"
         if not reward.sources
         else f"reward.kind is {reward.kind} and reward.sources names {', '.join(sorted(set(reward.sources.values())))}"  # noqa: E501
     )
-    custom = "custom" in used or (bool(used & {"model", "judge"}) and reward.rule == "custom")
-    if custom and reward.custom_fn is None:
-        problems.append(
-            "reward.custom_fn: a custom rule scores some rows, so name the function: "
-            "reward.custom_fn=path/to/file.py:function"
-        )
-    if not custom and reward.custom_fn is not None:
-        problems.append(f"reward.custom_fn: set, but {by}; set reward.kind=custom")
-    if "remote" in used and reward.url is None:
-        problems.append(
-            f"reward.url: None, but {by}: give the remote service's address, "
-            "e.g. reward.url=http://127.0.0.1:8000/score"
-        )
-    elif "remote" in used and url_problem(reward.url):  # (said without its credentials)
-        problems.append(f"reward.url: {url_problem(reward.url)}")
-    if "remote" not in used:
-        remote_keys = ("url", "remote_batch_size", "remote_concurrency", "remote_timeout_s")
-        problems += [
-            f"reward.{name}: set, but {by}; set reward.kind=remote, or leave it out"
-            for name in _changed(reward, (*remote_keys, "remote_retries", "on_error"))
-        ]
-    if "model" in used and reward.model_path is None:
-        problems.append(
-            f"reward.model_path: null, but {by}: give the reward model's folder (a "
-            "sequence-classification model with one label)"
-        )
-    if "judge" in used and reward.model_path is None:
-        problems.append(f"reward.model_path: null, but {by}: give the judge's folder (a causal LM)")
-    if {"model", "judge"} <= used:
-        problems.append(
-            f"reward.sources: {by}, but reward.model_path holds one model; score with a reward "
-            "model or with a judge"
-        )
-    if "judge" in used and reward.judge_template is None:
-        problems.append(
-            f"reward.judge_template: null, but {by}: give the judge's prompt, a text file "
-            "with {response} (and optionally {prompt}, {answer}) where they go"
-        )
-    if "judge" not in used:
-        problems += [
-            f"reward.{name}: set, but {by}, and only kind judge reads it; set "
-            "reward.kind=judge, or leave it out"
-            for name in _changed(
-                reward,
-                ("judge_template", "judge_parser", "judge_max_new_tokens", "judge_backend"),
-            )
-        ]
-    if "model" not in used and reward.model_backend != "torch":
-        problems.append(
-            f"reward.model_backend: {reward.model_backend}, but {by}, and only kind model "
-            "(a reward model) is sharded by it; set reward.kind=model, or leave it out"
-        )
-    model_keys = ("model_path", "score_clip", "score_normalize", "rule", "combine")
-    weights = ("model_weight", "rule_weight")
-    if not used & {"model", "judge"}:
-        problems += [
-            f"reward.{name}: set, but {by}, and only the kinds model and judge read it; set "
-            "reward.kind=model, or leave it out"
-            for name in _changed(reward, model_keys + weights)
-        ]
-    elif reward.combine != "weighted" and _changed(reward, weights):
-        problems.append(
-            f"reward.combine: {reward.combine}, so reward.model_weight and rule_weight are not "
-            "read; set reward.combine=weighted, or leave the weights out"
-        )
+    problems = _custom_and_remote(reward, used, by) + _model_and_judge(reward, used, by)
     if used & {"remote", "model", "judge"} and config.algorithm.gdpo_reward_keys:
         problems.append(
             f"algorithm.gdpo_reward_keys: {by}, and kinds remote, model and judge give one "
@@ -302,6 +234,87 @@ def _reward(config: ReasoningConfig) -> list[str]:
             "would use them; set reward.overlong_buffer.enable=true, or leave them out"
         )
     return problems
+
+
+def _custom_and_remote(reward: Any, used: set[str], by: str) -> list[str]:
+    """The keys of a custom rule and of a reward service, each needed where its kind scores
+    some row (``used``) and refused set where none does."""
+    problems: list[str] = []
+    custom = "custom" in used or (bool(used & {"model", "judge"}) and reward.model.rule == "custom")
+    if custom and reward.rules.custom_fn is None:
+        problems.append(
+            "reward.rules.custom_fn: a custom rule scores some rows, so name the function: "
+            "reward.rules.custom_fn=path/to/file.py:function"
+        )
+    if not custom and reward.rules.custom_fn is not None:
+        problems.append(f"reward.rules.custom_fn: set, but {by}; set reward.kind=custom")
+    if "remote" in used and reward.remote.url is None:
+        problems.append(
+            f"reward.remote.url: None, but {by}: give the remote service's address, "
+            "e.g. reward.remote.url=http://127.0.0.1:8000/score"
+        )
+    elif "remote" in used and url_problem(reward.remote.url):  # (said without its credentials)
+        problems.append(f"reward.remote.url: {url_problem(reward.remote.url)}")
+    if "remote" not in used:
+        problems += [
+            f"reward.remote.{name}: set, but {by}; set reward.kind=remote, or leave it out"
+            for name in _changed(reward.remote, _keys(reward.remote))
+        ]
+    return problems
+
+
+def _model_and_judge(reward: Any, used: set[str], by: str) -> list[str]:
+    """The keys of a reward model and of a judge (``reward.model``, ``reward.judge``), each
+    needed where its kind scores some row (``used``) and refused set where none does."""
+    problems: list[str] = []
+    if "model" in used and reward.model.path is None:
+        problems.append(
+            f"reward.model.path: null, but {by}: give the reward model's folder (a "
+            "sequence-classification model with one label)"
+        )
+    if "judge" in used and reward.model.path is None:
+        problems.append(f"reward.model.path: null, but {by}: give the judge's folder (a causal LM)")
+    if {"model", "judge"} <= used:
+        problems.append(
+            f"reward.sources: {by}, but reward.model.path holds one model; score with a reward "
+            "model or with a judge"
+        )
+    if "judge" in used and reward.judge.template is None:
+        problems.append(
+            f"reward.judge.template: null, but {by}: give the judge's prompt, a text file "
+            "with {response} (and optionally {prompt}, {answer}) where they go"
+        )
+    if "judge" not in used:
+        problems += [
+            f"reward.judge.{name}: set, but {by}, and only kind judge reads it; set "
+            "reward.kind=judge, or leave it out"
+            for name in _changed(reward.judge, _keys(reward.judge))
+        ]
+    if "model" not in used and reward.model.backend != "torch":
+        problems.append(
+            f"reward.model.backend: {reward.model.backend}, but {by}, and only kind model "
+            "(a reward model) is sharded by it; set reward.kind=model, or leave it out"
+        )
+    model_keys = ("path", "score_clip", "score_normalize", "rule", "combine")
+    weights = ("model_weight", "rule_weight")
+    if not used & {"model", "judge"}:
+        problems += [
+            f"reward.model.{name}: set, but {by}, and only the kinds model and judge read it; "
+            "set reward.kind=model, or leave it out"
+            for name in _changed(reward.model, model_keys + weights)
+        ]
+    elif reward.model.combine != "weighted" and _changed(reward.model, weights):
+        problems.append(
+            f"reward.model.combine: {reward.model.combine}, so reward.model.model_weight and "
+            "rule_weight are not "
+            "read; set reward.model.combine=weighted, or leave the weights out"
+        )
+    return problems
+
+
+def _keys(section: Any) -> tuple[str, ...]:
+    """The names of a section's keys, in their declared order."""
+    return tuple(f.name for f in dataclasses.fields(section))
 
 
 def _micro_batches(config: ReasoningConfig) -> list[str]:

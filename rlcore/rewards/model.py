@@ -4,9 +4,9 @@ model with one label, e.g. a Bradley-Terry RM) scores each response: its logit i
 The reward component loads it on the device its placement gives it, in ``actor.model.dtype``,
 with its own tokenizer. Each row's text is the conversation ``[user: prompt, assistant:
 response]`` through the RM's chat template when it has one, else the prompt followed by the
-response; rows go through the model ``reward.model_micro_batch_size`` at a time, right-padded
+response; rows go through the model ``reward.model.micro_batch_size`` at a time, right-padded
 (the model reads its score at the last token that is not padding), so the micro-batch size does
-not change a score. ``reward.score_clip`` clips the scores to ``[-c, c]``.
+not change a score. ``reward.model.score_clip`` clips the scores to ``[-c, c]``.
 """
 
 from __future__ import annotations
@@ -14,19 +14,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlcore.config.errors import ConfigError
 from rlcore.models.folder_safety import check_score_head
 from rlcore.models.lm import DTYPES, check_model_dir, load_tokenizer
+from rlcore.rewards.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from rlcore.rewards.scorer import Rows
 
 
 def described_model(path: str) -> tuple[Path, dict[str, Any], list[str]]:
-    """``reward.model_path`` checked as a model folder with a tokenizer (``ConfigError``
+    """``reward.model.path`` checked as a model folder with a tokenizer (``ConfigError``
     otherwise): the folder, its config.json and its architectures."""
-    directory = check_model_dir(path, "reward.model_path", tokenizer=True)
+    directory = check_model_dir(path, "reward.model.path", tokenizer=True)
     described = json.loads((directory / "config.json").read_text())
     return directory, described, described.get("architectures") or []
 
@@ -45,17 +49,17 @@ def encoded_in_parts(scorer: Any, texts: list[str]) -> Iterator[Any]:
 
 def check_reward_model(path: str) -> Path:
     """``path`` as a folder holding a sequence-classification model with one label, its score
-    head and its tokenizer, or ``ConfigError`` naming ``reward.model_path``."""
+    head and its tokenizer, or ``ConfigError`` naming ``reward.model.path``."""
     directory, described, architectures = described_model(path)
     labels = described.get("num_labels", len(described.get("id2label") or {}) or 2)
     if not any(a.endswith("ForSequenceClassification") for a in architectures) or labels != 1:
         raise ConfigError(
-            f"reward.model_path: {path} is not a sequence-classification model with one label "
+            f"reward.model.path: {path} is not a sequence-classification model with one label "
             f"(architectures {architectures or 'none'}, {labels} labels); give a reward model "
             "(AutoModelForSequenceClassification, num_labels=1), e.g. one trained by "
             "examples/reasoning/train_reward_model.py"
         )
-    check_score_head(directory, "reward.model_path")
+    check_score_head(directory, "reward.model.path")
     return directory
 
 
@@ -78,7 +82,7 @@ class ModelScorer:
         from transformers import AutoModelForSequenceClassification
 
         reward = config.reward
-        directory = check_reward_model(reward.model_path)
+        directory = check_reward_model(reward.model.path)
         self.tokenizer = load_tokenizer(directory)
         self.tokenizer.padding_side = "right"
         self.model, loaded = AutoModelForSequenceClassification.from_pretrained(
@@ -90,7 +94,7 @@ class ModelScorer:
         )
         if loaded["missing_keys"]:  # (check_score_head's verdict, by transformers' own loader)
             raise ConfigError(
-                f"reward.model_path: {directory} lacks weights the model needs "
+                f"reward.model.path: {directory} lacks weights the model needs "
                 f"({', '.join(sorted(loaded['missing_keys']))}), which would start at random; "
                 "give the folder of a trained reward model"
             )
@@ -98,21 +102,27 @@ class ModelScorer:
         self.model.eval()
         if self.model.config.pad_token_id is None:  # the score is read before the padding
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        # reward.model_backend fsdp2: the weights sharded over the reward ranks, so that every
+        # reward.model.backend fsdp2: the weights sharded over the reward ranks, so that every
         # pass is a collective of all of them (``collective``)
         self.sharded = None
-        if reward.model_backend == "fsdp2":
+        if reward.model.backend == "fsdp2":
             from rlcore.workers.strategy import make_strategy
 
             self.sharded = make_strategy(ctx, "fsdp2")
             self.model = self.sharded.wrap(self.model)
         self.device = device
-        self.micro = reward.model_micro_batch_size
-        self.clip = reward.score_clip
+        self.micro = reward.model.micro_batch_size
+        self.clip = reward.model.score_clip
         self.chat = getattr(self.tokenizer, "chat_template", None) is not None
 
+    def score(self, rows: Rows) -> list[Verdict]:
+        """The ``Scorer`` seam: each row's score, with no verdict (the rule gives it)."""
+        return [
+            Verdict(float(s), None, judged=False) for s in self.scores(rows.prompts, rows.texts)
+        ]
+
     @torch.no_grad()
-    def score(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
+    def scores(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
         """``[B]`` float32 scores, one per (prompt, response)."""
         texts = [
             reward_model_text(self.tokenizer, p, r) for p, r in zip(prompts, responses, strict=True)
@@ -129,10 +139,13 @@ class ModelScorer:
         out = torch.cat(scores) if scores else torch.zeros(0)
         return out.clamp(-self.clip, self.clip) if self.clip is not None else out
 
+    def close(self) -> None:
+        self.model = None
+
     @property
     def collective(self) -> bool:
         """Whether a pass needs every reward rank (FSDP2 over several): each must then call
-        ``score`` as often as the others, with no rows if it has none to score."""
+        ``scores`` as often as the others, with no rows if it has none to score."""
         return self.sharded is not None and self.sharded.world_size > 1
 
     def _passes_behind_the_other_ranks(self, passes: int) -> int:

@@ -1,6 +1,7 @@
 """Near-misses: other frameworks' option names written under rlcore's sections, for "rlcore calls
-it ..." hints. They are not accepted: unlike the full verl and RLinf paths in ``aliases.py``
-(which are), these are guesses at where an option might live, so the user is shown the key.
+it ..." hints. They are not accepted: unlike the full verl and RLinf paths in ``verl.py`` and
+``rlinf.py`` (which are), these are guesses at where an option might live, so the user is shown
+the key.
 
 Keys are paths as a verl, RLinf or CleanRL/Stable-Baselines3 user might write them in an rlcore
 config; values are rlcore key paths.

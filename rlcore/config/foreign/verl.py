@@ -1,71 +1,21 @@
-"""verl's and RLinf's spellings of rlcore keys, accepted as written (the seeds load unchanged).
-
-An alias is a full key path as the other framework writes it (``actor_rollout_ref.rollout.n``,
-``algorithm.lam``, ``algorithm.logprob_forward_micro_batch_size``). ``compose_raw`` rewrites each
-one it finds, in the YAML or on the command line, to the rlcore key(s) it means and says so in one
-line on stderr (``actor_rollout_ref.rollout.n is algorithm.group_size here``). An alias whose
-meaning differs in a way that matters says how in the same line. verl keys with no rlcore
-counterpart are refused by the validator with that reason (``foreign_section``).
+"""verl's spellings of rlcore keys (verl 0.9.1 and earlier), accepted as written: the full key
+paths verl's trainer reads (``actor_rollout_ref.rollout.n``, ``algorithm.lam``), each the rlcore
+key(s) it means; the pairs of keys read together (verl's dynamic batch size); and the top-level
+sections only verl has. verl keys with no rlcore counterpart are refused by the validator with
+that reason (``key_lists.VERL_KEYS``, ``foreign_section``).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rlcore.config.errors import ConfigError
-from rlcore.did_you_mean import closest
-
-
-@dataclass(frozen=True)
-class Alias:
-    """``origin``'s spelling of ``targets`` (usually one key; verl's ``clip_ratio`` sets both
-    bounds). ``convert`` maps the value (to one value per target when there are several
-    targets and it returns a tuple); ``note`` is said after the mapping on stderr."""
-
-    origin: str
-    targets: tuple[str, ...]
-    convert: Callable[[Any], Any] | None = None
-    note: str = ""
-
-    def values(self, value: Any) -> list[tuple[str, Any]]:
-        """``[(target, value)]`` for ``value`` written in this spelling."""
-        converted = value if self.convert is None else self.convert(value)
-        if len(self.targets) > 1 and isinstance(converted, tuple):
-            return list(zip(self.targets, converted, strict=True))
-        return [(target, converted) for target in self.targets]
-
-    def describe(self, path: str) -> str:
-        targets = " and ".join(self.targets)
-        return f"{path} ({self.origin}) is {targets} here" + (f"; {self.note}" if self.note else "")
+from rlcore.config.foreign.alias import Alias, loggers, minus_one_is
 
 
 def _verl(*targets: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Alias:
     return Alias("verl", targets, convert, note)
-
-
-def _rlinf(*targets: str, note: str = "") -> Alias:
-    return Alias("RLinf", targets, None, note)
-
-
-LOGGERS = ("console", "tensorboard", "wandb")
-
-
-def _loggers(value: Any, key: str = "trainer.logger") -> tuple[bool, ...]:
-    """verl's ``trainer.logger`` (RLinf's ``runner.logger.logger_backends``) list ->
-    ``(logger.console, logger.tensorboard, logger.wandb)``."""
-    if value is not None and not isinstance(value, str | list | tuple):
-        raise ConfigError(f"{key}: {value!r}; give a list of loggers, e.g. [console,tensorboard]")
-    names = [value] if isinstance(value, str) else list(value or [])
-    unknown = [n for n in names if n not in LOGGERS]
-    if unknown:
-        raise ConfigError(
-            f"{key}: {', '.join(map(str, unknown))} is not a logger here; rlcore writes "
-            f"to {', '.join(LOGGERS)}"
-        )
-    return tuple(name in names for name in LOGGERS)
 
 
 def _resume_mode(value: Any) -> Any:
@@ -107,10 +57,6 @@ def _device(value: Any) -> Any:
     return value
 
 
-def _minus_one_is(off: int) -> Callable[[Any], Any]:
-    return lambda value: off if value == -1 else value
-
-
 def _loss_mode(value: Any) -> Any:
     return "ppo" if value == "vanilla" else value
 
@@ -125,7 +71,6 @@ OFFLOAD = (
     "param_offload, optimizer_offload and offload_policy are one switch here"
 )
 REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
-ONE_ENV = "one env section here: RLinf's train and eval envs must agree"
 WARMUP = "verl's -1 (warm up over lr_warmup_steps_ratio of the run, 0 by default) is 0"
 COSINE = "cosine decays to 0 over the run after the warm-up (verl's min_lr_ratio 0, half a cycle)"
 
@@ -139,7 +84,7 @@ POLICY_LOSS_OPTIONS = (
     "dro_beta",
 )
 
-ALIASES: dict[str, Alias] = {
+VERL_ALIASES: dict[str, Alias] = {
     # verl: actor_rollout_ref.rollout.*
     "actor_rollout_ref.rollout.n": _verl("algorithm.group_size"),
     "actor_rollout.ref.rollout.n": _verl(
@@ -156,10 +101,10 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.rollout.val_kwargs.temperature": _verl("rollout.val_temperature"),
     "actor_rollout_ref.rollout.val_kwargs.top_p": _verl("rollout.val_top_p"),
     "actor_rollout_ref.rollout.val_kwargs.top_k": _verl(
-        "rollout.val_top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
+        "rollout.val_top_k", convert=minus_one_is(0), note="verl's -1 (no limit) is 0"
     ),
     "actor_rollout_ref.rollout.top_k": _verl(
-        "rollout.top_k", convert=_minus_one_is(0), note="verl's -1 (no limit) is 0"
+        "rollout.top_k", convert=minus_one_is(0), note="verl's -1 (no limit) is 0"
     ),
     "actor_rollout_ref.rollout.response_length": _verl("data.max_response_length"),
     "actor_rollout_ref.rollout.prompt_length": _verl("data.max_prompt_length"),
@@ -238,7 +183,7 @@ ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.actor.optim.clip_grad": _verl("actor.optim.max_grad_norm"),
     "critic.optim.clip_grad": _verl("critic.optim.max_grad_norm"),
     "actor_rollout_ref.actor.optim.lr_warmup_steps": _verl(
-        "actor.optim.warmup_steps", convert=_minus_one_is(0), note=WARMUP
+        "actor.optim.warmup_steps", convert=minus_one_is(0), note=WARMUP
     ),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": _verl(
         "actor.optim.decay", convert=_scheduler, note=COSINE
@@ -264,11 +209,11 @@ ALIASES: dict[str, Alias] = {
     "trainer.total_training_steps": _verl("runner.total_iterations"),
     "trainer.test_freq": _verl(
         "runner.val_every",
-        convert=_minus_one_is(0),
+        convert=minus_one_is(0),
         note="0 (verl's -1) still validates before and after training",
     ),
     "trainer.save_freq": _verl(
-        "runner.checkpoint_every", convert=_minus_one_is(0), note="verl's -1 (never) is 0"
+        "runner.checkpoint_every", convert=minus_one_is(0), note="verl's -1 (never) is 0"
     ),
     "trainer.critic_warmup": _verl("critic.critic_warmup"),
     "trainer.experiment_name": _verl("runner.run_name"),
@@ -322,53 +267,14 @@ ALIASES: dict[str, Alias] = {
         "logger.console",
         "logger.tensorboard",
         "logger.wandb",
-        convert=_loggers,
+        convert=loggers,
         note="each logger named is on, the others off",
     ),
-    # RLinf: runner.* and runner.logger.*
-    "runner.val_check_interval": Alias(
-        "RLinf", ("runner.eval_every",), _minus_one_is(0), "RLinf's -1 (never) is 0"
-    ),
-    "runner.save_interval": Alias(
-        "RLinf", ("runner.checkpoint_every",), _minus_one_is(0), "RLinf's -1 (never) is 0"
-    ),
-    "runner.logger.experiment_name": _rlinf("runner.run_name"),
-    "runner.logger.log_path": _rlinf(
-        "runner.output_dir", note="a run is written to OUTPUT_DIR/RUN_NAME"
-    ),
-    "runner.logger.logger_backends": Alias(
-        "RLinf",
-        ("logger.console", "logger.tensorboard", "logger.wandb"),
-        lambda value: _loggers(value, "runner.logger.logger_backends"),
-        "each backend named is on, the others off",
-    ),
-    "actor.optim.clip_grad": _rlinf("actor.optim.max_grad_norm"),
-    # RLinf: env.train.* and env.eval.* (one env section here: the two must agree)
-    **{
-        f"env.{split}.{key}": _rlinf(target, note=ONE_ENV)
-        for split in ("train", "eval")
-        for key, target in (
-            ("total_num_envs", "env.num_envs"),
-            ("ignore_terminations", "env.kwargs.ignore_terminations"),
-            ("reward_mode", "env.kwargs.reward_mode"),
-            ("max_episode_steps", "env.kwargs.max_episode_steps"),
-            ("init_params.obs_mode", "env.kwargs.obs_mode"),
-            ("init_params.control_mode", "env.kwargs.control_mode"),
-            ("init_params.sim_backend", "env.kwargs.sim_backend"),
-            ("init_params.max_episode_steps", "env.kwargs.max_episode_steps"),
-        )
-        if not (split == "eval" and key == "total_num_envs")  # (runner.eval_episodes here)
-    },
-    # RLinf: algorithm.* (the rest of RLinf's PPO block is spelled as in rlcore)
-    "algorithm.rollout_micro_batch_size": _rlinf("rollout.micro_batch_size"),
-    "algorithm.logprob_forward_micro_batch_size": _rlinf("actor.log_prob_micro_batch_size"),
-    "algorithm.update_epoch": _rlinf("actor.ppo_epochs"),
-    "algorithm.ratio_clip_eps": _rlinf("algorithm.clip_ratio_low", "algorithm.clip_ratio_high"),
 }
 
 # verl's dynamic batch size: ``use_dynamic_bsz`` switches on micro-batches of at most
 # ``*_max_token_len_per_gpu`` tokens (verl's default when only the switch is given), which is the
-# token budget here (rlcore.load.verl_token_budgets reads each pair together). rlcore has one
+# token budget here (``translate.verl_token_budgets`` reads each pair together). rlcore has one
 # budget per trained model, for its update and its forward passes (old and reference log-probs).
 TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
     "actor.max_tokens_per_micro_batch": (
@@ -385,119 +291,6 @@ TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
         ("critic.use_dynamic_bsz", "forward_max_token_len_per_gpu", 32768),
     ),
 }
-
-# rlcore's own earlier spellings (before one optimiser section served every component)
-EARLIER = "rlcore's earlier key"
-ALIASES |= {
-    "actor.optim.lr_schedule": Alias(EARLIER, ("actor.optim.decay",)),
-    "actor.optim.adam_eps": Alias(EARLIER, ("actor.optim.eps",)),
-    "actor.optim.lr_warmup_steps": Alias(EARLIER, ("actor.optim.warmup_steps",)),
-    # (verl's spelling too, where -1 is no fixed warm-up)
-    "critic.optim.lr_warmup_steps": Alias(
-        EARLIER, ("critic.optim.warmup_steps",), _minus_one_is(0), "also verl's: -1 is 0"
-    ),
-}
-
-
-@dataclass(frozen=True)
-class DerivedKey:
-    """rlcore's earlier key for a value that now follows from the mode (``config.derived``):
-    accepted when it says what the mode does (with one line on stderr), else refused with
-    ``refusal``. ``legal``: the one value each mode accepts (a mode left out has no such key)."""
-
-    derived: str
-    legal: dict[str, Any]
-    refusal: dict[str, str]
-
-    def check(self, path: str, value: Any, mode: Any) -> str:
-        """The line to say for ``value`` in ``mode``; ``ConfigError`` if it contradicts it."""
-        shown = str(value).lower() if isinstance(value, bool) else value
-        known = sorted({str(v).lower() if isinstance(v, bool) else v for v in self.legal.values()})
-        if isinstance(value, str) and value not in known:
-            near = closest(value, known)
-            hint = f" (did you mean '{near[0]}'?)" if near else ""
-            raise ConfigError(
-                f"{path}: {value!r} is not one of {', '.join(known)}{hint}; it follows from the "
-                "mode: leave it out"
-            )
-        if mode in self.legal and value == self.legal[mode]:
-            return (
-                f"{path} ({EARLIER}) is {self.derived} here, which follows from the mode "
-                f"({mode}: {shown}); leave it out"
-            )
-        raise ConfigError(f"{path}: {shown}; {self.refusal.get(mode, self.refusal['other'])}")
-
-
-DERIVED_KEYS: dict[str, DerivedKey] = {
-    "algorithm.loss_type": DerivedKey(
-        "derived.loss_type",
-        {"embodied": "actor_critic", "reasoning": "actor"},
-        {
-            "embodied": "embodied mode trains the policy and its value head together "
-            "(actor_critic); a policy without a value head is not built: leave loss_type out",
-            "reasoning": "reasoning mode trains a separate critic model, so the actor and "
-            "critic cannot share one backward pass (loss_type actor): leave loss_type out",
-            "other": "follows from the mode (embodied: actor_critic, reasoning: actor); leave "
-            "it out",
-        },
-    ),
-    "actor.model.add_value_head": DerivedKey(
-        "derived.value_head",
-        {"embodied": True},
-        {
-            "embodied": "embodied mode trains the policy and its value head together "
-            "(actor_critic); leave add_value_head out: the policy always has one",
-            "other": "the reasoning policy has no value head (its critic is a separate model, "
-            "critic.*); leave add_value_head out",
-        },
-    ),
-}
-
-
-def current_keys(saved: dict[str, Any]) -> dict[str, Any]:
-    """A config as a run folder keeps it (``dataclasses.asdict`` of a validated config, written
-    by this version or an earlier one) in this version's keys, to validate again: its
-    ``derived`` section left out (computed anew), rlcore's earlier keys renamed
-    (``actor.optim.lr_schedule`` ...) or, for values that now follow from the mode
-    (``DERIVED_KEYS``), dropped. ``saved`` itself is not changed."""
-    out = copy.deepcopy(saved)
-    out.pop("derived", None)
-    for path, alias in ALIASES.items():
-        if alias.origin == EARLIER and _pop(out, path) is not _MISSING:
-            value = _get(saved, path)
-            for target, converted in alias.values(value):
-                _put(out, target, converted)
-    for path in DERIVED_KEYS:
-        _pop(out, path)
-    return out
-
-
-_MISSING = object()
-
-
-def _get(tree: dict[str, Any], path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _MISSING
-        tree = tree[part]
-    return tree
-
-
-def _pop(tree: dict[str, Any], path: str) -> Any:
-    *parents, leaf = path.split(".")
-    for part in parents:
-        tree = tree.get(part) if isinstance(tree, dict) else None
-        if not isinstance(tree, dict):
-            return _MISSING
-    return tree.pop(leaf, _MISSING)
-
-
-def _put(tree: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
-    for part in parents:
-        tree = tree.setdefault(part, {})
-    tree[leaf] = value
-
 
 # Top-level sections that only another framework has: a key under them that is not an alias
 # gets "no rlcore counterpart" rather than a guess at a near rlcore key.

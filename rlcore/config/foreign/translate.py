@@ -1,0 +1,213 @@
+"""The loader's passes over a composed config (an OmegaConf ``DictConfig``, rewritten in place)
+that turn verl's and RLinf's spellings and rlcore's earlier keys into rlcore's keys. Each pass
+returns the lines to say, one per spelling it read (``actor_rollout_ref.rollout.n (verl) is
+algorithm.group_size here``), and raises ``ConfigError`` where two spellings of one key
+disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.override_parser.types import Override, OverrideType
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from rlcore.config.errors import ConfigError
+from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
+from rlcore.config.foreign.alias import Alias
+
+_ABSENT = object()
+
+
+def rename_aliases(cfg: DictConfig, own: DictConfig) -> list[str]:
+    """Move every alias the composed YAML sets to the rlcore key(s) it means (in ``ALIASES``'
+    order); a line for each.
+
+    Composition has merged the file with the configs its defaults list names, so precedence is
+    decided against the file itself (``own``): a key the file sets beats the configs below it in
+    either spelling, and the file setting one key in both spellings to different values is a
+    contradiction, as are two aliases of one key (verl's actor and critic spellings of
+    ``use_remove_padding``) set to different values."""
+    said: list[str] = []
+    by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
+    for path, alias in ALIASES.items():
+        value = _pop_select(cfg, path)
+        if value is _ABSENT:
+            continue
+        alias_is_own = _own_value(own, path) is not _ABSENT
+        plain = (
+            OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+        )
+        for target, converted in alias.values(plain):
+            already = _own_value(own, target)
+            if already is not _ABSENT and not alias_is_own:
+                continue  # the file's own rlcore key beats an alias from a config below it
+            if already is not _ABSENT and already != converted:
+                raise ConfigError(
+                    f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
+                    f"{target} to {already!r}; keep one of the two"
+                )
+            # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias)
+            other, earlier = (
+                by_alias.setdefault(target, (path, converted))
+                if len(alias.targets) == 1
+                else (path, converted)
+            )
+            if earlier != converted:
+                raise ConfigError(
+                    f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
+                    "here, so keep one value"
+                )
+            OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
+        said.append(alias.describe(path))
+    return said
+
+
+def verl_token_budgets(cfg: DictConfig) -> list[str]:
+    """verl's ``use_dynamic_bsz`` with its ``*_max_token_len_per_gpu`` (``TOKEN_BUDGETS``),
+    from the YAML or the command line, as the token budget they mean: the budget where the
+    switch is on (verl's default length when none is given), nothing where it is off (verl
+    ignores the length then, as said). The critic's switch follows the actor's, as in verl.
+    Every pair of one target must give one budget, which the rlcore key, if set, must equal."""
+    said: list[str] = []
+    switches: dict[str, Any] = {}
+    for target, pairs in TOKEN_BUDGETS.items():
+        budgets: dict[int, str] = {}
+        for switch_path, length_key, default in pairs:
+            section = switch_path.rpartition(".")[0]
+            length_path = f"{section}.{length_key}"
+            if switch_path not in switches:
+                switches[switch_path] = _pop_select(cfg, switch_path)
+            switch, follows = switches[switch_path], ""
+            if switch is _ABSENT and switch_path == "critic.use_dynamic_bsz":
+                switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", _ABSENT)
+                follows = " (its switch follows the actor's, as in verl)"
+            length = _pop_select(cfg, length_path)
+            if switch is _ABSENT and length is _ABSENT:
+                continue
+            if switch is True:
+                budget = default if length is _ABSENT else length
+                if length is _ABSENT and budgets:
+                    continue  # (the target's budget is said already)
+                budgets.setdefault(budget, length_path)
+                said.append(
+                    f"{switch_path} and {length_path} (verl) are {target}={budget} here: "
+                    f"micro-batches of at most that many tokens{follows}"
+                )
+            elif length is not _ABSENT:
+                said.append(
+                    f"{length_path} (verl) has no effect without {switch_path}=true, as in "
+                    "verl: ignored"
+                )
+        if len(budgets) > 1:
+            named = ", ".join(f"{path}={value}" for value, path in budgets.items())
+            raise ConfigError(
+                f"{named}: one token budget here ({target}: the update and the forward passes "
+                "of that model), so give one length"
+            )
+        if budgets:
+            (budget,) = budgets
+            given = OmegaConf.select(cfg, target, default=None)
+            if given is not None and given != budget:
+                raise ConfigError(
+                    f"{budgets[budget]}={budget}, but {target} is {given}; they are one key "
+                    "here, so keep one value"
+                )
+            OmegaConf.update(cfg, target, budget, merge=False, force_add=True)
+    return said
+
+
+CUSTOM_REWARD = (
+    "{prefix}.path and .name (verl) are reward.kind=custom, reward.rules.custom_fn={fn} here "
+    "(a function written as verl's compute_score(data_source, solution_str, ground_truth, "
+    "extra_info) is called so)"
+)
+
+
+def verl_custom_reward(cfg: DictConfig) -> list[str]:
+    """verl's ``custom_reward_function.path`` and ``.name`` (``compute_score`` when not given;
+    verl 0.9 also spells them under ``reward.``) as ``reward.kind=custom`` with
+    ``reward.rules.custom_fn=PATH:NAME``: the function replaces the built-in rules, as in verl,
+    and is called as verl calls it when written so (``judge.verl_signature``)."""
+    said: list[str] = []
+    for prefix in ("custom_reward_function", "reward.custom_reward_function"):
+        path = _pop_select(cfg, f"{prefix}.path")
+        name = _pop_select(cfg, f"{prefix}.name")  # (the emptied section goes with them)
+        if path is _ABSENT or path is None:
+            continue
+        fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
+        given = OmegaConf.select(cfg, "reward.rules.custom_fn", default=None)
+        if given is not None and given != fn:
+            raise ConfigError(
+                f"{prefix}.path: names {fn}, but reward.rules.custom_fn is {given}; they are one "
+                "key here, so keep one"
+            )
+        OmegaConf.update(cfg, "reward.rules.custom_fn", fn, merge=False, force_add=True)
+        OmegaConf.update(cfg, "reward.kind", "custom", merge=False, force_add=True)
+        said.append(CUSTOM_REWARD.format(prefix=prefix, fn=fn))
+    return said
+
+
+def drop_derived_keys(cfg: DictConfig) -> list[str]:
+    """rlcore's earlier keys for values that now follow from the mode (``DERIVED_KEYS``), from
+    the YAML or the command line: checked against the mode and removed (the validator would
+    call them unknown)."""
+    mode = cfg.get("mode")
+    said: list[str] = []
+    for path, derived in DERIVED_KEYS.items():
+        value = _pop_select(cfg, path)
+        if value is _ABSENT:
+            continue
+        said.append(derived.check(path, value, mode))
+    return said
+
+
+def set_alias(
+    cfg: DictConfig, override: Override, alias: Alias, by_alias: dict[str, tuple[str, Any]]
+) -> str:
+    """Set the rlcore key(s) that ``override`` (``key=value`` on the command line, ``key`` an
+    alias) means; the line to say. ``by_alias`` holds, per target, the alias that set it on this
+    command line and its value: two aliases of one key must agree (the same key given again
+    wins, as in Hydra). Deleting an alias is refused: it names the rlcore key to delete."""
+    key = override.key_or_group
+    if override.type is OverrideType.DEL:
+        raise ConfigError(
+            f"{override.input_line}: {key} is {' and '.join(alias.targets)} here; delete that"
+        )
+    for target, value in alias.values(override.value()):
+        other, earlier = by_alias.setdefault(target, (key, value))
+        if other != key and earlier != value and len(alias.targets) == 1:
+            raise ConfigError(
+                f"{override.input_line}: {other} sets {earlier!r}; both are {target} here, "
+                "so keep one value"
+            )
+        by_alias[target] = (key, value)  # (the same key again: the later value, as Hydra)
+        OmegaConf.update(cfg, target, value, merge=False, force_add=True)
+    return alias.describe(key)
+
+
+def _pop_select(cfg: DictConfig, path: str) -> Any:
+    """The value at ``path`` (``_ABSENT`` when none), removed with its emptied parents."""
+    value = OmegaConf.select(cfg, path, default=_ABSENT)
+    if value is not _ABSENT:
+        parent_key, _, leaf = path.rpartition(".")
+        OmegaConf.select(cfg, parent_key).pop(leaf)
+        _drop_empty_parents(cfg, parent_key)
+    return value
+
+
+def _own_value(own: DictConfig, path: str) -> Any:
+    """What the file itself writes at ``path`` (``_ABSENT`` if nothing); an interpolation that
+    points outside the file is not resolved here."""
+    return OmegaConf.select(own, path, default=_ABSENT, throw_on_resolution_failure=False)
+
+
+def _drop_empty_parents(cfg: DictConfig, path: str) -> None:
+    while path:
+        parent_key, _, leaf = path.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        node = parent.get(leaf)
+        if not isinstance(node, DictConfig) or len(node):
+            return
+        parent.pop(leaf)
+        path = parent_key
