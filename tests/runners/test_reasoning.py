@@ -568,8 +568,8 @@ def test_remax_trains_asynchronously_and_its_first_iteration_is_the_synchronous_
         "algorithm.adv_type=remax",
         "algorithm.group_size=3",
         "reward.kind=custom",
-        f"reward.custom_fn={tmp_path}/chars.py:score",
-        "reward.num_processes=1",
+        f"reward.rules.custom_fn={tmp_path}/chars.py:score",
+        "reward.rules.num_processes=1",
         "runner.checkpoint_every=0",
         "cluster.devices_per_node=2",
         "cluster.component_placement={actor:0,rollout:1,reward:1}",
@@ -582,6 +582,9 @@ def test_remax_trains_asynchronously_and_its_first_iteration_is_the_synchronous_
         tmp_path,
         *common,
         "runner.max_staleness=1",
+        # (the synchronous run's correction: asynchronous runs default to bypass, which takes
+        # the rollout's log-probs as the old ones where the synchronous run recomputes them)
+        "algorithm.rollout_correction.bypass_mode=false",
         "runner.total_iterations=3",
         "runner.run_name=a",
     )
