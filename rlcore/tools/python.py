@@ -51,11 +51,11 @@ class PythonInterpreter:
         "required": ["code"],
     }
     timeout_s: float = 5.0
-    memory_mb: int = 512
-    max_file_mb: int = 16
-    scratch_mb: int = 64
-    max_processes: int = 16
-    max_open_files: int = 64
+    memory_mb: int = sandbox.Limits.memory_mb
+    max_file_mb: int = sandbox.Limits.file_mb
+    scratch_mb: int = sandbox.Limits.scratch_mb
+    max_processes: int = sandbox.Limits.processes
+    max_open_files: int = sandbox.Limits.open_files
     max_output_chars: int = 2000
 
     def limits(self) -> sandbox.Limits:

@@ -50,19 +50,6 @@ class Service:
         self.server.server_close()
 
 
-@pytest.fixture
-def service(request):
-    started = []
-
-    def start(answer):
-        started.append(Service(answer))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.close()
-
-
 def settings(url, **changes):
     base = dict(
         url=url,

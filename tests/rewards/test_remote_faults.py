@@ -13,7 +13,7 @@ import pytest
 from rlcore.config import ConfigError, load_config
 from rlcore.rewards import remote
 from rlcore.rewards.remote import RemoteRewardError, RemoteScorer, check_reachable
-from tests.rewards.test_remote import Service, items
+from tests.rewards.test_remote import items
 from tests.rewards.test_rules import sectioned
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -76,19 +76,6 @@ def raw():
     yield start
     for server in started:
         server.close()
-
-
-@pytest.fixture
-def service():
-    started = []
-
-    def start(answer):
-        started.append(Service(answer))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.close()
 
 
 def settings(url, **changes):
