@@ -2,6 +2,8 @@
 batch_sizes.py``): the config's number of mini-batches is kept, said in one line; one they wrote
 is refused where it does not fit, naming the sizes that do. Expected sizes worked out by hand."""
 
+import json
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -151,7 +153,19 @@ def test_given_by_user_reads_the_command_line_sections_and_deletions():
     assert not given("env.num_envs=16")
 
 
-def test_the_dry_run_says_what_the_run_derives(capsys):
-    assert run_entry_point(CARTPOLE, ["env.num_envs=16", "runner.dry_run=true"]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if MINI_BATCH in line]
-    assert len(lines) == 1 and "so it is 128 here" in lines[0]
+def test_the_dry_run_says_what_the_run_derives_and_the_run_trains_with_it(tmp_path, capsys):
+    said = []
+    for extra in (["runner.dry_run=true"], [f"runner.output_dir={tmp_path}"]):
+        args = [
+            "env.num_envs=16",
+            "runner.total_env_steps=256",
+            "runner.progress=false",
+            "runner.eval_episodes=1",
+            *extra,
+        ]
+        assert run_entry_point(CARTPOLE, args) == 0
+        said.append([line for line in capsys.readouterr().err.splitlines() if MINI_BATCH in line])
+    assert said[0] == said[1] and len(said[0]) == 1 and "so it is 128 here" in said[0][0]
+    (run_dir,) = tmp_path.iterdir()
+    written = json.loads((run_dir / "config.json").read_text())
+    assert written["actor"]["ppo_mini_batch_size"] == 128
