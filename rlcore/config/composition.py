@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,36 @@ def _load_yaml(path: Path) -> DictConfig:
     return _remember(key, lambda: OmegaConf.load(path))
 
 
-def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+def _as_literal(parser: OverridesParser, override: str) -> str:
+    """``override``, or where Hydra's grammar refuses it but it can only mean ``key`` = one
+    string, that string quoted for Hydra: a path from the home folder (``data.train_files=
+    ~/d/x``: the shell leaves a ``~`` after a dotted key as it is; rlcore expands it in a path
+    key) or a regular expression (``reward.judge.parser=Score:\\s*(\\d+)``). A value with quotes,
+    brackets, braces, commas or an interpolation is left to Hydra (and its error)."""
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parser.parse_overrides([override])
+        return override
+    except HydraException:
+        pass
+    match = re.fullmatch(r"(?P<key>[+]{0,2}[\w.\-/@]+)=(?P<value>[^'\"\[\]{},]*)", override)
+    if match is None or "${" in match["value"]:
+        return override
+    value = match["value"]
+    body = value.rstrip("\\")
+    # (in a quoted string, the backslashes before the closing quote are escaped in pairs)
+    tail = "\\" * 2 * (len(value) - len(body))
+    return f"{match['key']}='{body}{tail}'"
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+    parser = OverridesParser.create()
+    try:
+        parsed: list[Override] | None = parser.parse_overrides(list(overrides))
+    except HydraException:
+        parsed, overrides = None, [_as_literal(parser, o) for o in overrides]
+    try:
+        if parsed is None:
+            parsed = parser.parse_overrides(list(overrides))
     except HydraException as exc:
         first = str(exc).splitlines()[0]
         fused = any("component_placement={" in o and ("'" in o or '"' in o) for o in overrides)

@@ -10,11 +10,13 @@ validated, frozen config.
 5. ``apply_overrides``: the command line's ``key=value`` overrides, aliases translated;
 6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs;
 8. ``drop_derived_keys``: rlcore's earlier keys for values that follow from the mode;
-9. ``no_warmup_for_a_given_model``, 10. ``env_file_made_absolute``: rlcore's own adjustments;
-11. ``resolved``: a plain dict, interpolations resolved;
-12. ``validate_config``: per-key validation, the derived values, the cross-field checks.
+9. ``no_warmup_for_a_given_model``, 10. ``fit_mini_batch`` (an embodied mini-batch the user
+   did not write follows their batch: ``batch_sizes.py``), 11. ``env_file_made_absolute``:
+   rlcore's own adjustments;
+12. ``resolved``: a plain dict, interpolations resolved;
+13. ``validate_config``: per-key validation, the derived values, the cross-field checks.
 
-Passes 3 to 10 rewrite the composed config in place; each one that reads a foreign spelling
+Passes 3 to 11 rewrite the composed config in place; each one that reads a foreign spelling
 returns its lines, said once each after every pass has run.
 """
 
@@ -29,9 +31,11 @@ from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rlcore.config.batch_sizes import MINI_BATCH, ConfiguredBatch, fit_mini_batch, given_by_user
 from rlcore.config.checks import check_config
 from rlcore.config.composition import (
     CONFIG_DIR,
+    Request,
     compose_with_hydra,
     read_request,
     settle_placement,
@@ -65,13 +69,15 @@ def compose_raw(
     request = read_request(config, overrides, config_dir)
     cfg, own = compose_with_hydra(request)
     settle_placement(cfg, own, request, cluster_file)
-    said = [
-        *rename_aliases(cfg, own),
+    said = rename_aliases(cfg, own)
+    configured = ConfiguredBatch.read(cfg)  # (the files' sizes, before the command line)
+    said += [
         *apply_overrides(cfg, request.plain),
         *verl_token_budgets(cfg),
         *verl_custom_reward(cfg),
         *drop_derived_keys(cfg),
         *no_warmup_for_a_given_model(cfg),
+        *fit_mini_batch(cfg, configured, mini_batch_given(request, own)),
     ]
     env_file_made_absolute(cfg)
     for line in dict.fromkeys(said):
@@ -138,6 +144,12 @@ def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
         "the supervised warm-up trains the tiny model only, and actor.model.path names a model "
         f"({path})"
     ]
+
+
+def mini_batch_given(request: Request, own: DictConfig) -> bool:
+    """Whether the user wrote the mini-batch (``batch_sizes.given_by_user``)."""
+    own_file = request.directory / f"{request.name}.yaml"
+    return given_by_user(MINI_BATCH, request.plain, own, own_file, request.config_dir)
 
 
 def env_file_made_absolute(cfg: DictConfig) -> None:

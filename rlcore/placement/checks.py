@@ -7,6 +7,7 @@ start refuse the same layouts, before any process starts.
 
 from __future__ import annotations
 
+from rlcore.config.batch_sizes import name_values, valid_mini_batches
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig, UpdateConfig
 from rlcore.placement.grammar import KEY_PREFIX, PlacementError
 from rlcore.placement.plan import PlacementPlan
@@ -23,12 +24,16 @@ def check_plan(config: RLCoreConfig, plan: PlacementPlan) -> None:
         raise PlacementError("\n".join(problems))
 
 
-def _update_split(section: str, update: UpdateConfig, per_mini: int, ranks: int) -> list[str]:
-    """A mini-batch of ``per_mini`` samples shared by ``ranks``, in micro-batches on each."""
+def _update_split(
+    section: str, update: UpdateConfig, per_mini: int, ranks: int, valid: list[int] | None = None
+) -> list[str]:
+    """A mini-batch of ``per_mini`` samples shared by ``ranks``, in micro-batches on each;
+    ``valid``, the mini-batches that would fit, where the mini-batch counts samples."""
     if per_mini % ranks:
+        fits = f" that divides the batch: {name_values(valid, per_mini)}" if valid else ""
         return [
             f"{section}.ppo_mini_batch_size: a mini-batch of {per_mini} samples cannot be shared "
-            f"by {ranks} {section} ranks; use a multiple of {ranks}"
+            f"by {ranks} {section} ranks; use a multiple of {ranks}{fits}"
         ]
     micro, per_rank = update.ppo_micro_batch_size, per_mini // ranks
     # A micro-batch at least as large as a rank's share is simply the whole share.
@@ -79,8 +84,23 @@ def _embodied(config: EmbodiedConfig, plan: PlacementPlan) -> list[str]:
         )
     problems += _asynchronous(config, plan, "{env:0,rollout:0,actor:1}", "collect")
     problems += _stages(config, plan, envs)
-    actor = config.actor
-    return problems + _update_split("actor", actor, actor.ppo_mini_batch_size, actors)
+    return problems + _embodied_mini_batch(config, actors)
+
+
+def _embodied_mini_batch(config: EmbodiedConfig, actors: int) -> list[str]:
+    """The mini-batch divides the batch and splits over the actor ranks; the refusal names the
+    sizes that would (a mini-batch the user did not write follows the batch: batch_sizes.py)."""
+    steps, num_envs = config.runner.rollout_steps, config.env.num_envs
+    batch, mini = steps * num_envs, config.actor.ppo_mini_batch_size
+    valid = valid_mini_batches(batch, actors)
+    if batch % mini:
+        ranks = f" that {actors} actor ranks share" if actors > 1 else ""
+        return [
+            f"actor.ppo_mini_batch_size: {mini} does not divide the batch of {batch} "
+            f"(runner.rollout_steps {steps} x env.num_envs {num_envs}); pick a divisor of "
+            f"{batch}{ranks}: {name_values(valid, mini) if valid else 'none (env.num_envs)'}"
+        ]
+    return _update_split("actor", config.actor, mini, actors, valid)
 
 
 def _stages(config: EmbodiedConfig, plan: PlacementPlan, envs: int) -> list[str]:

@@ -1,5 +1,6 @@
 """Checks of the run as a whole: the runner's folder and resume keys, the cluster's network
-keys, the embodied loop's sizes, and the mini-batch against the batch in both modes."""
+keys, the embodied loop's sizes, and the mini-batch against the batch (reasoning; an embodied
+mini-batch is checked by the placement, against the actor ranks too: placement/checks.py)."""
 
 from __future__ import annotations
 
@@ -228,9 +229,5 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
             f"runner.total_env_steps: {config.runner.total_env_steps} is less than one iteration "
             f"(runner.rollout_steps x env.num_envs = {batch} steps); raise it to at least {batch}"
         )
-    if problems:
-        return problems
-    desc = (
-        f"runner.rollout_steps {config.runner.rollout_steps} x env.num_envs {config.env.num_envs}"
-    )
-    return problems + check_update_sizes("actor", actor, batch, desc)
+    # (the mini-batch against the batch: the placement's check, which knows the actor ranks)
+    return problems
