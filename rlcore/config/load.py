@@ -66,6 +66,7 @@ def compose_raw(
     cfg, own = compose_with_hydra(request)
     settle_placement(cfg, own, request, cluster_file)
     said = [
+        *request.repeated,
         *rename_aliases(cfg, own),
         *apply_overrides(cfg, request.plain),
         *verl_token_budgets(cfg),
