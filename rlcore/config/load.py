@@ -32,11 +32,12 @@ from omegaconf.errors import OmegaConfBaseException
 from rlcore.config.checks import check_config
 from rlcore.config.composition import (
     CONFIG_DIR,
+    Request,
     compose_with_hydra,
     read_request,
     settle_placement,
 )
-from rlcore.config.errors import ConfigError
+from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign import ALIASES, current_keys
 from rlcore.config.foreign.translate import (
     drop_derived_keys,
@@ -60,24 +61,65 @@ def compose_raw(
 
     ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it. verl's and
     RLinf's spellings (``rlcore.config.foreign``) become rlcore's keys, each said once
-    (``rlcore.log``) once every pass has run (a refused config says none).
+    (``rlcore.log``) once every pass has run (a refused config says none). ``ConfigError``
+    lists every problem the passes met.
     """
+    problems = Problems()
+    raw = _composed(config, overrides, config_dir, cluster_file, problems)
+    problems.raise_any()
+    assert raw is not None
+    return raw
+
+
+def _composed(
+    config: str,
+    overrides: Sequence[str],
+    config_dir: Path,
+    cluster_file: Path | None,
+    problems: Problems,
+) -> dict | None:
+    """``compose_raw``'s dict, each translation pass run whatever the others met (their
+    problems added to ``problems``); ``None`` when the config cannot be composed or resolved."""
     request = read_request(config, overrides, config_dir)
     cfg, own = compose_with_hydra(request)
     settle_placement(cfg, own, request, cluster_file)
-    said = [
-        *request.repeated,
-        *rename_aliases(cfg, own),
-        *apply_overrides(cfg, request.plain),
-        *verl_token_budgets(cfg),
-        *verl_custom_reward(cfg),
-        *drop_derived_keys(cfg),
-        *no_warmup_for_a_given_model(cfg),
-    ]
+    user_keys = _rlcore_keys_of_the_user(request, own)
+    said = list(request.repeated)
+    for translate in (
+        lambda: rename_aliases(cfg, own),
+        lambda: apply_overrides(cfg, request.plain),
+        lambda: verl_token_budgets(cfg, user_keys),
+        lambda: verl_custom_reward(cfg),
+        lambda: drop_derived_keys(cfg),
+        lambda: no_warmup_for_a_given_model(cfg),
+    ):
+        with problems.gathered():
+            said += translate()
     env_file_made_absolute(cfg)
-    for line in dict.fromkeys(said):
-        say(line)
-    return resolved(cfg, config)
+    if not problems.lines:
+        for line in dict.fromkeys(said):
+            say(line)
+    with problems.gathered():
+        return resolved(cfg, config)
+    return None
+
+
+def _rlcore_keys_of_the_user(request: Request, own: DictConfig) -> frozenset[str]:
+    """The keys the user set in rlcore's spelling: on the command line, and in the config file
+    when it is the user's own (not one under the package's configs/)."""
+    keys = {o.key_or_group for o in request.plain if o.key_or_group not in ALIASES}
+    if request.directory != request.config_dir:
+        plain = OmegaConf.to_container(own, resolve=False)
+        keys |= set(_leaf_paths(plain)) if isinstance(plain, dict) else set()
+    return frozenset(keys)
+
+
+def _leaf_paths(tree: dict, prefix: str = "") -> list[str]:
+    paths = []
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        paths += _leaf_paths(value, f"{path}.") if isinstance(value, dict) and value else [path]
+    return paths
 
 
 def resolved(cfg: DictConfig, config: str) -> dict:
@@ -99,27 +141,35 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[Override]) -> list[str]
     the rlcore key(s) it means (``set_alias``), with a line each. ``ConfigError`` names an override
     that cannot apply (deleting a key that is not set, a value under a key that holds one)."""
     said: list[str] = []
+    problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for override in overrides:
-        key = override.key_or_group
-        alias = ALIASES.get(key)
-        if alias is not None:
-            said.append(set_alias(cfg, override, alias, by_alias))
-            continue
-        try:
-            if override.type is OverrideType.DEL:
-                parent_key, _, leaf = key.rpartition(".")
-                parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-                if not isinstance(parent, DictConfig) or leaf not in parent:
-                    raise ConfigError(
-                        f"{override.input_line}: '{key}' is not set, nothing to delete"
-                    )
-                parent.pop(leaf)
-                continue
-            OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"{override.input_line}: {str(exc).splitlines()[0]}") from None
+        with problems.gathered():
+            said += _apply_override(cfg, override, by_alias)
+    problems.raise_any()
     return said
+
+
+def _apply_override(
+    cfg: DictConfig, override: Override, by_alias: dict[str, tuple[str, Any]]
+) -> list[str]:
+    """One override of ``apply_overrides`` on ``cfg``; the lines it says."""
+    key = override.key_or_group
+    alias = ALIASES.get(key)
+    if alias is not None:
+        return [set_alias(cfg, override, alias, by_alias)]
+    try:
+        if override.type is OverrideType.DEL:
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            if not isinstance(parent, DictConfig) or leaf not in parent:
+                raise ConfigError(f"{override.input_line}: '{key}' is not set, nothing to delete")
+            parent.pop(leaf)
+            return []
+        OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{override.input_line}: {str(exc).splitlines()[0]}") from None
+    return []
 
 
 def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
@@ -170,7 +220,13 @@ def load_config(
     >>> cfg.algorithm.gamma
     0.98
     """
-    return validate_config(compose_raw(config, overrides, config_dir, cluster_file))
+    problems = Problems()
+    raw = _composed(config, overrides, config_dir, cluster_file, problems)
+    if raw is not None:  # (each key validated too: every problem of the config in one pass)
+        with problems.gathered():
+            built = build_config(raw)
+    problems.raise_any()
+    return check_config(built)
 
 
 def replace_keys(config: RLCoreConfig, changes: dict[str, Any]) -> RLCoreConfig:

@@ -12,9 +12,10 @@ from typing import Any
 from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlcore.config.errors import ConfigError
+from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
 from rlcore.config.foreign.alias import Alias
+from rlcore.config.foreign.verl import ROW_MICRO_SIZES
 
 _ABSENT = object()
 
@@ -29,91 +30,145 @@ def rename_aliases(cfg: DictConfig, own: DictConfig) -> list[str]:
     contradiction, as are two aliases of one key (verl's actor and critic spellings of
     ``use_remove_padding``) set to different values."""
     said: list[str] = []
+    problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for path, alias in ALIASES.items():
         value = _pop_select(cfg, path)
         if value is _ABSENT:
             continue
-        alias_is_own = _own_value(own, path) is not _ABSENT
-        plain = (
-            OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
-        )
-        for target, converted in alias.values(plain):
-            already = _own_value(own, target)
-            if already is not _ABSENT and not alias_is_own:
-                continue  # the file's own rlcore key beats an alias from a config below it
-            if already is not _ABSENT and already != converted:
-                raise ConfigError(
-                    f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
-                    f"{target} to {already!r}; keep one of the two"
-                )
-            # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias)
-            other, earlier = (
-                by_alias.setdefault(target, (path, converted))
-                if len(alias.targets) == 1
-                else (path, converted)
-            )
-            if earlier != converted:
-                raise ConfigError(
-                    f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
-                    "here, so keep one value"
-                )
-            OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
-        said.append(alias.describe(path))
+        with problems.gathered():
+            said.append(_rename(cfg, own, path, alias, value, by_alias))
+    problems.raise_any()
     return said
 
 
-def verl_token_budgets(cfg: DictConfig) -> list[str]:
+def _rename(
+    cfg: DictConfig,
+    own: DictConfig,
+    path: str,
+    alias: Alias,
+    value: Any,
+    by_alias: dict[str, tuple[str, Any]],
+) -> str:
+    """``rename_aliases`` for one alias found at ``path`` (removed already); its line."""
+    alias_is_own = _own_value(own, path) is not _ABSENT
+    plain = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+    for target, converted in alias.values(plain):
+        already = _own_value(own, target)
+        if already is not _ABSENT and not alias_is_own:
+            continue  # the file's own rlcore key beats an alias from a config below it
+        if already is not _ABSENT and already != converted:
+            raise ConfigError(
+                f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
+                f"{target} to {already!r}; keep one of the two"
+            )
+        # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias)
+        other, earlier = (
+            by_alias.setdefault(target, (path, converted))
+            if len(alias.targets) == 1
+            else (path, converted)
+        )
+        if earlier != converted:
+            raise ConfigError(
+                f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
+                "here, so keep one value"
+            )
+        OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
+    return alias.describe(path)
+
+
+def verl_token_budgets(cfg: DictConfig, user_keys: frozenset[str] = frozenset()) -> list[str]:
     """verl's ``use_dynamic_bsz`` with its ``*_max_token_len_per_gpu`` (``TOKEN_BUDGETS``),
     from the YAML or the command line, as the token budget they mean: the budget where the
     switch is on (verl's default length when none is given), nothing where it is off (verl
     ignores the length then, as said). The critic's switch follows the actor's, as in verl.
-    Every pair of one target must give one budget, which the rlcore key, if set, must equal."""
+    Every pair of one target must give one budget, which the rlcore key, if set, must equal.
+
+    With a budget, the model's micro-batch sizes in rows are dropped, as verl ignores them under
+    dynamic batching (said), unless the user set them in rlcore's spelling (``user_keys``: the
+    command line's and the user's own file's rlcore keys), which the checks refuse beside a
+    budget."""
     said: list[str] = []
+    problems = Problems()
     switches: dict[str, Any] = {}
     for target, pairs in TOKEN_BUDGETS.items():
-        budgets: dict[int, str] = {}
-        for switch_path, length_key, default in pairs:
-            section = switch_path.rpartition(".")[0]
-            length_path = f"{section}.{length_key}"
-            if switch_path not in switches:
-                switches[switch_path] = _pop_select(cfg, switch_path)
-            switch, follows = switches[switch_path], ""
-            if switch is _ABSENT and switch_path == "critic.use_dynamic_bsz":
-                switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", _ABSENT)
-                follows = " (its switch follows the actor's, as in verl)"
-            length = _pop_select(cfg, length_path)
-            if switch is _ABSENT and length is _ABSENT:
-                continue
-            if switch is True:
-                budget = default if length is _ABSENT else length
-                if length is _ABSENT and budgets:
-                    continue  # (the target's budget is said already)
-                budgets.setdefault(budget, length_path)
-                said.append(
-                    f"{switch_path} and {length_path} (verl) are {target}={budget} here: "
-                    f"micro-batches of at most that many tokens{follows}"
-                )
-            elif length is not _ABSENT:
-                said.append(
-                    f"{length_path} (verl) has no effect without {switch_path}=true, as in "
-                    "verl: ignored"
-                )
-        if len(budgets) > 1:
-            named = ", ".join(f"{path}={value}" for value, path in budgets.items())
-            raise ConfigError(
-                f"{named}: one token budget here ({target}: the update and the forward passes "
-                "of that model), so give one length"
+        with problems.gathered():
+            budget, lines = _token_budget(cfg, target, pairs, switches)
+            said += lines
+            if budget is not None:
+                said += _rows_give_way(cfg, target, budget, user_keys)
+    problems.raise_any()
+    return said
+
+
+def _token_budget(
+    cfg: DictConfig, target: str, pairs: tuple[tuple[str, str, int], ...], switches: dict
+) -> tuple[int | None, list[str]]:
+    """``target``'s budget from its verl pairs (set on ``cfg``; ``None`` when no switch is on)
+    and the lines to say; ``switches`` keeps each switch read, for the critic's to follow."""
+    said: list[str] = []
+    budgets: dict[int, str] = {}
+    for switch_path, length_key, default in pairs:
+        section = switch_path.rpartition(".")[0]
+        length_path = f"{section}.{length_key}"
+        if switch_path not in switches:
+            switches[switch_path] = _pop_select(cfg, switch_path)
+        switch, follows = switches[switch_path], ""
+        if switch is _ABSENT and switch_path == "critic.use_dynamic_bsz":
+            switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", _ABSENT)
+            follows = " (its switch follows the actor's, as in verl)"
+        length = _pop_select(cfg, length_path)
+        if switch is _ABSENT and length is _ABSENT:
+            continue
+        if switch is True:
+            budget = default if length is _ABSENT else length
+            if length is _ABSENT and budgets:
+                continue  # (the target's budget is said already)
+            budgets.setdefault(budget, length_path)
+            said.append(
+                f"{switch_path} and {length_path} (verl) are {target}={budget} here: "
+                f"micro-batches of at most that many tokens{follows}"
             )
-        if budgets:
-            (budget,) = budgets
-            given = OmegaConf.select(cfg, target, default=None)
-            if given is not None and given != budget:
-                raise ConfigError(
-                    f"{budgets[budget]}={budget}, but {target} is {given}; they are one key "
-                    "here, so keep one value"
-                )
-            OmegaConf.update(cfg, target, budget, merge=False, force_add=True)
+        elif length is not _ABSENT:
+            said.append(
+                f"{length_path} (verl) has no effect without {switch_path}=true, as in verl: "
+                "ignored"
+            )
+    if len(budgets) > 1:
+        named = ", ".join(f"{path}={value}" for value, path in budgets.items())
+        raise ConfigError(
+            f"{named}: one token budget here ({target}: the update and the forward passes "
+            "of that model), so give one length"
+        )
+    if not budgets:
+        return None, said
+    ((budget, where),) = budgets.items()
+    given = OmegaConf.select(cfg, target, default=None)
+    if given is not None and given != budget:
+        raise ConfigError(
+            f"{where}={budget}, but {target} is {given}; they are one key here, so keep one value"
+        )
+    OmegaConf.update(cfg, target, budget, merge=False, force_add=True)
+    return budget, said
+
+
+def _rows_give_way(
+    cfg: DictConfig, target: str, budget: int, user_keys: frozenset[str]
+) -> list[str]:
+    """The micro-batch sizes in rows of ``target``'s model set to null beside verl's budget,
+    a line each, but those the user set in rlcore's spelling (the checks name the clash)."""
+    said: list[str] = []
+    model = target.split(".")[0]
+    for key in ROW_MICRO_SIZES[model]:
+        path = f"{model}.{key}"
+        value = OmegaConf.select(cfg, path, default=None)
+        if value is None or path in user_keys:
+            continue
+        OmegaConf.update(cfg, path, None, merge=False, force_add=True)
+        said.append(
+            f"{path}: {value} ignored (null), as verl ignores the micro-batch size under dynamic "
+            f"batching: micro-batches of at most {target}={budget} tokens instead"
+        )
     return said
 
 
@@ -154,11 +209,14 @@ def drop_derived_keys(cfg: DictConfig) -> list[str]:
     call them unknown)."""
     mode = cfg.get("mode")
     said: list[str] = []
+    problems = Problems()
     for path, derived in DERIVED_KEYS.items():
         value = _pop_select(cfg, path)
         if value is _ABSENT:
             continue
-        said.append(derived.check(path, value, mode))
+        with problems.gathered():
+            said.append(derived.check(path, value, mode))
+    problems.raise_any()
     return said
 
 

@@ -292,6 +292,14 @@ TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
     ),
 }
 
+# The micro-batch sizes in rows of each model with a token budget: verl ignores its micro-batch
+# sizes under dynamic batching (its actor splits by tokens alone), so rlcore's give way to the
+# budget that verl's switch sets (``translate.verl_token_budgets``).
+ROW_MICRO_SIZES: dict[str, tuple[str, ...]] = {
+    "actor": ("ppo_micro_batch_size", "log_prob_micro_batch_size"),
+    "critic": ("ppo_micro_batch_size",),
+}
+
 # Top-level sections that only another framework has: a key under them that is not an alias
 # gets "no rlcore counterpart" rather than a guess at a near rlcore key.
 FOREIGN_SECTIONS = {
