@@ -8,14 +8,16 @@ validated, frozen config.
 4. ``rename_aliases``: verl's, RLinf's and rlcore's earlier spellings in the YAML become rlcore's
    keys (``foreign/translate.py``);
 5. ``apply_overrides``: the command line's ``key=value`` overrides, aliases translated;
-6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs;
+6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs; then verl's
+   reward model, multi-turn and asynchronous sections (``foreign/verl_features.py``);
 8. ``drop_derived_keys``: rlcore's earlier keys for values that follow from the mode;
 9. ``no_warmup_for_a_given_model``, 10. ``env_file_made_absolute``: rlcore's own adjustments;
 11. ``resolved``: a plain dict, interpolations resolved;
 12. ``validate_config``: per-key validation, the derived values, the cross-field checks.
 
 Passes 3 to 10 rewrite the composed config in place; each one that reads a foreign spelling
-returns its lines, said once each after every pass has run.
+returns its lines, said once each after every pass has run. Each pass runs whatever the others
+met, and their problems are raised with the per-key ones (12) in one ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ from rlcore.config.foreign.translate import (
     set_alias,
     verl_custom_reward,
     verl_token_budgets,
+)
+from rlcore.config.foreign.verl_features import (
+    verl_async_training,
+    verl_multi_turn,
+    verl_reward_model,
 )
 from rlcore.config.schema import RLCoreConfig
 from rlcore.config.validate import build_config
@@ -90,6 +97,9 @@ def _composed(
         lambda: apply_overrides(cfg, request.plain),
         lambda: verl_token_budgets(cfg, user_keys),
         lambda: verl_custom_reward(cfg),
+        lambda: verl_reward_model(cfg, user_keys),
+        lambda: verl_multi_turn(cfg, user_keys),
+        lambda: verl_async_training(cfg, user_keys),
         lambda: drop_derived_keys(cfg),
         lambda: no_warmup_for_a_given_model(cfg),
     ):

@@ -98,3 +98,147 @@ def test_a_micro_batch_size_the_user_set_in_rlcores_spelling_clashes_with_the_bu
     )
     with pytest.raises(ConfigError, match=clash):
         load_config(str(own))
+
+
+# verl's reward-model example (examples/ppo_trainer/run_qwen2-7b_rm.sh), its reward_model keys
+RM_SCRIPT_KEYS = [
+    "reward_model.enable=True",
+    "reward_model.model.path=/models/FsfairX-LLaMA3-RM-v0.1",
+    "reward_model.use_reward_loop=True",
+    "reward_model.rollout.name=vllm",
+    "reward_model.rollout.gpu_memory_utilization=0.8",
+    "reward_model.rollout.tensor_model_parallel_size=1",
+    "reward_model.rollout.prompt_length=2048",
+    "reward_model.rollout.response_length=1024",
+    "reward_model.num_workers=8",
+]
+
+
+def test_verls_reward_model_is_reward_kind_model(capsys):
+    config = load_config(
+        "reasoning/tiny_arith_ppo", [*RM_SCRIPT_KEYS, "reward_model.micro_batch_size_per_gpu=8"]
+    )
+    assert config.reward.kind == "model"
+    assert config.reward.model.path == "/models/FsfairX-LLaMA3-RM-v0.1"
+    assert config.reward.model.micro_batch_size == 8
+    # verl's rm_scores replace the rule's score: the model's score is the reward
+    assert config.reward.model.combine == "rule_only_for_accuracy"
+    err = capsys.readouterr().err
+    assert "reward_model.enable (verl) is reward.kind=model here" in err
+    assert (
+        "reward_model.use_reward_loop, reward_model.num_workers, reward_model.rollout.name, " in err
+    )
+    # verl 0.9's spelling under reward.
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        ["reward.reward_model.enable=true", "reward.reward_model.model_path=/rm"],
+    )
+    assert (config.reward.kind, config.reward.model.path) == ("model", "/rm")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        # the model named, but verl would score by rule: never silently
+        (
+            ["reward_model.model.path=/rm"],
+            "reward_model.model.path: set, but reward_model.enable is not set (verl's default: "
+            "false), so verl would score by rule",
+        ),
+        (
+            ["reward_model.enable=false", "reward_model.model.path=/rm"],
+            "reward_model.model.path: set, but reward_model.enable is false",
+        ),
+        (
+            ["reward_model.enable=true", "reward.kind=gsm8k"],
+            "reward_model.enable=true is reward.kind=model here, but reward.kind is gsm8k; for "
+            "the model's score as the reward and that rule's verdicts, set reward.kind=model "
+            "reward.model.rule=gsm8k",
+        ),
+        (
+            ["reward_model.enable=true", "reward_model.rollout.response_length=4"],
+            "reward_model.rollout.response_length: 4, shorter than data.max_response_length=8",
+        ),
+        (
+            ["reward_model.enable=true", "reward_model.strategy=megatron"],
+            "reward_model.strategy: 'megatron'; a reward model here runs whole on each reward",
+        ),
+    ],
+)
+def test_a_reward_model_verl_would_not_use_as_asked_is_refused_naming_why(overrides, refusal):
+    with pytest.raises(ConfigError) as refused:
+        load_config("reasoning/tiny_arith_ppo", overrides)
+    assert str(refused.value).startswith(refusal)
+
+
+def test_verls_multi_turn_section_is_the_tool_rollouts_keys(capsys):
+    verl = "actor_rollout_ref.rollout.multi_turn"
+    config = load_config(
+        "reasoning/tiny_calc_tools_grpo",  # (rollout.tools: [calculator])
+        [f"{verl}.enable=true", f"{verl}.max_assistant_turns=3", f"{verl}.format=hermes"],
+    )
+    assert (config.rollout.max_turns, config.rollout.tool_call_regex) == (3, None)
+    assert f"{verl}.max_assistant_turns (verl) is rollout.max_turns here" in capsys.readouterr().err
+    # off, as verl's default: its format and turns are not read (verl's GRPO seq-balance script)
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [f"{verl}.format=hermes", "actor_rollout_ref.rollout.mode=async"],
+    )
+    assert len(config.rollout.tools) == 0 and config.rollout.max_turns == 4  # (rlcore's default)
+    assert f"{verl}.format (verl): no effect without {verl}.enable=true" in capsys.readouterr().err
+    for overrides, refusal in [
+        ([f"{verl}.enable=true"], f"{verl}.enable: true, but no tools"),
+        (
+            [f"{verl}.enable=false", "rollout.tools=[calculator]"],
+            f"{verl}.enable: false, but rollout.tools (or rollout.interaction) is set",
+        ),
+        (
+            [f"{verl}.enable=true", "rollout.tools=[calculator]", f"{verl}.format=llama3_json"],
+            f"{verl}.format: llama3_json; tool calls are read in the Hermes format here",
+        ),
+        (
+            [f"{verl}.tool_config_path=tools.yaml"],
+            f"{verl}.tool_config_path: verl's key has no rlcore counterpart",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as refused:
+            load_config("reasoning/tiny_arith_ppo", overrides)
+        assert str(refused.value).startswith(refusal), overrides
+
+
+def test_verls_async_training_maps_its_staleness_bound_and_refuses_the_rest(capsys):
+    config = load_config(
+        "reasoning/tiny_arith_ppo_async",
+        [
+            "async_training.staleness_threshold=2",
+            "async_training.partial_rollout=true",
+            "async_training.use_rollout_log_probs=true",
+            # 2 x 1 x 64 = 128 prompts between weight syncs: the config's batch
+            "async_training.trigger_parameter_sync_step=2",
+            "async_training.require_batches=1",
+        ],
+    )
+    assert config.runner.max_staleness == 2
+    assert config.rollout.partial_rollout is True
+    assert config.algorithm.rollout_correction.bypass_mode is True
+    assert "async_training.staleness_threshold (verl) is runner.max_staleness here" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_config(
+            "reasoning/tiny_arith_ppo_async",
+            [
+                "async_training.staleness_threshold=0.1",  # (verl's default: a share of a batch)
+                "async_training.trigger_parameter_sync_step=4",  # 4 x 1 x 64 = 256, not 128
+                "async_training.checkpoint_engine.enable=true",
+            ],
+        )
+    lines = str(refused.value).splitlines()
+    assert lines[0].startswith("async_training.staleness_threshold: 0.1; runner.max_staleness")
+    assert lines[1].startswith(
+        "async_training.trigger_parameter_sync_step=4 x require_batches=1 x "
+        "actor.ppo_mini_batch_size=64 = 256 prompts between weight syncs, but here the weights "
+        "go to the rollout once a batch (data.train_batch_size=128); set data.train_batch_size=256"
+    )
+    assert lines[2].startswith("async_training.checkpoint_engine.enable: verl's key has no rlcore")
+    assert len(lines) == 3

@@ -17,7 +17,7 @@ from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
 from rlcore.config.foreign.alias import Alias
 from rlcore.config.foreign.verl import ROW_MICRO_SIZES
 
-_ABSENT = object()
+ABSENT = object()
 
 
 def rename_aliases(cfg: DictConfig, own: DictConfig) -> list[str]:
@@ -33,8 +33,8 @@ def rename_aliases(cfg: DictConfig, own: DictConfig) -> list[str]:
     problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
     for path, alias in ALIASES.items():
-        value = _pop_select(cfg, path)
-        if value is _ABSENT:
+        value = pop_key(cfg, path)
+        if value is ABSENT:
             continue
         with problems.gathered():
             said.append(_rename(cfg, own, path, alias, value, by_alias))
@@ -51,13 +51,13 @@ def _rename(
     by_alias: dict[str, tuple[str, Any]],
 ) -> str:
     """``rename_aliases`` for one alias found at ``path`` (removed already); its line."""
-    alias_is_own = _own_value(own, path) is not _ABSENT
+    alias_is_own = _own_value(own, path) is not ABSENT
     plain = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
     for target, converted in alias.values(plain):
         already = _own_value(own, target)
-        if already is not _ABSENT and not alias_is_own:
+        if already is not ABSENT and not alias_is_own:
             continue  # the file's own rlcore key beats an alias from a config below it
-        if already is not _ABSENT and already != converted:
+        if already is not ABSENT and already != converted:
             raise ConfigError(
                 f"{path}: set to {plain!r}, which is {target} here, but the config also sets "
                 f"{target} to {already!r}; keep one of the two"
@@ -112,24 +112,24 @@ def _token_budget(
         section = switch_path.rpartition(".")[0]
         length_path = f"{section}.{length_key}"
         if switch_path not in switches:
-            switches[switch_path] = _pop_select(cfg, switch_path)
+            switches[switch_path] = pop_key(cfg, switch_path)
         switch, follows = switches[switch_path], ""
-        if switch is _ABSENT and switch_path == "critic.use_dynamic_bsz":
-            switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", _ABSENT)
+        if switch is ABSENT and switch_path == "critic.use_dynamic_bsz":
+            switch = switches.get("actor_rollout_ref.actor.use_dynamic_bsz", ABSENT)
             follows = " (its switch follows the actor's, as in verl)"
-        length = _pop_select(cfg, length_path)
-        if switch is _ABSENT and length is _ABSENT:
+        length = pop_key(cfg, length_path)
+        if switch is ABSENT and length is ABSENT:
             continue
         if switch is True:
-            budget = default if length is _ABSENT else length
-            if length is _ABSENT and budgets:
+            budget = default if length is ABSENT else length
+            if length is ABSENT and budgets:
                 continue  # (the target's budget is said already)
             budgets.setdefault(budget, length_path)
             said.append(
                 f"{switch_path} and {length_path} (verl) are {target}={budget} here: "
                 f"micro-batches of at most that many tokens{follows}"
             )
-        elif length is not _ABSENT:
+        elif length is not ABSENT:
             said.append(
                 f"{length_path} (verl) has no effect without {switch_path}=true, as in verl: "
                 "ignored"
@@ -186,11 +186,11 @@ def verl_custom_reward(cfg: DictConfig) -> list[str]:
     and is called as verl calls it when written so (``judge.verl_signature``)."""
     said: list[str] = []
     for prefix in ("custom_reward_function", "reward.custom_reward_function"):
-        path = _pop_select(cfg, f"{prefix}.path")
-        name = _pop_select(cfg, f"{prefix}.name")  # (the emptied section goes with them)
-        if path is _ABSENT or path is None:
+        path = pop_key(cfg, f"{prefix}.path")
+        name = pop_key(cfg, f"{prefix}.name")  # (the emptied section goes with them)
+        if path is ABSENT or path is None:
             continue
-        fn = f"{path}:{'compute_score' if name in (_ABSENT, None) else name}"
+        fn = f"{path}:{'compute_score' if name in (ABSENT, None) else name}"
         given = OmegaConf.select(cfg, "reward.rules.custom_fn", default=None)
         if given is not None and given != fn:
             raise ConfigError(
@@ -211,8 +211,8 @@ def drop_derived_keys(cfg: DictConfig) -> list[str]:
     said: list[str] = []
     problems = Problems()
     for path, derived in DERIVED_KEYS.items():
-        value = _pop_select(cfg, path)
-        if value is _ABSENT:
+        value = pop_key(cfg, path)
+        if value is ABSENT:
             continue
         with problems.gathered():
             said.append(derived.check(path, value, mode))
@@ -244,10 +244,10 @@ def set_alias(
     return alias.describe(key)
 
 
-def _pop_select(cfg: DictConfig, path: str) -> Any:
-    """The value at ``path`` (``_ABSENT`` when none), removed with its emptied parents."""
-    value = OmegaConf.select(cfg, path, default=_ABSENT)
-    if value is not _ABSENT:
+def pop_key(cfg: DictConfig, path: str) -> Any:
+    """The value at ``path`` (``ABSENT`` when none), removed with its emptied parents."""
+    value = OmegaConf.select(cfg, path, default=ABSENT)
+    if value is not ABSENT:
         parent_key, _, leaf = path.rpartition(".")
         OmegaConf.select(cfg, parent_key).pop(leaf)
         _drop_empty_parents(cfg, parent_key)
@@ -255,9 +255,9 @@ def _pop_select(cfg: DictConfig, path: str) -> Any:
 
 
 def _own_value(own: DictConfig, path: str) -> Any:
-    """What the file itself writes at ``path`` (``_ABSENT`` if nothing); an interpolation that
+    """What the file itself writes at ``path`` (``ABSENT`` if nothing); an interpolation that
     points outside the file is not resolved here."""
-    return OmegaConf.select(own, path, default=_ABSENT, throw_on_resolution_failure=False)
+    return OmegaConf.select(own, path, default=ABSENT, throw_on_resolution_failure=False)
 
 
 def _drop_empty_parents(cfg: DictConfig, path: str) -> None:

@@ -309,6 +309,7 @@ FOREIGN_SECTIONS = {
     "reward_model": "verl",
     "custom_reward_function": "verl",
     "ray_init": "verl",
+    "async_training": "verl",  # (verl 0.9's fully_async_policy; foreign/verl_features.py)
 }
 
 
