@@ -46,6 +46,8 @@ from rlcore.config.foreign.translate import (
     rename_aliases,
     set_alias,
     verl_custom_reward,
+    verl_epochs,
+    verl_fixed_choices,
     verl_token_budgets,
 )
 from rlcore.config.foreign.verl_features import (
@@ -91,12 +93,19 @@ def _composed(
     cfg, own = compose_with_hydra(request)
     settle_placement(cfg, own, request, cluster_file)
     user_keys = _rlcore_keys_of_the_user(request, own)
+    steps = "trainer.total_training_steps"  # (read before the aliases move it)
+    steps_given = "runner.total_iterations" in user_keys or (
+        OmegaConf.select(cfg, steps, default=None) is not None
+        or any(o.key_or_group == steps for o in request.plain)
+    )
     said = list(request.repeated)
     for translate in (
         lambda: rename_aliases(cfg, own),
         lambda: apply_overrides(cfg, request.plain),
         lambda: verl_token_budgets(cfg, user_keys),
         lambda: verl_custom_reward(cfg),
+        lambda: verl_fixed_choices(cfg),
+        lambda: verl_epochs(cfg, steps_given),
         lambda: verl_reward_model(cfg, user_keys),
         lambda: verl_multi_turn(cfg, user_keys),
         lambda: verl_async_training(cfg, user_keys),
@@ -153,17 +162,27 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[Override]) -> list[str]
     said: list[str] = []
     problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
+    last = {o.key_or_group: o for o in overrides}  # (Hydra's rule: the last value wins)
     for override in overrides:
+        if last[override.key_or_group] is not override:
+            continue  # (never read: a value the later one replaces is not checked either)
+        given = sum(o.key_or_group == override.key_or_group for o in overrides)
+        again = override.type is OverrideType.DEL and given > 1
         with problems.gathered():
-            said += _apply_override(cfg, override, by_alias)
+            said += _apply_override(cfg, override, by_alias, deleting_a_given_key=again)
     problems.raise_any()
     return said
 
 
 def _apply_override(
-    cfg: DictConfig, override: Override, by_alias: dict[str, tuple[str, Any]]
+    cfg: DictConfig,
+    override: Override,
+    by_alias: dict[str, tuple[str, Any]],
+    deleting_a_given_key: bool = False,
 ) -> list[str]:
-    """One override of ``apply_overrides`` on ``cfg``; the lines it says."""
+    """One override of ``apply_overrides`` on ``cfg``; the lines it says.
+    ``deleting_a_given_key``: a ``~key`` after the same command line gave the key, which may
+    then be set nowhere else (nothing to delete is then no mistake)."""
     key = override.key_or_group
     alias = ALIASES.get(key)
     if alias is not None:
@@ -173,6 +192,8 @@ def _apply_override(
             parent_key, _, leaf = key.rpartition(".")
             parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
             if not isinstance(parent, DictConfig) or leaf not in parent:
+                if deleting_a_given_key:
+                    return []
                 raise ConfigError(f"{override.input_line}: '{key}' is not set, nothing to delete")
             parent.pop(leaf)
             return []

@@ -40,7 +40,7 @@ def test_every_problem_of_the_translation_and_the_keys_is_reported_at_once():
                 "actor_rollout_ref.rollout.n=4",
                 "actor_rollout.ref.rollout.n=5",
                 "trainer.logger=[console,swanlab]",  # (a value verl's key cannot take here)
-                "trainer.project_name=demo",  # (verl's key, no counterpart)
+                "trainer.total_epochs=15",  # (verl's key, no counterpart)
                 "algorithm.clip_ratio_hi=0.3",  # (a misspelt rlcore key)
                 "rollout.temperature=0",  # (out of range)
             ],
@@ -49,7 +49,7 @@ def test_every_problem_of_the_translation_and_the_keys_is_reported_at_once():
     assert [line.split(":", 1)[0] for line in lines] == [
         "actor_rollout.ref.rollout.n=5",
         "trainer.logger",
-        "trainer.project_name",
+        "trainer.total_epochs",
         "algorithm.clip_ratio_hi",
         "rollout.temperature",
     ]
@@ -242,3 +242,64 @@ def test_verls_async_training_maps_its_staleness_bound_and_refuses_the_rest(caps
     )
     assert lines[2].startswith("async_training.checkpoint_engine.enable: verl's key has no rlcore")
     assert len(lines) == 3
+
+
+def test_a_value_replaced_later_on_the_command_line_is_never_checked(capsys):
+    # verl's script names vllm; `bash run.sh actor_rollout_ref.rollout.name=hf` replaces it
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.name=hf"],
+    )
+    assert config.rollout.backend == "hf"
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.rollout.name: 'vllm'; the rollout"):
+        load_config("reasoning/tiny_arith_ppo", ["actor_rollout_ref.rollout.name=vllm"])
+    # a key the command line gave, then deleted: gone, wherever it was set
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        ["rollout.gpu_memory_utilization=0.6", "~rollout.gpu_memory_utilization"],
+    )
+    assert config.rollout.gpu_memory_utilization is None
+
+
+def test_the_references_offload_gives_way_to_the_actors(capsys):
+    # verl's GRPO examples offload the reference's parameters only; one switch for both here
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+        ],
+    )
+    assert config.actor.fsdp.offload is False
+    assert (
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True (verl) gives way to "
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False"
+    ) in capsys.readouterr().err
+
+
+def test_verls_fixed_choices_epochs_and_project_name(capsys):
+    verl = [
+        "data.filter_overlong_prompts=True",
+        "data.truncation='error'",
+        "data.return_raw_chat=True",
+        "trainer.val_before_train=False",
+        "trainer.project_name='verl_example'",
+        "trainer.total_epochs=15",
+    ]
+    with pytest.raises(ConfigError) as refused:
+        load_config("reasoning/tiny_arith_ppo", verl)
+    assert str(refused.value).startswith(
+        "trainer.total_epochs: verl's key has no rlcore counterpart; a run here is counted in "
+        "iterations (one batch each): give trainer.total_training_steps"
+    )
+    config = load_config("reasoning/tiny_arith_ppo", [*verl, "trainer.total_training_steps=3"])
+    assert config.runner.total_iterations == 3 and config.logger.project == "verl_example"
+    err = capsys.readouterr().err
+    assert "trainer.total_epochs=15 (verl): the run's length is its total_training_steps" in err
+    assert "trainer.val_before_train=False (verl): a run validates before its first" in err
+    for refused_value, line in [
+        ("data.truncation=left", "data.truncation: 'left'; no prompt is cut here"),
+        ("data.filter_overlong_prompts=False", "data.filter_overlong_prompts: False; a prompt"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{line}"):
+            load_config("reasoning/tiny_arith_ppo", [refused_value])

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
 from rlcore.config.foreign.alias import Alias
-from rlcore.config.foreign.verl import ROW_MICRO_SIZES
+from rlcore.config.foreign.verl import FIXED_CHOICES, ROW_MICRO_SIZES
 
 ABSENT = object()
 
@@ -69,10 +69,14 @@ def _rename(
             else (path, converted)
         )
         if earlier != converted:
-            raise ConfigError(
-                f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
-                "here, so keep one value"
-            )
+            if alias.yields:
+                return alias.gives_way(path, plain, other, earlier)
+            if not ALIASES[other].yields:
+                raise ConfigError(
+                    f"{path}: set to {plain!r}, but {other} sets {earlier!r}; both are {target} "
+                    "here, so keep one value"
+                )
+            by_alias[target] = (path, converted)
         OmegaConf.update(cfg, target, converted, merge=False, force_add=True)
     return alias.describe(path)
 
@@ -203,6 +207,38 @@ def verl_custom_reward(cfg: DictConfig) -> list[str]:
     return said
 
 
+def verl_fixed_choices(cfg: DictConfig) -> list[str]:
+    """verl's switches for what rlcore always does one way (``FIXED_CHOICES``): taken with a
+    line at a value that says what rlcore does, refused naming why at another."""
+    said: list[str] = []
+    problems = Problems()
+    for path, (accepted, line, refusal) in FIXED_CHOICES.items():
+        value = pop_key(cfg, path)
+        if value is ABSENT:
+            continue
+        with problems.gathered():
+            if value not in accepted or type(value) is not type(accepted[0]):
+                raise ConfigError(f"{path}: {value!r}; {refusal}")
+            said.append(f"{path}={value} (verl): {line}")
+    problems.raise_any()
+    return said
+
+
+def verl_epochs(cfg: DictConfig, steps_given: bool) -> list[str]:
+    """verl's ``trainer.total_epochs`` beside ``trainer.total_training_steps`` (or
+    ``runner.total_iterations``): the steps decide, as in verl, said; alone it stays for the
+    validator to refuse (a run here is counted in iterations, ``WAYS_ON``)."""
+    if not steps_given:
+        return []
+    epochs = pop_key(cfg, "trainer.total_epochs")
+    if epochs is ABSENT:
+        return []
+    return [
+        f"trainer.total_epochs={epochs} (verl): the run's length is its total_training_steps "
+        "(runner.total_iterations), which decide in verl too: not read"
+    ]
+
+
 def drop_derived_keys(cfg: DictConfig) -> list[str]:
     """rlcore's earlier keys for values that now follow from the mode (``DERIVED_KEYS``), from
     the YAML or the command line: checked against the mode and removed (the validator would
@@ -235,10 +271,13 @@ def set_alias(
     for target, value in alias.values(override.value()):
         other, earlier = by_alias.setdefault(target, (key, value))
         if other != key and earlier != value and len(alias.targets) == 1:
-            raise ConfigError(
-                f"{override.input_line}: {other} sets {earlier!r}; both are {target} here, "
-                "so keep one value"
-            )
+            if alias.yields:
+                return alias.gives_way(key, override.value(), other, earlier)
+            if not ALIASES[other].yields:
+                raise ConfigError(
+                    f"{override.input_line}: {other} sets {earlier!r}; both are {target} here, "
+                    "so keep one value"
+                )
         by_alias[target] = (key, value)  # (the same key again: the later value, as Hydra)
         OmegaConf.update(cfg, target, value, merge=False, force_add=True)
     return alias.describe(key)

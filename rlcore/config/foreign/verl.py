@@ -14,8 +14,10 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.foreign.alias import Alias, loggers, minus_one_is
 
 
-def _verl(*targets: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Alias:
-    return Alias("verl", targets, convert, note)
+def _verl(
+    *targets: str, convert: Callable[[Any], Any] | None = None, note: str = "", yields: str = ""
+) -> Alias:
+    return Alias("verl", targets, convert, note, yields)
 
 
 def _resume_mode(value: Any) -> Any:
@@ -50,6 +52,16 @@ def _scheduler(value: Any) -> Any:
     return value
 
 
+def _engine(value: Any) -> Any:
+    """verl's ``rollout.name`` (vllm, sglang, hf) -> ``rollout.backend``: no vLLM here."""
+    if value not in ("hf", "sglang"):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name: {value!r}; the rollout engines here are hf and "
+            "sglang (rollout.backend), so give sglang (verl's other server engine) or hf"
+        )
+    return value
+
+
 def _device(value: Any) -> Any:
     """verl's ``trainer.device`` -> ``cluster.device`` (cuda, cpu; no NPU here)."""
     if value not in ("cuda", "cpu"):
@@ -71,6 +83,10 @@ OFFLOAD = (
     "param_offload, optimizer_offload and offload_policy are one switch here"
 )
 REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
+REF_YIELDS = (
+    "the reference model is built and sharded as the actor here, so the actor's offload "
+    "decides for both (it moves memory, never a value)"
+)
 WARMUP = "verl's -1 (warm up over lr_warmup_steps_ratio of the run, 0 by default) is 0"
 COSINE = "cosine decays to 0 over the run after the warm-up (verl's min_lr_ratio 0, half a cycle)"
 
@@ -90,7 +106,7 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout.ref.rollout.n": _verl(
         "algorithm.group_size", note="verl's PPO page spells actor_rollout_ref so"
     ),
-    "actor_rollout_ref.rollout.name": _verl("rollout.backend"),
+    "actor_rollout_ref.rollout.name": _verl("rollout.backend", convert=_engine),
     "actor_rollout_ref.rollout.calculate_log_probs": _verl("rollout.calculate_log_probs"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
@@ -217,6 +233,7 @@ VERL_ALIASES: dict[str, Alias] = {
     ),
     "trainer.critic_warmup": _verl("critic.critic_warmup"),
     "trainer.experiment_name": _verl("runner.run_name"),
+    "trainer.project_name": _verl("logger.project"),
     "reward_model.overlong_buffer.enable": _verl("reward.overlong_buffer.enable"),
     "reward_model.overlong_buffer.len": _verl("reward.overlong_buffer.len"),
     "reward_model.overlong_buffer.penalty_factor": _verl("reward.overlong_buffer.penalty_factor"),
@@ -253,7 +270,9 @@ VERL_ALIASES: dict[str, Alias] = {
     # state together: verl's three switches are one here, and must agree when several are set
     **{
         f"{section}.{switch}": _verl(
-            target, note=OFFLOAD if switch != "offload_policy" else (note or "")
+            target,
+            note=OFFLOAD if switch != "offload_policy" else (note or ""),
+            yields=REF_YIELDS if ".ref." in section else "",
         )
         for section, target, note in (
             ("actor_rollout_ref.actor.fsdp_config", "actor.fsdp.offload", ""),
@@ -298,6 +317,41 @@ TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
 ROW_MICRO_SIZES: dict[str, tuple[str, ...]] = {
     "actor": ("ppo_micro_batch_size", "log_prob_micro_batch_size"),
     "critic": ("ppo_micro_batch_size",),
+}
+
+# verl's switches for what rlcore always does one way: ``(values accepted, the line said, why
+# another value is refused)`` (``translate.verl_fixed_choices``); no refusal: every value taken.
+FIXED_CHOICES: dict[str, tuple[tuple[Any, ...], str, str]] = {
+    "data.filter_overlong_prompts": (
+        (True,),
+        "prompts longer than data.max_prompt_length are dropped here (said, counted), as verl's "
+        "filter drops them",
+        "a prompt longer than data.max_prompt_length is dropped here (said), never kept whole; "
+        "give True, or raise data.max_prompt_length",
+    ),
+    "data.truncation": (
+        ("error",),
+        "no prompt is cut here: those longer than data.max_prompt_length are dropped (said)",
+        "no prompt is cut here: those longer than data.max_prompt_length are dropped (said); give "
+        "error, or raise data.max_prompt_length",
+    ),
+    "data.return_raw_chat": (
+        (True, False),
+        "the prompts' chat messages are kept and templated here (data.chat_template): not read",
+        "",
+    ),
+    "trainer.val_before_train": (
+        (True, False),
+        "a run validates before its first iteration here (the start of its curve), whatever "
+        "this says: not read",
+        "",
+    ),
+}
+
+# verl keys with no counterpart whose refusal names the way on
+WAYS_ON = {
+    "trainer.total_epochs": "a run here is counted in iterations (one batch each): give "
+    "trainer.total_training_steps (runner.total_iterations) instead",
 }
 
 # Top-level sections that only another framework has: a key under them that is not an alias
