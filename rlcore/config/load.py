@@ -185,6 +185,8 @@ def _apply_override(
     then be set nowhere else (nothing to delete is then no mistake)."""
     key = override.key_or_group
     alias = ALIASES.get(key)
+    if alias is not None and override.type is OverrideType.DEL and deleting_a_given_key:
+        return []  # (the alias given, then deleted: never set)
     if alias is not None:
         return [set_alias(cfg, override, alias, by_alias)]
     try:

@@ -217,7 +217,9 @@ def verl_fixed_choices(cfg: DictConfig) -> list[str]:
         if value is ABSENT:
             continue
         with problems.gathered():
-            if value not in accepted or type(value) is not type(accepted[0]):
+            if accepted is not None and (
+                value not in accepted or type(value) is not type(accepted[0])
+            ):
                 raise ConfigError(f"{path}: {value!r}; {refusal}")
             said.append(f"{path}={value} (verl): {line}")
     problems.raise_any()

@@ -44,8 +44,9 @@ def no_counterpart(path: str) -> str | None:
             "rlcore accepts are listed in docs/config.md)"
         )
     if path in VERL_KEYS:  # (under a section both have: data, critic, algorithm, reward)
+        way = f"; {WAYS_ON[path]}" if path in WAYS_ON else ""
         return (
-            f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart (the verl "
+            f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart{way} (the verl "
             "keys rlcore accepts are listed in docs/config.md)"
         )
     return None

@@ -141,6 +141,12 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.nccl_timeout": _verl("cluster.collective_timeout_s"),
     # verl: actor_rollout_ref.model.* and actor_rollout_ref.actor.*
     "actor_rollout_ref.model.path": _verl("actor.model.path"),
+    "critic.model.enable_gradient_checkpointing": _verl(
+        "actor.model.gradient_checkpointing",
+        note="one key for the actor and critic",
+        yields="one key for the actor and critic here, so the actor's decides (it trades "
+        "memory for time, never a value)",
+    ),
     "actor_rollout_ref.model.enable_gradient_checkpointing": _verl(
         "actor.model.gradient_checkpointing"
     ),
@@ -319,9 +325,9 @@ ROW_MICRO_SIZES: dict[str, tuple[str, ...]] = {
     "critic": ("ppo_micro_batch_size",),
 }
 
-# verl's switches for what rlcore always does one way: ``(values accepted, the line said, why
-# another value is refused)`` (``translate.verl_fixed_choices``); no refusal: every value taken.
-FIXED_CHOICES: dict[str, tuple[tuple[Any, ...], str, str]] = {
+# verl's switches for what rlcore always does one way: ``(values accepted, None for any, the line
+# said, why another value is refused)`` (``translate.verl_fixed_choices``).
+FIXED_CHOICES: dict[str, tuple[tuple[Any, ...] | None, str, str]] = {
     "data.filter_overlong_prompts": (
         (True,),
         "prompts longer than data.max_prompt_length are dropped here (said, counted), as verl's "
@@ -340,6 +346,18 @@ FIXED_CHOICES: dict[str, tuple[tuple[Any, ...], str, str]] = {
         "the prompts' chat messages are kept and templated here (data.chat_template): not read",
         "",
     ),
+    "actor_rollout_ref.rollout.load_format": (
+        None,
+        "how verl's engine loads its first weights; the rollout here starts from the actor's "
+        "own: not read",
+        "",
+    ),
+    "actor_rollout_ref.rollout.layered_summon": (
+        (True, False),
+        "how verl gathers LoRA weights for its engine (memory only); the rollout here "
+        "generates with the actor's own module or receives its merged weights: not read",
+        "",
+    ),
     "trainer.val_before_train": (
         (True, False),
         "a run validates before its first iteration here (the start of its curve), whatever "
@@ -352,6 +370,11 @@ FIXED_CHOICES: dict[str, tuple[tuple[Any, ...], str, str]] = {
 WAYS_ON = {
     "trainer.total_epochs": "a run here is counted in iterations (one batch each): give "
     "trainer.total_training_steps (runner.total_iterations) instead",
+    **{
+        f"{section}.optim.lr_warmup_steps_ratio": "the warm-up here is a number of optimiser "
+        f"steps: give lr_warmup_steps ({target}.optim.warmup_steps) instead"
+        for section, target in (("actor_rollout_ref.actor", "actor"), ("critic", "critic"))
+    },
 }
 
 # Top-level sections that only another framework has: a key under them that is not an alias
