@@ -82,17 +82,23 @@ def load_prompt_set(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
             f"data.max_prompt_length={data.max_prompt_length} tokens"
         )
-    if train and len(prompts) < data.train_batch_size:
+    if train:
+        _enough_for_a_batch(prompts, data.train_batch_size, what)
+    return prompts
+
+
+def _enough_for_a_batch(prompts: PromptSet, batch: int, what: str) -> None:
+    """``DataError`` when fewer training prompts are usable than ``data.train_batch_size``."""
+    if len(prompts) < batch:
         raise DataError(
-            f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size="
-            f"{data.train_batch_size}; give more prompts or a smaller batch"
+            f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size={batch}; "
+            "give more prompts or a smaller batch"
             + (
                 f" (or a larger data.max_prompt_length, which dropped {prompts.dropped})"
                 if prompts.dropped
                 else ""
             )
         )
-    return prompts
 
 
 def check_prompt_files(config: ReasoningConfig, files: list[str], what: str) -> None:

@@ -209,17 +209,8 @@ def verl_multi_turn(cfg: DictConfig, user: frozenset[str] = frozenset()) -> list
     drives its engine) samples the same here, so is not read."""
     said: list[str] = []
     problems = Problems()
-    mode = pop_key(cfg, "actor_rollout_ref.rollout.mode")
     with problems.gathered():
-        if mode not in (ABSENT, "sync", "async"):
-            raise ConfigError(
-                f"actor_rollout_ref.rollout.mode: {mode!r} is not one of verl's sync, async"
-            )
-        if mode is not ABSENT:
-            said.append(
-                f"actor_rollout_ref.rollout.mode={mode} (verl): how verl drives its inference "
-                "engine; the rollout samples the same either way here: not read"
-            )
+        said += _rollout_mode(cfg)
     enable = pop_key(cfg, f"{MULTI_TURN}.enable")
     turns = pop_key(cfg, f"{MULTI_TURN}.max_assistant_turns")
     form = pop_key(cfg, f"{MULTI_TURN}.format")
@@ -259,6 +250,21 @@ def verl_multi_turn(cfg: DictConfig, user: frozenset[str] = frozenset()) -> list
             said.append(f"{MULTI_TURN}.format=hermes (verl) is rollout.tool_call_regex=null here")
     problems.raise_any()
     return said
+
+
+def _rollout_mode(cfg: DictConfig) -> list[str]:
+    """verl's ``rollout.mode``: sync or async, how verl drives its engine; not read (said)."""
+    mode = pop_key(cfg, "actor_rollout_ref.rollout.mode")
+    if mode is ABSENT:
+        return []
+    if mode not in ("sync", "async"):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.mode: {mode!r} is not one of verl's sync, async"
+        )
+    return [
+        f"actor_rollout_ref.rollout.mode={mode} (verl): how verl drives its inference engine; "
+        "the rollout samples the same either way here: not read"
+    ]
 
 
 def _multi_turn_switch(enable: Any, on: bool) -> list[str]:
