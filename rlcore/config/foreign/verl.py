@@ -42,31 +42,31 @@ def _strategy(section: str, value: Any) -> Any:
     return backends[value]
 
 
-def _scheduler(value: Any) -> Any:
-    """verl's ``lr_scheduler_type`` -> ``optim.decay``: constant and cosine are both here."""
-    if value not in ("constant", "cosine"):
-        raise ConfigError(
-            f"lr_scheduler_type: {value!r} is not one of verl's constant, cosine (optim.decay "
-            "here: constant, linear, cosine)"
-        )
-    return value
+def _only(key: str, allowed: tuple[str, ...], why: str) -> Callable[[Any], Any]:
+    """The conversion of verl's ``key`` that takes ``allowed`` values as they are and refuses
+    another, saying ``why`` (what rlcore has instead)."""
+
+    def check(value: Any) -> Any:
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r}; {why}")
+        return value
+
+    return check
 
 
-def _engine(value: Any) -> Any:
-    """verl's ``rollout.name`` (vllm, sglang, hf) -> ``rollout.backend``: no vLLM here."""
-    if value not in ("hf", "sglang"):
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.name: {value!r}; the rollout engines here are hf and "
-            "sglang (rollout.backend), so give sglang (verl's other server engine) or hf"
-        )
-    return value
-
-
-def _device(value: Any) -> Any:
-    """verl's ``trainer.device`` -> ``cluster.device`` (cuda, cpu; no NPU here)."""
-    if value not in ("cuda", "cpu"):
-        raise ConfigError(f"trainer.device: {value!r}; rlcore runs on cuda or cpu (cluster.device)")
-    return value
+# verl's lr_scheduler_type -> optim.decay: constant and cosine are both here
+_scheduler = _only(
+    "lr_scheduler_type",
+    ("constant", "cosine"),
+    "verl's are constant and cosine (optim.decay here: constant, linear, cosine)",
+)
+_engine = _only(
+    "actor_rollout_ref.rollout.name",
+    ("hf", "sglang"),
+    "the rollout engines here are hf and sglang (rollout.backend), so give sglang (verl's other "
+    "server engine) or hf",
+)
+_device = _only("trainer.device", ("cuda", "cpu"), "rlcore runs on cuda or cpu (cluster.device)")
 
 
 def _loss_mode(value: Any) -> Any:
