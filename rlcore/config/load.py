@@ -55,8 +55,8 @@ from rlcore.config.foreign.verl_features import (
     verl_multi_turn,
     verl_reward_model,
 )
-from rlcore.config.schema import RLCoreConfig
-from rlcore.config.validate import build_config
+from rlcore.config.schema import SCHEMAS, RLCoreConfig
+from rlcore.config.validate import build_config, schema_defaults
 from rlcore.log import say
 
 
@@ -108,7 +108,7 @@ def _composed(
         lambda: verl_epochs(cfg, steps_given),
         lambda: verl_reward_model(cfg, user_keys),
         lambda: verl_multi_turn(cfg, user_keys),
-        lambda: verl_async_training(cfg, user_keys),
+        lambda: verl_async_training(cfg, user_keys, _defaults_of(cfg)),
         lambda: drop_derived_keys(cfg),
         lambda: no_warmup_for_a_given_model(cfg),
     ):
@@ -121,6 +121,12 @@ def _composed(
     with problems.gathered():
         return resolved(cfg, config)
     return None
+
+
+def _defaults_of(cfg: DictConfig) -> dict[str, Any]:
+    """The schema's default of every key of ``cfg``'s mode, by dotted path."""
+    schema = SCHEMAS.get(cfg.get("mode"))
+    return schema_defaults(schema) if schema is not None else {}
 
 
 def _rlcore_keys_of_the_user(request: Request, own: DictConfig) -> frozenset[str]:

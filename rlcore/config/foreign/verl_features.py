@@ -10,6 +10,7 @@ rollout/rollout.yaml, experimental/fully_async_policy/config/ and docs/advance/f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -286,13 +287,17 @@ def _multi_turn_switch(enable: Any, on: bool) -> list[str]:
     return [f"{key} (verl) is {state} here, as rollout.tools and rollout.interaction say"]
 
 
-def verl_async_training(cfg: DictConfig, user: frozenset[str] = frozenset()) -> list[str]:
+def verl_async_training(
+    cfg: DictConfig, user: frozenset[str] = frozenset(), defaults: Mapping[str, Any] | None = None
+) -> list[str]:
     """verl's fully asynchronous trainer (``async_training``): a whole ``staleness_threshold``
     k is ``runner.max_staleness`` k (verl's 1 is one-step off-policy, as here), when its weight
     syncs come once a batch as here (``trigger_parameter_sync_step`` x ``require_batches`` x
     ``actor.ppo_mini_batch_size`` = ``data.train_batch_size``); ``partial_rollout`` is
     ``rollout.partial_rollout``; ``use_rollout_log_probs`` is
-    ``algorithm.rollout_correction.bypass_mode`` (PPO's ratio against the rollout's log-probs)."""
+    ``algorithm.rollout_correction.bypass_mode`` (PPO's ratio against the rollout's log-probs).
+    ``defaults``: the schema's values by key (the validator's, which this package cannot
+    import), for the batch sizes a config leaves out."""
     said: list[str] = []
     problems = Problems()
     values = {
@@ -314,7 +319,7 @@ def verl_async_training(cfg: DictConfig, user: frozenset[str] = frozenset()) -> 
             said.append(f"{ASYNC}.staleness_threshold (verl) is runner.max_staleness here")
     with problems.gathered():
         said += _sync_once_a_batch(
-            cfg, values["trigger_parameter_sync_step"], values["require_batches"]
+            cfg, values["trigger_parameter_sync_step"], values["require_batches"], defaults or {}
         )
     for leaf, target in (
         ("partial_rollout", "rollout.partial_rollout"),
@@ -337,14 +342,13 @@ def verl_async_training(cfg: DictConfig, user: frozenset[str] = frozenset()) -> 
     return said
 
 
-def _sync_once_a_batch(cfg: DictConfig, trigger: Any, require: Any) -> list[str]:
-    """verl's weight-sync cadence, which must be rlcore's: once per ``data.train_batch_size``."""
+def _sync_once_a_batch(
+    cfg: DictConfig, trigger: Any, require: Any, defaults: Mapping[str, Any]
+) -> list[str]:
+    """verl's weight-sync cadence, which must be rlcore's: once per ``data.train_batch_size``
+    (``defaults``: the schema's, for the sizes the config leaves out)."""
     if trigger is ABSENT and require is ABSENT:
         return []
-    from rlcore.config.schema import SCHEMAS
-    from rlcore.config.validate import schema_defaults  # (the validator imports this package)
-
-    defaults = schema_defaults(SCHEMAS.get(cfg.get("mode"), SCHEMAS["reasoning"]))
 
     def value(key: str) -> Any:
         return OmegaConf.select(cfg, key, default=None) or defaults.get(key)
