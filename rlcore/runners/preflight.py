@@ -21,7 +21,7 @@ from rlcore.data.prompts import DataError
 from rlcore.data.sampler import check_prompt_files, load_prompt_set
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
-from rlcore.models.hub import local_model_dir
+from rlcore.models.hub import MODEL_FILES, is_hub_id, local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.models.lm_policy import check_lm_policy
 from rlcore.models.user_policy import check_user_policy
@@ -114,13 +114,18 @@ def _tokenizer_here(config: ReasoningConfig) -> Any:
 
     path = config.actor.model.path
     try:
-        folder = (
-            local_model_dir(path, "actor.model.path", download=False)
-            if path is not None
-            else cached_tiny_model(config)
-        )
+        if path is None:
+            folder = cached_tiny_model(config)
+        elif is_hub_id(path):  # (the local cache only: _check_model says what it downloads)
+            from huggingface_hub import snapshot_download
+
+            folder = Path(
+                snapshot_download(path, local_files_only=True, allow_patterns=MODEL_FILES)
+            )
+        else:
+            folder = Path(path).expanduser()
         return None if folder is None else load_tokenizer(folder)
-    except (ConfigError, OSError, ValueError):
+    except Exception:  # (no tokenizer here yet, or a folder _check_model refuses: rows counted)
         return None
 
 
