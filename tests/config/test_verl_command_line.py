@@ -303,3 +303,16 @@ def test_verls_fixed_choices_epochs_and_project_name(capsys):
     ]:
         with pytest.raises(ConfigError, match=f"^{line}"):
             load_config("reasoning/tiny_arith_ppo", [refused_value])
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["actor_rollout_ref.actor.clip_ratio_low=0.3", "actor_rollout_ref.actor.clip_ratio=0.2"],
+        ["actor_rollout_ref.actor.clip_ratio=0.2", "actor_rollout_ref.actor.clip_ratio_low=0.3"],
+    ],
+)
+def test_verls_specific_clip_bound_beats_its_shorthand_in_either_order(order):
+    # verl: clip_ratio_low if set, else clip_ratio (its policy loss reads them so)
+    config = load_config("reasoning/tiny_arith_ppo", order)
+    assert (config.algorithm.clip_ratio_low, config.algorithm.clip_ratio_high) == (0.3, 0.2)

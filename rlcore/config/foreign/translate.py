@@ -272,10 +272,14 @@ def set_alias(
         )
     for target, value in alias.values(override.value()):
         other, earlier = by_alias.setdefault(target, (key, value))
-        if other != key and earlier != value and len(alias.targets) == 1:
+        if other != key and earlier != value:
+            # (a shorthand of several keys, verl's clip_ratio, gives way to the specific alias
+            # in either order, as verl reads clip_ratio_low before clip_ratio)
+            if len(alias.targets) > 1 and len(ALIASES[other].targets) == 1:
+                continue
             if alias.yields:
                 return alias.gives_way(key, override.value(), other, earlier)
-            if not ALIASES[other].yields:
+            if not ALIASES[other].yields and len(ALIASES[other].targets) == 1:
                 raise ConfigError(
                     f"{override.input_line}: {other} sets {earlier!r}; both are {target} here, "
                     "so keep one value"
