@@ -22,7 +22,6 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rlcore.config import ConfigError, RLCoreConfig, load_config
-from rlcore.config.composition import refuse_repeated
 from rlcore.config.fields import as_plain
 from rlcore.config.reference import key_reference, write_reference
 from rlcore.placement import PlacementPlan, plan_for_config
@@ -44,7 +43,6 @@ def load_and_plan(
     from rlcore.runners.preflight import preflight
 
     try:
-        refuse_repeated(overrides)  # typed by the user (a program may build its own list)
         loaded = load_config(config, overrides, cluster_file=cluster_file)
         plan = plan_for_config(loaded)
         preflight(loaded, plan)  # model folders, prompt files, reward, env, checkpoint

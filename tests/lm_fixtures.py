@@ -61,8 +61,8 @@ def _replaced(section: Any, path: list[str], value: Any) -> Any:
 
 
 def once(*overrides: str) -> list[str]:
-    """``overrides`` with each key given once, the last value kept (a command line refuses a
-    key given twice; a test layers its own values over ``TINY``)."""
+    """``overrides`` with each key given once, the last value kept (as a command line would
+    keep it, without its line on stderr; a test layers its own values over ``TINY``)."""
     last = {o.split("=", 1)[0]: o for o in overrides}
     return list(last.values())
 

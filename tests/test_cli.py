@@ -206,15 +206,18 @@ def test_entry_point_takes_a_cluster_file_in_a_dry_run(tmp_path):
     assert "one process per rank for: actor, rollout" in done.stdout
 
 
-def test_a_key_given_twice_is_refused_and_a_home_path_is_expanded(capsys, monkeypatch, tmp_path):
-    with pytest.raises(SystemExit) as exited:
-        main(
-            ["config", "embodied/cartpole_ppo", "runner.seed=1", "env.num_envs=4", "runner.seed=2"]
-        )
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == (
-        "rlcore: config error: runner.seed is given twice (runner.seed=1 and runner.seed=2); "
-        "give it once\n"
+def test_a_key_given_twice_takes_its_last_value_saying_so_and_a_home_path_is_expanded(
+    capsys, monkeypatch, tmp_path
+):
+    # Hydra's rule, which verl's `bash run_x.sh key=value` relies on (the script's `$@` last)
+    assert (
+        main(["config", "embodied/cartpole_ppo", "runner.seed=1", "runner.seed=2", "--json"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert json.loads(out)["runner"]["seed"] == 2
+    assert err == (
+        "rlcore: runner.seed is given 2 times (runner.seed=1, then runner.seed=2): the last, "
+        "runner.seed=2, wins (Hydra's rule)\n"
     )
     # "~" quoted past the shell (or written in YAML) is the home folder, not a folder named "~"
     monkeypatch.setenv("HOME", str(tmp_path))

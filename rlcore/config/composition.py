@@ -166,17 +166,19 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
     return parsed
 
 
-def refuse_repeated(overrides: Sequence[str]) -> None:
-    """``ConfigError`` naming a key given twice on a command line (Hydra would take the last
-    without a word, and a typed-again key is more often a mistake than a wish)."""
-    seen: dict[str, str] = {}
-    for override in parse_overrides(overrides):
-        key = override.key_or_group
-        if key in seen:
-            raise ConfigError(
-                f"{key} is given twice ({seen[key]} and {override.input_line}); give it once"
-            )
-        seen[key] = override.input_line
+def repeated_keys(parsed: Sequence[Override]) -> list[str]:
+    """Hydra's rule for a key given more than once on a command line is that the last value wins
+    (verl's scripts end in ``$@``, so ``bash run_x.sh key=value`` overrides the script's own
+    value): one line per key given again, naming the value that wins."""
+    given: dict[str, list[str]] = {}
+    for override in parsed:
+        given.setdefault(override.key_or_group, []).append(override.input_line)
+    return [
+        f"{key} is given {len(each)} times ({', then '.join(each)}): the last, {each[-1]}, "
+        "wins (Hydra's rule)"
+        for key, each in given.items()
+        if len(each) > 1
+    ]
 
 
 def load_cluster_file(path: Path) -> DictConfig:
@@ -221,7 +223,8 @@ class Request:
     folders whose config groups it may pick (the file's, then the package's);
     ``hydra_overrides``, what Hydra composes with (group choices such as ``cluster=NAME``, and
     the package's folder on the search path); ``parsed``, every override; ``plain``, the
-    ``key=value`` ones, applied after composition."""
+    ``key=value`` ones, applied after composition, in order (a key given again: its last value
+    wins); ``repeated``, a line for each key given more than once."""
 
     config: str
     config_dir: Path
@@ -231,6 +234,7 @@ class Request:
     hydra_overrides: tuple[str, ...]
     parsed: tuple[Override, ...]
     plain: tuple[Override, ...]
+    repeated: tuple[str, ...] = ()
 
 
 def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> Request:
@@ -243,7 +247,10 @@ def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFI
     # `cluster=gpu_2x8`) as a config name does; groups next to the file come first.
     searched = (directory,) + ((config_dir,) if directory != config_dir else ())
     is_group = [any((d / o.key_or_group).is_dir() for d in searched) for o in parsed]
-    groups = [o for o, group in zip(parsed, is_group, strict=True) if group]
+    last = {o.key_or_group: o for o in parsed}  # (a group chosen twice: its last choice)
+    groups = [
+        o for o, group in zip(parsed, is_group, strict=True) if group and last[o.key_or_group] is o
+    ]
     hydra_overrides = [o.input_line for o in groups]
     for override in groups:
         if override.type is not OverrideType.DEL:
@@ -252,7 +259,15 @@ def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFI
         hydra_overrides.append(f"hydra.searchpath=[file://{config_dir}]")
     plain = tuple(o for o, group in zip(parsed, is_group, strict=True) if not group)
     return Request(
-        config, config_dir, directory, name, searched, tuple(hydra_overrides), tuple(parsed), plain
+        config,
+        config_dir,
+        directory,
+        name,
+        searched,
+        tuple(hydra_overrides),
+        tuple(parsed),
+        plain,
+        tuple(repeated_keys(parsed)),
     )
 
 

@@ -8,7 +8,8 @@ validated, frozen config.
 4. ``rename_aliases``: verl's, RLinf's and rlcore's earlier spellings in the YAML become rlcore's
    keys (``foreign/translate.py``);
 5. ``apply_overrides``: the command line's ``key=value`` overrides, aliases translated;
-6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs;
+6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs; then verl's
+   reward model, multi-turn and asynchronous sections (``foreign/verl_features.py``);
 8. ``drop_derived_keys``: rlcore's earlier keys for values that follow from the mode;
 9. ``no_warmup_for_a_given_model``, 10. ``fit_mini_batch`` (an embodied mini-batch the user
    did not write follows their batch: ``batch_sizes.py``), 11. ``env_file_made_absolute``:
@@ -17,7 +18,8 @@ validated, frozen config.
 13. ``validate_config``: per-key validation, the derived values, the cross-field checks.
 
 Passes 3 to 11 rewrite the composed config in place; each one that reads a foreign spelling
-returns its lines, said once each after every pass has run.
+returns its lines, said once each after every pass has run. Each pass runs whatever the others
+met, and their problems are raised with the per-key ones (13) in one ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -40,17 +42,24 @@ from rlcore.config.composition import (
     read_request,
     settle_placement,
 )
-from rlcore.config.errors import ConfigError
+from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign import ALIASES, current_keys
 from rlcore.config.foreign.translate import (
     drop_derived_keys,
     rename_aliases,
     set_alias,
     verl_custom_reward,
+    verl_epochs,
+    verl_fixed_choices,
     verl_token_budgets,
 )
-from rlcore.config.schema import RLCoreConfig
-from rlcore.config.validate import build_config
+from rlcore.config.foreign.verl_features import (
+    verl_async_training,
+    verl_multi_turn,
+    verl_reward_model,
+)
+from rlcore.config.schema import SCHEMAS, RLCoreConfig
+from rlcore.config.validate import build_config, schema_defaults
 from rlcore.log import say
 
 
@@ -64,25 +73,84 @@ def compose_raw(
 
     ``cluster_file`` replaces the whole ``cluster`` section; overrides apply after it. verl's and
     RLinf's spellings (``rlcore.config.foreign``) become rlcore's keys, each said once
-    (``rlcore.log``) once every pass has run (a refused config says none).
+    (``rlcore.log``) once every pass has run (a refused config says none). ``ConfigError``
+    lists every problem the passes met.
     """
+    problems = Problems()
+    raw = _composed(config, overrides, config_dir, cluster_file, problems)
+    problems.raise_any()
+    assert raw is not None
+    return raw
+
+
+def _composed(
+    config: str,
+    overrides: Sequence[str],
+    config_dir: Path,
+    cluster_file: Path | None,
+    problems: Problems,
+) -> dict | None:
+    """``compose_raw``'s dict, each translation pass run whatever the others met (their
+    problems added to ``problems``); ``None`` when the config cannot be composed or resolved."""
     request = read_request(config, overrides, config_dir)
     cfg, own = compose_with_hydra(request)
     settle_placement(cfg, own, request, cluster_file)
-    said = rename_aliases(cfg, own)
+    user_keys = _rlcore_keys_of_the_user(request, own)
+    steps = "trainer.total_training_steps"  # (read before the aliases move it)
+    steps_given = "runner.total_iterations" in user_keys or (
+        OmegaConf.select(cfg, steps, default=None) is not None
+        or any(o.key_or_group == steps for o in request.plain)
+    )
+    said = list(request.repeated)
+    with problems.gathered():
+        said += rename_aliases(cfg, own)
     configured = ConfiguredBatch.read(cfg)  # (the files' sizes, before the command line)
-    said += [
-        *apply_overrides(cfg, request.plain),
-        *verl_token_budgets(cfg),
-        *verl_custom_reward(cfg),
-        *drop_derived_keys(cfg),
-        *no_warmup_for_a_given_model(cfg),
-        *fit_mini_batch(cfg, configured, mini_batch_given(request, own)),
-    ]
+    for translate in (
+        lambda: apply_overrides(cfg, request.plain),
+        lambda: verl_token_budgets(cfg, user_keys),
+        lambda: verl_custom_reward(cfg),
+        lambda: verl_fixed_choices(cfg),
+        lambda: verl_epochs(cfg, steps_given),
+        lambda: verl_reward_model(cfg, user_keys),
+        lambda: verl_multi_turn(cfg, user_keys),
+        lambda: verl_async_training(cfg, user_keys, _defaults_of(cfg)),
+        lambda: drop_derived_keys(cfg),
+        lambda: no_warmup_for_a_given_model(cfg),
+        lambda: fit_mini_batch(cfg, configured, mini_batch_given(request, own)),
+    ):
+        with problems.gathered():
+            said += translate()
     env_file_made_absolute(cfg)
-    for line in dict.fromkeys(said):
-        say(line)
-    return resolved(cfg, config)
+    if not problems.lines:
+        for line in dict.fromkeys(said):
+            say(line)
+    with problems.gathered():
+        return resolved(cfg, config)
+    return None
+
+
+def _defaults_of(cfg: DictConfig) -> dict[str, Any]:
+    """The schema's default of every key of ``cfg``'s mode, by dotted path."""
+    schema = SCHEMAS.get(cfg.get("mode"))
+    return schema_defaults(schema) if schema is not None else {}
+
+
+def _rlcore_keys_of_the_user(request: Request, own: DictConfig) -> frozenset[str]:
+    """The keys the user set in rlcore's spelling: on the command line, and in the config file
+    when it is the user's own (not one under the package's configs/)."""
+    keys = {o.key_or_group for o in request.plain if o.key_or_group not in ALIASES}
+    if request.directory != request.config_dir:
+        plain = OmegaConf.to_container(own, resolve=False)
+        keys |= set(_leaf_paths(plain)) if isinstance(plain, dict) else set()
+    return frozenset(keys)
+
+
+def _leaf_paths(tree: dict, prefix: str = "") -> list[str]:
+    paths = []
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        paths += _leaf_paths(value, f"{path}.") if isinstance(value, dict) and value else [path]
+    return paths
 
 
 def resolved(cfg: DictConfig, config: str) -> dict:
@@ -104,27 +172,49 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[Override]) -> list[str]
     the rlcore key(s) it means (``set_alias``), with a line each. ``ConfigError`` names an override
     that cannot apply (deleting a key that is not set, a value under a key that holds one)."""
     said: list[str] = []
+    problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
+    last = {o.key_or_group: o for o in overrides}  # (Hydra's rule: the last value wins)
     for override in overrides:
-        key = override.key_or_group
-        alias = ALIASES.get(key)
-        if alias is not None:
-            said.append(set_alias(cfg, override, alias, by_alias))
-            continue
-        try:
-            if override.type is OverrideType.DEL:
-                parent_key, _, leaf = key.rpartition(".")
-                parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-                if not isinstance(parent, DictConfig) or leaf not in parent:
-                    raise ConfigError(
-                        f"{override.input_line}: '{key}' is not set, nothing to delete"
-                    )
-                parent.pop(leaf)
-                continue
-            OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"{override.input_line}: {str(exc).splitlines()[0]}") from None
+        if last[override.key_or_group] is not override:
+            continue  # (never read: a value the later one replaces is not checked either)
+        given = sum(o.key_or_group == override.key_or_group for o in overrides)
+        again = override.type is OverrideType.DEL and given > 1
+        with problems.gathered():
+            said += _apply_override(cfg, override, by_alias, deleting_a_given_key=again)
+    problems.raise_any()
     return said
+
+
+def _apply_override(
+    cfg: DictConfig,
+    override: Override,
+    by_alias: dict[str, tuple[str, Any]],
+    deleting_a_given_key: bool = False,
+) -> list[str]:
+    """One override of ``apply_overrides`` on ``cfg``; the lines it says.
+    ``deleting_a_given_key``: a ``~key`` after the same command line gave the key, which may
+    then be set nowhere else (nothing to delete is then no mistake)."""
+    key = override.key_or_group
+    alias = ALIASES.get(key)
+    if alias is not None and override.type is OverrideType.DEL and deleting_a_given_key:
+        return []  # (the alias given, then deleted: never set)
+    if alias is not None:
+        return [set_alias(cfg, override, alias, by_alias)]
+    try:
+        if override.type is OverrideType.DEL:
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            if not isinstance(parent, DictConfig) or leaf not in parent:
+                if deleting_a_given_key:
+                    return []
+                raise ConfigError(f"{override.input_line}: '{key}' is not set, nothing to delete")
+            parent.pop(leaf)
+            return []
+        OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{override.input_line}: {str(exc).splitlines()[0]}") from None
+    return []
 
 
 def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
@@ -181,7 +271,13 @@ def load_config(
     >>> cfg.algorithm.gamma
     0.98
     """
-    return validate_config(compose_raw(config, overrides, config_dir, cluster_file))
+    problems = Problems()
+    raw = _composed(config, overrides, config_dir, cluster_file, problems)
+    if raw is not None:  # (each key validated too: every problem of the config in one pass)
+        with problems.gathered():
+            built = build_config(raw)
+    problems.raise_any()
+    return check_config(built)
 
 
 def replace_keys(config: RLCoreConfig, changes: dict[str, Any]) -> RLCoreConfig:

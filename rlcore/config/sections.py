@@ -662,3 +662,8 @@ class LoggerConfig:
         doc="log to Weights & Biases: online when WANDB_API_KEY is set and the server answers "
         "within 3 s, else offline in the run folder (said on stderr)",
     )
+    project: str = key(
+        "rlcore",
+        doc="the Weights & Biases project a run logs to (verl's trainer.project_name); the run's "
+        "name is runner.run_name",
+    )

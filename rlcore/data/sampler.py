@@ -31,14 +31,19 @@ def load_prompt_set(
     tokenizer: Any,
     train: bool,
     tools: list[dict[str, Any]] | None = None,
+    quiet: bool = False,
 ) -> PromptSet:
     """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
-    ``tools``: the function schemas a chat template lists for the model (``rollout.tools``)."""
+    ``tools``: the function schemas a chat template lists for the model (``rollout.tools``).
+    ``DataError`` when fewer training prompts are usable than ``data.train_batch_size``. What it
+    reads and drops is said, unless ``quiet`` (a start's preflight: the run says it)."""
     data = config.data
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files
     if files:
-        rows = load_prompt_rows(files, what, data.prompt_key, data.answer_key, data.answer_format)
+        rows = load_prompt_rows(
+            files, what, data.prompt_key, data.answer_key, data.answer_format, quiet=quiet
+        )
     else:  # errors and notes name the task the prompts come from, not empty file keys
         what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
@@ -72,26 +77,44 @@ def load_prompt_set(
         what=what,
         tools=tools,
     )
-    if prompts.dropped:
+    if prompts.dropped and not quiet:
         say(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
             f"data.max_prompt_length={data.max_prompt_length} tokens"
         )
-    if train and len(prompts) < data.train_batch_size:
-        raise DataError(
-            f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size="
-            f"{data.train_batch_size}"
-        )
+    if train:
+        _enough_for_a_batch(prompts, data.train_batch_size, what)
     return prompts
 
 
+def _enough_for_a_batch(prompts: PromptSet, batch: int, what: str) -> None:
+    """``DataError`` when fewer training prompts are usable than ``data.train_batch_size``."""
+    if len(prompts) < batch:
+        raise DataError(
+            f"{what}: {len(prompts)} usable prompts, fewer than data.train_batch_size={batch}; "
+            "give more prompts or a smaller batch"
+            + (
+                f" (or a larger data.max_prompt_length, which dropped {prompts.dropped})"
+                if prompts.dropped
+                else ""
+            )
+        )
+
+
 def check_prompt_files(config: ReasoningConfig, files: list[str], what: str) -> None:
-    """``files`` read as the run reads them, and each row's scorer found (the dry run)."""
+    """``files`` read as the run reads them, and each row's scorer found (the dry run, where the
+    model's tokenizer is not here yet): fewer rows than ``data.train_batch_size`` in the
+    training files leave fewer usable prompts, which the run refuses."""
     data = config.data
     rows = load_prompt_rows(
         files, what, data.prompt_key, data.answer_key, data.answer_format, quiet=True
     )
     _scorers(rows, config.reward.kind, what)
+    if what == "data.train_files" and len(rows) < data.train_batch_size:
+        raise DataError(
+            f"{what}: {len(rows)} prompts in the files, so fewer usable prompts than "
+            f"data.train_batch_size={data.train_batch_size}; give more prompts or a smaller batch"
+        )
 
 
 def _scorers(rows: list[dict[str, Any]], kind: str, what: str) -> list[str]:

@@ -88,8 +88,18 @@ def _fingerprint(config: ReasoningConfig) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def cached_tiny_model(config: ReasoningConfig) -> Path | None:
+    """The folder of the tiny model ``config`` builds, when a run built it already."""
+    directory = _tiny_cache_dir(config)
+    return directory if (directory / "config.json").is_file() else None
+
+
+def _tiny_cache_dir(config: ReasoningConfig) -> Path:
+    return Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
+
+
 def _tiny_model_dir(config: ReasoningConfig) -> Path:
-    directory = Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
+    directory = _tiny_cache_dir(config)
     if (directory / "config.json").is_file():
         say(f"tiny model: cached at {directory}")
         return directory

@@ -70,7 +70,8 @@ def _start_wandb(run_dir: Path, config: dict) -> Any:
                 f"{run_dir / 'wandb'} (upload later with `wandb sync`)"
             )
             mode = "offline"
-    options = {"project": "rlcore", "dir": str(run_dir), "config": config, "name": run_dir.name}
+    project = config.get("logger", {}).get("project", "rlcore")
+    options = {"project": project, "dir": str(run_dir), "config": config, "name": run_dir.name}
     try:
         return wandb.init(mode=mode, **options)
     except Exception as error:  # reachable but refusing (a bad key, a server error)

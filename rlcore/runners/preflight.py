@@ -18,10 +18,10 @@ from typing import Any
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError
-from rlcore.data.sampler import check_prompt_files
+from rlcore.data.sampler import check_prompt_files, load_prompt_set
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.models.actor_critic import check_image_shape
-from rlcore.models.hub import local_model_dir
+from rlcore.models.hub import MODEL_FILES, is_hub_id, local_model_dir
 from rlcore.models.lm import check_model_dir, check_positions
 from rlcore.models.lm_policy import check_lm_policy
 from rlcore.models.user_policy import check_user_policy
@@ -37,7 +37,7 @@ from rlcore.runners.checkpoint import (
     checkpoint_to_resume,
 )
 from rlcore.runners.files import check_no_links
-from rlcore.tools.protocol import load_interaction, load_tools
+from rlcore.tools.protocol import load_interaction, load_tools, schema
 from rlcore.tools.python import PythonInterpreter, check_sandbox
 from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
 
@@ -74,8 +74,14 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     if config.actor.model.path is None:
         attempt(check_positions, None, config.data, "actor.model.path")
     data = config.data
-    for files, what in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
-        if files:
+    tokenizer = _tokenizer_here(config)
+    for train, files, what in (
+        (True, data.train_files, "data.train_files"),
+        (False, data.val_files, "data.val_files"),
+    ):
+        if tokenizer is not None:
+            attempt(_check_prompt_set, config, tokenizer, train)
+        elif files:
             attempt(check_prompt_files, config, files, what)
     reward = config.reward
     if reward.rules.custom_fn is not None:  # (validation refused it where no row reads it)
@@ -97,6 +103,41 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
         attempt(_check_lora_targets, config.actor.model.path, "actor.model.path", lora)
     if config.rollout.tools or config.rollout.interaction is not None:
         attempt(_check_tools, config)
+
+
+def _tokenizer_here(config: ReasoningConfig) -> Any:
+    """The actor's tokenizer when its folder is here already (a path, a hub id in the local
+    cache, the tiny model a run built); ``None`` otherwise (a download, a first build, or a
+    folder ``_check_model`` refuses)."""
+    from rlcore.models.lm import load_tokenizer
+    from rlcore.prepare.models import cached_tiny_model
+
+    path = config.actor.model.path
+    try:
+        if path is None:
+            folder = cached_tiny_model(config)
+        elif is_hub_id(path):  # (the local cache only: _check_model says what it downloads)
+            from huggingface_hub import snapshot_download
+
+            folder = Path(
+                snapshot_download(path, local_files_only=True, allow_patterns=MODEL_FILES)
+            )
+        else:
+            folder = Path(path).expanduser()
+        return None if folder is None else load_tokenizer(folder)
+    except Exception:  # (no tokenizer here yet, or a folder _check_model refuses: rows counted)
+        return None
+
+
+def _check_prompt_set(config: ReasoningConfig, tokenizer: Any, train: bool) -> None:
+    """A prompt set built as the run builds it (``load_prompt_set``: read, scored, tokenised,
+    those too long dropped), so the dry run refuses fewer usable training prompts than
+    ``data.train_batch_size`` as the run does; said in a dry run, quiet at a start."""
+    try:
+        tools = [schema(t) for t in load_tools(config.rollout.tools).values()] or None
+    except ConfigError:
+        return  # (``_check_tools`` names the tool it cannot load)
+    load_prompt_set(config, tokenizer, train, tools, quiet=not config.runner.dry_run)
 
 
 def _check_tools(config: ReasoningConfig) -> None:

@@ -44,7 +44,12 @@ BAD = [
     (ARITH, ["trainer.n_gpus_per_node=0"], "cluster.devices_per_node", "must be >= 1"),
     (ARITH, ["actor_rollout_ref.rollout.tensor_model_parallel_size=4"],
      "rollout.tensor_parallel_size", "set it to 1"),
-    (ARITH, ["actor_rollout_ref.rollout.name=vllm"], "rollout.backend", "'vllm' is not one of"),
+    (
+        ARITH,
+        ["actor_rollout_ref.rollout.name=vllm"],
+        "actor_rollout_ref.rollout.name",
+        "'vllm'; the rollout engines here are hf and sglang (rollout.backend)",
+    ),
     (ARITH, ["~actor_rollout_ref.rollout.n"], "actor_rollout_ref.rollout.n",
      "is algorithm.group_size here; delete that"),
     (CARTPOLE, ["algorithm.logprob_forward_micro_batch_size=0"],

@@ -247,14 +247,16 @@ def test_the_seed_command_line_with_verl_files_passes_the_dry_run_and_trains(
     seed's 256 prompts, scored by data_source, logged to the console only."""
     out = f"runner.output_dir={tmp_path / 'runs'}"
     args = [*VERL_COMMAND_LINE, *verl_gsm8k, out]
+    # the dry run tokenises the prompts as the run does: at the config's 48 tokens, none fits
+    with pytest.raises(SystemExit):
+        run_entry_point("reasoning/tiny_arith_ppo", [*args, "runner.dry_run=true"])
+    assert "data.train_files: every prompt is longer than data.max_prompt_length=48" in (
+        capsys.readouterr().err
+    )
+    args.append("data.max_prompt_length=256")  # (the tiny tokenizer's pieces are short)
     assert run_entry_point("reasoning/tiny_arith_ppo", [*args, "runner.dry_run=true"]) == 0
     capsys.readouterr()
-    ours = [
-        "runner.total_iterations=1",
-        "runner.val_every=1",
-        "runner.progress=false",
-        "data.max_prompt_length=256",  # (the tiny tokenizer's pieces are short)
-    ]
+    ours = ["runner.total_iterations=1", "runner.val_every=1", "runner.progress=false"]
     assert run_entry_point("reasoning/tiny_arith_ppo", [*args, *ours, "runner.run_name=verl"]) == 0
     out, err = capsys.readouterr()
     assert "train.parquet is in verl's layout" in err and "test.parquet is in verl's layout" in err

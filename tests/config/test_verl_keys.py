@@ -13,6 +13,8 @@ import yaml
 from rlcore.config import ConfigError, load_config
 from rlcore.config.foreign import ALIASES, DERIVED_KEYS, TOKEN_BUDGETS
 from rlcore.config.foreign.key_lists import RLINF_KEYS, VERL_KEYS
+from rlcore.config.foreign.verl import FIXED_CHOICES
+from rlcore.config.foreign.verl_features import HANDLED_KEYS
 from rlcore.config.schema import SCHEMAS
 from rlcore.config.validate import schema_paths
 
@@ -85,7 +87,8 @@ COUNTERPARTS = {
 
 
 def mapped(path):
-    return path in ALIASES or path in PAIRED
+    # (HANDLED_KEYS: the reward model, multi-turn and async sections, read section by section)
+    return path in ALIASES or path in PAIRED or path in HANDLED_KEYS or path in FIXED_CHOICES
 
 
 def setting_each(paths):

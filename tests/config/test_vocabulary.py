@@ -82,6 +82,7 @@ ADDED_IN_BOTH_MODES = {
     "cluster.worker_timeout_s": 1800.0,
     "runner.max_staleness": 0,  # (0.1's lockstep loop)
     "algorithm.bootstrap_type": "standard",  # (0.1's: truncations only)
+    "logger.project": "rlcore",  # (the W&B project 0.1 logged to)
 }
 ADDED_SINCE = {
     # actor.model.cls: a user's policy class (0.1 had the built-in heads only)

@@ -269,3 +269,25 @@ def test_chat_prompts_go_through_the_template_unless_it_is_off(chat_template, ch
     )
     assert built.prompts == [[ord(c) for c in chat], [ord(c) for c in text]]
     assert built.sources == ["openai/gsm8k", None]
+
+
+def test_without_the_tokenizer_the_dry_run_refuses_files_with_fewer_rows_than_a_batch(tmp_path):
+    # (a model the run downloads: its tokenizer is not here, so the rows are counted, an upper
+    # bound of the usable prompts)
+    from rlcore.config import load_config
+    from rlcore.data.sampler import check_prompt_files
+
+    path = write_jsonl(
+        tmp_path / "a.jsonl", [{"question": f"{a}+1?", "answer": "#### 1"} for a in range(5)]
+    )
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        ["data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size=8"],
+    )
+    with pytest.raises(
+        DataError,
+        match=r"^data.train_files: 5 prompts in the files, so fewer usable prompts than "
+        r"data.train_batch_size=8;",
+    ):
+        check_prompt_files(config, [path], "data.train_files")
+    check_prompt_files(config, [path], "data.val_files")  # (no batch drawn from validation)

@@ -23,6 +23,19 @@ def test_wandb_without_a_reachable_server_logs_offline_within_seconds(
     assert list((tmp_path / "wandb").glob("offline-run-*"))
 
 
+def test_wandb_logs_to_the_configs_project(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)  # (offline: no server asked)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = {"logger": {"project": "verl_grpo_example_gsm8k"}}  # (verl's trainer.project_name)
+    logger = MetricsLogger(tmp_path, tensorboard=False, wandb=True, config=config)
+    try:
+        assert wandb.run.project == "verl_grpo_example_gsm8k"
+    finally:
+        logger.close()
+
+
 def test_busy_shares_are_each_components_seconds_in_calls_over_the_iteration():
     from rlcore.runners.loop import busy_shares
 

@@ -48,6 +48,13 @@ def bad_inputs(tmp_path, model):
     no_number = write(tmp_path / "nonum.jsonl", json.dumps({"question": "?", "answer": "two"}))
     write(tmp_path / "rows.csv", "question,answer\n")
     empty = write(tmp_path / "empty.jsonl", "")
+    # 12 prompts, 6 of them far past data.max_prompt_length (48 tokens): 6 usable, fewer than the
+    # batch of 8 (TINY), though the file holds 12
+    problems = [(f"{a}+{a}?", a + a) for a in range(6)] + [("12+34? " * 60, 46)] * 6
+    mixed = write(
+        tmp_path / "mixed.jsonl",
+        "\n".join(json.dumps({"question": q, "answer": f"#### {a}"}) for q, a in problems),
+    )
     write(tmp_path / "reward.py", "def other(response, answer):\n    return 0.0\n")
     custom = ["reward.kind=custom"]
     run = tmp_path / "finished_run"
@@ -86,6 +93,12 @@ def bad_inputs(tmp_path, model):
         (ARITH, [f"data.train_files=[{tmp_path / 'rows.csv'}]"], "is neither .parquet nor .jsonl"),
         (ARITH, [f"data.val_files=[{empty}]"], "data.val_files: " + str(empty) + " is empty"),
         (ARITH, [f"data.train_files=[{no_field}]"], "has no field 'question' (data.prompt_key)"),
+        (
+            ARITH,
+            [f"data.train_files=[{mixed}]"],
+            "data.train_files: 6 usable prompts, fewer than data.train_batch_size=8; give more "
+            "prompts or a smaller batch (or a larger data.max_prompt_length, which dropped 6)",
+        ),
         (ARITH, [f"data.train_files=[{no_number}]"], "has no number after '####'"),
         (
             ARITH,

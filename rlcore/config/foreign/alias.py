@@ -14,12 +14,21 @@ from rlcore.config.errors import ConfigError
 class Alias:
     """``origin``'s spelling of ``targets`` (usually one key; verl's ``clip_ratio`` sets both
     bounds). ``convert`` maps the value (to one value per target when there are several
-    targets and it returns a tuple); ``note`` is said after the mapping on stderr."""
+    targets and it returns a tuple); ``note`` is said after the mapping on stderr. ``yields``
+    (why, when given): a spelling of what rlcore keeps as one setting for two things (verl's
+    reference model's offload, which is the actor's here), that gives way where another alias
+    sets the target differently, said, rather than clash with it."""
 
     origin: str
     targets: tuple[str, ...]
     convert: Callable[[Any], Any] | None = None
     note: str = ""
+    yields: str = ""
+
+    def gives_way(self, path: str, value: Any, other: str, kept: Any) -> str:
+        """The line for this alias at ``path`` set to ``value``, not applied: ``other`` sets
+        its target to ``kept``."""
+        return f"{path}={value} ({self.origin}) gives way to {other}={kept}: {self.yields}"
 
     def values(self, value: Any) -> list[tuple[str, Any]]:
         """``[(target, value)]`` for ``value`` written in this spelling."""

@@ -7,7 +7,7 @@ import difflib
 
 from rlcore.config.foreign import ALIASES
 from rlcore.config.foreign.key_lists import RLINF_KEYS, RLINF_SOURCE, VERL_KEYS, VERL_VERSION
-from rlcore.config.foreign.verl import foreign_section
+from rlcore.config.foreign.verl import WAYS_ON, foreign_section
 
 # every section that holds verl's or RLinf's keys (``critic.profiler``, ``env.train`` ...): a
 # mapping under one is named key by key
@@ -28,8 +28,9 @@ def in_foreign_section(path: str) -> str | None:
     near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.8)
     # (a key verl has is no misspelling of another)
     hint = f"; did you mean '{siblings[near[0]]}'?" if near and path not in VERL_KEYS else ""
+    way = f"; {WAYS_ON[path]}" if WAYS_ON.get(path) else ""
     return (
-        f"{path}: {origin}'s key has no rlcore counterpart{hint} (the {origin} keys rlcore "
+        f"{path}: {origin}'s key has no rlcore counterpart{hint}{way} (the {origin} keys rlcore "
         "accepts are listed in docs/config.md)"
     )
 
@@ -43,8 +44,9 @@ def no_counterpart(path: str) -> str | None:
             "rlcore accepts are listed in docs/config.md)"
         )
     if path in VERL_KEYS:  # (under a section both have: data, critic, algorithm, reward)
+        way = f"; {WAYS_ON[path]}" if path in WAYS_ON else ""
         return (
-            f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart (the verl "
+            f"{path}: verl's key (verl {VERL_VERSION}) has no rlcore counterpart{way} (the verl "
             "keys rlcore accepts are listed in docs/config.md)"
         )
     return None

@@ -14,8 +14,10 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.foreign.alias import Alias, loggers, minus_one_is
 
 
-def _verl(*targets: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Alias:
-    return Alias("verl", targets, convert, note)
+def _verl(
+    *targets: str, convert: Callable[[Any], Any] | None = None, note: str = "", yields: str = ""
+) -> Alias:
+    return Alias("verl", targets, convert, note, yields)
 
 
 def _resume_mode(value: Any) -> Any:
@@ -40,21 +42,31 @@ def _strategy(section: str, value: Any) -> Any:
     return backends[value]
 
 
-def _scheduler(value: Any) -> Any:
-    """verl's ``lr_scheduler_type`` -> ``optim.decay``: constant and cosine are both here."""
-    if value not in ("constant", "cosine"):
-        raise ConfigError(
-            f"lr_scheduler_type: {value!r} is not one of verl's constant, cosine (optim.decay "
-            "here: constant, linear, cosine)"
-        )
-    return value
+def _only(key: str, allowed: tuple[str, ...], why: str) -> Callable[[Any], Any]:
+    """The conversion of verl's ``key`` that takes ``allowed`` values as they are and refuses
+    another, saying ``why`` (what rlcore has instead)."""
+
+    def check(value: Any) -> Any:
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r}; {why}")
+        return value
+
+    return check
 
 
-def _device(value: Any) -> Any:
-    """verl's ``trainer.device`` -> ``cluster.device`` (cuda, cpu; no NPU here)."""
-    if value not in ("cuda", "cpu"):
-        raise ConfigError(f"trainer.device: {value!r}; rlcore runs on cuda or cpu (cluster.device)")
-    return value
+# verl's lr_scheduler_type -> optim.decay: constant and cosine are both here
+_scheduler = _only(
+    "lr_scheduler_type",
+    ("constant", "cosine"),
+    "verl's are constant and cosine (optim.decay here: constant, linear, cosine)",
+)
+_engine = _only(
+    "actor_rollout_ref.rollout.name",
+    ("hf", "sglang"),
+    "the rollout engines here are hf and sglang (rollout.backend), so give sglang (verl's other "
+    "server engine) or hf",
+)
+_device = _only("trainer.device", ("cuda", "cpu"), "rlcore runs on cuda or cpu (cluster.device)")
 
 
 def _loss_mode(value: Any) -> Any:
@@ -71,6 +83,10 @@ OFFLOAD = (
     "param_offload, optimizer_offload and offload_policy are one switch here"
 )
 REF_AS_ACTOR = "the reference model is built and sharded as the actor here"
+REF_YIELDS = (
+    "the reference model is built and sharded as the actor here, so the actor's offload "
+    "decides for both (it moves memory, never a value)"
+)
 WARMUP = "verl's -1 (warm up over lr_warmup_steps_ratio of the run, 0 by default) is 0"
 COSINE = "cosine decays to 0 over the run after the warm-up (verl's min_lr_ratio 0, half a cycle)"
 
@@ -90,7 +106,7 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout.ref.rollout.n": _verl(
         "algorithm.group_size", note="verl's PPO page spells actor_rollout_ref so"
     ),
-    "actor_rollout_ref.rollout.name": _verl("rollout.backend"),
+    "actor_rollout_ref.rollout.name": _verl("rollout.backend", convert=_engine),
     "actor_rollout_ref.rollout.calculate_log_probs": _verl("rollout.calculate_log_probs"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
@@ -125,6 +141,12 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.nccl_timeout": _verl("cluster.collective_timeout_s"),
     # verl: actor_rollout_ref.model.* and actor_rollout_ref.actor.*
     "actor_rollout_ref.model.path": _verl("actor.model.path"),
+    "critic.model.enable_gradient_checkpointing": _verl(
+        "actor.model.gradient_checkpointing",
+        note="one key for the actor and critic",
+        yields="one key for the actor and critic here, so the actor's decides (it trades "
+        "memory for time, never a value)",
+    ),
     "actor_rollout_ref.model.enable_gradient_checkpointing": _verl(
         "actor.model.gradient_checkpointing"
     ),
@@ -217,6 +239,7 @@ VERL_ALIASES: dict[str, Alias] = {
     ),
     "trainer.critic_warmup": _verl("critic.critic_warmup"),
     "trainer.experiment_name": _verl("runner.run_name"),
+    "trainer.project_name": _verl("logger.project"),
     "reward_model.overlong_buffer.enable": _verl("reward.overlong_buffer.enable"),
     "reward_model.overlong_buffer.len": _verl("reward.overlong_buffer.len"),
     "reward_model.overlong_buffer.penalty_factor": _verl("reward.overlong_buffer.penalty_factor"),
@@ -253,7 +276,9 @@ VERL_ALIASES: dict[str, Alias] = {
     # state together: verl's three switches are one here, and must agree when several are set
     **{
         f"{section}.{switch}": _verl(
-            target, note=OFFLOAD if switch != "offload_policy" else (note or "")
+            target,
+            note=OFFLOAD if switch != "offload_policy" else (note or ""),
+            yields=REF_YIELDS if ".ref." in section else "",
         )
         for section, target, note in (
             ("actor_rollout_ref.actor.fsdp_config", "actor.fsdp.offload", ""),
@@ -292,6 +317,66 @@ TOKEN_BUDGETS: dict[str, tuple[tuple[str, str, int], ...]] = {
     ),
 }
 
+# The micro-batch sizes in rows of each model with a token budget: verl ignores its micro-batch
+# sizes under dynamic batching (its actor splits by tokens alone), so rlcore's give way to the
+# budget that verl's switch sets (``translate.verl_token_budgets``).
+ROW_MICRO_SIZES: dict[str, tuple[str, ...]] = {
+    "actor": ("ppo_micro_batch_size", "log_prob_micro_batch_size"),
+    "critic": ("ppo_micro_batch_size",),
+}
+
+# verl's switches for what rlcore always does one way: ``(values accepted, None for any, the line
+# said, why another value is refused)`` (``translate.verl_fixed_choices``).
+FIXED_CHOICES: dict[str, tuple[tuple[Any, ...] | None, str, str]] = {
+    "data.filter_overlong_prompts": (
+        (True,),
+        "prompts longer than data.max_prompt_length are dropped here (said, counted), as verl's "
+        "filter drops them",
+        "a prompt longer than data.max_prompt_length is dropped here (said), never kept whole; "
+        "give True, or raise data.max_prompt_length",
+    ),
+    "data.truncation": (
+        ("error",),
+        "no prompt is cut here: those longer than data.max_prompt_length are dropped (said)",
+        "no prompt is cut here: those longer than data.max_prompt_length are dropped (said); give "
+        "error, or raise data.max_prompt_length",
+    ),
+    "data.return_raw_chat": (
+        (True, False),
+        "the prompts' chat messages are kept and templated here (data.chat_template): not read",
+        "",
+    ),
+    "actor_rollout_ref.rollout.load_format": (
+        None,
+        "how verl's engine loads its first weights; the rollout here starts from the actor's "
+        "own: not read",
+        "",
+    ),
+    "actor_rollout_ref.rollout.layered_summon": (
+        (True, False),
+        "how verl gathers LoRA weights for its engine (memory only); the rollout here "
+        "generates with the actor's own module or receives its merged weights: not read",
+        "",
+    ),
+    "trainer.val_before_train": (
+        (True, False),
+        "a run validates before its first iteration here (the start of its curve), whatever "
+        "this says: not read",
+        "",
+    ),
+}
+
+# verl keys with no counterpart whose refusal names the way on
+WAYS_ON = {
+    "trainer.total_epochs": "a run here is counted in iterations (one batch each): give "
+    "trainer.total_training_steps (runner.total_iterations) instead",
+    **{
+        f"{section}.optim.lr_warmup_steps_ratio": "the warm-up here is a number of optimiser "
+        f"steps: give lr_warmup_steps ({target}.optim.warmup_steps) instead"
+        for section, target in (("actor_rollout_ref.actor", "actor"), ("critic", "critic"))
+    },
+}
+
 # Top-level sections that only another framework has: a key under them that is not an alias
 # gets "no rlcore counterpart" rather than a guess at a near rlcore key.
 FOREIGN_SECTIONS = {
@@ -301,6 +386,7 @@ FOREIGN_SECTIONS = {
     "reward_model": "verl",
     "custom_reward_function": "verl",
     "ray_init": "verl",
+    "async_training": "verl",  # (verl 0.9's fully_async_policy; foreign/verl_features.py)
 }
 
 

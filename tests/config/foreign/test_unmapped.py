@@ -7,8 +7,14 @@ LISTED = "keys rlcore accepts are listed in docs/config.md)"
 
 
 def test_a_key_under_verls_own_section_is_named_as_verls():
+    assert in_foreign_section("trainer.balance_batch") == (
+        f"trainer.balance_batch: verl's key has no rlcore counterpart (the verl {LISTED}"
+    )
+    # (with the way on where rlcore has one)
     assert in_foreign_section("trainer.total_epochs") == (
-        f"trainer.total_epochs: verl's key has no rlcore counterpart (the verl {LISTED}"
+        "trainer.total_epochs: verl's key has no rlcore counterpart; a run here is counted in "
+        "iterations (one batch each): give trainer.total_training_steps (runner.total_iterations) "
+        f"instead (the verl {LISTED}"
     )
 
 

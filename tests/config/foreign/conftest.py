@@ -1,0 +1,3 @@
+# verl_shim/ is a `verl` package for the example scripts' subprocesses only: collected (for
+# doctests), it would put a package named verl on this process's path
+collect_ignore = ["verl_shim"]
