@@ -5,6 +5,7 @@ has no answer in the expected form (the reward worker turns these into scores).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,9 @@ def _reference(answer: str, timeout_s: int | None) -> tuple[Any, ...]:
     return tuple(math_reference(answer, timeout_s))
 
 
-def load_custom_fn(spec: str) -> Callable[[str, str], float]:
-    """``path/to/file.py:function`` -> the function; errors name ``reward.rules.custom_fn``."""
+def load_custom_fn(spec: str, answer_key: str = "answer") -> Callable[..., Any]:
+    """``path/to/file.py:function`` -> the function, which must take one of the signatures
+    rlcore calls (``call_problem``); errors name ``reward.rules.custom_fn``."""
     from rlcore.config.errors import ConfigError  # here: scoring processes start without it
     from rlcore.config.user_files import import_user_file
 
@@ -79,4 +81,40 @@ def load_custom_fn(spec: str) -> Callable[[str, str], float]:
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.rules.custom_fn: {path} defines no function '{name}'")
+    problem = call_problem(fn, answer_key)
+    if problem:
+        raise ConfigError(f"reward.rules.custom_fn: {spec} {problem}")
     return fn
+
+
+def call_problem(fn: Callable[..., Any], answer_key: str = "answer") -> str:
+    """Why rlcore cannot call ``fn`` in any of its three ways ("" when it can): ``(response,
+    answer)``; verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``;
+    TRL's ``f(completions, **kwargs)`` (``verdicts.trl_signature``)."""
+    from rlcore.rewards.verdicts import trl_columns, trl_signature, verl_signature
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # (a builtin without one: called as it comes)
+        return ""
+    given = trl_columns(answer_key)
+    ways = (
+        "rlcore calls f(response, answer), verl's compute_score(data_source, solution_str, "
+        f"ground_truth, extra_info=None) or TRL's f(completions, **kwargs) (given "
+        f"{', '.join(given)} as lists)"
+    )
+    if trl_signature(fn) is not None:
+        required = [
+            p.name
+            for p in signature.parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        missing = [name for name in required if name not in given]
+        return f"takes {', '.join(missing)}, which rlcore does not give: {ways}" if missing else ""
+    if verl_signature(fn) is not None:
+        return ""
+    try:
+        signature.bind("response", "answer")
+    except TypeError:
+        return f"takes {fn.__name__}{signature}: {ways}"
+    return ""

@@ -80,7 +80,7 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
             attempt(check_prompt_files, config, files, what)
     reward = config.reward
     if reward.rules.custom_fn is not None:  # (validation refused it where no row reads it)
-        attempt(load_custom_fn, reward.rules.custom_fn)
+        attempt(load_custom_fn, reward.rules.custom_fn, config.data.answer_key)
     used = {reward.kind, *reward.sources.values()}
     if "remote" in used and reward.remote.url is not None:
         attempt(check_reachable, reward.remote.url)
