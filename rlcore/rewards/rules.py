@@ -1,5 +1,6 @@
 """Whether a response's answer is right: each rule returns True/False, or None when the response
-has no answer in the expected form (the reward worker turns these into scores).
+has no answer in the expected form (the reward worker turns these into scores); and the ways a
+custom function is called (rlcore's, verl's, TRL's), checked when it is loaded.
 """
 
 from __future__ import annotations
@@ -90,9 +91,7 @@ def load_custom_fn(spec: str, answer_key: str = "answer") -> Callable[..., Any]:
 def call_problem(fn: Callable[..., Any], answer_key: str = "answer") -> str:
     """Why rlcore cannot call ``fn`` in any of its three ways ("" when it can): ``(response,
     answer)``; verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``;
-    TRL's ``f(completions, **kwargs)`` (``verdicts.trl_signature``)."""
-    from rlcore.rewards.verdicts import trl_columns, trl_signature, verl_signature
-
+    TRL's ``f(completions, **kwargs)`` (``trl_signature``)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # (a builtin without one: called as it comes)
@@ -118,3 +117,44 @@ def call_problem(fn: Callable[..., Any], answer_key: str = "answer") -> str:
     except TypeError:
         return f"takes {fn.__name__}{signature}: {ways}"
     return ""
+
+
+@functools.lru_cache(maxsize=8)
+def verl_signature(custom: Any) -> frozenset[str] | None:
+    """The keywords to call ``custom`` with when it is written as verl's
+    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (it is then
+    called so, with each row's ``data_source`` and ``extra_info``, None where the data has
+    none); None for a ``(response, answer)`` function. Read once per function."""
+    try:
+        parameters = inspect.signature(custom).parameters
+    except (TypeError, ValueError):
+        return None
+    if "solution_str" not in parameters or "ground_truth" not in parameters:
+        return None
+    verl = ("data_source", "solution_str", "ground_truth", "extra_info")
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return frozenset(k for k in verl if k in parameters or takes_any)
+
+
+def trl_columns(answer_key: str = "answer") -> tuple[str, ...]:
+    """The keywords a TRL-style function is given, each a list of one row's value."""
+    return tuple(dict.fromkeys(("prompts", "completions", "answer", answer_key, *VERL_CONTEXT)))
+
+
+VERL_CONTEXT = ("data_source", "extra_info")
+
+
+@functools.lru_cache(maxsize=8)
+def trl_signature(custom: Any) -> frozenset[str] | None:
+    """The keywords (of ``trl_columns``) to call ``custom`` with when it is written as TRL's
+    reward functions, ``f(completions, **kwargs) -> list[float]`` (batched: one value per
+    completion); None for any other function. ``frozenset()`` with ``**kwargs``: all of them."""
+    try:
+        parameters = inspect.signature(custom).parameters
+    except (TypeError, ValueError):
+        return None
+    if "completions" not in parameters or "solution_str" in parameters:
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return frozenset()
+    return frozenset(parameters)

@@ -126,8 +126,7 @@ class RuleScorer:
     def _prompted(self) -> bool:
         """Whether the custom function is TRL's kind, which reads the prompts (read once)."""
         if self.trl is None:
-            from rlcore.rewards.rules import load_custom_fn
-            from rlcore.rewards.verdicts import trl_signature
+            from rlcore.rewards.rules import load_custom_fn, trl_signature
 
             custom = self.config.rules.custom_fn
             loaded = None if custom is None else load_custom_fn(custom, self.answer_key)

@@ -7,8 +7,6 @@ replaced after a timeout, in a fraction of a second.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import traceback
 from dataclasses import dataclass
@@ -16,7 +14,13 @@ from typing import Any
 
 from rlcore.data.answers import math_verify_seconds
 from rlcore.procpool import Overtime, SoftDeadline, serve_items
-from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
+from rlcore.rewards.rules import (
+    gsm8k_correct,
+    load_custom_fn,
+    math_correct,
+    trl_signature,
+    verl_signature,
+)
 
 # A response is stopped in its scoring process at this share of reward.rules.timeout_s, so that the
 # process goes on, before the pool kills and replaces it at the whole of it (procpool.py).
@@ -86,47 +90,6 @@ def _plain(value: Any) -> Any:
     if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         return value.item()
     return value
-
-
-@functools.lru_cache(maxsize=8)
-def verl_signature(custom: Any) -> frozenset[str] | None:
-    """The keywords to call ``custom`` with when it is written as verl's
-    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (it is then
-    called so, with each row's ``data_source`` and ``extra_info``, None where the data has
-    none); None for a ``(response, answer)`` function. Read once per function."""
-    try:
-        parameters = inspect.signature(custom).parameters
-    except (TypeError, ValueError):
-        return None
-    if "solution_str" not in parameters or "ground_truth" not in parameters:
-        return None
-    verl = ("data_source", "solution_str", "ground_truth", "extra_info")
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    return frozenset(k for k in verl if k in parameters or takes_any)
-
-
-def trl_columns(answer_key: str = "answer") -> tuple[str, ...]:
-    """The keywords a TRL-style function is given, each a list of one row's value."""
-    return tuple(dict.fromkeys(("prompts", "completions", "answer", answer_key, *VERL_CONTEXT)))
-
-
-VERL_CONTEXT = ("data_source", "extra_info")
-
-
-@functools.lru_cache(maxsize=8)
-def trl_signature(custom: Any) -> frozenset[str] | None:
-    """The keywords (of ``trl_columns``) to call ``custom`` with when it is written as TRL's
-    reward functions, ``f(completions, **kwargs) -> list[float]`` (batched: one value per
-    completion); None for any other function. ``frozenset()`` with ``**kwargs``: all of them."""
-    try:
-        parameters = inspect.signature(custom).parameters
-    except (TypeError, ValueError):
-        return None
-    if "completions" not in parameters or "solution_str" in parameters:
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return frozenset()
-    return frozenset(parameters)
 
 
 def _call_trl(custom: Any, names: frozenset[str], given: dict[str, Any], where: str) -> Any:
