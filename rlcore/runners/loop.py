@@ -172,7 +172,17 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
             progress.first_eval = driver.evaluate(0)
             progress.last_eval = dict(progress.first_eval)
             logger.log(0, progress.first_eval)
-        for iteration in range(progress.iteration + 1, s.iterations + 1):
+        first = progress.iteration + 1
+        solved = s.threshold is not None and progress.reached_samples is not None
+        if s.stop_at_threshold and solved and first <= s.iterations:
+            # a resumed run that had stopped at its threshold: it ends as the unbroken run did
+            say(
+                f"resumed at iteration {progress.iteration}: the run reached its solved threshold "
+                f"({s.threshold:g}) after {progress.reached_samples} samples and "
+                "runner.stop_at_threshold is set, so it trains no further"
+            )
+            first = s.iterations + 1
+        for iteration in range(first, s.iterations + 1):
             timer, busy = time.perf_counter(), driver.busy_seconds()
             metrics = driver.iterate(iteration)
             seconds = time.perf_counter() - timer
