@@ -11,7 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlcore.data.answers import extract_gsm8k_answer, last_number, math_reference, parse_number
+from rlcore.data.answers import (
+    extract_gsm8k_answer,
+    last_number,
+    math_reference,
+    parse_number,
+    quiet_math_verify,
+)
 
 # Answers are read from the end of a response; a runaway response is cut here first, which also
 # bounds the regex work per response.
@@ -51,6 +57,7 @@ def math_correct(response: str, answer: str, timeout_s: int | None = None) -> bo
     """
     from math_verify import parse, verify
 
+    quiet_math_verify()
     predicted = parse(response[-MAX_CHARS:], parsing_timeout=timeout_s)
     if not predicted:
         return None
