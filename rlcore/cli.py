@@ -156,10 +156,8 @@ def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    if given and given[0] in RUN_COMMANDS:  # (its own options and overrides: run_entry_point's)
-        return run_entry_point(RUN_COMMANDS[given[0]], given[1:], prog=f"rlcore {given[0]}")
+def _command_parser() -> argparse.ArgumentParser:
+    """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
     parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for mode, default in RUN_COMMANDS.items():
@@ -190,7 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument(
         "--force", action="store_true", help="replace an earlier export in OUT (nothing else)"
     )
-    args = _parse(parser, given)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0] in RUN_COMMANDS:  # (its own options and overrides: run_entry_point's)
+        return run_entry_point(RUN_COMMANDS[given[0]], given[1:], prog=f"rlcore {given[0]}")
+    args = _parse(_command_parser(), given)
 
     if args.command == "export":
         from rlcore.export import export as export_run
