@@ -1,5 +1,7 @@
-"""The ``rlcore`` command, and the start-up shared by the example entry points.
+"""The rlcore command (also python -m rlcore), and the example entry points' start-up.
 
+    rlcore embodied [--config NAME|PATH] [key=value ...]   train: examples/embodied/main.py
+    rlcore reasoning [--config NAME|PATH] [key=value ...]  train: examples/reasoning/main.py
     rlcore config CONFIG [key=value ...] [--json] [--cluster FILE]   the validated config
     rlcore placement CONFIG [key=value ...] [--json] [--cluster FILE]  the placement plan
     rlcore keys [--write DOC]                                     the key reference
@@ -27,6 +29,8 @@ from rlcore.config.reference import key_reference, write_reference
 from rlcore.placement import PlacementPlan, plan_for_config
 
 EXIT_BAD_CONFIG = 2
+# ``rlcore MODE ...`` trains as ``examples/MODE/main.py ...`` does, from the mode's default config
+RUN_COMMANDS = {"embodied": "embodied/cartpole_ppo", "reasoning": "reasoning/tiny_arith_ppo"}
 
 
 def _exit_with(error: ConfigError) -> SystemExit:
@@ -102,9 +106,12 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return args
 
 
-def run_entry_point(default_config: str, argv: Sequence[str] | None = None) -> int:
+def run_entry_point(
+    default_config: str, argv: Sequence[str] | None = None, prog: str | None = None
+) -> int:
     """``[--config NAME|PATH] [--cluster FILE] [key=value ...]``: validate, plan, run."""
     parser = argparse.ArgumentParser(
+        prog=prog,
         description="Compose, validate and run an rlcore config.",
         epilog=_entry_help(default_config),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -147,9 +154,16 @@ def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _command_parser() -> argparse.ArgumentParser:
+    """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
     parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    for mode, default in RUN_COMMANDS.items():
+        commands.add_parser(
+            mode,
+            help=f"train: [--config NAME|PATH] [key=value ...], {default} by default "
+            f"(as examples/{mode}/main.py; rlcore {mode} --help lists the configs)",
+        )
     show = commands.add_parser("config", help="print a validated config with its defaults")
     _config_arguments(show, None)
     show.add_argument("--json", action="store_true", help="print one JSON object")
@@ -172,7 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument(
         "--force", action="store_true", help="replace an earlier export in OUT (nothing else)"
     )
-    args = _parse(parser, argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0] in RUN_COMMANDS:  # (its own options and overrides: run_entry_point's)
+        return run_entry_point(RUN_COMMANDS[given[0]], given[1:], prog=f"rlcore {given[0]}")
+    args = _parse(_command_parser(), given)
 
     if args.command == "export":
         from rlcore.export import export as export_run

@@ -255,3 +255,21 @@ def test_help_lists_the_shipped_configs_and_the_commands_around_a_run(mode, caps
         assert re.search(rf"(?m)^  {mode}/{re.escape(path.stem)} +{re.escape(described)}$", shown)
     for command in ("runner.dry_run=true", "rlcore keys", "rlcore placement NAME"):
         assert command in shown
+
+
+def test_python_m_rlcore_trains_each_mode_as_its_example_entry_point_does():
+    done = run("-m", "rlcore", "embodied", "runner.dry_run=true")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("placement: collocated")
+    assert done.stdout.splitlines()[-1].startswith("rlcore: dry run:")
+    listed = run("-m", "rlcore", "--help")
+    assert listed.returncode == 0 and "{embodied,reasoning,config,placement," in listed.stdout
+
+
+def test_rlcore_reasoning_runs_the_reasoning_entry_point_with_its_default(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["reasoning", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: rlcore reasoning ")
+    assert "reasoning/tiny_arith_ppo by default" in shown

@@ -18,7 +18,7 @@ LAYERS = [  # lowest first
     {"models"},
     {"workers", "rewards", "prepare"},
     {"runners", "export", "export_target"},
-    {"cli"},
+    {"cli", "__main__"},
 ]
 
 

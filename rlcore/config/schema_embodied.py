@@ -131,8 +131,9 @@ class EnvConfig(GroupKeys):
     id: str = key(
         REQUIRED,
         doc="gymnasium id ('CartPole-v1'), a name from rlcore.envs.register_env, "
-        "'module.path:ClassName' (importable: on PYTHONPATH), or 'path/to/file.py:ClassName' "
-        "(relative to where the run starts)",
+        "'module.path:ClassName' (importable: on PYTHONPATH), 'module.path:Id-v0' (an id the "
+        "module registers with gymnasium.register, as gym.make reads it), or "
+        "'path/to/file.py:ClassName' (relative to where the run starts)",
     )
     kwargs: dict[str, Any] = key(
         factory=dict,

@@ -392,9 +392,11 @@ class RewardRulesConfig:
     format_score: float = key(0.0, doc="reward of a well-formed but wrong answer", range="any")
     custom_fn: str | None = key(
         None,
-        doc="kind custom: 'path/to/file.py:function' taking (response, answer) and returning "
-        "{'score': number, 'correct': bool} (the verdict the accuracy counts; verl's 'acc' "
-        "too), or a bare finite number (a reward with no verdict: no accuracy is reported)",
+        doc="kind custom: 'path/to/file.py:function' taking (response, answer) (or verl's "
+        "compute_score, or TRL's f(completions, **kwargs) returning a list: docs/rewards.md) "
+        "and returning {'score': number, 'correct': bool} (the verdict the accuracy counts; "
+        "verl's 'acc' too), or a bare finite number (a reward with no verdict: no accuracy is "
+        "reported)",
         path=True,
     )
     timeout_s: float = key(

@@ -6,6 +6,7 @@ reference answer and a model's answer match when they are the same number, howev
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -54,11 +55,34 @@ def math_verify_seconds(timeout_s: float) -> int:
     return max(1, math.ceil(timeout_s))
 
 
+class _NoTimeoutNotice(logging.Filter):
+    """Drops math-verify's "Timeout is disabled as ... is None or <= 0" notice, which it logs
+    once per process at its first call without a limit of its own: rlcore bounds those calls
+    itself (the scoring processes are killed past reward.rules.timeout_s; the grammar's first
+    load has none on purpose), so on every MATH run it told the user of nothing to do."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+_NO_TIMEOUT_NOTICE = _NoTimeoutNotice()
+
+
+def quiet_math_verify() -> None:
+    """Silence math-verify's timeout notice (only it: its other warnings pass) on its loggers."""
+    for name in ("math_verify.parser", "math_verify.grader"):
+        found = logging.getLogger(name)
+        if _NO_TIMEOUT_NOTICE not in found.filters:
+            found.addFilter(_NO_TIMEOUT_NOTICE)
+
+
 def math_reference(answer: str, timeout_s: int | None) -> list[Any]:
     """A reference answer as math-verify reads it (its ``parse``: ``[]`` when it cannot, or
     when parsing takes over ``timeout_s`` whole seconds, a signal alarm that only a main thread
     can set; None: no limit). A bare answer is read as LaTeX math (``$...$``)."""
     from math_verify import parse
+
+    quiet_math_verify()
 
     text = answer if "\\boxed" in answer or "$" in answer else f"${answer}$"
     return parse(text, parsing_timeout=timeout_s)

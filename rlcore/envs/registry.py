@@ -7,6 +7,11 @@ def make_corridor(**kwargs):
 env.id: corridor                  # registered here
 env.id: my_pkg.envs:Corridor      # any importable gymnasium.Env class, no registration
 env.id: CartPole-v1               # any registered gymnasium id
+env.id: my_pkg.envs:Corridor-v0   # an id my_pkg.envs registers (gymnasium.register), as
+                                  # gym.make reads it: the module imported, then the id made
+
+rlcore's own names (``color_reach``) are gymnasium ids too: ``gym.make("color_reach")`` works
+once ``rlcore.envs`` is imported.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ class EnvError(ConfigError):
 
 
 def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
-    """Register a factory (a function or an Env class) under ``name``, usable as ``env.id``."""
+    """Register a factory (a function or an Env class) under ``name``, usable as ``env.id``,
+    and as a gymnasium id (``gym.make(name)``) unless gymnasium already has one of that name."""
 
     def decorator(factory: EnvFactory) -> EnvFactory:
         if name in _ENVS:
             raise ValueError(f"env '{name}' is already registered; pick another name")
         _ENVS[name] = factory
+        if name not in gym.registry:  # (rlcore's own lookup reads _ENVS first either way)
+            gym.register(name, entry_point=factory)
         return factory
 
     return decorator
@@ -58,6 +66,8 @@ def resolve_env(env_id: str) -> str | EnvFactory:
             return _file_entry_point(env_id, Path(module_name).expanduser(), attr)
         if "/" not in module_name and attr.isidentifier():
             return _import_entry_point(env_id, module_name, attr)
+        if "/" not in module_name and module_name and not module_name.endswith(".py"):
+            return _registered_by_module(env_id, module_name, attr)
     if env_id in gym.registry:
         return env_id
     known = [*gym.registry.keys(), *_ENVS]
@@ -69,7 +79,7 @@ def resolve_env(env_id: str) -> str | EnvFactory:
     )
 
 
-def _file_entry_point(env_id: str, file: Path, attr: str) -> EnvFactory:
+def _file_entry_point(env_id: str, file: Path, attr: str) -> str | EnvFactory:
     """``path/to/file.py:Class``, as ``reward.rules.custom_fn`` names a file: the file imported as a
     module of its own (kept in ``sys.modules``, so its envs pickle)."""
     if not file.is_file():
@@ -79,20 +89,41 @@ def _file_entry_point(env_id: str, file: Path, attr: str) -> EnvFactory:
     return _entry(env_id, module, str(file), attr)
 
 
-def _import_entry_point(env_id: str, module_name: str, attr: str) -> EnvFactory:
+def _import_entry_point(env_id: str, module_name: str, attr: str) -> str | EnvFactory:
+    return _entry(env_id, _imported(env_id, module_name), module_name, attr)
+
+
+def _imported(env_id: str, module_name: str) -> Any:
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as exc:
         raise EnvError(
             f"env.id: cannot import module '{module_name}' of '{env_id}': {exc}; a module of "
             "your own must be importable from where the run starts: run from its folder, add "
             "that folder to PYTHONPATH, or name the file (env.id=path/to/file.py:ClassName)"
         ) from None
-    return _entry(env_id, module, module_name, attr)
 
 
-def _entry(env_id: str, module: Any, module_name: str, attr: str) -> EnvFactory:
+def _registered_by_module(env_id: str, module_name: str, gym_id: str) -> str:
+    """``module:Id-v0``, as ``gym.make`` reads it: ``module`` imported (it registers ``Id-v0``
+    with ``gymnasium.register``), then the gymnasium id. The id is returned without the module:
+    every process of the run resolves ``env.id`` itself, importing the module first."""
+    module = _imported(env_id, module_name)
+    if gym_id in gym.registry:
+        return gym_id
+    near = closest(gym_id, [*gym.registry.keys(), *(n for n in dir(module) if n[:1] != "_")])
+    hint = f" (did you mean '{module_name}:{near[0]}'?)" if near else ""
+    raise EnvError(
+        f"env.id: module '{module_name}' registers no gymnasium id '{gym_id}'{hint}; register "
+        f"it there with gymnasium.register('{gym_id}', entry_point=...), or name a class "
+        f"('{module_name}:ClassName')"
+    )
+
+
+def _entry(env_id: str, module: Any, module_name: str, attr: str) -> str | EnvFactory:
     factory = getattr(module, attr, None)
+    if factory is None and attr in gym.registry:  # (``module:Id``: an id without a version)
+        return attr
     if factory is None:
         names = [n for n in dir(module) if not n.startswith("_")]
         near = closest(attr, names)

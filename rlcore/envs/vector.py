@@ -39,8 +39,9 @@ class SpaceSpec:
     """What a policy needs to know about an env's spaces."""
 
     obs_shape: tuple[int, ...]  # (D,) vectors or (H, W, C) images
-    action_kind: Literal["discrete", "multi_discrete", "box"]
-    action_dims: tuple[int, ...]  # discrete: (n,); multi_discrete: nvec; box: shape
+    action_kind: Literal["discrete", "multi_discrete", "multi_binary", "box"]
+    # discrete: (n,); multi_discrete: nvec; multi_binary: (n,) bits; box: shape
+    action_dims: tuple[int, ...]
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
     obs_scale: float = 1.0  # 1/255 for uint8 images, so the network sees [0, 1]
@@ -192,12 +193,26 @@ def _space_spec(envs: gym.vector.VectorEnv, env_id: str) -> SpaceSpec:
         starts = tuple(int(s) for s in np.asarray(act.start).ravel())
         start = starts if any(starts) else None
         return SpaceSpec(obs.shape, "multi_discrete", dims, obs_scale=scale, action_start=start)
+    if isinstance(act, gym.spaces.MultiBinary) and len(act.shape) == 1:
+        return SpaceSpec(obs.shape, "multi_binary", act.shape, obs_scale=scale)
     if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
         return SpaceSpec(obs.shape, "box", act.shape, act.low.copy(), act.high.copy(), scale)
     raise EnvError(
-        f"env.id: '{env_id}' acts in {act}; rlcore's policies handle Discrete, MultiDiscrete and "
-        "1-D Box action spaces"
+        f"env.id: '{env_id}' acts in {act}, which rlcore's policies do not handle; they take "
+        f"Discrete, MultiDiscrete, 1-D MultiBinary and 1-D Box actions: {_action_way_on(act)}"
     )
+
+
+def _action_way_on(act: gym.Space) -> str:
+    """How an env whose actions ``_space_spec`` refuses can act in a space rlcore takes."""
+    if isinstance(act, gym.spaces.Box | gym.spaces.MultiBinary):
+        return "flatten the action to 1-D in a gymnasium.ActionWrapper (reshape it back there)"
+    if isinstance(act, gym.spaces.Dict | gym.spaces.Tuple):
+        return (
+            "flatten it with a gymnasium.ActionWrapper whose action_space is "
+            "gymnasium.spaces.flatten_space(space) and whose action() unflattens it"
+        )
+    return "map it onto one of those in a gymnasium.ActionWrapper"
 
 
 class _StepTimeout(Exception):

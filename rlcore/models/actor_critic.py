@@ -1,9 +1,11 @@
 """Actor-critic: a trunk (shared, or one per head), a policy head and a value head. The trunk is
 an MLP for vector observations and the Nature-DQN CNN for (H, W, C) images.
 
-Policy heads: Categorical (Discrete), one Categorical per dimension (MultiDiscrete), and a
-Gaussian with a state-independent log-std (1-D Box). Gaussian actions are sampled unbounded and
-clipped to the space's bounds only when sent to the env, so log-probs stay those of the sample.
+Policy heads: Categorical (Discrete), one Categorical per dimension (MultiDiscrete), one
+Bernoulli per bit (MultiBinary, as SB3's ``BernoulliDistribution``: one logit per bit, log-probs
+and entropies summed over the bits), and a Gaussian with a state-independent log-std (1-D Box).
+Gaussian actions are sampled unbounded and clipped to the space's bounds only when sent to the
+env, so log-probs stay those of the sample.
 
 The heads compute log-probs and entropies in closed form rather than through
 ``torch.distributions``: building a validated ``Categorical`` costs ~100 us, more than the
@@ -235,6 +237,8 @@ class ActorCritic(nn.Module):
             return log_prob, (0.5 + HALF_LOG_2PI + log_std).sum(-1) if entropy else None
         if self.spec.action_kind == "discrete":
             return self._categorical(out, actions, entropy)
+        if self.spec.action_kind == "multi_binary":
+            return self._bernoulli(out, actions, entropy)
         parts = out.split(list(self.spec.action_dims), -1)
         pairs = [self._categorical(p, actions[..., i], entropy) for i, p in enumerate(parts)]
         log_prob = sum(p[0] for p in pairs)
@@ -246,9 +250,22 @@ class ActorCritic(nn.Module):
         log_prob = log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return log_prob, entropy_from_log_probs(log_p) if entropy else None
 
+    @staticmethod
+    def _bernoulli(logits: torch.Tensor, actions: torch.Tensor, entropy: bool):
+        """Independent bits, ``[..., n]`` logits and 0/1 actions: log p(a) = a log s(l) +
+        (1 - a) log s(-l), s the sigmoid; entropy -p log p - (1 - p) log(1 - p); both summed."""
+        log_p, log_q = nn.functional.logsigmoid(logits), nn.functional.logsigmoid(-logits)
+        log_prob = (actions * log_p + (1 - actions) * log_q).sum(-1)
+        if not entropy:
+            return log_prob, None
+        p = torch.sigmoid(logits)
+        return log_prob, -(p * log_p + (1 - p) * log_q).sum(-1)
+
     def _sample(self, out: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         if self.spec.action_kind == "box":
             return torch.normal(out, self.log_std.exp().expand_as(out), generator=generator)
+        if self.spec.action_kind == "multi_binary":
+            return torch.bernoulli(torch.sigmoid(out), generator=generator)
         return self._per_dimension(
             out, lambda logits: torch.multinomial(logits.softmax(-1), 1, generator=generator)
         )
@@ -256,6 +273,8 @@ class ActorCritic(nn.Module):
     def _mode(self, out: torch.Tensor) -> torch.Tensor:
         if self.spec.action_kind == "box":
             return out
+        if self.spec.action_kind == "multi_binary":  # each bit's likelier value (0 on a tie)
+            return (out > 0).to(out.dtype)
         return self._per_dimension(out, lambda logits: logits.argmax(-1, keepdim=True))
 
     def _per_dimension(self, out: torch.Tensor, pick) -> torch.Tensor:

@@ -6,7 +6,11 @@ download into that cache otherwise, and one line naming the key when neither wor
     local_model_dir("Qwen/Qwen2.5-0.5B-Instruct", "actor.model.path")  # -> the snapshot folder
 
 A value that is an existing path is that path; one that is not, and does not look like a hub id
-(``org/name``), is returned as given for ``check_model_dir`` to say what is wrong with it.
+(``org/name``), is returned as given for ``check_model_dir`` to say what is wrong with it. A
+value whose first part is a folder here (``models/`` existing), or a name the hub keeps for its
+own pages (``models/Qwen2.5-0.5B-Instruct``: huggingface.co/models is the hub's model list, so
+no org has that name), is a local path too: it is never downloaded, nor is ``hf download``
+suggested for it.
 """
 
 from __future__ import annotations
@@ -27,11 +31,18 @@ MODEL_FILES = [
     "*.tiktoken",
 ]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# first parts of huggingface.co's own pages (its lists of models, datasets and spaces), which
+# no user or organisation can take
+_HUB_PAGES = ("models", "datasets", "spaces")
 
 
 def is_hub_id(value: str) -> bool:
-    """Whether ``value`` reads as a hub id (``org/name``) and names no existing path."""
-    return bool(_REPO_ID.match(value)) and ".." not in value and not Path(value).exists()
+    """Whether ``value`` reads as a hub id (``org/name``) and names no existing path, nor one in
+    a folder here or under a name the hub keeps for its own pages (see the module docstring)."""
+    if not _REPO_ID.match(value) or ".." in value or Path(value).exists():
+        return False
+    org = value.split("/")[0]
+    return org not in _HUB_PAGES and not Path(org).is_dir()
 
 
 def local_model_dir(value: str, setting: str, download: bool = True) -> Path | None:

@@ -66,7 +66,10 @@ def action_dims(spec: Any, bins: int) -> tuple[int, ...]:
                 "env's action space is unbounded; bound it (gymnasium's RescaleAction wrapper)"
             )
         return (bins,) * int(spec.action_dims[0])
-    sizes = tuple(int(n) for n in spec.action_dims)
+    if spec.action_kind == "multi_binary":  # each bit a dimension of two actions
+        sizes = (2,) * int(spec.action_dims[0])
+    else:
+        sizes = tuple(int(n) for n in spec.action_dims)
     if max(sizes) > bins:
         raise ConfigError(
             f"{KEY}.action_bins: {bins} action tokens, and the env's {spec.action_kind} action "

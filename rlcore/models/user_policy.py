@@ -45,6 +45,8 @@ def spaces_of(spec: Any) -> tuple[Any, Any]:
         return observation, spaces.Discrete(spec.action_dims[0])
     if spec.action_kind == "multi_discrete":
         return observation, spaces.MultiDiscrete(list(spec.action_dims))
+    if spec.action_kind == "multi_binary":
+        return observation, spaces.MultiBinary(spec.action_dims[0])
     return observation, spaces.Box(spec.action_low, spec.action_high, dtype=np.float32)
 
 

@@ -47,9 +47,10 @@ def build_scorers(config: Any, device: torch.device, ctx: Any = None) -> dict[st
     reward = config.reward
     used = {reward.kind, *reward.sources.values()}
     rule = reward.model.rule if reward.kind == "model" else reward.kind  # the rule of most verdicts
+    answer_key = config.data.answer_key
     if rule == "custom" or "custom" in used:
-        load_custom_fn(reward.rules.custom_fn)  # a bad file fails here, naming the key
-    scorers: dict[str, Scorer] = {"rule": RuleScorer(reward, start=rule)}
+        load_custom_fn(reward.rules.custom_fn, answer_key)  # a bad file fails here, naming the key
+    scorers: dict[str, Scorer] = {"rule": RuleScorer(reward, start=rule, answer_key=answer_key)}
     try:
         if "remote" in used:
             from rlcore.rewards.remote import RemoteScorer

@@ -84,12 +84,13 @@ class RuleScorer:
     (``ScoringPool``), one pool per rule, started at its first row (``start``: the rule whose
     pool starts at once, for a run that scores every row with it)."""
 
-    def __init__(self, config: Any, start: str | None = None) -> None:
-        self.config = config
+    def __init__(self, config: Any, start: str | None = None, answer_key: str = "answer") -> None:
+        self.config, self.answer_key = config, answer_key
+        self.trl: bool | None = None  # the custom function is TRL's kind (None: not read yet)
         self.gsm8k = Rules.of(config, "gsm8k")
         self.pools: dict[str, ScoringPool] = {}
         if start in ("math", "custom"):
-            self.pools[start] = ScoringPool(config, kind=start)
+            self.pools[start] = ScoringPool(config, kind=start, answer_key=answer_key)
 
     def score(self, rows: Rows) -> list[Verdict]:
         """Each row's verdict by its rule (``rows.rules``): gsm8k's here, math's and custom's
@@ -112,13 +113,25 @@ class RuleScorer:
         for rule in sorted(set(rules) - {"gsm8k"}):
             chosen = [i for i, r in enumerate(rules) if r == rule]
             if rule not in self.pools:  # (auto or reward.sources: the first row of that rule)
-                self.pools[rule] = ScoringPool(self.config, kind=rule)
+                self.pools[rule] = ScoringPool(self.config, kind=rule, answer_key=self.answer_key)
             items = [(read[i], rows.answers[i], rows.sources[i], rows.extras[i]) for i in chosen]
+            if rule == "custom" and self._prompted():  # (TRL's functions are given prompts)
+                items = [(*item, rows.prompts[i]) for item, i in zip(items, chosen, strict=True)]
             late = sum(v is not None and v.timed_out for v in verdicts)
             left = None if allowed is None else max(0, allowed - late)
             for i, verdict in zip(chosen, self.pools[rule].score(items, left), strict=True):
                 verdicts[i] = verdict
         return verdicts
+
+    def _prompted(self) -> bool:
+        """Whether the custom function is TRL's kind, which reads the prompts (read once)."""
+        if self.trl is None:
+            from rlcore.rewards.rules import load_custom_fn, trl_signature
+
+            custom = self.config.rules.custom_fn
+            loaded = None if custom is None else load_custom_fn(custom, self.answer_key)
+            self.trl = loaded is not None and trl_signature(loaded) is not None
+        return self.trl
 
     def _max_timeouts(self, batch_size: int) -> int | None:
         """The timeouts past which a pool stops scoring a batch (``reward.rules.max_timeout_share``

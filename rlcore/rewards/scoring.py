@@ -34,10 +34,10 @@ class RewardError(ConfigError):
 class ScoringPool:
     """``reward.rules.num_processes`` scoring processes (see the module docstring)."""
 
-    def __init__(self, config: Any, kind: str | None = None) -> None:
+    def __init__(self, config: Any, kind: str | None = None, answer_key: str = "answer") -> None:
         """``kind``: the rule to score with, in place of ``config.kind`` (math, for the rows
-        that ``reward.kind`` auto routes to it)."""
-        self.rules = Rules.of(config, kind)
+        that ``reward.kind`` auto routes to it); ``answer_key``: ``data.answer_key``."""
+        self.rules = Rules.of(config, kind, answer_key)
         rules = config.rules
         self.timeout_s = rules.timeout_s
         self.budget_s = rules.batch_timeout_s

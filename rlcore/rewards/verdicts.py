@@ -7,8 +7,6 @@ replaced after a timeout, in a fraction of a second.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import traceback
 from dataclasses import dataclass
@@ -16,7 +14,13 @@ from typing import Any
 
 from rlcore.data.answers import math_verify_seconds
 from rlcore.procpool import Overtime, SoftDeadline, serve_items
-from rlcore.rewards.rules import gsm8k_correct, load_custom_fn, math_correct
+from rlcore.rewards.rules import (
+    gsm8k_correct,
+    load_custom_fn,
+    math_correct,
+    trl_signature,
+    verl_signature,
+)
 
 # A response is stopped in its scoring process at this share of reward.rules.timeout_s, so that the
 # process goes on, before the pool kills and replaces it at the whole of it (procpool.py).
@@ -37,9 +41,10 @@ class Rules:
     format_score: float
     custom_fn: str | None
     timeout_s: float
+    answer_key: str = "answer"  # data.answer_key: a TRL-style function's column of the answers
 
     @classmethod
-    def of(cls, reward: Any, kind: str | None = None) -> Rules:
+    def of(cls, reward: Any, kind: str | None = None, answer_key: str = "answer") -> Rules:
         return cls(
             kind or reward.kind,
             reward.rules.gsm8k_mode,
@@ -47,6 +52,7 @@ class Rules:
             reward.rules.format_score,
             reward.rules.custom_fn,
             reward.rules.timeout_s,
+            answer_key,
         )
 
 
@@ -86,24 +92,42 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@functools.lru_cache(maxsize=8)
-def verl_signature(custom: Any) -> frozenset[str] | None:
-    """The keywords to call ``custom`` with when it is written as verl's
-    ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (it is then
-    called so, with each row's ``data_source`` and ``extra_info``, None where the data has
-    none); None for a ``(response, answer)`` function. Read once per function."""
-    try:
-        parameters = inspect.signature(custom).parameters
-    except (TypeError, ValueError):
-        return None
-    if "solution_str" not in parameters or "ground_truth" not in parameters:
-        return None
-    verl = ("data_source", "solution_str", "ground_truth", "extra_info")
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    return frozenset(k for k in verl if k in parameters or takes_any)
+def _call_trl(custom: Any, names: frozenset[str], given: dict[str, Any], where: str) -> Any:
+    """TRL's call on a batch of one row (each row is scored in a scoring process under its own
+    deadline): every column a list of one value; the one value it returns."""
+    kwargs = {k: [v] for k, v in given.items() if not names or k in names}
+    returned = custom(**kwargs)
+    if _plain(returned) is returned and hasattr(returned, "tolist"):  # (an array or a tensor)
+        returned = returned.tolist()
+    if not isinstance(returned, list | tuple) or len(returned) != 1:
+        raise BadReward(
+            f"{where} (TRL's signature: given lists of 1 row) returned "
+            f"{shown_value(returned)}; return a list with one number per completion"
+        )
+    return returned[0]
 
 
-def _call(custom: Any, response: str, answer: str, source: Any, extra: Any) -> Any:
+def _call(
+    custom: Any,
+    response: str,
+    answer: str,
+    source: Any,
+    extra: Any,
+    prompt: str | None = None,
+    answer_key: str = "answer",
+    where: str = "",
+) -> Any:
+    trl = trl_signature(custom)
+    if trl is not None:
+        given = {
+            "prompts": prompt,
+            "completions": response,  # (a string: rlcore's prompts are TRL's standard format)
+            "answer": answer,
+            answer_key: answer,
+            "data_source": source,
+            "extra_info": extra,
+        }
+        return _call_trl(custom, trl, given, where)
     names = verl_signature(custom)
     if names is None:
         return custom(response, answer)
@@ -124,18 +148,24 @@ def rule_verdict(
     index: int = 0,
     source: str | None = None,
     extra: Any = None,
+    prompt: str | None = None,
 ) -> Verdict:
     """The verdict on one response (``custom``: the loaded custom function or None). A custom
     function takes ``(response, answer)``, or verl's ``(data_source, solution_str,
     ground_truth, extra_info)`` (``verl_signature``: then ``source`` and ``extra``, the row's
-    ``data_source`` and ``extra_info``, are passed), and returns ``{"score": number,
-    "correct": bool}`` (verl's ``"acc"`` is read as ``"correct"``), or a bare number: a reward
-    with no verdict, which no accuracy counts (a score is never turned into a verdict by a
-    threshold). Anything else is a ``BadReward``."""
+    ``data_source`` and ``extra_info``, are passed), or TRL's ``(completions, **kwargs)``
+    (``trl_signature``: called on lists of this one row, ``prompt`` among them), and returns
+    ``{"score": number, "correct": bool}`` (verl's ``"acc"`` is read as ``"correct"``), or a
+    bare number: a reward with no verdict, which no accuracy counts (a score is never turned
+    into a verdict by a threshold). Anything else is a ``BadReward``."""
     if custom is not None:
         where = f"reward.rules.custom_fn: {rules.custom_fn} on response {index}"
         try:
-            returned = _call(custom, response, answer, source, extra)
+            returned = _call(
+                custom, response, answer, source, extra, prompt, rules.answer_key, where
+            )
+        except BadReward:
+            raise
         except (Exception, SystemExit) as error:  # sys.exit() in a reward is a bad reward too
             raise BadReward(f"{where} raised {type(error).__name__}: {error}") from None
         return _custom_verdict(returned, where)
@@ -192,7 +222,9 @@ def serve(conn: Any, rules: Rules) -> None:
     a failure) out."""
 
     def setup() -> Any:
-        custom = load_custom_fn(rules.custom_fn) if rules.kind == "custom" else None
+        custom = (
+            load_custom_fn(rules.custom_fn, rules.answer_key) if rules.kind == "custom" else None
+        )
         if rules.kind == "math":
             # math-verify loads its grammar and sympy on first use (seconds on a busy machine):
             # here, before "ready", so that no response's deadline pays for it
@@ -204,7 +236,7 @@ def serve(conn: Any, rules: Rules) -> None:
     soft = SoftDeadline()
 
     def answer(custom: Any, index: int, item: tuple) -> Any:
-        response, reference, *context = item  # (context: data_source, extra_info)
+        response, reference, *context = item  # (context: data_source, extra_info[, prompt])
         try:
             with soft.within(SOFT_SHARE * rules.timeout_s):
                 return rule_verdict(rules, custom, response, reference, index, *context)

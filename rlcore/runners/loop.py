@@ -145,6 +145,20 @@ def train(driver: Driver) -> dict[str, Any]:
     return summary
 
 
+def _stopped_solved(s: Schedule, progress: Progress) -> bool:
+    """Whether a resumed run had stopped at its solved threshold (``runner.stop_at_threshold``):
+    then it ends at once, as the unbroken run did, saying so."""
+    solved = s.threshold is not None and progress.reached_samples is not None
+    if not (s.stop_at_threshold and solved and progress.iteration < s.iterations):
+        return False
+    say(
+        f"resumed at iteration {progress.iteration}: the run reached its solved threshold "
+        f"({s.threshold:g}) after {progress.reached_samples} samples and "
+        "runner.stop_at_threshold is set, so it trains no further"
+    )
+    return True
+
+
 def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     s, progress, config = driver.schedule, driver.progress, driver.config
     logger = MetricsLogger(
@@ -172,7 +186,8 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
             progress.first_eval = driver.evaluate(0)
             progress.last_eval = dict(progress.first_eval)
             logger.log(0, progress.first_eval)
-        for iteration in range(progress.iteration + 1, s.iterations + 1):
+        first = s.iterations + 1 if _stopped_solved(s, progress) else progress.iteration + 1
+        for iteration in range(first, s.iterations + 1):
             timer, busy = time.perf_counter(), driver.busy_seconds()
             metrics = driver.iterate(iteration)
             seconds = time.perf_counter() - timer

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlcore.config.checks.reasoning import calculator_missing
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import EmbodiedConfig, ReasoningConfig, RLCoreConfig
 from rlcore.data.prompts import DataError
@@ -85,7 +86,7 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
             attempt(check_prompt_files, config, files, what)
     reward = config.reward
     if reward.rules.custom_fn is not None:  # (validation refused it where no row reads it)
-        attempt(load_custom_fn, reward.rules.custom_fn)
+        attempt(load_custom_fn, reward.rules.custom_fn, config.data.answer_key)
     used = {reward.kind, *reward.sources.values()}
     if "remote" in used and reward.remote.url is not None:
         attempt(check_reachable, reward.remote.url)
@@ -146,6 +147,15 @@ def _check_tools(config: ReasoningConfig) -> None:
     python tool (or a subclass), that its sandbox starts here."""
     rollout = config.rollout
     tools = load_tools(rollout.tools)
+    warm_up = config.actor.model.path is None and config.warmup.steps
+    if warm_up and "calculator" not in tools:  # (by the names the tools declare)
+        raise ConfigError(calculator_missing(tools))
+    if warm_up and "expression" not in tools["calculator"].parameters.get("properties", {}):
+        raise ConfigError(
+            f"rollout.tools: the warm-up's calls give calculator {{'expression': ...}}, and the "
+            f"parameters of {type(tools['calculator']).__name__} name no 'expression'; take it, "
+            "or set warmup.steps=0"
+        )
     if any(isinstance(tool, PythonInterpreter) for tool in tools.values()):
         check_sandbox()
     if rollout.interaction is not None:

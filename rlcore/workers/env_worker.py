@@ -53,6 +53,8 @@ def env_action(spec: SpaceSpec, action: torch.Tensor, numpy: bool = True) -> Any
         low = torch.as_tensor(spec.action_low, device=action.device)
         high = torch.as_tensor(spec.action_high, device=action.device)
         action = torch.clamp(action, low, high)
+    elif spec.action_kind == "multi_binary":  # (sampled as 0./1. floats: MultiBinary's int8)
+        action = action.to(torch.int8)
     elif spec.action_start is not None:  # index i is the env's action start + i
         start = torch.tensor(spec.action_start, device=action.device, dtype=action.dtype)
         action = action + (start[0] if spec.action_kind == "discrete" else start)

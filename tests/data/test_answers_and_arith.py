@@ -61,3 +61,27 @@ def test_asking_for_more_problems_than_exist_is_a_config_error():
         arithmetic_problems(101, digits=1, operations=["+"], seed=0)
     with pytest.raises(ConfigError, match=r"operations"):
         arithmetic_problems(1, digits=1, operations=["/"], seed=0)
+
+
+def test_math_verify_says_nothing_of_its_disabled_timeout_and_its_other_warnings_pass(
+    caplog, monkeypatch
+):
+    import logging
+
+    import math_verify.grader
+    import math_verify.parser
+
+    from rlcore.data.answers import math_reference
+    from rlcore.rewards.rules import math_correct
+
+    # math-verify says it once per process: as if this were the process's first call
+    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False)
+    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False)
+    with caplog.at_level(logging.WARNING):
+        assert math_reference("\\frac{1}{2}", None)  # parse without a limit of its own
+        assert math_correct("\\boxed{0.5}", "1/2", timeout_s=None)  # verify without one
+        logging.getLogger("math_verify.parser").warning("another warning")
+    said = [record.getMessage() for record in caplog.records]
+    assert not [m for m in said if m.startswith("Timeout is disabled")]
+    assert "another warning" in said
+    assert math_verify.parser.TIMEOUT_WARNING_SHOWN  # (it did try to say it)

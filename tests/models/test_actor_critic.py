@@ -192,3 +192,39 @@ def test_images_with_separate_trunks_get_two_cnns():
     assert model.policy_trunk is not model.value_trunk
     action, _, value = model.act(torch.zeros(3, 40, 40, 3))
     assert action.shape == (3,) and value.shape == (3,)
+
+
+BITS = SpaceSpec((3,), "multi_binary", (4,))
+
+
+def test_multi_binary_log_prob_and_entropy_are_the_bernoulli_ones_summed():
+    torch.manual_seed(3)
+    model = ActorCritic(BITS, [8], ortho_init=False)
+    obs = torch.randn(6, 3)
+    actions = torch.randint(0, 2, (6, 4)).float()
+    log_prob, entropy, _ = model.evaluate(obs, actions)
+    # by hand, bit by bit, with torch.distributions.Bernoulli as the second implementation
+    p = torch.sigmoid(logits_of(model, obs))
+    hand = (actions * p.log() + (1 - actions) * (1 - p).log()).sum(-1)
+    bernoulli = torch.distributions.Bernoulli(probs=p)
+    assert torch.allclose(log_prob, hand, atol=1e-6)
+    assert torch.allclose(log_prob, bernoulli.log_prob(actions).sum(-1), atol=1e-6)
+    assert torch.allclose(entropy, bernoulli.entropy().sum(-1), atol=1e-6)
+    assert torch.allclose(entropy, -(p * p.log() + (1 - p) * (1 - p).log()).sum(-1), atol=1e-6)
+
+
+def test_multi_binary_samples_each_bit_at_its_sigmoid_and_the_mode_is_the_likelier():
+    torch.manual_seed(4)
+    model = ActorCritic(BITS, [8], ortho_init=False)
+    with torch.no_grad():
+        model.policy_head.weight.zero_()
+        model.policy_head.bias.copy_(torch.tensor([2.0, -1.0, 0.0, -3.0]))
+    obs = torch.randn(20000, 3)
+    actions, _, _ = model.act(obs, generator=torch.Generator().manual_seed(0))
+    assert set(actions.unique().tolist()) <= {0.0, 1.0} and actions.shape == (20000, 4)
+    expected = torch.sigmoid(torch.tensor([2.0, -1.0, 0.0, -3.0]))
+    assert torch.allclose(actions.mean(0), expected, atol=0.015)  # 4 sigma of a mean of 20k
+    mode, _, _ = model.act(obs[:2], deterministic=True)
+    assert mode.tolist() == [[1.0, 0.0, 0.0, 0.0]] * 2
+    sent = env_action(BITS, actions[:3])
+    assert sent.dtype == np.int8 and sent.tolist() == actions[:3].int().tolist()

@@ -120,7 +120,10 @@ def test_a_scorer_that_fails_to_start_stops_those_built_before_it(monkeypatch, t
             super().close()
 
     monkeypatch.setattr(router_module, "RuleScorer", Rules)
-    cfg = SimpleNamespace(reward=config(kind="model", model_path=str(tmp_path / "nope")))
+    cfg = SimpleNamespace(
+        reward=config(kind="model", model_path=str(tmp_path / "nope")),
+        data=SimpleNamespace(answer_key="answer"),
+    )
     with pytest.raises(ConfigError, match=r"^reward\.model\.path: "):
         router_module.build_scorers(cfg, torch.device("cpu"))
     assert closed == ["Rules"]

@@ -169,23 +169,33 @@ def test_env_plug_in_by_module_path_trains_and_writes_the_summary(tmp_path):
     assert written == summary
 
 
-def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_path):
-    config = corridor_config(
-        tmp_path,
+def test_stop_at_threshold_ends_the_run_at_the_first_eval_that_reaches_it(tmp_path, capsys):
+    stops = (
+        "runner.run_name=stops",
         "runner.total_env_steps=64",
         "runner.rollout_steps=8",
         "actor.ppo_mini_batch_size=8",
-        "runner.run_name=stops",
         "env.solved_threshold=3",
         "runner.stop_at_threshold=true",
         "runner.eval_every=2",
     )
+    config = corridor_config(tmp_path, *stops)
     summary = runner_for(config).run()
     # every corridor episode returns 3, so the first eval (iteration 2, 16 steps) reaches it
     assert summary["iterations"] == 2 and summary["env_steps"] == 16
     assert summary["steps_to_threshold"] == 16 and summary["eval_return_mean"] == 3.0
     checkpoints = tmp_path / "stops" / "checkpoints"
     assert [p.name for p in checkpoints.iterdir()] == ["iter_000002"]  # the stop is saved
+    # resumed, it ends at once, as the unbroken run did, and says why in one line
+    resumed = corridor_config(tmp_path, *stops[1:], f"runner.resume_dir={tmp_path / 'stops'}")
+    again = runner_for(resumed).run()
+    assert again["iterations"] == 2 and again["env_steps"] == 16
+    assert again["steps_to_threshold"] == 16
+    said = [line for line in capsys.readouterr().err.splitlines() if "solved threshold" in line]
+    assert said == [
+        "rlcore: resumed at iteration 2: the run reached its solved threshold (3) after 16 "
+        "samples and runner.stop_at_threshold is set, so it trains no further"
+    ]
 
 
 @pytest.mark.parametrize(

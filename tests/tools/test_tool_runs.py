@@ -29,7 +29,7 @@ class Again:
         (("rollout.tool_timeout_s=3",), "rollout.tool_timeout_s: set, but no rollout.tools"),
         ((*TOOLS, "rollout.tool_processes=100000"), "tool_processes: 100000 is out of range"),
         ((*TOOLS, "rollout.tool_call_regex='CALL (\\w+)'"), "no named group name or arguments"),
-        (("rollout.tools=[python]", *TOOLS[1:]), "must include calculator"),
+        (("rollout.tools=[python]", *TOOLS[1:]), "the tools are named python; add calculator"),
         (("rollout.tools=[calculator]", TOOLS[2]), "set data.chat_template=true"),
         (TOOLS[:2], "warmup.stop_at_accuracy: its check decodes one turn"),
         (("warmup.steps=0", "warmup.examples=8"), "warmup.examples: set, but no warm-up runs"),
@@ -38,6 +38,37 @@ class Again:
 def test_bad_multi_turn_settings_are_refused_by_the_config(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         tiny_config(tmp_path, tmp_path, *overrides)
+
+
+MY_CALCULATOR = """
+class MyCalculator:
+    name = "{name}"
+    description = "evaluates arithmetic"
+    parameters = {{"type": "object", "properties": {{"{argument}": {{"type": "string"}}}}}}
+
+    def call(self, arguments):
+        return str(eval(arguments["{argument}"], {{}}))
+"""
+
+
+@pytest.mark.parametrize(
+    "name, argument, refusal",
+    [
+        ("calculator", "expression", None),  # the user's own class, declared calculator
+        ("calc", "expression", "the tools are named calc; add calculator (or a tool of yours"),
+        ("calculator", "expr", "calls give calculator {'expression': ...}, and the parameters"),
+    ],
+)
+def test_the_warm_up_tool_is_found_by_the_name_a_tool_declares(tmp_path, name, argument, refusal):
+    (tmp_path / "mine.py").write_text(MY_CALCULATOR.format(name=name, argument=argument))
+    mine = f"rollout.tools=[{tmp_path}/mine.py:MyCalculator]"
+    config = tiny_config(tmp_path, tmp_path, mine, *TOOLS[1:])  # the config takes any class
+    if refusal is None:
+        preflight(config, plan_for_config(config))
+        return
+    with pytest.raises(ConfigError) as error:
+        preflight(config, plan_for_config(config))
+    assert refusal in str(error.value) and len(str(error.value).splitlines()) == 1
 
 
 def test_bad_tools_and_a_model_without_a_chat_template_are_refused(tiny_lm, tmp_path):
@@ -94,3 +125,10 @@ def test_a_multi_turn_run_resumes_bit_for_bit(tmp_path):
     )
     resumed_at_two(cache, tmp_path, *common).run()
     assert_resumed_like_unbroken(tmp_path)
+
+
+def test_the_config_knows_the_built_in_tools_the_tools_package_has():
+    from rlcore.config.checks.reasoning import BUILT_IN_TOOLS
+    from rlcore.tools.protocol import BUILT_INS
+
+    assert sorted(BUILT_IN_TOOLS) == sorted(BUILT_INS)

@@ -363,6 +363,20 @@ def _share_group_prompts(config: ReasoningConfig) -> list[str]:
     return problems
 
 
+# rollout.tools' built-in entries (rlcore/tools/protocol.py's BUILT_INS: the config package
+# does not import the tools package)
+BUILT_IN_TOOLS = ("calculator", "python")
+
+
+def calculator_missing(named: Any) -> str:
+    """The refusal of tools that ``named`` (their declared names) lacks the calculator in."""
+    return (
+        f"rollout.tools: the tiny model's warm-up teaches the call of a tool named calculator "
+        f"on the synthetic task, and the tools are named {', '.join(named)}; add calculator "
+        "(or a tool of yours whose name is 'calculator'), or set warmup.steps=0"
+    )
+
+
 def _model(config: ReasoningConfig) -> list[str]:
     """LoRA's adapters, the tiny model's shape, and its warm-up."""
     model, problems = config.actor.model, []
@@ -389,11 +403,10 @@ def _model(config: ReasoningConfig) -> list[str]:
             "warmup.steps > 0); leave it out"
         )
     if model.path is None and warm.steps and config.rollout.tools:
-        if "calculator" not in config.rollout.tools:
-            problems.append(
-                "rollout.tools: the tiny model's warm-up teaches the calculator's call on the "
-                "synthetic task, so the tools must include calculator (or set warmup.steps=0)"
-            )
+        # (a class of the user's may be named calculator: the tools' declared names are read
+        # where the classes are loaded, runners/preflight.py; built-ins are known by entry)
+        if set(config.rollout.tools) <= set(BUILT_IN_TOOLS) - {"calculator"}:
+            problems.append(calculator_missing(config.rollout.tools))
         if config.data.train_files:
             problems.append(
                 "warmup.steps: with rollout.tools the warm-up writes calculator trajectories "
