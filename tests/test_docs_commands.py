@@ -65,6 +65,12 @@ NOT_RUN = {
     "rlcore export RUN [--step N] [--env ID] [--force] OUT": "a synopsis (tests/test_export.py)",
     "rlcore export RUN [--step N] OUT": "a synopsis (tests/test_export.py)",
     ".venv/bin/rlcore ...": "how to run the commands before it, which run here",
+    "python -m rlcore ...": "how to run the commands before it, which run here",
+    "python -m rlcore": "names the module (its subcommands run here: tests/test_cli.py)",
+    "rlcore embodied [key=value ...]": "a synopsis (rlcore embodied: tests/test_cli.py)",
+    "rlcore reasoning [key=value ...]": "a synopsis (rlcore reasoning: tests/test_cli.py)",
+    "rlcore embodied | reasoning | config | placement | keys | export": "a synopsis of the "
+    "subcommands, each printed in full elsewhere",
     ".venv/bin/python examples/embodied/main.py runner.resume_dir=outputs/CartPole-v1-s1-...": (
         "'...' stands for the run folder's time stamp (resume: tests/runners/test_resume.py)"
     ),
