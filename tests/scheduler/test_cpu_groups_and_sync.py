@@ -46,6 +46,13 @@ def schedulers(ray_session):
         started.stop(keep_warm=True)
 
 
+# The tests run in the order of their plans' processes, from the smallest shares of a slot to
+# whole slots, so that each plan's scheduler adopts the processes the previous one kept warm
+# (a kept process serves a new one on its slot with at most its share: rlcore.scheduler.warm)
+# and only the first plan starts processes: 6 where the order of topics started 13 (each
+# about 2 CPU-s here: Ray's worker, torch, a gloo group).
+
+
 def test_each_component_gets_its_own_gloo_group(schedulers):
     scheduler = schedulers({"actor": "0-1", "rollout": "0-1:0-3"})
     actor = scheduler.launch("actor", Model, 0)
@@ -74,40 +81,38 @@ def test_scatter_futures_and_one_rank_calls(schedulers):
         rollout.scatter("echo", ["a", "b", "c"])
 
 
-def test_mismatched_weights_are_refused_with_the_tensor_names(schedulers):
-    scheduler = schedulers({"actor": "0", "rollout": "1"})
-    scheduler.launch("actor", Model, 1)
-    scheduler.launch("rollout", Model, 1)
-    scheduler.sync_weights("actor", "rollout")  # the same tensors: their layout is kept
-    scheduler.launch("rollout", Model, 1, width=4)  # built anew, with other tensors
-    with pytest.raises(ValueError, match=r"weight sync actor -> rollout: .*0\.weight"):
-        scheduler.sync_weights("actor", "rollout")
-
-
-def test_in_process_sync_is_refused_between_separate_processes(schedulers):
-    scheduler = schedulers({"actor": "0", "rollout": "1"})
-    scheduler.launch("actor", Model, 1)
-    scheduler.launch("rollout", Model, 1)
-    with pytest.raises(ValueError, match="in_process is impossible"):
-        scheduler.sync_weights("actor", "rollout", method="in_process")
-
-
 # Buckets of 40 bytes cut Model's tensors (sorted: 32, 256, 8, 64, 6 and 8 bytes) into
 # [0.bias] [0.weight] (alone: larger than a bucket) [1.bias] [1.weight] [scale (bf16), step
 # (int64)]: one message per bucket, a bucket of mixed dtypes among them.
 SMALL = 40
 
 
+def test_a_receiver_that_takes_pushed_buckets_gets_every_one(schedulers):
+    """A receiver whose weights live outside its process (an SGLang engine) is handed each
+    40-byte bucket as named tensors, whatever way the bucket travelled (4 receivers; on CPU
+    slots one node's processes can all share memory with the actor's rank, so IPC pairs them
+    too). The in-process path: tests/workers/test_sglang_engine.py."""
+    scheduler = schedulers({"actor": "0", "rollout": "0-1:0-3"}, bucket=SMALL)
+    actor = scheduler.launch("actor", Model, 1)
+    rollout = scheduler.launch("rollout", PushedModel, 2)
+    for i, method in enumerate(("collective", "object_store", "ipc")):
+        actor.call_all("reseed", 10 + i)  # new weights for each sync
+        assert scheduler.sync_weights("actor", "rollout", method=method).method == method
+        source = actor.call_rank(0, "snapshot")
+        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot")), method
+        assert rollout.call_all("buckets_loaded") == [5 * (i + 1)] * 4  # see SMALL
+
+
 @pytest.mark.parametrize(
     ("placement", "method", "expected", "bucket", "fuse"),
     [
-        ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20, True),  # disaggregated
-        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL, True),  # collocated, fused
-        ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL, True),
         ({"actor": "0", "rollout": "0-1:0-3"}, "collective", "collective", SMALL, True),  # 4 ranks
         # collocated, not fused: each actor rank hands its own rollout rank the buckets (the
         # CUDA IPC path of a shared GPU; named shared memory on CPU slots)
         ({"actor,rollout": "0-1"}, "ipc", "ipc", SMALL, False),
+        ({"actor,rollout": "0-1"}, "auto", "in_process", SMALL, True),  # collocated, fused
+        ({"actor": "0", "rollout": "1"}, "object_store", "object_store", SMALL, True),
+        ({"actor": "0", "rollout": "1"}, "auto", "collective", 512 << 20, True),  # disaggregated
     ],
 )
 def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
@@ -131,20 +136,22 @@ def test_after_a_sync_every_rollout_rank_equals_the_actor_bit_for_bit(
     assert all(equal_weights(updated, w) for w in rollout.call_all("snapshot"))
 
 
-def test_a_receiver_that_takes_pushed_buckets_gets_every_one(schedulers):
-    """A receiver whose weights live outside its process (an SGLang engine) is handed each
-    40-byte bucket as named tensors, whatever way the bucket travelled (4 receivers; on CPU
-    slots one node's processes can all share memory with the actor's rank, so IPC pairs them
-    too). The in-process path: tests/workers/test_sglang_engine.py."""
-    scheduler = schedulers({"actor": "0", "rollout": "0-1:0-3"}, bucket=SMALL)
-    actor = scheduler.launch("actor", Model, 1)
-    rollout = scheduler.launch("rollout", PushedModel, 2)
-    for i, method in enumerate(("collective", "object_store", "ipc")):
-        actor.call_all("reseed", 10 + i)  # new weights for each sync
-        assert scheduler.sync_weights("actor", "rollout", method=method).method == method
-        source = actor.call_rank(0, "snapshot")
-        assert all(equal_weights(source, w) for w in rollout.call_all("snapshot")), method
-        assert rollout.call_all("buckets_loaded") == [5 * (i + 1)] * 4  # see SMALL
+def test_mismatched_weights_are_refused_with_the_tensor_names(schedulers):
+    scheduler = schedulers({"actor": "0", "rollout": "1"})
+    scheduler.launch("actor", Model, 1)
+    scheduler.launch("rollout", Model, 1)
+    scheduler.sync_weights("actor", "rollout")  # the same tensors: their layout is kept
+    scheduler.launch("rollout", Model, 1, width=4)  # built anew, with other tensors
+    with pytest.raises(ValueError, match=r"weight sync actor -> rollout: .*0\.weight"):
+        scheduler.sync_weights("actor", "rollout")
+
+
+def test_in_process_sync_is_refused_between_separate_processes(schedulers):
+    scheduler = schedulers({"actor": "0", "rollout": "1"})
+    scheduler.launch("actor", Model, 1)
+    scheduler.launch("rollout", Model, 1)
+    with pytest.raises(ValueError, match="in_process is impossible"):
+        scheduler.sync_weights("actor", "rollout", method="in_process")
 
 
 @pytest.mark.parametrize(

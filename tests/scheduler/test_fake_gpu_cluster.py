@@ -17,13 +17,33 @@ def gpu_plan(placement, nodes=2, per_node=4):
     return build_plan(placement, ROLES, num_nodes=nodes, devices_per_node=per_node, device="cuda")
 
 
+# The tests run in an order in which each scheduler adopts what the previous one kept warm
+# (rlcore.scheduler.warm: a kept process serves a new one on its node and devices with at most
+# its share of them), as the runs of one program would: half-GPU processes first (those of
+# shared GPUs, then the hybrid layout's), then whole-GPU ones. Each test still checks where its
+# own processes stand; in the order of the layouts alone, 32 processes started, here 18 (each
+# about 0.7 CPU-s of Ray's worker start on these 2 cores).
+
+
+def test_shared_gpus_are_split_between_unfused_components(fake_gpu_cluster):
+    plan = build_plan(
+        {"actor,rollout": "0-1"}, ROLES, num_nodes=2, devices_per_node=4, device="cuda", fuse=False
+    )
+    assert [p.fraction for p in plan.processes()] == [0.5, 0.5, 0.5, 0.5]
+    with Scheduler(plan, init_distributed=False) as scheduler:
+        actor = scheduler.launch("actor", Probe).call_all("where")
+        rollout = scheduler.launch("rollout", Probe).call_all("where")
+    assert [a["gpu_ids"] for a in actor] == [r["gpu_ids"] for r in rollout] == [[0], [1]]
+    assert actor[0]["pid"] != rollout[0]["pid"]
+
+
 @pytest.mark.parametrize(
     ("placement", "layout"),
     [
-        ({"actor,rollout,env": "all"}, "collocated"),
-        ({"actor": "0-3", "rollout": "4-7"}, "disaggregated"),
         # 8 processes over both nodes (16 with env 0-3, rollout 4-7, actor 0-7: 10 s more)
         ({"env": "0,4", "rollout": "1,5", "actor": "0-1,4-5"}, "hybrid"),
+        ({"actor,rollout,env": "all"}, "collocated"),
+        ({"actor": "0-3", "rollout": "4-7"}, "disaggregated"),
     ],
 )
 def test_each_worker_runs_on_the_planned_node_and_gpu(fake_gpu_cluster, placement, layout):
@@ -44,24 +64,31 @@ def test_each_worker_runs_on_the_planned_node_and_gpu(fake_gpu_cluster, placemen
             assert local_ranks == [i for count in per_node for i in range(count)]
 
 
+def test_worker_error_names_component_rank_node_and_every_process_ends(fake_gpu_cluster):
+    plan = gpu_plan({"actor": "0-3", "rollout": "4-7"})
+    scheduler = Scheduler(plan, init_distributed=False)
+    with pytest.raises(WorkerError) as caught, scheduler:
+        rollout = scheduler.launch("rollout", Probe)
+        pids = [s["pid"] for s in rollout.call_all("where")]
+        pids += [s["pid"] for s in scheduler.launch("actor", Probe).call_all("where")]
+        rollout.call_rank(2, "fail", "bad batch")
+    message = str(caught.value)
+    assert message.startswith("rollout rank 2 on node 1: ValueError: bad batch")
+    assert "--- worker traceback ---" in message and "raise ValueError(message)" in message
+    deadline = time.monotonic() + 20
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        left = {pid for pid in left if alive(pid)}
+        time.sleep(0.2)
+    assert not left, f"worker processes still running: {left}"
+
+
 def test_tensor_parallel_process_sees_all_its_gpus(fake_gpu_cluster):
     plan = gpu_plan({"actor": "0-3", "rollout": "4-7:0-1"})
     with Scheduler(plan, init_distributed=False) as scheduler:
         seen = scheduler.launch("rollout", Probe).call_all("where")
     assert [s["cuda_visible_devices"] for s in seen] == ["0,1", "2,3"]
     assert [s["node_id"] for s in seen] == [fake_gpu_cluster[1]] * 2
-
-
-def test_shared_gpus_are_split_between_unfused_components(fake_gpu_cluster):
-    plan = build_plan(
-        {"actor,rollout": "0-1"}, ROLES, num_nodes=2, devices_per_node=4, device="cuda", fuse=False
-    )
-    assert [p.fraction for p in plan.processes()] == [0.5, 0.5, 0.5, 0.5]
-    with Scheduler(plan, init_distributed=False) as scheduler:
-        actor = scheduler.launch("actor", Probe).call_all("where")
-        rollout = scheduler.launch("rollout", Probe).call_all("where")
-    assert [a["gpu_ids"] for a in actor] == [r["gpu_ids"] for r in rollout] == [[0], [1]]
-    assert actor[0]["pid"] != rollout[0]["pid"]
 
 
 @pytest.mark.parametrize(
@@ -94,22 +121,3 @@ def test_gpus_held_by_another_job_fail_with_a_clear_error_not_a_hang(fake_gpu_cl
             ).start()
     finally:
         remove_placement_group(squatter)
-
-
-def test_worker_error_names_component_rank_node_and_every_process_ends(fake_gpu_cluster):
-    plan = gpu_plan({"actor": "0-3", "rollout": "4-7"})
-    scheduler = Scheduler(plan, init_distributed=False)
-    with pytest.raises(WorkerError) as caught, scheduler:
-        rollout = scheduler.launch("rollout", Probe)
-        pids = [s["pid"] for s in rollout.call_all("where")]
-        pids += [s["pid"] for s in scheduler.launch("actor", Probe).call_all("where")]
-        rollout.call_rank(2, "fail", "bad batch")
-    message = str(caught.value)
-    assert message.startswith("rollout rank 2 on node 1: ValueError: bad batch")
-    assert "--- worker traceback ---" in message and "raise ValueError(message)" in message
-    deadline = time.monotonic() + 20
-    left = set(pids)
-    while left and time.monotonic() < deadline:
-        left = {pid for pid in left if alive(pid)}
-        time.sleep(0.2)
-    assert not left, f"worker processes still running: {left}"
