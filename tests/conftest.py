@@ -25,6 +25,7 @@ LONGEST_FIRST = (
     "tests/scheduler/test_ray_lifecycle.py",  # 74 s
     "tests/runners/test_reasoning.py",  # 56 s
     "tests/runners/test_layouts.py",  # 36 s
+    "tests/config/foreign/test_verl_examples.py",  # 35 s (alone, on a busy machine)
     "tests/scheduler/test_fake_gpu_cluster.py",  # 33 s
     "tests/runners/test_lost_node.py",  # 31 s
     "tests/scheduler/test_cpu_groups_and_sync.py",  # 28 s
@@ -33,6 +34,7 @@ LONGEST_FIRST = (
     "tests/runners/test_embodied.py",  # 21 s
     "tests/runners/test_interrupt.py",  # 19 s
     "tests/config/test_seeds.py",  # 17 s
+    "tests/test_docs_commands.py",  # 15 s (alone)
     "tests/workers/test_lm_actor.py",  # 16 s
     "tests/test_no_ray.py",  # 15 s
     "tests/test_export.py",  # 15 s
