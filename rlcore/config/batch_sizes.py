@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.types import Override, OverrideType
@@ -84,12 +83,12 @@ class ConfiguredBatch:
 
 
 def given_by_user(
-    key: str, overrides: Iterable[Override], own: DictConfig, own_file: Path, config_dir: Path
+    key: str, overrides: Iterable[Override], own: DictConfig, users_own_file: bool
 ) -> bool:
     """Whether the user set ``key`` (an rlcore key): on the command line, in its spelling or an
-    alias's (``actor_rollout_ref.actor.ppo_mini_batch_size``), or in the config file when it is
-    a file of their own (``own``, the file as written; not one under ``config_dir``, the shipped
-    configs, whose values are defaults to follow)."""
+    alias's (``actor_rollout_ref.actor.ppo_mini_batch_size``), or in the config file ``own``
+    (the file as written) when it is a file of their own (``Request.users_own_file``; the
+    shipped configs' values are defaults to follow)."""
     spellings = [key, *(path for path, alias in ALIASES.items() if key in alias.targets)]
     for override in overrides:
         if override.type is OverrideType.DEL:
@@ -102,9 +101,7 @@ def given_by_user(
                 inner = spelling.removeprefix(f"{name}.")
                 if _select(OmegaConf.create(value), inner) is not _ABSENT:
                     return True
-    if own_file.resolve().is_relative_to(config_dir.resolve()):
-        return False
-    return any(_select(own, spelling) is not _ABSENT for spelling in spellings)
+    return users_own_file and any(_select(own, spelling) is not _ABSENT for spelling in spellings)
 
 
 def fit_mini_batch(cfg: DictConfig, configured: ConfiguredBatch | None, given: bool) -> list[str]:

@@ -236,6 +236,13 @@ class Request:
     plain: tuple[Override, ...]
     repeated: tuple[str, ...] = ()
 
+    @property
+    def users_own_file(self) -> bool:
+        """Whether the config file is the user's own, not one of the package's configs/ (named,
+        or given by its path): what a user's file sets, the user set."""
+        file = (self.directory / f"{self.name}.yaml").resolve()
+        return not file.is_relative_to(self.config_dir.resolve())
+
 
 def read_request(config: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> Request:
     """Find ``config`` (a name under ``config_dir`` or a YAML path), parse ``overrides`` and sort

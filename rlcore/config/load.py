@@ -139,7 +139,7 @@ def _rlcore_keys_of_the_user(request: Request, own: DictConfig) -> frozenset[str
     """The keys the user set in rlcore's spelling: on the command line, and in the config file
     when it is the user's own (not one under the package's configs/)."""
     keys = {o.key_or_group for o in request.plain if o.key_or_group not in ALIASES}
-    if request.directory != request.config_dir:
+    if request.users_own_file:
         plain = OmegaConf.to_container(own, resolve=False)
         keys |= set(_leaf_paths(plain)) if isinstance(plain, dict) else set()
     return frozenset(keys)
@@ -238,8 +238,7 @@ def no_warmup_for_a_given_model(cfg: DictConfig) -> list[str]:
 
 def mini_batch_given(request: Request, own: DictConfig) -> bool:
     """Whether the user wrote the mini-batch (``batch_sizes.given_by_user``)."""
-    own_file = request.directory / f"{request.name}.yaml"
-    return given_by_user(MINI_BATCH, request.plain, own, own_file, request.config_dir)
+    return given_by_user(MINI_BATCH, request.plain, own, request.users_own_file)
 
 
 def env_file_made_absolute(cfg: DictConfig) -> None:

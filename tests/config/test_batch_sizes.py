@@ -16,7 +16,7 @@ from rlcore.config.batch_sizes import (
     name_values,
     nearest_divisor,
 )
-from rlcore.config.composition import CONFIG_DIR, parse_overrides
+from rlcore.config.composition import CONFIG_DIR, parse_overrides, read_request
 from rlcore.placement import plan_for_config
 
 CARTPOLE = "embodied/cartpole_ppo"  # 64 envs x 8 steps, one mini-batch of 512
@@ -140,11 +140,10 @@ def test_a_mini_batch_in_the_users_own_yaml_is_theirs(tmp_path):
 
 def test_given_by_user_reads_the_command_line_sections_and_deletions():
     empty = OmegaConf.create({})
-    shipped_file = CONFIG_DIR / "embodied" / "cartpole_ppo.yaml"
 
     def given(*overrides: str) -> bool:
         parsed = parse_overrides(list(overrides))
-        return given_by_user(MINI_BATCH, parsed, empty, shipped_file, CONFIG_DIR)
+        return given_by_user(MINI_BATCH, parsed, empty, users_own_file=False)
 
     assert given("actor.ppo_mini_batch_size=64")
     assert given("actor={ppo_mini_batch_size:64}")
@@ -169,3 +168,12 @@ def test_the_dry_run_says_what_the_run_derives_and_the_run_trains_with_it(tmp_pa
     (run_dir,) = tmp_path.iterdir()
     written = json.loads((run_dir / "config.json").read_text())
     assert written["actor"]["ppo_mini_batch_size"] == 128
+
+
+def test_a_shipped_config_is_not_the_users_own_file_named_or_given_by_its_path(tmp_path):
+    shipped = CONFIG_DIR / "embodied" / "cartpole_ppo.yaml"
+    assert not read_request("embodied/cartpole_ppo", []).users_own_file
+    assert not read_request(str(shipped), []).users_own_file  # (its folder is configs/embodied)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(shipped.read_text())
+    assert read_request(str(mine), []).users_own_file
