@@ -81,7 +81,9 @@ SMALL = {
 CHECKS = (
     "cartpole",
     "tiny_reasoning",
+    "generate",
     "qwen_ddp",
+    "qwen_ddp_static",
     "qwen_fsdp2",
     "qwen_megatron",
     "maniskill",
@@ -89,6 +91,10 @@ CHECKS = (
     "maniskill_rgb_ppo",
     "maniskill_lm_ppo",
 )
+
+
+# the hf engine's static-cache decode loop, a CUDA graph per step (rollout.hf.*)
+STATIC = ("rollout.hf.static_cache=true", "rollout.hf.cuda_graph=true")
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -219,7 +225,143 @@ def counted_params(model_dir: Path) -> tuple[int, int]:
     return matmul_params(actor), matmul_params(critic)
 
 
-def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, Any]:
+def qwen_dir(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Any]]:
+    """The random Qwen2.5-0.5B-architecture model folder (SMALL with ``--small``), built once
+    per run, and its architecture."""
+    arch = SMALL if args.small else QWEN_05B
+    model_dir = out / "qwen"
+    if not model_dir.is_dir():
+        random_qwen(model_dir, arch, _tiny_model_dir(out))
+    return model_dir, arch
+
+
+# generation: transformers' generate against the static-cache loop -------------------------------
+
+
+def check_generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The ``hf`` engine on the issue's workload (256 prompts x 256 sampled tokens with their
+    log-probs, bf16): transformers' generate (today's path), the static-cache loop uncaptured,
+    and with a CUDA graph per decode step, alternated twice; then how close the graph path's
+    greedy tokens are to generate's and its recorded log-probs to a forward pass."""
+    from tensordict import TensorDict
+
+    from rlcore.config import load_config, replace_keys
+    from rlcore.data.sequences import left_pad
+    from rlcore.workers.rollout import HFEngine
+
+    model_dir, _ = qwen_dir(args, out)
+    rows, new = (8, 8) if args.small else (256, 256)
+    base = load_config(
+        "reasoning/qwen2.5-0.5b_gsm8k_ppo",
+        [
+            *_common(out, args.device),
+            f"actor.model.path={model_dir}",
+            "data.train_files=[]",
+            "data.val_files=[]",
+            "data.chat_template=false",
+            f"data.max_response_length={new}",
+            "actor.model.dtype=" + ("float32" if args.device == "cpu" else "bfloat16"),
+        ],
+    )
+    device = torch.device(args.device)
+    variants = {
+        "generate": {},
+        "static": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": False},
+        "graph": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": True},
+    }
+    engines: dict[str, Any] = {}
+    for name, keys in variants.items():
+        model = engines["generate"].model if engines else None
+        engines[name] = HFEngine(replace_keys(base, keys), model_dir, device, model)
+    gen = torch.Generator().manual_seed(0)
+    vocab = len(engines["generate"].tokenizer)
+    prompts = [
+        torch.randint(10, vocab, (int(n),), generator=gen).tolist()
+        for n in torch.randint(40, 81, (rows,), generator=gen)
+    ]
+    ids, mask = left_pad(prompts, engines["generate"].tokenizer.pad_token_id)
+    batch = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[rows])
+
+    def timed(name: str, greedy: bool = False, part: TensorDict = batch) -> tuple[float, Any]:
+        _sync(args.device)
+        start = time.perf_counter()
+        result = engines[name].generate(part, greedy=greedy, log_probs=not greedy)
+        _sync(args.device)
+        return time.perf_counter() - start, result
+
+    first, errors = {}, {}
+    for name in list(variants):  # start-up (the graph's capture) paid here
+        try:
+            first[name] = round(timed(name)[0], 3)
+        except Exception as error:  # one path failing leaves the others measured
+            errors[name] = f"{type(error).__name__}: {error}"[:600]
+            del variants[name]
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    tokens = {}
+    for _ in range(2):
+        for name in variants:
+            s, result = timed(name)
+            seconds[name].append(round(s, 3))
+            tokens[name] = int(result["response_mask"].sum())
+    best = {name: min(v) for name, v in seconds.items()}
+    row = {
+        "ok": not errors,
+        "rows": rows,
+        "new_tokens": new,
+        "first_call_s": first,
+        "seconds": seconds,
+        "tokens_per_s": {n: round(tokens[n] / best[n], 1) for n in variants},
+        "speedup_vs_generate": {n: round(best["generate"] / best[n], 2) for n in variants},
+        "graphs_captured": engines["graph"].decoder.captures,
+        "errors": errors,
+    }
+    if "graph" in variants:
+        row.update(_agreement(engines, batch[: min(rows, 64)], timed))
+    return row
+
+
+def _agreement(engines: dict[str, Any], part: Any, timed: Any) -> dict[str, Any]:
+    """Greedy tokens of the graph path against generate's (bf16: sums in another order may flip
+    a near tie, after which the rows differ), and its sampled tokens' recorded log-probs
+    against a forward pass over prompt and response."""
+    from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES
+
+    _, a = timed("generate", True, part)
+    _, b = timed("graph", True, part)
+    same = a[RESPONSES] == b[RESPONSES]
+    first_diff = (~same).float().argmax(-1).where(~same.all(-1), torch.tensor(same.shape[1]))
+    _, sampled = timed("graph", False, part)
+    model, device = engines["graph"].model, engines["graph"].device
+    width = sampled[RESPONSES].shape[1]
+    with torch.no_grad():
+        logits = model(
+            input_ids=sampled[INPUT_IDS].to(device),
+            attention_mask=sampled[ATTENTION_MASK].to(device),
+            position_ids=sampled[POSITION_IDS].to(device),
+        ).logits[:, -width - 1 : -1]
+        logp = torch.log_softmax(logits.float(), -1)
+        logp = logp.gather(-1, sampled[RESPONSES].to(device)[..., None])[..., 0].cpu()
+    valid = sampled["response_mask"].bool()
+    error = (logp - sampled["rollout_log_probs"]).abs()[valid]
+    return {
+        "greedy_rows_identical": round(float(same.all(-1).float().mean()), 3),
+        "greedy_tokens_identical": round(float(same.float().mean()), 4),
+        "greedy_first_difference_mean": round(float(first_diff.float().mean()), 1),
+        "log_prob_error_vs_forward": {
+            "max": round(float(error.max()), 4),
+            "mean": round(float(error.mean()), 5),
+        },
+    }
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def check_qwen(
+    args: argparse.Namespace, out: Path, backend: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
     from rlcore.runners.supervisor import build_runner
@@ -227,10 +369,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
     if backend == "megatron" and args.device != "cuda":
         return {"ok": None, "skipped": "Megatron-core's model needs CUDA"}
     trainer = backend if backend in ("fsdp2", "megatron") else "torch"
-    arch = SMALL if args.small else QWEN_05B
-    model_dir = out / "qwen"
-    if not model_dir.is_dir():
-        random_qwen(model_dir, arch, _tiny_model_dir(out))
+    model_dir, arch = qwen_dir(args, out)
     overrides = [
         *_common(out, args.device),
         f"actor.model.path={model_dir}",
@@ -262,7 +401,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
             "data.max_response_length=16",
             "data.max_prompt_length=128",
         ]
-    config = load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", overrides)
+    config = load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", [*overrides, *extra])
     n_actor, n_critic = counted_params(model_dir)
     runner = build_runner(config, plan_for_config(config))
     try:
@@ -304,6 +443,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
     return {
         "ok": True,
         "backend": backend,
+        "extra": list(extra),
         "params": n_actor,
         "arch": arch["hidden_size"],
         "prompts": config.data.train_batch_size,
@@ -458,7 +598,9 @@ def main() -> int:
     runs = {
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
+        "generate": check_generate,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
+        "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
         "maniskill": check_maniskill,

@@ -35,6 +35,7 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         "--small",
         "--only",
         "qwen_fsdp2",
+        "generate",
         "qwen_megatron",
         "maniskill",
         "maniskill_ppo",
@@ -64,6 +65,11 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         assert stages[stage]["seconds"] >= 0 and stages[stage]["tokens_per_s"] > 0, stage
     # MFU needs a GPU's peak; the FLOP rate is reported anyway
     assert stages["actor_update"]["mfu"] is None and stages["actor_update"]["tflops"] >= 0
+    # the static-cache loop beside transformers' generate: float32 on a CPU, the same tokens
+    row = rows["generate"]
+    assert row["ok"] and row["errors"] == {}, row
+    assert row["greedy_tokens_identical"] == 1.0
+    assert row["log_prob_error_vs_forward"]["max"] < 1e-4
     need_cuda = ("qwen_megatron", "maniskill", "maniskill_ppo", "maniskill_rgb_ppo")
     for check in (*need_cuda, "maniskill_lm_ppo"):  # these need CUDA
         assert rows[check]["ok"] is None and "skipped" in rows[check]

@@ -252,11 +252,53 @@ MEGATRON_VERSION = "0.16.1"
 
 
 @dataclass(kw_only=True, frozen=True)
+class HFRolloutConfig:
+    static_cache: bool = key(
+        False,
+        doc="the hf engine decodes with rlcore's own loop over a static key-value cache "
+        "(transformers' StaticCache; rlcore/workers/static_decode.py) instead of transformers' "
+        "generate: sampling and the stop check stay on the device, no host sync per token, the "
+        "same distribution (temperature, top-k, top-p as generate applies them). Single-turn "
+        "batches; tool and partial rollouts keep generate, and share_group_prompts' shared "
+        "prefill is not applied (every row is prefilled)",
+    )
+    cuda_graph: bool = key(
+        True,
+        doc="with rollout.hf.static_cache on a CUDA device: capture one decode step of each "
+        "(batch, length) bucket in a CUDA graph and replay it per token (a weight sync copies "
+        "into the captured weights, so the graphs stay valid); CPU devices run the same step "
+        "uncaptured",
+    )
+    batch_bucket: int = key(
+        32,
+        doc="with rollout.hf.static_cache: rows of a call rounded up to a multiple of this (the "
+        "extra rows repeat the first and are dropped), so batches of near sizes share a cache "
+        "and a captured graph",
+        range=">= 1",
+    )
+    length_bucket: int = key(
+        64,
+        doc="with rollout.hf.static_cache: the cache's length (prompt width plus "
+        "data.max_response_length) rounded up to a multiple of this",
+        range=">= 1",
+    )
+    max_buckets: int = key(
+        2,
+        doc="with rollout.hf.static_cache: (batch, length) buckets kept at once, each with its "
+        "cache and graph (device memory); the least recently used is dropped beyond it",
+        range=">= 1",
+    )
+
+
+@dataclass(kw_only=True, frozen=True)
 class RolloutConfig(GroupKeys):
     backend: Literal["hf", "sglang"] = key(
         "hf",
         doc="generation engine: hf (transformers generate, any device) or sglang (SGLang 0.5.21's "
         "offline engine, GPUs only, the gpu extra; not yet run on hardware by this project)",
+    )
+    hf: HFRolloutConfig = section(
+        HFRolloutConfig, doc="the hf engine's decoding (a static cache, CUDA graphs)"
     )
     temperature: float = key(1.0, doc="sampling temperature while training", range="> 0")
     calculate_log_probs: bool = key(

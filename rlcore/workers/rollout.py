@@ -40,6 +40,7 @@ from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.agent_loop import AgentLoop
 from rlcore.workers.sampling import sampling
 from rlcore.workers.state_files import load_state, save_state
+from rlcore.workers.static_decode import Sampling, StaticDecoder
 from rlcore.workers.weight_version import check_weight_version
 
 
@@ -105,6 +106,21 @@ class HFEngine:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
         self.released = False
+        hf = config.rollout.hf
+        self.decoder = (
+            StaticDecoder(
+                self.model,
+                eos,
+                self.tokenizer.pad_token_id,
+                self.device,
+                batch_bucket=hf.batch_bucket,
+                length_bucket=hf.length_bucket,
+                max_buckets=hf.max_buckets,
+                cuda_graph=hf.cuda_graph,
+            )
+            if hf.static_cache
+            else None
+        )
         # rollout.tools / rollout.interaction: multi-turn trajectories (agent_loop.py)
         self.agent = (
             AgentLoop(config, self.tokenizer, eos)
@@ -173,9 +189,24 @@ class HFEngine:
                     ),
                     log_probs,
                 )
+            if self.decoder is not None:
+                return self._static_generate(prompts, greedy, validation, log_probs)
             config = self.generation_config(greedy, validation)
             recorder = SampledLogProbs(temperature)
             return self._generate(prompts, config, recorder if log_probs else None)
+
+    def _static_generate(
+        self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
+    ) -> TensorDict:
+        """``generate`` through the static-cache decode loop (``rollout.hf.static_cache``)."""
+        assert self.decoder is not None
+        temperature, top_p, top_k = sampling(self.config, validation)
+        ids, mask = prompts[INPUT_IDS], prompts[ATTENTION_MASK]
+        width = self.config.data.max_response_length
+        responses, logp = self.decoder.generate(
+            ids, mask, width, Sampling(greedy, temperature, top_p, top_k), log_probs
+        )
+        return self._laid_out(ids.to(self.device), mask.to(self.device), responses, logp)
 
     @torch.no_grad()
     def continue_rows(
@@ -230,16 +261,28 @@ class HFEngine:
                 logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
                 **self._shared_prompts(ids, mask),
             )
+        logp = None
+        if recorder is not None:
+            logp = recorder.finish(out[:, -1])
+        return self._laid_out(ids, mask, out[:, ids.shape[1] :], logp)
+
+    def _laid_out(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        responses: torch.Tensor,
+        recorded: torch.Tensor | None,
+    ) -> TensorDict:
+        """The generated batch (``generated_layout``) of prompts and responses that may be
+        shorter than ``data.max_response_length`` (every row ended early), on the CPU."""
         width = self.config.data.max_response_length
-        responses = out[:, ids.shape[1] :]
         if responses.shape[1] < width:  # every row ended early: pad to the fixed width
             pad = responses.new_full(
                 (len(responses), width - responses.shape[1]), self.tokenizer.pad_token_id
             )
             responses = torch.cat([responses, pad], dim=1)
         logp = None
-        if recorder is not None:
-            recorded = recorder.finish(out[:, -1])
+        if recorded is not None:
             logp = recorded.new_zeros(responses.shape)
             logp[:, : recorded.shape[1]] = recorded
         pad = self.tokenizer.pad_token_id

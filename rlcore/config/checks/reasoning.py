@@ -28,7 +28,46 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_partial_rollout(config),
         *_entropy_chunks(config),
         *_tools(config),
+        *_static_decode(config),
     ]
+
+
+def _static_decode(config: ReasoningConfig) -> list[str]:
+    """The hf engine's static-cache loop (rollout.hf.*): single-turn batches of the hf engine,
+    each row prefilled; its other keys read only with it."""
+    rollout = config.rollout
+    hf = rollout.hf
+    if not hf.static_cache:
+        keys = ("cuda_graph", "batch_bucket", "length_bucket", "max_buckets")
+        return [
+            f"rollout.hf.{name}: set, but rollout.hf.static_cache is false, so nothing reads "
+            "it; set rollout.hf.static_cache=true, or leave it out"
+            for name in _changed(hf, keys)
+        ]
+    fix = "; set rollout.hf.static_cache=false, or"
+    problems = []
+    if rollout.backend != "hf":
+        problems.append(
+            f"rollout.hf.static_cache: the hf engine's loop, but rollout.backend is "
+            f"{rollout.backend}{fix} rollout.backend=hf"
+        )
+    if rollout.tools or rollout.interaction is not None:
+        problems.append(
+            "rollout.hf.static_cache: multi-turn rollouts (rollout.tools, rollout.interaction) "
+            f"decode with transformers' generate{fix} drop the tools"
+        )
+    if rollout.partial_rollout:
+        problems.append(
+            "rollout.hf.static_cache: partial rollouts decode their segments with transformers' "
+            f"generate{fix} rollout.partial_rollout=false"
+        )
+    if config.actor.model.share_group_prompts and config.algorithm.group_size > 1:
+        problems.append(
+            "rollout.hf.static_cache: the static loop prefills every row, not each group's "
+            f"prompt once (actor.model.share_group_prompts){fix} "
+            "actor.model.share_group_prompts=false"
+        )
+    return problems
 
 
 def _tools(config: ReasoningConfig) -> list[str]:

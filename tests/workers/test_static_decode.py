@@ -1,0 +1,210 @@
+"""The hf engine's static-cache decode loop (rollout.hf.static_cache) against transformers'
+generate and a teacher-forced forward pass, its sampling warpers against transformers', and its
+buckets (reused, dropped, valid across an in-place weight copy)."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcore.data.sequences import left_pad, position_ids
+from rlcore.workers.static_decode import Sampling, StaticDecoder, warp
+
+CPU = torch.device("cpu")
+PAD, EOS = 0, 13
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A random two-layer Qwen2 (grouped key/value heads): varied greedy tokens, some EOS."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def prompts(n=7):
+    gen = torch.Generator().manual_seed(1)
+    rows = [torch.randint(6, 48, (2 + i % 5,), generator=gen).tolist() for i in range(n)]
+    return left_pad(rows, PAD)
+
+
+def decoder(model, **options):
+    settings = {"batch_bucket": 4, "length_bucket": 7, "max_buckets": 2, "cuda_graph": True}
+    return StaticDecoder(model, [EOS], PAD, CPU, **{**settings, **options})
+
+
+def generated(model, ids, mask, new):
+    """transformers' greedy generate, padded to ``new`` columns."""
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new,
+        do_sample=False,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )[:, ids.shape[1] :]
+    return torch.nn.functional.pad(out, (0, new - out.shape[1]), value=PAD)
+
+
+def test_greedy_tokens_equal_transformers_generate(model):
+    """Left-padded prompts of uneven lengths, rows added up to the batch bucket: the same
+    tokens as generate, rows that reached EOS padded after it."""
+    ids, mask = prompts()
+    expected = generated(model, ids, mask, 20)
+    got, _ = decoder(model).generate(ids, mask, 20, Sampling(greedy=True), log_probs=False)
+    got = torch.nn.functional.pad(got, (0, 20 - got.shape[1]), value=PAD)
+    assert torch.equal(got, expected)
+    ended = (expected == EOS).any(-1)
+    assert ended.any() and not ended.all(), "rows must end at different steps to mean something"
+
+
+@pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (0.7, 0.9, 10)])
+def test_sampled_log_probs_equal_a_forward_pass(model, temperature, top_p, top_k):
+    """Each sampled token's recorded log-prob is log softmax(logits / T) at it, over the whole
+    vocabulary, as a forward pass over the prompt and response computes it; 0 after EOS; and
+    every sampled token lies inside the top-k set of its step."""
+    ids, mask = prompts()
+    torch.manual_seed(3)
+    sampling = Sampling(False, temperature, top_p, top_k)
+    tokens, logp = decoder(model).generate(ids, mask, 12, sampling, log_probs=True)
+    width = tokens.shape[1]
+    from rlcore.data.sequences import response_mask
+
+    kept = response_mask(tokens, [EOS])
+    full_ids = torch.cat([ids, tokens], 1)
+    full_mask = torch.cat([mask, kept], 1)
+    with torch.no_grad():
+        logits = model(
+            input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)
+        ).logits[:, -width - 1 : -1]
+    expected = torch.log_softmax(logits.float() / temperature, -1)
+    expected = expected.gather(-1, tokens[..., None])[..., 0]
+    valid = kept.bool()
+    assert torch.allclose(logp[valid], expected[valid], atol=1e-5)
+    assert torch.equal(logp[~valid], torch.zeros_like(logp[~valid]))
+    if top_k:
+        rank = (logits > logits.gather(-1, tokens[..., None])).sum(-1)
+        assert (rank[valid] < top_k).all()
+
+
+@pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(0.7, 0.8, 0), (1.3, 0.5, 7)])
+def test_the_warpers_are_transformers_own(temperature, top_p, top_k):
+    """Temperature, top-k, top-p applied as transformers' warpers apply them, in its order."""
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(0))
+    expected = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(None, expected)
+    expected = TopPLogitsWarper(top_p)(None, expected)
+    got = warp(logits, Sampling(False, temperature, top_p, top_k))
+    assert torch.equal(got.isinf(), expected.isinf())
+    finite = ~got.isinf()
+    assert torch.allclose(got[finite], expected[finite])
+
+
+def test_buckets_are_reused_and_the_least_recent_dropped(model):
+    """Rows rounded up to the batch bucket and length to the length bucket: 5 and 7 rows of
+    the same width share one bucket (the same cache tensors); a third shape drops the least
+    recently used of two."""
+    shape = decoder(model).bucket(5, 6, 10)
+    assert (shape.rows, shape.length) == (8, 21)
+    dec = decoder(model, max_buckets=2)
+    ids, mask = prompts(7)
+    dec.generate(ids[:5], mask[:5], 4, Sampling(greedy=True), log_probs=False)
+    first = dec.buckets[(8, 14)]
+    keys = first.cache.layers[0].keys.data_ptr()
+    dec.generate(ids, mask, 4, Sampling(greedy=True), log_probs=False)
+    assert list(dec.buckets) == [(8, 14)] and dec.buckets[(8, 14)] is first
+    assert first.cache.layers[0].keys.data_ptr() == keys
+    dec.generate(ids[:2], mask[:2], 4, Sampling(greedy=True), log_probs=False)  # (4, 14)
+    dec.generate(ids, mask, 9, Sampling(greedy=True), log_probs=False)  # (8, 21)
+    assert list(dec.buckets) == [(4, 14), (8, 21)]
+
+
+def test_an_in_place_weight_copy_reaches_a_kept_bucket(model):
+    """A sync copies weights into the model's tensors in place: the bucket (its cache and, on
+    CUDA, its graph, which reads those tensors) is kept, and the tokens are the new weights'."""
+    import copy
+
+    ids, mask = prompts()
+    local = copy.deepcopy(model)
+    dec = decoder(local)
+    before, _ = dec.generate(ids, mask, 10, Sampling(greedy=True), log_probs=False)
+    bucket = dec.buckets[(8, 21)]
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+        for name, tensor in local.state_dict().items():  # as weight_buckets.py fills them
+            tensor.copy_(other.state_dict()[name])
+    after, _ = dec.generate(ids, mask, 10, Sampling(greedy=True), log_probs=False)
+    assert dec.buckets[(8, 21)] is bucket
+    expected = generated(other, ids, mask, 10)[:, : after.shape[1]]
+    assert torch.equal(after, expected)
+    assert not torch.equal(before, after)
+
+
+def test_the_engine_generates_the_same_batch_through_either_path(tiny_lm):
+    """HFEngine with rollout.hf.static_cache: the same generated batch (every column) as with
+    transformers' generate, greedy, on the shared tiny model."""
+    from rlcore.config import replace_keys
+    from rlcore.workers.rollout import HFEngine
+
+    config, dirs = tiny_lm
+    eager = HFEngine(config, dirs.actor, CPU)
+    static = HFEngine(
+        replace_keys(config, {"rollout.hf.static_cache": True, "rollout.hf.batch_bucket": 4}),
+        dirs.actor,
+        CPU,
+        model=eager.model,
+    )
+    rows = [eager.tokenizer(f"What is {i} + {3 * i}?")["input_ids"][: 3 + i % 5] for i in range(6)]
+    ids, mask = left_pad(rows, eager.tokenizer.pad_token_id)
+    batch = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[len(ids)])
+    a = eager.generate(batch, greedy=True, log_probs=True)
+    b = static.generate(batch, greedy=True, log_probs=True)
+    assert set(a.keys()) == set(b.keys())
+    for key in a.keys():  # noqa: SIM118 (a TensorDict iterates over its rows)
+        if key == "rollout_log_probs":
+            assert torch.allclose(a[key], b[key], atol=1e-5)
+        else:
+            assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["rollout.hf.batch_bucket=8"], "rollout.hf.static_cache is false"),
+        (["rollout.hf.static_cache=true", "rollout.tools=[calculator]"], "multi-turn"),
+        (
+            [
+                "rollout.hf.static_cache=true",
+                "algorithm.group_size=4",
+                "actor.model.share_group_prompts=true",
+            ],
+            "actor.model.share_group_prompts=false",
+        ),
+    ],
+)
+def test_what_the_static_loop_does_not_do_is_refused(overrides, words):
+    from rlcore.config import load_config
+    from rlcore.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        load_config("reasoning/tiny_arith_ppo", overrides)
