@@ -72,11 +72,11 @@ class _Bucket:
     """One (rows, cache length) shape: its cache, the decode step's fixed inputs and output,
     and its captured graph once taken."""
 
-    def __init__(self, model: Any, rows: int, length: int, device: torch.device) -> None:
+    def __init__(self, config: Any, rows: int, length: int, device: torch.device) -> None:
         from transformers import StaticCache
 
         self.rows, self.length = rows, length
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.cache = StaticCache(config=config, max_cache_len=length)
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.mask = torch.zeros(rows, 1, 1, length, dtype=torch.bool, device=device)
@@ -151,7 +151,7 @@ class StaticDecoder:
             return self.buckets[shape]
         while len(self.buckets) >= self.max_buckets:
             self.buckets.popitem(last=False)
-        self.buckets[shape] = _Bucket(self.model, *shape, self.device)
+        self.buckets[shape] = _Bucket(self.config, *shape, self.device)
         return self.buckets[shape]
 
     @torch.no_grad()

@@ -208,3 +208,29 @@ def test_what_the_static_loop_does_not_do_is_refused(overrides, words):
 
     with pytest.raises(ConfigError, match=words):
         load_config("reasoning/tiny_arith_ppo", overrides)
+
+
+def test_lora_adapters_act_in_the_static_loop(tiny_lm):
+    """Under peft's wrapper the loop runs the adapters too: with nonzero adapters, the same
+    greedy tokens as generate through the same wrapped model, and not the base model's."""
+    from rlcore.config import replace_keys
+    from rlcore.workers.rollout import HFEngine
+
+    config, dirs = tiny_lm
+    config = replace_keys(config, {"actor.model.lora.rank": 4, "actor.model.lora.alpha": 8})
+    eager = HFEngine(config, dirs.actor, CPU)
+    with torch.no_grad():
+        for name, p in eager.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    static_config = replace_keys(config, {"rollout.hf.static_cache": True})
+    static = HFEngine(static_config, dirs.actor, CPU, model=eager.model)
+    rows = [eager.tokenizer(f"{i} plus {5 * i}")["input_ids"] for i in range(4)]
+    ids, mask = left_pad(rows, eager.tokenizer.pad_token_id)
+    batch = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[len(ids)])
+    a = eager.generate(batch, greedy=True)["responses"]
+    b = static.generate(batch, greedy=True)["responses"]
+    assert torch.equal(a, b)
+    with eager.model.disable_adapter():
+        base = eager.generate(batch, greedy=True)["responses"]
+    assert not torch.equal(base, b)
