@@ -234,3 +234,27 @@ def test_lora_adapters_act_in_the_static_loop(tiny_lm):
     with eager.model.disable_adapter():
         base = eager.generate(batch, greedy=True)["responses"]
     assert not torch.equal(base, b)
+
+
+def test_the_decode_step_traces_whole_with_no_host_sync(model):
+    """What a CUDA graph needs of the decode step: torch.compile traces it as one graph
+    (fullgraph: no break, so no host read of a device value and no branch on one), and the
+    traced step computes what the step computes."""
+    import copy
+
+    dec = decoder(copy.deepcopy(model))
+    ids, mask = prompts(4)
+    dec.generate(ids, mask, 3, Sampling(greedy=True), log_probs=False)
+    bucket = next(iter(dec.buckets.values()))
+    lengths = bucket.lengths()
+    with torch.no_grad():
+        dec._forward(bucket)
+    expected, written = bucket.logits.clone(), bucket.lengths()
+    bucket.set_lengths(lengths)
+    torch._dynamo.reset()
+    traced = torch.compile(dec._forward, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        traced(bucket)
+    assert torch.allclose(bucket.logits, expected, atol=1e-6)
+    assert [int(n) for n in bucket.lengths()] == [int(n) for n in written]
+    torch._dynamo.reset()
