@@ -29,6 +29,7 @@ test suite does, so the script stays runnable where no GPU is).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import socket
@@ -84,6 +85,7 @@ CHECKS = (
     "generate",
     "qwen_ddp",
     "qwen_ddp_static",
+    "qwen_fast",
     "qwen_fsdp2",
     "qwen_megatron",
     "maniskill",
@@ -95,6 +97,8 @@ CHECKS = (
 
 # the hf engine's static-cache decode loop, a CUDA graph per step (rollout.hf.*)
 STATIC = ("rollout.hf.static_cache=true", "rollout.hf.cuda_graph=true")
+# and the log-probs from the last hidden states a chunk at a time (no full-vocabulary logits)
+FAST = (*STATIC, "actor.model.use_fused_kernels=true")
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -456,6 +460,28 @@ def check_qwen(
     }
 
 
+def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``qwen_ddp`` with every new path on (``FAST``) at each of ``--fast-micro-batches``:
+    the micro-batch that gives the best update, and the peak memory at each; one size running
+    out of memory leaves the others measured."""
+    runs = []
+    for size in args.fast_micro_batches:
+        sized = argparse.Namespace(**{**vars(args), "micro_batch": size})
+        try:
+            runs.append(check_qwen(sized, out, "ddp", FAST))
+        except Exception as error:
+            runs.append(
+                {
+                    "ok": False,
+                    "micro_batch": size,
+                    "error": f"{type(error).__name__}: {str(error)[:300]}",
+                }
+            )
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return {"ok": all(r["ok"] for r in runs), "runs": runs}
+
+
 # ManiSkill's GPU simulator ---------------------------------------------------------------------
 
 
@@ -586,6 +612,13 @@ def main() -> int:
         default=16,
         help="responses per forward/backward of actor and critic",
     )
+    parser.add_argument(
+        "--fast-micro-batches",
+        type=int,
+        nargs="+",
+        default=[64, 128],
+        help="qwen_fast: the micro-batches to run it at",
+    )
     parser.add_argument("--small", action="store_true", help="a small model and batch")
     parser.add_argument("--out", help="working folder (default: a temporary one)")
     args = parser.parse_args()
@@ -601,6 +634,7 @@ def main() -> int:
         "generate": check_generate,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),
+        "qwen_fast": check_qwen_fast,
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
         "maniskill": check_maniskill,
@@ -618,6 +652,9 @@ def main() -> int:
                 trace = traceback.format_exc(limit=-4).splitlines()[-6:]
                 row = {"ok": False, "error": f"{type(error).__name__}: {error}", "trace": trace}
             failed += row.get("ok") is False
+            gc.collect()  # the check's models and caches go before the next one starts
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
             row["check_s"] = round(time.perf_counter() - start, 1)
             print(json.dumps({"check": name, "device": args.info["name"], **row}), flush=True)
     finally:
