@@ -508,13 +508,32 @@ def run_grpo(args, header: dict, rows: list[dict]) -> None:
     summarise(args, "grpo", trl.__version__, args.beta, True, clock, settings, flops)
 
 
+def check_trl_grpo(args, out: Path) -> dict:
+    """gpu_check's check of TRL's GRPO beside rlcore's on the same work (trl_same_work.py)."""
+    from trl_same_work import check_trl_grpo as check
+
+    return check(args, out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("algo", choices=["ppo", "grpo"])
+    parser.add_argument(
+        "algo",
+        nargs="?",
+        choices=["ppo", "grpo"],
+        help="TRL alone on the tiny job's work, on the CPU; left out: TRL's GRPO and rlcore's "
+        "on the same work in this process (--device, trl_same_work.py)",
+    )
+    parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default=None, help="no algo: cuda (default) or cpu"
+    )
+    parser.add_argument("--small", action="store_true", help="no algo: a small model and batch")
+    parser.add_argument("--rounds", type=int, default=1, help="no algo: runs of each system")
+    parser.add_argument("--out", default=None, help="no algo: working folder (default: a new one)")
     parser.add_argument("--prompts", default="outputs/trl_baseline/prompts.jsonl")
     parser.add_argument("--model", default=None, help="model folder (default: the header's)")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=None, help="10; no algo: 3")
+    parser.add_argument("--warmup", type=int, default=None, help="2; no algo: 1")
     parser.add_argument("--prompts-per-iteration", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--mini-batches", type=int, default=2)
@@ -536,8 +555,27 @@ def main() -> None:
         action="store_true",
         help="TRL's configs' default; off by default here, as in rlcore",
     )
-    parser.add_argument("--micro-batch", type=int, default=64, help="GRPO: completions/pass")
+    parser.add_argument(
+        "--micro-batch", type=int, default=None, help="GRPO: completions/pass (64; no algo: 16)"
+    )
     args = parser.parse_args()
+    same_work = args.algo is None
+    if not same_work and args.device == "cuda":
+        parser.error(
+            f"{args.algo} runs TRL alone on the CPU; leave {args.algo} out for --device cuda"
+        )
+    args.device = args.device or "cuda"
+    if args.iterations is None:
+        args.iterations = 3 if same_work else 10
+    if args.warmup is None:
+        args.warmup = 1 if same_work else 2
+    if args.micro_batch is None:
+        args.micro_batch = 16 if same_work else 64
+    if same_work:
+        import trl_same_work
+
+        trl_same_work.main(args)
+        return
     header, rows = read_prompts(args.prompts)
     (run_ppo if args.algo == "ppo" else run_grpo)(args, header, rows)
 
