@@ -13,10 +13,15 @@
 #           xxhash, requests and its own), about 3 MiB;
 #   pandas  pandas 2.3.3 (takes numpy 1.26 and 2.x) with python-dateutil, six, pytz, tzdata,
 #           about 13 MiB: TRL and datasets import it;
-#   arrow   pyarrow 21.0.0, 41 MiB: datasets imports it. With everything above that is about
-#           61 MiB, which with the repository's files passes the 64 MiB a run carries: leave
-#           megatron-core's set out (RLCORE=0) or fetch it only where the machine lacks it.
-# benchmarks/gpu_env_probe.py, run there first, says which of these the machine has.
+#   arrow   pyarrow 21.0.0, 41 MiB: datasets imports it. With everything above that is 60.7
+#           MiB, 63.7 with the repository's tracked files (3 MiB): at the 64 MiB a run carries.
+#           MEGATRON=0 leaves megatron-core (2.5 MiB; only the qwen_megatron check needs it)
+#           out, and a set the machine has (gpu_env_probe.py) need not travel.
+# benchmarks/gpu_env_probe.py, run there first, says which of these the machine has. Then, with
+# `.whl` carried (measured here: rlcore's set with trl and pandas, 19.9 MiB):
+#   python3 benchmarks/gpu_env_probe.py
+#   pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site:. HF_HUB_OFFLINE=1 python3 benchmarks/trl_baseline.py --device cuda
 # RLCORE=0 leaves out rlcore's own set. The sizes and the total are printed at the end.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
@@ -33,7 +38,8 @@ fetch() {
 }
 if [ "${RLCORE:-1}" != 0 ]; then
     fetch hydra-core==1.3.8 omegaconf==2.3.1 Farama-Notifications==0.0.6 gymnasium==1.4.0 \
-        tensordict==0.15.3 pyvers==0.2.3 megatron-core==0.16.1
+        tensordict==0.15.3 pyvers==0.2.3
+    if [ "${MEGATRON:-1}" != 0 ]; then fetch megatron-core==0.16.1; fi
     # antlr4-python3-runtime 4.9.3 (hydra's) is published as a source archive only: built here
     "$PY" -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
 fi

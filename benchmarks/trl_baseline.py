@@ -35,6 +35,23 @@ One JSON line per measurement on stdout::
 
 (``beta`` is the KL coefficient: PPO's in-reward ``kl_coef``, GRPO's KL-loss ``beta``.)
 
+Without ``ppo``/``grpo``: TRL 1.16's GRPO and rlcore's GRPO on the same work in this one
+process, where both are importable (issue 51; benchmarks/trl_same_work.py says what is matched):
+a random Qwen2.5-0.5B-architecture model, 64 prompts x 4 completions x 256 tokens, bf16, no KL,
+one optimizer step per iteration. ``--device cuda`` (default) or ``--device cpu --small`` (a
+small model, 8 prompts x 4 x 16 tokens: a rehearsal in seconds), ``--rounds 1`` (runs of each
+system, TRL first), ``--iterations 3 --warmup 1``, ``--micro-batch 16``, ``--out DIR``. One JSON
+line per run (``"system": "trl"`` or ``"rlcore"``: seconds per iteration, generated tokens/s,
+the device's name), then ``"system": "comparison"`` with ``rlcore_over_trl`` (the target: at
+most 0.5). gpu_check can run it as a check: ``trl_baseline.check_trl_grpo(args, out)``. On a
+lent GPU machine without internet, with the wheels of ``bash benchmarks/gpu_wheels.sh trl
+pandas`` carried in ``.whl/`` (19.9 MiB with rlcore's own; ``arrow`` adds pyarrow, 41 MiB, for
+a machine without it: benchmarks/gpu_env_probe.py tells)::
+
+    python3 benchmarks/gpu_env_probe.py
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:. HF_HUB_OFFLINE=1 python3 benchmarks/trl_baseline.py --device cuda
+
 What one iteration is, and how it is timed: a ``TrainerCallback`` notes ``time.perf_counter()``
 at ``on_train_begin`` and at every ``on_step_end``; an iteration is the time between the ends of
 two consecutive iterations, so it holds everything TRL's loop does for one batch: generation,
