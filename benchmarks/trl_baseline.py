@@ -149,10 +149,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 STRICT = re.compile(r"####\s*(-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\.?)")
 QUESTION = re.compile(r"What is (\d+) ([+*-]) (\d+)\?")
 
@@ -577,6 +573,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     same_work = args.algo is None
+    # set here, not on import: gpu_check imports this module for check_trl_grpo, and its other
+    # checks' processes must not inherit them (torch is imported after this point)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not same_work:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not same_work and args.device == "cuda":
         parser.error(
             f"{args.algo} runs TRL alone on the CPU; leave {args.algo} out for --device cuda"

@@ -61,3 +61,22 @@ def test_the_small_comparison_times_both_systems_on_the_same_work(trl_baseline, 
         assert 0 < run["generated_tokens_per_iteration"] <= most
     ratio = row["rlcore_seconds_per_iteration"] / row["trl_seconds_per_iteration"]
     assert row["rlcore_over_trl"] == pytest.approx(ratio, rel=1e-3)
+
+
+def test_importing_the_script_leaves_the_environment_alone():
+    """gpu_check imports it for its check: its other checks' processes must not inherit
+    OMP_NUM_THREADS=1 and the like."""
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); before = dict(os.environ); "
+        "import trl_baseline; print(sorted(set(os.environ.items()) ^ set(before.items())))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "HF_HUB_OFFLINE")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "benchmarks")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
