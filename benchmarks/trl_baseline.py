@@ -35,6 +35,23 @@ One JSON line per measurement on stdout::
 
 (``beta`` is the KL coefficient: PPO's in-reward ``kl_coef``, GRPO's KL-loss ``beta``.)
 
+Without ``ppo``/``grpo``: TRL 1.16's GRPO and rlcore's GRPO on the same work in this one
+process, where both are importable (issue 51; benchmarks/trl_same_work.py says what is matched):
+a random Qwen2.5-0.5B-architecture model, 64 prompts x 4 completions x 256 tokens, bf16, no KL,
+one optimizer step per iteration. ``--device cuda`` (default) or ``--device cpu --small`` (a
+small model, 8 prompts x 4 x 16 tokens: a rehearsal in seconds), ``--rounds 1`` (runs of each
+system, TRL first), ``--iterations 3 --warmup 1``, ``--micro-batch 16``, ``--out DIR``. One JSON
+line per run (``"system": "trl"`` or ``"rlcore"``: seconds per iteration, generated tokens/s,
+the device's name), then ``"system": "comparison"`` with ``rlcore_over_trl`` (the target: at
+most 0.5). gpu_check can run it as a check: ``trl_baseline.check_trl_grpo(args, out)``. On a
+lent GPU machine without internet, with the wheels of ``bash benchmarks/gpu_wheels.sh trl
+pandas`` carried in ``.whl/`` (19.9 MiB with rlcore's own; ``arrow`` adds pyarrow, 41 MiB, for
+a machine without it: benchmarks/gpu_env_probe.py tells)::
+
+    python3 benchmarks/gpu_env_probe.py
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:. HF_HUB_OFFLINE=1 python3 benchmarks/trl_baseline.py --device cuda
+
 What one iteration is, and how it is timed: a ``TrainerCallback`` notes ``time.perf_counter()``
 at ``on_train_begin`` and at every ``on_step_end``; an iteration is the time between the ends of
 two consecutive iterations, so it holds everything TRL's loop does for one batch: generation,
@@ -131,10 +148,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 STRICT = re.compile(r"####\s*(-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\.?)")
 QUESTION = re.compile(r"What is (\d+) ([+*-]) (\d+)\?")
@@ -508,13 +521,32 @@ def run_grpo(args, header: dict, rows: list[dict]) -> None:
     summarise(args, "grpo", trl.__version__, args.beta, True, clock, settings, flops)
 
 
+def check_trl_grpo(args, out: Path) -> dict:
+    """gpu_check's check of TRL's GRPO beside rlcore's on the same work (trl_same_work.py)."""
+    from trl_same_work import check_trl_grpo as check
+
+    return check(args, out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("algo", choices=["ppo", "grpo"])
+    parser.add_argument(
+        "algo",
+        nargs="?",
+        choices=["ppo", "grpo"],
+        help="TRL alone on the tiny job's work, on the CPU; left out: TRL's GRPO and rlcore's "
+        "on the same work in this process (--device, trl_same_work.py)",
+    )
+    parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default=None, help="no algo: cuda (default) or cpu"
+    )
+    parser.add_argument("--small", action="store_true", help="no algo: a small model and batch")
+    parser.add_argument("--rounds", type=int, default=1, help="no algo: runs of each system")
+    parser.add_argument("--out", default=None, help="no algo: working folder (default: a new one)")
     parser.add_argument("--prompts", default="outputs/trl_baseline/prompts.jsonl")
     parser.add_argument("--model", default=None, help="model folder (default: the header's)")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=None, help="10; no algo: 3")
+    parser.add_argument("--warmup", type=int, default=None, help="2; no algo: 1")
     parser.add_argument("--prompts-per-iteration", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--mini-batches", type=int, default=2)
@@ -536,8 +568,33 @@ def main() -> None:
         action="store_true",
         help="TRL's configs' default; off by default here, as in rlcore",
     )
-    parser.add_argument("--micro-batch", type=int, default=64, help="GRPO: completions/pass")
+    parser.add_argument(
+        "--micro-batch", type=int, default=None, help="GRPO: completions/pass (64; no algo: 16)"
+    )
     args = parser.parse_args()
+    same_work = args.algo is None
+    # set here, not on import: gpu_check imports this module for check_trl_grpo, and its other
+    # checks' processes must not inherit them (torch is imported after this point)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not same_work:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not same_work and args.device == "cuda":
+        parser.error(
+            f"{args.algo} runs TRL alone on the CPU; leave {args.algo} out for --device cuda"
+        )
+    args.device = args.device or "cuda"
+    if args.iterations is None:
+        args.iterations = 3 if same_work else 10
+    if args.warmup is None:
+        args.warmup = 1 if same_work else 2
+    if args.micro_batch is None:
+        args.micro_batch = 16 if same_work else 64
+    if same_work:
+        import trl_same_work
+
+        trl_same_work.main(args)
+        return
     header, rows = read_prompts(args.prompts)
     (run_ppo if args.algo == "ppo" else run_grpo)(args, header, rows)
 
