@@ -86,6 +86,7 @@ CHECKS = (
     "qwen_ddp",
     "qwen_ddp_static",
     "qwen_fast",
+    "trl_grpo",
     "qwen_fsdp2",
     "qwen_megatron",
     "maniskill",
@@ -482,6 +483,15 @@ def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"ok": all(r["ok"] for r in runs), "runs": runs}
 
 
+def check_trl_grpo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """TRL 1.16's GRPOTrainer beside rlcore's GRPO on the same work (benchmarks/trl_same_work.py;
+    skipped where TRL is not importable)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from trl_same_work import check_trl_grpo as compare
+
+    return compare(args, out)
+
+
 # ManiSkill's GPU simulator ---------------------------------------------------------------------
 
 
@@ -635,6 +645,7 @@ def main() -> int:
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),
         "qwen_fast": check_qwen_fast,
+        "trl_grpo": check_trl_grpo,
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
         "maniskill": check_maniskill,
