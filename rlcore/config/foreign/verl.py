@@ -151,6 +151,12 @@ VERL_ALIASES: dict[str, Alias] = {
         "actor.model.gradient_checkpointing"
     ),
     "actor_rollout_ref.model.use_remove_padding": _verl("actor.model.use_remove_padding"),
+    "actor_rollout_ref.model.use_fused_kernels": _verl(
+        "actor.model.use_fused_kernels", note="the actor's and the reference's passes"
+    ),
+    "actor_rollout_ref.actor.use_fused_kernels": _verl(
+        "actor.model.use_fused_kernels", note="one key for the actor and reference"
+    ),
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": _verl(
         "actor.megatron.tensor_parallel_size"
     ),
