@@ -5,7 +5,8 @@ One JSON line per check (the first describes the device).
     python benchmarks/gpu_check.py [--only CHECK ...] [--iterations 2] [--micro-batch 16]
 
 Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two default jobs with
-``cluster.device`` on the GPU), ``qwen_ddp`` and ``qwen_fsdp2``
+``cluster.device`` on the GPU), ``qwen_ddp``, ``qwen_ddp_fused`` (with
+``actor.model.use_fused_kernels``) and ``qwen_fsdp2``
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
 bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes),
@@ -82,6 +83,7 @@ CHECKS = (
     "cartpole",
     "tiny_reasoning",
     "qwen_ddp",
+    "qwen_ddp_fused",
     "qwen_fsdp2",
     "qwen_megatron",
     "maniskill",
@@ -219,7 +221,9 @@ def counted_params(model_dir: Path) -> tuple[int, int]:
     return matmul_params(actor), matmul_params(critic)
 
 
-def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, Any]:
+def check_qwen(
+    args: argparse.Namespace, out: Path, backend: str, fused: bool = False
+) -> dict[str, Any]:
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
     from rlcore.runners.supervisor import build_runner
@@ -245,6 +249,8 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
         f"actor.training_backend={trainer}",
         f"critic.training_backend={trainer}",
     ]
+    if fused:  # log-probs from the hidden states and LM head, no full-vocabulary logits
+        overrides.append("actor.model.use_fused_kernels=true")
     if backend == "fsdp2":  # fp32 weights the optimiser updates, bf16 passes (verl's recipe)
         overrides += [
             "actor.model.dtype=float32",
@@ -304,6 +310,7 @@ def check_qwen(args: argparse.Namespace, out: Path, backend: str) -> dict[str, A
     return {
         "ok": True,
         "backend": backend,
+        "fused": fused,
         "params": n_actor,
         "arch": arch["hidden_size"],
         "prompts": config.data.train_batch_size,
@@ -459,6 +466,7 @@ def main() -> int:
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
+        "qwen_ddp_fused": lambda a, o: check_qwen(a, o, "ddp", fused=True),
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron"),
         "maniskill": check_maniskill,
