@@ -52,3 +52,31 @@ def test_fused_passes_give_the_plain_log_probs_and_gradients(tiny_lm, backend, m
         as_full = getattr(grad, "full_tensor", lambda g=grad: g)()
         mine = getattr(got[name], "full_tensor", lambda g=got[name]: g)()
         torch.testing.assert_close(mine, as_full, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_fused_passes_read_the_head_through_lora_adapters(tiny_lm):
+    """With LoRA adapters (not on the head) the fused passes give the plain reference
+    log-probs (adapters off) and the adapters' gradient."""
+    config, dirs = tiny_lm
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        "actor.ppo_mini_batch_size=8",
+        "actor.model.lora.rank=4",
+        "algorithm.entropy_bonus=0.01",
+    )
+    fused = replace_keys(config, {"actor.model.use_fused_kernels": True})
+    batch = make_batch(config, dirs)
+    torch.manual_seed(5)  # the same adapters' initial values in both
+    plain_actor = LMActor(SOLO, config, dirs.actor)
+    torch.manual_seed(5)
+    fused_actor = LMActor(SOLO, fused, dirs.actor)
+    torch.testing.assert_close(
+        fused_actor.compute_ref_log_probs(batch), plain_actor.compute_ref_log_probs(batch)
+    )
+    batch["old_log_probs"] = plain_actor.compute_log_probs(batch) + 0.05
+    full = gradients(plain_actor, batch.clone(), micro=4)
+    got = gradients(fused_actor, batch.clone(), micro=4)
+    assert got.keys() == full.keys() and all("lora" in name for name in full)
+    for name, grad in full.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-5, atol=1e-6, msg=name)
