@@ -94,6 +94,8 @@ BAD = [
     (ARITH, ["actor.model.use_fused_kernels=true", "actor.model.lora.rank=4",
              "actor.model.lora.target_modules=[q_proj,lm_head]"], "actor.model.use_fused_kernels",
      "remove lm_head from the targets"),
+    (ARITH, ["actor_rollout_ref.model.fused_kernel_options.impl_backend=triton"],
+     "actor_rollout_ref.model.fused_kernel_options.impl_backend", "no triton kernel; give torch"),
     (CARTPOLE, ["actor.training_backend=deepspeed"], "actor.training_backend",
      "not one of torch, fsdp2, megatron"),
     (CARTPOLE, ["data.train_batch_size=8"], "data", "belongs to mode reasoning"),

@@ -364,6 +364,13 @@ FIXED_CHOICES: dict[str, tuple[tuple[Any, ...] | None, str, str]] = {
         "generates with the actor's own module or receives its merged weights: not read",
         "",
     ),
+    "actor_rollout_ref.model.fused_kernel_options.impl_backend": (
+        ("torch",),
+        "the fused log-probs (actor.model.use_fused_kernels) are torch code here, chunked by "
+        "actor.entropy_from_logits_chunk_size: not read",
+        "the fused log-probs (actor.model.use_fused_kernels) are torch code here, no triton "
+        "kernel; give torch, or leave it out",
+    ),
     "trainer.val_before_train": (
         (True, False),
         "a run validates before its first iteration here (the start of its curve), whatever "
