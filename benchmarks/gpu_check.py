@@ -5,7 +5,8 @@ One JSON line per check (the first describes the device).
     python benchmarks/gpu_check.py [--only CHECK ...] [--iterations 2] [--micro-batch 16]
 
 Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two default jobs with
-``cluster.device`` on the GPU), ``qwen_ddp`` and ``qwen_fsdp2``
+``cluster.device`` on the GPU), ``qwen_ddp``, ``qwen_ddp_fused`` (with
+``actor.model.use_fused_kernels``) and ``qwen_fsdp2``
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
 bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes),
@@ -85,6 +86,7 @@ CHECKS = (
     "generate",
     "qwen_ddp",
     "qwen_ddp_static",
+    "qwen_ddp_fused",
     "qwen_fast",
     "trl_grpo",
     "qwen_fsdp2",
@@ -98,8 +100,9 @@ CHECKS = (
 
 # the hf engine's static-cache decode loop, a CUDA graph per step (rollout.hf.*)
 STATIC = ("rollout.hf.static_cache=true", "rollout.hf.cuda_graph=true")
-# and the log-probs from the last hidden states a chunk at a time (no full-vocabulary logits)
-FAST = (*STATIC, "actor.model.use_fused_kernels=true")
+# the log-probs from the last hidden states a chunk at a time (no full-vocabulary logits)
+FUSED = ("actor.model.use_fused_kernels=true",)
+FAST = (*STATIC, *FUSED)
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -644,6 +647,7 @@ def main() -> int:
         "generate": check_generate,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),
+        "qwen_ddp_fused": lambda a, o: check_qwen(a, o, "ddp", FUSED),
         "qwen_fast": check_qwen_fast,
         "trl_grpo": check_trl_grpo,
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2"),

@@ -151,6 +151,16 @@ class LMConfig:
         "4 responses of the default task on CPU: a generate call 0.167 -> 0.111 s, an update "
         "pass of whole groups 0.17 -> 0.10 s). The critic's passes are unchanged",
     )
+    use_fused_kernels: bool = key(
+        False,
+        doc="compute the response tokens' log-probs and entropies inside the model's forward "
+        "from its last hidden states and LM head, actor.entropy_from_logits_chunk_size "
+        "positions at a time, forward and backward (the backward computes each chunk's logits "
+        "again), in the actor's update and old log-probs and the reference's pass: no float32 "
+        "logits of the whole vocabulary kept for every position; the same values and gradients "
+        "(verl's key). Reasoning only; torch and fsdp2 backends; the model's LM head must be a "
+        "plain linear layer whose logits its forward returns unchanged (checked when it loads)",
+    )
     tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
@@ -188,7 +198,8 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
     )
     entropy_from_logits_chunk_size: int = key(
         ENTROPY_CHUNK_SIZE,
-        doc="with actor.entropy_from_logits_with_chunking: token positions a chunk",
+        doc="with actor.entropy_from_logits_with_chunking or actor.model.use_fused_kernels: "
+        "token positions a chunk",
         range=">= 1",
     )
     entropy_checkpointing: bool = key(

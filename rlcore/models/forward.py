@@ -17,6 +17,7 @@ import torch.utils.checkpoint
 
 from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES
 from rlcore.data.packing import pack, prompt_copies
+from rlcore.models.fused_head import HeadTargets, TokenStats, fused_head
 
 
 def one_row_kernel(model: Any) -> bool:
@@ -93,22 +94,33 @@ def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -
 
 
 def response_logits(
-    model: Any, batch: Any, response_length: int, packed: bool = False, share_prompts: bool = False
+    model: Any,
+    batch: Any,
+    response_length: int,
+    packed: bool = False,
+    share_prompts: bool = False,
+    head: HeadTargets | None = None,
 ) -> torch.Tensor:
     """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
     model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
     those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
     no padding computed; ``share_prompts``: each distinct prompt computed once
-    (``shared_prompt_logits``); the same logits."""
+    (``shared_prompt_logits``); the same logits. ``head``: the model runs under ``fused_head``,
+    and these are its ``[B, R, k]`` outputs for the response tokens instead."""
     if share_prompts:
-        return shared_prompt_logits(model, batch)
+        return shared_prompt_logits(model, batch, head)
     keeps = _keeps_logits(type(inner_model(model)))
     if packed:
         rows = pack(batch, one_row_kernel(model))
         columns = rows.kept_columns() if keeps else None
         keep = {"logits_to_keep": columns} if keeps else {}
+        if head is not None:
+            head.aim(lambda hidden: rows.gather(hidden, columns), batch[RESPONSES])
+            return model(**rows.model_inputs(), **keep).logits
         return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
     keep = {"logits_to_keep": response_length + 1} if keeps else {}
+    if head is not None:
+        head.aim(lambda hidden: hidden[:, -response_length - 1 : -1], batch[RESPONSES])
     out = model(
         input_ids=batch[INPUT_IDS],
         attention_mask=batch[ATTENTION_MASK],
@@ -116,10 +128,10 @@ def response_logits(
         use_cache=False,
         **keep,
     )
-    return out.logits[:, -response_length - 1 : -1]
+    return out.logits if head is not None else out.logits[:, -response_length - 1 : -1]
 
 
-def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
+def shared_prompt_logits(model: Any, batch: Any, head: HeadTargets | None = None) -> torch.Tensor:
     """``response_logits`` of a batch in which rows share prompts (``prompt_copies``; as the
     full rows, when none do), each distinct prompt computed once.
 
@@ -133,16 +145,20 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
     width = batch[RESPONSES].shape[1]
     copies = prompt_copies(batch)
     if copies is None:
-        return response_logits(model, batch, width)
+        return response_logits(model, batch, width, head=head)
     firsts, copy_of = copies
     cut = batch[INPUT_IDS].shape[1] - width
     prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
+    if head is not None:
+        head.aim(lambda hidden: hidden[copy_of, -1:], batch[RESPONSES][:, :1])
     out = model(**prompts, use_cache=True, logits_to_keep=1)
-    first = out.logits[copy_of, -1:]
+    first = out.logits if head is not None else out.logits[copy_of, -1:]
     if width == 1:
         return first
     cache = output_cache(out)
     cache.batch_select_indices(copy_of)
+    if head is not None:
+        head.aim(lambda hidden: hidden, batch[RESPONSES][:, 1:])
     rest = model(
         input_ids=batch[INPUT_IDS][:, cut:-1],
         attention_mask=batch[ATTENTION_MASK][:, :-1],
@@ -151,6 +167,37 @@ def shared_prompt_logits(model: Any, batch: Any) -> torch.Tensor:
         use_cache=True,
     ).logits
     return torch.cat([first, rest], dim=1)
+
+
+def response_log_probs(
+    model: Any,
+    batch: Any,
+    stats: TokenStats,
+    packed: bool = False,
+    share_prompts: bool = False,
+    fused: bool = False,
+    checkpoint: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(log_probs, entropy, sum_pi_squared)`` float32 ``[B, R]`` of the response tokens at
+    ``stats.temperature`` (None where ``stats`` does not ask). ``fused``: computed inside the
+    model's forward from its last hidden states and LM head (``fused_head``), no logits of the
+    whole vocabulary kept; else from ``response_logits`` (``log_probs_and_entropy``,
+    ``checkpoint`` as there). The same values and gradients."""
+    width = batch[RESPONSES].shape[1]
+    if fused:
+        with fused_head(inner_model(model), stats) as head:
+            out = response_logits(model, batch, width, packed, share_prompts, head).unbind(-1)
+        entropy = out[1] if stats.entropy else None
+        return out[0], entropy, (out[-1] if stats.sum_pi_squared else None)
+    logits = response_logits(model, batch, width, packed, share_prompts)
+    temperature, sums = stats.temperature, None
+    if stats.sum_pi_squared:  # scaled once, for both (the whole softmax is taken anyway)
+        logits, temperature = logits / temperature, 1.0
+        sums = torch.softmax(logits.float(), -1).square().sum(-1)
+    logp, entropy = log_probs_and_entropy(
+        logits, batch[RESPONSES], temperature, stats.chunk_size, checkpoint, stats.entropy
+    )
+    return logp, entropy, sums
 
 
 def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:

@@ -42,11 +42,12 @@ from rlcore.data.packing import padding_share
 from rlcore.data.sequences import token_budget_split, trim_padding
 from rlcore.models.forward import (
     check_packing,
-    log_probs_and_entropy,
+    inner_model,
     one_row_kernel,
-    response_logits,
+    response_log_probs,
     response_values,
 )
+from rlcore.models.fused_head import TokenStats, check_fused_head
 from rlcore.models.lm import (
     enable_gradient_checkpointing,
     is_adapter,
@@ -126,6 +127,13 @@ def _check_packing(config: ReasoningConfig, model: Any) -> None:
         check_packing(model)
 
 
+def _check_causal_lm(config: ReasoningConfig, model: Any) -> None:
+    """The checks of a policy model (the actor's, the reference's) when it loads."""
+    _check_packing(config, model)
+    if config.actor.model.use_fused_kernels:
+        check_fused_head(inner_model(model))
+
+
 def _padding_share(
     module: Any, micro: TensorDict, config: ReasoningConfig, share_prompts: bool = False
 ) -> torch.Tensor:
@@ -137,9 +145,30 @@ def _padding_share(
 
 
 def _chunk_size(config: ReasoningConfig) -> int | None:
-    """Token positions a chunk of the log-prob and entropy computation, or None (all at once)."""
+    """Token positions a chunk of the log-prob and entropy computation, or None (all at once):
+    the fused pass always takes chunks (all at once would hold the logits it exists to avoid)."""
     actor = config.actor
-    return actor.entropy_from_logits_chunk_size if actor.entropy_from_logits_with_chunking else None
+    chunked = actor.entropy_from_logits_with_chunking or actor.model.use_fused_kernels
+    return actor.entropy_from_logits_chunk_size if chunked else None
+
+
+def _token_stats(owner: Any, entropy: bool, sum_pi_squared: bool = False) -> TokenStats:
+    return TokenStats(owner.temperature, _chunk_size(owner.config), entropy, sum_pi_squared)
+
+
+def _response_log_probs(
+    config: ReasoningConfig, model: Any, micro: TensorDict, stats: TokenStats, checkpoint=False
+):
+    model_config = config.actor.model
+    return response_log_probs(
+        model,
+        micro,
+        stats,
+        packed=model_config.use_remove_padding,
+        share_prompts=model_config.share_group_prompts,
+        fused=model_config.use_fused_kernels,
+        checkpoint=checkpoint,
+    )
 
 
 def _splitter(budget: int | None):
@@ -187,19 +216,9 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     batch = batch.select(*MODEL_READS).to(owner.device)
 
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
-        logits = response_logits(
-            model,
-            micro,
-            micro[RESPONSES].shape[1],
-            owner.config.actor.model.use_remove_padding,
-            owner.config.actor.model.share_group_prompts,
-        )
-        temperature, part = owner.temperature, {}
-        if sum_pi_squared:  # scaled once, for both (the whole softmax is taken anyway)
-            logits, temperature = logits / temperature, 1.0
-            part[SUM_PI_SQUARED] = torch.softmax(logits.float(), -1).square().sum(-1).cpu()
-        chunk = _chunk_size(owner.config)
-        logp, _ = log_probs_and_entropy(logits, micro[RESPONSES], temperature, chunk, entropy=False)
+        stats = _token_stats(owner, entropy=False, sum_pi_squared=sum_pi_squared)
+        logp, _, sums = _response_log_probs(owner.config, model, micro, stats)
+        part = {} if sums is None else {SUM_PI_SQUARED: sums.cpu()}
         return {"log_probs": logp.cpu(), **part}
 
     config = owner.config
@@ -248,23 +267,16 @@ class LMActor(TrainedComponent):
             config.actor.max_tokens_per_micro_batch,
         )
         self.model, self.device = self.trainer.model, self.trainer.device
-        _check_packing(config, self.model)
+        _check_causal_lm(config, self.model)
         self.loss_settings = config.algorithm.ppo_loss_settings()
         self.temperature = config.rollout.temperature
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict):
-        width = batch[RESPONSES].shape[1]
-        logits = response_logits(
-            module, batch, width, self.config.actor.model.use_remove_padding, self.share_prompts
+        stats = _token_stats(self, entropy=True)
+        logp, entropy, _ = _response_log_probs(
+            self.config, module, batch, stats, checkpoint=self.config.actor.entropy_checkpointing
         )
-        actor = self.config.actor
-        return log_probs_and_entropy(
-            logits,
-            batch[RESPONSES],
-            self.temperature,
-            _chunk_size(self.config),
-            checkpoint=actor.entropy_checkpointing,
-        )
+        return logp, entropy
 
     @dispatch(Dispatch.SHARD)
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
@@ -394,7 +406,7 @@ class LMReference:
         self.device = ctx.torch_device
         self.model = load_causal_lm(model_dir, reference_dtype(config)).to(self.device).eval()
         self.model.requires_grad_(False)
-        _check_packing(config, self.model)
+        _check_causal_lm(config, self.model)
         self.temperature = config.rollout.temperature
 
     @dispatch(Dispatch.SHARD)

@@ -69,6 +69,8 @@ COUNTERPARTS = {
     "critic.optim.clip_grad": "critic.optim.max_grad_norm",
     "critic.optim.lr_warmup_steps": "critic.optim.warmup_steps",
     "actor_rollout_ref.actor.use_remove_padding": "actor.model.use_remove_padding",
+    "actor_rollout_ref.model.use_fused_kernels": "actor.model.use_fused_kernels",
+    "actor_rollout_ref.actor.use_fused_kernels": "actor.model.use_fused_kernels",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "actor.model.gradient_checkpointing",
     "actor_rollout_ref.actor.ppo_mini_batch_size": "actor.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",

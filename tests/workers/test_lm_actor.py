@@ -236,6 +236,12 @@ def backend_config(dirs, backend):
     if backend == "fsdp2-tokens":
         changes = {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
         changes |= {"actor.ppo_micro_batch_size": None, "actor.max_tokens_per_micro_batch": 30}
+    if backend == "fsdp2-fused":  # the LM head's weight read where the root gathered it
+        changes = {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
+        changes |= {
+            "actor.model.use_fused_kernels": True,
+            "actor.entropy_from_logits_chunk_size": 5,
+        }
     return replace_keys(config, changes)
 
 
@@ -269,6 +275,7 @@ def two_rank_updates(tiny_lm, tmp_path_factory):
         ("fsdp2", LMCritic),
         ("fsdp2-tokens", LMActor),
         ("fsdp2-tokens", LMCritic),
+        ("fsdp2-fused", LMActor),
     ],
     ids=[
         "torch-actor",
@@ -277,6 +284,7 @@ def two_rank_updates(tiny_lm, tmp_path_factory):
         "fsdp2-critic",
         "fsdp2-tokens-actor",
         "fsdp2-tokens-critic",
+        "fsdp2-fused-actor",
     ],
 )
 def test_two_ranks_update_like_one_rank_on_the_global_batch(
@@ -285,7 +293,8 @@ def test_two_ranks_update_like_one_rank_on_the_global_batch(
     """DDP (torch) and FSDP2 on 2 gloo ranks, each holding half the batch, in micro-batches of
     2 over 2 epochs, end where one process does on the whole batch. fsdp2-tokens: micro-batches
     of at most 30 tokens, which the ranks need in different numbers: each takes as many as the
-    other (FSDP2 gathers the weights for every pass, all ranks together)."""
+    other (FSDP2 gathers the weights for every pass, all ranks together). fsdp2-fused: with
+    actor.model.use_fused_kernels."""
     _, dirs = tiny_lm
     config, batch, results = two_rank_updates(backend)
     saved = [r[component_cls.__name__] for r in results]

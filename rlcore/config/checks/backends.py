@@ -120,6 +120,11 @@ def _megatron(config: ReasoningConfig) -> list[str]:
             model.share_group_prompts and config.actor.training_backend == "megatron",
             "a pass on top of kept keys and values",
         ),
+        (
+            "actor.model.use_fused_kernels",  # the actor's passes only
+            model.use_fused_kernels and config.actor.training_backend == "megatron",
+            "log-probs from the last hidden states and the LM head",
+        ),
     ]
     for key_path, on, what in unbuilt:
         if on:

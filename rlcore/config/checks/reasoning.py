@@ -27,6 +27,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_asynchronous(config),
         *_partial_rollout(config),
         *_entropy_chunks(config),
+        *_fused_kernels(config),
         *_tools(config),
         *_static_decode(config),
     ]
@@ -101,11 +102,25 @@ def _entropy_chunks(config: ReasoningConfig) -> list[str]:
     """A chunk size that nothing reads (other than the default, which verl's configs carry)."""
     actor = config.actor
     size = actor.entropy_from_logits_chunk_size
-    if not actor.entropy_from_logits_with_chunking and size != ENTROPY_CHUNK_SIZE:
+    read = actor.entropy_from_logits_with_chunking or actor.model.use_fused_kernels
+    if not read and size != ENTROPY_CHUNK_SIZE:
         return [
             f"actor.entropy_from_logits_chunk_size: {size}, but "
-            "actor.entropy_from_logits_with_chunking is false, so nothing reads it; set "
-            "actor.entropy_from_logits_with_chunking=true, or leave the size out"
+            "actor.entropy_from_logits_with_chunking and actor.model.use_fused_kernels are "
+            "false, so nothing reads it; set actor.entropy_from_logits_with_chunking=true, or "
+            "leave the size out"
+        ]
+    return []
+
+
+def _fused_kernels(config: ReasoningConfig) -> list[str]:
+    """The fused log-probs read the LM head's weight alone: no adapters on it."""
+    model = config.actor.model
+    if model.use_fused_kernels and model.lora.rank > 0 and "lm_head" in model.lora.target_modules:
+        return [
+            "actor.model.use_fused_kernels: set together with lm_head in "
+            "actor.model.lora.target_modules; the fused log-probs read the LM head's weight "
+            "alone, not its adapters: remove lm_head from the targets, or set it false"
         ]
     return []
 

@@ -151,6 +151,12 @@ VERL_ALIASES: dict[str, Alias] = {
         "actor.model.gradient_checkpointing"
     ),
     "actor_rollout_ref.model.use_remove_padding": _verl("actor.model.use_remove_padding"),
+    "actor_rollout_ref.model.use_fused_kernels": _verl(
+        "actor.model.use_fused_kernels", note="the actor's and the reference's passes"
+    ),
+    "actor_rollout_ref.actor.use_fused_kernels": _verl(
+        "actor.model.use_fused_kernels", note="one key for the actor and reference"
+    ),
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": _verl(
         "actor.megatron.tensor_parallel_size"
     ),
@@ -357,6 +363,13 @@ FIXED_CHOICES: dict[str, tuple[tuple[Any, ...] | None, str, str]] = {
         "how verl gathers LoRA weights for its engine (memory only); the rollout here "
         "generates with the actor's own module or receives its merged weights: not read",
         "",
+    ),
+    "actor_rollout_ref.model.fused_kernel_options.impl_backend": (
+        ("torch",),
+        "the fused log-probs (actor.model.use_fused_kernels) are torch code here, chunked by "
+        "actor.entropy_from_logits_chunk_size: not read",
+        "the fused log-probs (actor.model.use_fused_kernels) are torch code here, no triton "
+        "kernel; give torch, or leave it out",
     ),
     "trainer.val_before_train": (
         (True, False),
