@@ -16,7 +16,9 @@ checkpointing. TRL: model and passes in bf16 (``bf16=True`` and the weights load
 rlcore where the rollout's log-probs are the old ones). rlcore: ``actor.model.dtype=bfloat16``,
 the ``torch`` backend, ``actor.model.share_group_prompts=true`` (a prompt is prefilled once for
 its 4 completions: rlcore's own saving, the same tokens trained) and ``actor.shuffle=false``.
-The reward is the GSM8K strict rule on both sides (0 for random text: every advantage is 0,
+``rlcore_fast`` is rlcore with issue 51's paths on (``FAST``): the static-cache decode loop
+(a CUDA graph per decode step on CUDA) and the log-probs from the hidden states; the static
+loop prefills every row (no shared prompts). The reward is the GSM8K strict rule on both sides (0 for random text: every advantage is 0,
 the backward passes run all the same).
 
 Timing: an iteration is the time between the ends of two consecutive optimizer steps, with
@@ -82,7 +84,25 @@ def model_folder(out: Path, small: bool) -> Path:
     return where
 
 
-def rlcore_config(model_dir: Path, out: Path, work: dict, device: str, micro: int, seed: int):
+# rlcore with issue 51's paths: the static-cache decode loop (a CUDA graph per step on CUDA)
+# and the log-probs from the hidden states (no full-vocabulary logits); the static loop
+# prefills every row, so prompts are not shared there
+FAST = (
+    "rollout.hf.static_cache=true",
+    "actor.model.use_fused_kernels=true",
+    "actor.model.share_group_prompts=false",
+)
+
+
+def rlcore_config(
+    model_dir: Path,
+    out: Path,
+    work: dict,
+    device: str,
+    micro: int,
+    seed: int,
+    extra: tuple[str, ...] = (),
+):
     from rlcore.config import load_config
 
     overrides = [
@@ -128,7 +148,7 @@ def rlcore_config(model_dir: Path, out: Path, work: dict, device: str, micro: in
         "algorithm.use_kl_in_reward=false",
         "algorithm.use_kl_loss=false",
     ]
-    return load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", overrides)
+    return load_config("reasoning/qwen2.5-0.5b_gsm8k_ppo", [*overrides, *extra])
 
 
 def prompt_rows(config, model_dir: Path) -> list[dict[str, str]]:
@@ -301,29 +321,34 @@ def compare(
     ``emit`` (a callable) as it ends. The medians over the runs and rlcore's over TRL's."""
     work = SMALL_WORK if small else WORK
     model_dir = model_folder(out, small)
-    config = rlcore_config(model_dir, out, work, device, micro, seed)
-    rows = prompt_rows(config, model_dir)
+    configs = {
+        "rlcore": rlcore_config(model_dir, out, work, device, micro, seed),
+        "rlcore_fast": rlcore_config(model_dir, out, work, device, micro, seed, FAST),
+    }
+    rows = prompt_rows(configs["rlcore"], model_dir)
     name = device_name(device)
     settings = {**work, "micro_batch": micro, "device": name, "model_dir": str(model_dir)}
-    medians: dict[str, list[float]] = {"trl": [], "rlcore": []}
-    runs: dict[str, list[dict]] = {"trl": [], "rlcore": []}
+    systems = ("trl", *configs)
+    medians: dict[str, list[float]] = {system: [] for system in systems}
+    runs: dict[str, list[dict]] = {system: [] for system in systems}
     for round_ in range(1, rounds + 1):
-        for system in ("trl", "rlcore"):
+        for system in systems:
             if system == "trl":
                 row = run_trl(model_dir, rows, work, device, micro, iterations, warmup, seed)
             else:
-                row = run_rlcore(config, device, iterations, warmup)
+                row = run_rlcore(configs[system], device, iterations, warmup)
+                row["system"] = system
             row = {**row, "round": round_, "device": name, "settings": settings}
             medians[system].append(row["seconds_per_iteration_median"])
             runs[system].append(row)
             if emit is not None:
                 emit(row)
-    trl_s, rl_s = statistics.median(medians["trl"]), statistics.median(medians["rlcore"])
+    seconds = {system: statistics.median(medians[system]) for system in systems}
     return {
         "device": name,
-        "trl_seconds_per_iteration": round(trl_s, 4),
-        "rlcore_seconds_per_iteration": round(rl_s, 4),
-        "rlcore_over_trl": round(rl_s / trl_s, 4),
+        **{f"{system}_seconds_per_iteration": round(seconds[system], 4) for system in systems},
+        "rlcore_over_trl": round(seconds["rlcore"] / seconds["trl"], 4),
+        "rlcore_fast_over_trl": round(seconds["rlcore_fast"] / seconds["trl"], 4),
         "target_rlcore_over_trl": 0.5,
         "runs": runs,
     }
@@ -344,7 +369,7 @@ def check_trl_grpo(args, out: Path) -> dict[str, Any]:
     result = compare(
         args.device, args.small, out, micro=args.micro_batch, iterations=args.iterations
     )
-    for system in ("trl", "rlcore"):
+    for system in result["runs"]:
         (row,) = result["runs"][system]
         result[system] = {k: v for k, v in row.items() if k not in ("settings", "system", "device")}
     settings = result["runs"]["trl"][0]["settings"]
