@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import shutil
 import socket
@@ -84,6 +85,7 @@ CHECKS = (
     "cartpole",
     "tiny_reasoning",
     "generate",
+    "decode_profile",
     "qwen_ddp",
     "qwen_ddp_static",
     "qwen_ddp_fused",
@@ -328,6 +330,62 @@ def check_generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return row
 
 
+def check_decode_profile(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Where a decode step's time goes on the static loop with graphs: one call of 256 rows x
+    64 sampled tokens (after a warm call that captures) under torch's profiler, the kernels and
+    the host operations that take the most time, and the wall time a step."""
+    from tensordict import TensorDict
+    from torch.profiler import ProfilerActivity, profile
+
+    from rlcore.config import load_config
+    from rlcore.workers.rollout import HFEngine
+
+    model_dir, _ = qwen_dir(args, out)
+    rows, new = (8, 8) if args.small else (256, 64)
+    config = load_config(
+        "reasoning/qwen2.5-0.5b_gsm8k_ppo",
+        [
+            *_common(out, args.device),
+            f"actor.model.path={model_dir}",
+            "data.train_files=[]",
+            "data.val_files=[]",
+            "data.chat_template=false",
+            f"data.max_response_length={new}",
+            "actor.model.dtype=" + ("float32" if args.device == "cpu" else "bfloat16"),
+            "rollout.hf.static_cache=true",
+        ],
+    )
+    engine = HFEngine(config, model_dir, torch.device(args.device))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, len(engine.tokenizer), (rows, 60), generator=gen)
+    batch = TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, [rows])
+    engine.generate(batch, greedy=False, log_probs=True)
+    _sync(args.device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        engine.generate(batch, greedy=False, log_probs=True)
+        _sync(args.device)
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+
+    def top(attribute: str, n: int = 14) -> list[list[Any]]:
+        ranked = sorted(events, key=lambda e: getattr(e, attribute, 0) or 0, reverse=True)[:n]
+        return [
+            [e.key[:70], e.count, round((getattr(e, attribute, 0) or 0) / 1e3, 2)] for e in ranked
+        ]
+
+    return {
+        "ok": True,
+        "rows": rows,
+        "new_tokens": new,
+        "wall_s": round(wall, 3),
+        "ms_per_step": round(wall / new * 1e3, 2),
+        "top_device_ms": top("self_device_time_total") if args.device == "cuda" else None,
+        "top_host_ms": top("self_cpu_time_total"),
+    }
+
+
 def _agreement(engines: dict[str, Any], part: Any, timed: Any) -> dict[str, Any]:
     """Greedy tokens of the graph path against generate's (bf16: sums in another order may flip
     a near tie, after which the rows differ), and its sampled tokens' recorded log-probs
@@ -464,19 +522,25 @@ def check_qwen(
     }
 
 
+# qwen_fast's variants: the fused log-probs' chunk (positions a chunk; the backward holds a few
+# float32 [chunk, vocabulary] tensors at once)
+FAST_VARIANTS = {"chunk2048": (), "chunk512": ("actor.entropy_from_logits_chunk_size=512",)}
+
+
 def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """``qwen_ddp`` with every new path on (``FAST``) at each of ``--fast-micro-batches``:
-    the micro-batch that gives the best update, and the peak memory at each; one size running
-    out of memory leaves the others measured."""
+    """``qwen_ddp`` with every new path on (``FAST``) at each of ``--fast-micro-batches``,
+    in each of ``FAST_VARIANTS``: the micro-batch that gives the best update, and the peak
+    memory at each; one running out of memory leaves the others measured."""
     runs = []
-    for size in args.fast_micro_batches:
+    for size, (name, extra) in itertools.product(args.fast_micro_batches, FAST_VARIANTS.items()):
         sized = argparse.Namespace(**{**vars(args), "micro_batch": size})
         try:
-            runs.append(check_qwen(sized, out, "ddp", FAST))
+            runs.append({"variant": name, **check_qwen(sized, out, "ddp", (*FAST, *extra))})
         except Exception as error:
             runs.append(
                 {
                     "ok": False,
+                    "variant": name,
                     "micro_batch": size,
                     "error": f"{type(error).__name__}: {str(error)[:300]}",
                 }
@@ -629,8 +693,8 @@ def main() -> int:
         "--fast-micro-batches",
         type=int,
         nargs="+",
-        default=[64, 128],
-        help="qwen_fast: the micro-batches to run it at",
+        default=[64],
+        help="qwen_fast: the micro-batches to run it at (at most the mini-batch's rows)",
     )
     parser.add_argument("--small", action="store_true", help="a small model and batch")
     parser.add_argument("--out", help="working folder (default: a temporary one)")
@@ -645,6 +709,7 @@ def main() -> int:
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
         "generate": check_generate,
+        "decode_profile": check_decode_profile,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),
         "qwen_ddp_fused": lambda a, o: check_qwen(a, o, "ddp", FUSED),

@@ -87,10 +87,16 @@ class HFEngine:
     when fused with it)."""
 
     def __init__(
-        self, config: ReasoningConfig, model_dir: Path, device: torch.device, model: Any = None
+        self,
+        config: ReasoningConfig,
+        model_dir: Path,
+        device: torch.device,
+        model: Any = None,
+        collocated: bool = False,
     ) -> None:
         self.config = config
         self.device = device
+        self.collocated = collocated or model is not None  # the actor trains on this GPU too
         self.tokenizer = load_tokenizer(model_dir)
         lora = config.actor.model.lora
         self.lora = lora.rank > 0
@@ -135,7 +141,11 @@ class HFEngine:
     pushes_weights = False
 
     def release_memory(self) -> None:
-        """Nothing: transformers' model stays where it is (it may be the actor's own)."""
+        """The static loop's caches and graphs, where the actor trains on this GPU too
+        (``collocated``): they are made again, and recaptured, at the next generation (about
+        a generation step's time). The model stays where it is (it may be the actor's own)."""
+        if self.decoder is not None and self.collocated:
+            self.decoder.release()
 
     def resume_memory(self) -> None:
         """Nothing to take back (see ``release_memory``)."""
@@ -421,7 +431,7 @@ class RolloutWorker:
         else:
             # The actor's own module, unless FSDP2 shards it: then a whole copy, synced.
             model = actor.model if actor is not None and not actor.trainer.shards else None
-            self.engine = HFEngine(config, model_dir, ctx.torch_device, model)
+            self.engine = HFEngine(config, model_dir, ctx.torch_device, model, collocated)
             self.shares_actor = model is not None
         self.pushes_weights = self.engine.pushes_weights
         self.version = -1  # no weights synced yet

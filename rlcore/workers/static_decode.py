@@ -26,6 +26,8 @@ them in place: a captured graph reads them where they are, so it stays valid.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +68,68 @@ def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
         drop[..., -1:] = False
         scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return scores
+
+
+def grouped_query_decode(original: Callable) -> Callable:
+    """``original`` (an attention function of transformers' ``AttentionInterface``) computing a
+    one-token step of grouped-query attention without copying the keys and values per query
+    head: the query heads that share a key/value head become the query rows of one attention
+    over that head's keys (the same sums). transformers 5.17's ``sdpa`` repeats the keys and
+    values for each query head whenever a mask is given (7 copies of the whole cache per layer
+    and step for Qwen2.5-0.5B's 14 query and 2 key/value heads); 5.24 packs as here. Anything
+    else (a longer query, no shared heads, a per-head mask, extra biases) goes to
+    ``original``."""
+
+    def attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        groups = getattr(module, "num_key_value_groups", 1)
+        plain = (
+            query.shape[2] != 1
+            or groups == 1
+            or attention_mask is None
+            or attention_mask.dim() != 4
+            or attention_mask.shape[1] != 1
+            or any(kwargs.get(k) is not None for k in ("position_bias", "softcap", "sinks"))
+            or getattr(module, "sliding_window", None)
+        )
+        if plain:
+            return original(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                dropout=dropout,
+                scaling=scaling,
+                **kwargs,
+            )
+        rows, heads, _, width = query.shape
+        packed = query.reshape(rows, heads // groups, groups, width)
+        mask = attention_mask[..., : key.shape[-2]]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            packed, key, value, attn_mask=mask, scale=scaling
+        )
+        return out.reshape(rows, heads, 1, width).transpose(1, 2).contiguous(), None
+
+    return attend
+
+
+@contextmanager
+def decode_attention(config: Any) -> Iterator[None]:
+    """Within it, the attention function registered under ``config``'s implementation is
+    ``grouped_query_decode`` of itself (transformers looks it up by name at each call; a
+    captured graph keeps what it found at capture). ``eager``, not registered, is left as is."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = getattr(config, "_attn_implementation", None)
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        yield
+        return
+    original = ALL_ATTENTION_FUNCTIONS[name]
+    ALL_ATTENTION_FUNCTIONS[name] = grouped_query_decode(original)  # (this instance's only)
+    try:
+        yield
+    finally:
+        ALL_ATTENTION_FUNCTIONS[name] = original
 
 
 class _Bucket:
@@ -138,6 +202,12 @@ class StaticDecoder:
                 "attention mask only; set rollout.hf.static_cache=false for this model"
             )
         return config
+
+    def release(self) -> None:
+        """Drop every bucket (its cache, buffers and graph) and the graphs' memory pool: the
+        device memory goes back to torch's allocator for others to use until the next call."""
+        self.buckets.clear()
+        self.pool = None
 
     def bucket(self, rows: int, width: int, new_tokens: int) -> _Bucket:
         """The bucket of a call of ``rows`` prompts ``width`` wide generating up to
@@ -223,7 +293,15 @@ class StaticDecoder:
     def _forward(self, b: _Bucket) -> None:
         """The decode step: the model on ``b.tokens`` at ``b.positions`` under ``b.mask``, its
         next-token logits into ``b.logits`` (the cache takes the tokens' keys and values)."""
-        out = self.model(
+        with decode_attention(self.config):
+            out = self._model_step(b)
+        if b.logits is None:
+            b.logits = out.logits[:, -1].float()
+        else:
+            b.logits.copy_(out.logits[:, -1])
+
+    def _model_step(self, b: _Bucket) -> Any:
+        return self.model(
             input_ids=b.tokens,
             attention_mask=b.mask,
             position_ids=b.positions,
@@ -231,10 +309,6 @@ class StaticDecoder:
             logits_to_keep=1,
             **cache_inputs(self.model, b.cache),
         )
-        if b.logits is None:
-            b.logits = out.logits[:, -1].float()
-        else:
-            b.logits.copy_(out.logits[:, -1])
 
     def _step(self, b: _Bucket) -> None:
         if not self.graphs:

@@ -178,7 +178,13 @@ def test_the_engine_generates_the_same_batch_through_either_path(tiny_lm):
     ids, mask = left_pad(rows, eager.tokenizer.pad_token_id)
     batch = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[len(ids)])
     a = eager.generate(batch, greedy=True, log_probs=True)
-    b = static.generate(batch, greedy=True, log_probs=True)
+    assert static.collocated  # it generates with another engine's module, as with the actor's
+    static.release_memory()  # (nothing held yet)
+    static.generate(batch, greedy=True)
+    assert static.decoder.buckets
+    static.release_memory()  # while the actor trains: caches and graphs given back
+    assert not static.decoder.buckets
+    b = static.generate(batch, greedy=True, log_probs=True)  # made again
     assert set(a.keys()) == set(b.keys())
     for key in a.keys():  # noqa: SIM118 (a TensorDict iterates over its rows)
         if key == "rollout_log_probs":
@@ -258,3 +264,27 @@ def test_the_decode_step_traces_whole_with_no_host_sync(model):
     assert torch.allclose(bucket.logits, expected, atol=1e-6)
     assert [int(n) for n in bucket.lengths()] == [int(n) for n in written]
     torch._dynamo.reset()
+
+
+def test_grouped_query_decode_equals_attention_over_repeated_keys():
+    """One query token per row, 6 query heads over 2 key/value heads, a padding mask: the
+    packed attention equals softmax(q k^T / sqrt(d) + mask) v with each key/value head repeated
+    for its 3 query heads (computed here by hand), and a longer query goes to the original."""
+    from types import SimpleNamespace
+
+    from rlcore.workers.static_decode import grouped_query_decode
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, h, n, 8, generator=gen) for h, n in ((6, 1), (2, 10), (2, 10)))
+    mask = torch.rand(3, 1, 1, 10, generator=gen) > 0.3
+    mask[:, ..., -1] = True
+    module = SimpleNamespace(num_key_value_groups=3)
+    got, _ = grouped_query_decode(None)(module, q, k, v, mask, scaling=8**-0.5)
+    keys, values = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
+    scores = (q @ keys.transpose(-1, -2)) * 8**-0.5
+    expected = (scores.masked_fill(~mask, float("-inf")).softmax(-1) @ values).transpose(1, 2)
+    assert got.shape == (3, 1, 6, 8)
+    assert torch.allclose(got, expected, atol=1e-6)
+    calls = []
+    longer = grouped_query_decode(lambda *a, **kw: calls.append(a) or ("original", None))
+    assert longer(module, torch.randn(3, 6, 2, 8), k, v, None)[0] == "original" and calls
