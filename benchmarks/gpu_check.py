@@ -85,6 +85,7 @@ CHECKS = (
     "cartpole",
     "tiny_reasoning",
     "generate",
+    "generate_compiled",
     "decode_profile",
     "qwen_ddp",
     "qwen_ddp_static",
@@ -248,11 +249,26 @@ def qwen_dir(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Any]]
 # generation: transformers' generate against the static-cache loop -------------------------------
 
 
-def check_generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+GENERATE_VARIANTS = {
+    "generate": {},
+    "static": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": False},
+    "graph": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": True},
+}
+COMPILED_VARIANTS = {
+    "generate": {},
+    "graph": {"rollout.hf.static_cache": True},
+    "compiled": {"rollout.hf.static_cache": True, "rollout.hf.compile": True},
+}
+
+
+def check_generate(
+    args: argparse.Namespace, out: Path, variants: dict[str, dict] = GENERATE_VARIANTS
+) -> dict[str, Any]:
     """The ``hf`` engine on the issue's workload (256 prompts x 256 sampled tokens with their
-    log-probs, bf16): transformers' generate (today's path), the static-cache loop uncaptured,
-    and with a CUDA graph per decode step, alternated twice; then how close the graph path's
-    greedy tokens are to generate's and its recorded log-probs to a forward pass."""
+    log-probs, bf16): transformers' generate (today's path) and the static-cache loop's
+    ``variants`` (uncaptured, a CUDA graph per decode step, compiled), alternated twice; then
+    how close the graph path's greedy tokens are to generate's and its recorded log-probs to a
+    forward pass."""
     from tensordict import TensorDict
 
     from rlcore.config import load_config, replace_keys
@@ -274,11 +290,7 @@ def check_generate(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         ],
     )
     device = torch.device(args.device)
-    variants = {
-        "generate": {},
-        "static": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": False},
-        "graph": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": True},
-    }
+    variants = dict(variants)
     engines: dict[str, Any] = {}
     for name, keys in variants.items():
         model = engines["generate"].model if engines else None
@@ -696,6 +708,12 @@ def main() -> int:
         default=[64],
         help="qwen_fast: the micro-batches to run it at (at most the mini-batch's rows)",
     )
+    parser.add_argument(
+        "--trl-systems",
+        nargs="+",
+        choices=("trl", "rlcore", "rlcore_fast"),
+        help="trl_grpo: the systems to run (default all three)",
+    )
     parser.add_argument("--small", action="store_true", help="a small model and batch")
     parser.add_argument("--out", help="working folder (default: a temporary one)")
     args = parser.parse_args()
@@ -709,6 +727,7 @@ def main() -> int:
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
         "generate": check_generate,
+        "generate_compiled": lambda a, o: check_generate(a, o, COMPILED_VARIANTS),
         "decode_profile": check_decode_profile,
         "qwen_ddp": lambda a, o: check_qwen(a, o, "ddp"),
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", STATIC),

@@ -11,12 +11,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvi
 python3 benchmarks/gpu_env_probe.py > "$OUT/probe.json" 2>&1
 pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1
 export PYTHONPATH=/tmp/site:. HF_HUB_OFFLINE=1
-# generation (generate / static / graph alternated), the PPO iteration of the 0.5B config as it
-# is today and with every new path at two micro-batches
-timeout "${CHECK_S:-300}" python3 benchmarks/gpu_check.py --out "$WORK" \
-    --only generate qwen_ddp qwen_fast --micro-batch 64 --fast-micro-batches 64 128 \
+# generation (generate / static / graph alternated), where a decode step's time goes, the PPO
+# iteration of the 0.5B config as it is today and with every new path (two fused chunk sizes)
+timeout "${CHECK_S:-220}" python3 benchmarks/gpu_check.py --out "$WORK" \
+    --only generate decode_profile qwen_ddp qwen_fast --micro-batch 64 --fast-micro-batches 64 \
     2> "$OUT/check.err" | tee "$OUT/check.jsonl"
-# TRL 1.16's GRPO beside rlcore's (today's and the new paths) on the same work
-timeout "${TRL_S:-200}" python3 benchmarks/gpu_check.py --out "$WORK" --only trl_grpo \
-    --micro-batch 16 2> "$OUT/trl.err" | tee "$OUT/trl.jsonl"
-tail -c 3000 "$OUT/check.err" "$OUT/trl.err"
+# TRL 1.16's GRPO beside rlcore's (the new paths; TRL_SYSTEMS="trl rlcore rlcore_fast" adds
+# today's) on the same work
+timeout "${TRL_S:-120}" python3 benchmarks/gpu_check.py --out "$WORK" --only trl_grpo \
+    --micro-batch 16 --trl-systems ${TRL_SYSTEMS:-trl rlcore_fast} \
+    2> "$OUT/trl.err" | tee "$OUT/trl.jsonl"
+# the decode step compiled by inductor before its capture (compiling takes tens of seconds)
+timeout "${COMPILE_S:-170}" python3 benchmarks/gpu_check.py --out "$WORK" \
+    --only generate_compiled 2> "$OUT/compiled.err" | tee "$OUT/compiled.jsonl"
+tail -c 2000 "$OUT/check.err" "$OUT/trl.err" "$OUT/compiled.err"

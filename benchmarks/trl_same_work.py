@@ -18,8 +18,8 @@ the ``torch`` backend, ``actor.model.share_group_prompts=true`` (a prompt is pre
 its 4 completions: rlcore's own saving, the same tokens trained) and ``actor.shuffle=false``.
 ``rlcore_fast`` is rlcore with issue 51's paths on (``FAST``): the static-cache decode loop
 (a CUDA graph per decode step on CUDA) and the log-probs from the hidden states; the static
-loop prefills every row (no shared prompts). The reward is the GSM8K strict rule on both sides (0 for random text: every advantage is 0,
-the backward passes run all the same).
+loop prefills every row (no shared prompts). The reward is the GSM8K strict rule on both sides
+(0 for random text: every advantage is 0, the backward passes run all the same).
 
 Timing: an iteration is the time between the ends of two consecutive optimizer steps, with
 ``torch.cuda.synchronize()`` at each mark (TRL: a ``TrainerCallback``; rlcore: around
@@ -316,6 +316,7 @@ def compare(
     rounds: int = 1,
     seed: int = 1,
     emit=None,
+    systems: tuple[str, ...] = ("trl", "rlcore", "rlcore_fast"),
 ) -> dict[str, Any]:
     """``rounds`` runs of each system, TRL first in each round; every run's row goes to
     ``emit`` (a callable) as it ends. The medians over the runs and rlcore's over TRL's."""
@@ -328,7 +329,7 @@ def compare(
     rows = prompt_rows(configs["rlcore"], model_dir)
     name = device_name(device)
     settings = {**work, "micro_batch": micro, "device": name, "model_dir": str(model_dir)}
-    systems = ("trl", *configs)
+    systems = tuple(s for s in ("trl", *configs) if s in systems)
     medians: dict[str, list[float]] = {system: [] for system in systems}
     runs: dict[str, list[dict]] = {system: [] for system in systems}
     for round_ in range(1, rounds + 1):
@@ -347,8 +348,11 @@ def compare(
     return {
         "device": name,
         **{f"{system}_seconds_per_iteration": round(seconds[system], 4) for system in systems},
-        "rlcore_over_trl": round(seconds["rlcore"] / seconds["trl"], 4),
-        "rlcore_fast_over_trl": round(seconds["rlcore_fast"] / seconds["trl"], 4),
+        **{
+            f"{system}_over_trl": round(seconds[system] / seconds["trl"], 4)
+            for system in systems
+            if system != "trl" and "trl" in seconds
+        },
         "target_rlcore_over_trl": 0.5,
         "runs": runs,
     }
@@ -367,7 +371,12 @@ def check_trl_grpo(args, out: Path) -> dict[str, Any]:
             "(pandas, arrow) fetches it; benchmarks/gpu_env_probe.py says what the machine has",
         }
     result = compare(
-        args.device, args.small, out, micro=args.micro_batch, iterations=args.iterations
+        args.device,
+        args.small,
+        out,
+        micro=args.micro_batch,
+        iterations=args.iterations,
+        systems=tuple(getattr(args, "trl_systems", None) or ("trl", "rlcore", "rlcore_fast")),
     )
     for system in result["runs"]:
         (row,) = result["runs"][system]

@@ -280,6 +280,12 @@ class HFRolloutConfig:
         "into the captured weights, so the graphs stay valid); CPU devices run the same step "
         "uncaptured",
     )
+    compile: bool = key(
+        False,
+        doc="with rollout.hf.static_cache: compile the decode step with torch.compile "
+        "(inductor: the small per-layer operations fused into fewer kernels) before it is "
+        "captured; each (batch, length) bucket compiles once, taking tens of seconds",
+    )
     batch_bucket: int = key(
         32,
         doc="with rollout.hf.static_cache: rows of a call rounded up to a multiple of this (the "

@@ -123,6 +123,7 @@ class HFEngine:
                 length_bucket=hf.length_bucket,
                 max_buckets=hf.max_buckets,
                 cuda_graph=hf.cuda_graph,
+                compile_backend="inductor" if hf.compile else None,
             )
             if hf.static_cache
             else None

@@ -176,6 +176,7 @@ class StaticDecoder:
         length_bucket: int,
         max_buckets: int,
         cuda_graph: bool,
+        compile_backend: str | None = None,
     ) -> None:
         self.model = getattr(model, "module", model)  # (DistributedDataParallel)
         self.config = self._text_config()
@@ -187,6 +188,12 @@ class StaticDecoder:
         self.buckets: OrderedDict[tuple[int, int], _Bucket] = OrderedDict()
         self.pool: Any = None  # the graphs' shared memory pool
         self.captures = 0  # graphs captured so far (what the tests and benchmarks read)
+        # the model's step, compiled whole (rollout.hf.compile: inductor) or as it is
+        self.model_step = (
+            torch.compile(self._model_step, backend=compile_backend, fullgraph=True, dynamic=False)
+            if compile_backend
+            else self._model_step
+        )
 
     def _text_config(self) -> Any:
         from rlcore.models.forward import inner_model
@@ -294,7 +301,7 @@ class StaticDecoder:
         """The decode step: the model on ``b.tokens`` at ``b.positions`` under ``b.mask``, its
         next-token logits into ``b.logits`` (the cache takes the tokens' keys and values)."""
         with decode_attention(self.config):
-            out = self._model_step(b)
+            out = self.model_step(b)
         if b.logits is None:
             b.logits = out.logits[:, -1].float()
         else:

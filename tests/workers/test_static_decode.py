@@ -288,3 +288,17 @@ def test_grouped_query_decode_equals_attention_over_repeated_keys():
     calls = []
     longer = grouped_query_decode(lambda *a, **kw: calls.append(a) or ("original", None))
     assert longer(module, torch.randn(3, 6, 2, 8), k, v, None)[0] == "original" and calls
+
+
+def test_a_compiled_step_generates_what_the_plain_step_does(model):
+    """rollout.hf.compile's path (here with dynamo's eager backend, which traces the step whole
+    without inductor's minutes of C++ on this CPU): the same greedy tokens."""
+    import copy
+
+    ids, mask = prompts()
+    plain, _ = decoder(model).generate(ids, mask, 9, Sampling(greedy=True), log_probs=False)
+    torch._dynamo.reset()
+    compiled = decoder(copy.deepcopy(model), compile_backend="eager")
+    got, _ = compiled.generate(ids, mask, 9, Sampling(greedy=True), log_probs=False)
+    torch._dynamo.reset()
+    assert torch.equal(got, plain)

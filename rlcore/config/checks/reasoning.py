@@ -39,7 +39,7 @@ def _static_decode(config: ReasoningConfig) -> list[str]:
     rollout = config.rollout
     hf = rollout.hf
     if not hf.static_cache:
-        keys = ("cuda_graph", "batch_bucket", "length_bucket", "max_buckets")
+        keys = ("cuda_graph", "compile", "batch_bucket", "length_bucket", "max_buckets")
         return [
             f"rollout.hf.{name}: set, but rollout.hf.static_cache is false, so nothing reads "
             "it; set rollout.hf.static_cache=true, or leave it out"
