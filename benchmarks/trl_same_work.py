@@ -87,6 +87,8 @@ def model_folder(out: Path, small: bool) -> Path:
 # rlcore with issue 51's paths: the static-cache decode loop (a CUDA graph per step on CUDA)
 # and the log-probs from the hidden states (no full-vocabulary logits); the static loop
 # prefills every row, so prompts are not shared there
+# rlcore's paths before issue 51 (the 0.5B config now ships with FAST's first two on)
+TODAY = ("rollout.hf.static_cache=false", "actor.model.use_fused_kernels=false")
 FAST = (
     "rollout.hf.static_cache=true",
     "actor.model.use_fused_kernels=true",
@@ -323,7 +325,7 @@ def compare(
     work = SMALL_WORK if small else WORK
     model_dir = model_folder(out, small)
     configs = {
-        "rlcore": rlcore_config(model_dir, out, work, device, micro, seed),
+        "rlcore": rlcore_config(model_dir, out, work, device, micro, seed, TODAY),
         "rlcore_fast": rlcore_config(model_dir, out, work, device, micro, seed, FAST),
     }
     rows = prompt_rows(configs["rlcore"], model_dir)

@@ -284,7 +284,9 @@ class HFRolloutConfig:
         False,
         doc="with rollout.hf.static_cache: compile the decode step with torch.compile "
         "(inductor: the small per-layer operations fused into fewer kernels) before it is "
-        "captured; each (batch, length) bucket compiles once, taking tens of seconds",
+        "captured; each (batch, length) bucket compiles once (28 s for the 0.5B model on an "
+        "H200, where it decoded 1.5x faster than the graph alone), and a collocated engine keeps "
+        "its compiled buckets while the actor trains instead of giving them back",
     )
     batch_bucket: int = key(
         32,

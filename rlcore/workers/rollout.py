@@ -144,8 +144,11 @@ class HFEngine:
     def release_memory(self) -> None:
         """The static loop's caches and graphs, where the actor trains on this GPU too
         (``collocated``): they are made again, and recaptured, at the next generation (about
-        a generation step's time). The model stays where it is (it may be the actor's own)."""
-        if self.decoder is not None and self.collocated:
+        a generation step's time); compiled ones (``rollout.hf.compile``) are kept, since a
+        new cache would compile again. The model stays where it is (it may be the actor's
+        own)."""
+        hf = self.config.rollout.hf
+        if self.decoder is not None and self.collocated and not hf.compile:
             self.decoder.release()
 
     def resume_memory(self) -> None:

@@ -153,6 +153,14 @@ ADDED_SINCE = {
         "rollout.tool_processes": 2,
         "rollout.interaction": None,
         "warmup.examples": None,
+        # the hf engine's static-cache decode loop and the fused log-probs (issue 51)
+        "rollout.hf.static_cache": False,
+        "rollout.hf.cuda_graph": True,
+        "rollout.hf.compile": False,
+        "rollout.hf.batch_bucket": 32,
+        "rollout.hf.length_bucket": 64,
+        "rollout.hf.max_buckets": 2,
+        "actor.model.use_fused_kernels": False,
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)
@@ -204,6 +212,12 @@ RETUNED = {
         "algorithm.huber_delta": 1.0,
         "algorithm.value_clip": 0.2,
     },
+}
+# the 0.5B GPU recipe takes issue 51's paths: the same distribution sampled by rlcore's decode
+# loop (other random draws, so other tokens than generate's), the same log-probs and gradients
+RETUNED["reasoning/qwen2.5-0.5b_gsm8k_ppo"] = {
+    "rollout.hf.static_cache": True,
+    "actor.model.use_fused_kernels": True,
 }
 # changed in both shapes on purpose: PickCube bootstraps at success, as ManiSkill's baseline
 FIXED = {"embodied/maniskill_pickcube_ppo": {"algorithm.bootstrap_type": "always"}}
