@@ -539,7 +539,13 @@ def check_qwen(
 
 # qwen_fast's variants: the fused log-probs' chunk (positions a chunk; the backward holds a few
 # float32 [chunk, vocabulary] tensors at once)
-FAST_VARIANTS = {"chunk2048": (), "chunk512": ("actor.entropy_from_logits_chunk_size=512",)}
+# and the decoder layers compiled for every pass of actor, reference and critic (the first
+# iteration compiles; the second is the one reported)
+FAST_VARIANTS = {
+    "chunk2048": (),
+    "chunk512": ("actor.entropy_from_logits_chunk_size=512",),
+    "compiled": ("actor.use_torch_compile=true", "critic.use_torch_compile=true"),
+}
 
 
 def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:

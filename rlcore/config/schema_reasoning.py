@@ -208,10 +208,21 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "the logits in the backward pass instead of keeping them (verl's key, which recomputes "
         "the entropy): less memory for one more softmax a step; the same gradient",
     )
+    use_torch_compile: bool = key(
+        False,
+        doc="compile each decoder layer of the actor's and the reference's model with "
+        "torch.compile (regional: one layer's code, shapes dynamic), fusing the small "
+        "operations between the matmuls of every pass; the first passes compile (tens of "
+        "seconds on a GPU). torch and fsdp2 backends (verl's key)",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)
 class CriticConfig(TrainedKeys):
+    use_torch_compile: bool = key(
+        False,
+        doc="as actor.use_torch_compile, for the critic's model (verl's key)",
+    )
     use_critic_model: bool | None = key(
         None,
         doc="train a separate critic model; null = derived from algorithm.adv_type (true for an "

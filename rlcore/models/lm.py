@@ -218,6 +218,34 @@ def enable_gradient_checkpointing(model: Any) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+# torch.compile's backend for use_torch_compile (tests trace with "eager": no inductor C++ on CPU)
+COMPILE_BACKEND = "inductor"
+
+
+def decoder_layers(model: Any) -> Any:
+    """The transformers model's decoder layers (``model.layers`` of its base model), under a
+    peft or data-parallel wrapper or not; None for a model without them."""
+    from rlcore.models.forward import inner_model
+
+    inner = inner_model(model)
+    base = getattr(inner, "model", inner)
+    return getattr(base, "layers", None)
+
+
+def compile_layers(model: Any) -> int:
+    """Compile each decoder layer in place (``nn.Module.compile``: regional compilation, the
+    layers' code compiled once and shared, shapes dynamic so micro-batches of other lengths do
+    not recompile), the small operations between the matmuls fused (verl's
+    ``use_torch_compile``). Before the model is wrapped for data parallelism or sharded. The
+    number of layers compiled."""
+    layers = decoder_layers(model)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no decoder layers to compile")
+    for layer in layers:
+        layer.compile(backend=COMPILE_BACKEND, dynamic=True)
+    return len(layers)
+
+
 def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 

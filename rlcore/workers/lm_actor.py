@@ -49,6 +49,7 @@ from rlcore.models.forward import (
 )
 from rlcore.models.fused_head import TokenStats, check_fused_head
 from rlcore.models.lm import (
+    compile_layers,
     enable_gradient_checkpointing,
     is_adapter,
     load_causal_lm,
@@ -82,6 +83,8 @@ def _trainer(
     group = config.algorithm.group_size
     if config.actor.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if section.use_torch_compile:
+        compile_layers(model)
     return Trainer(
         ctx,
         model,
@@ -406,6 +409,8 @@ class LMReference:
         self.device = ctx.torch_device
         self.model = load_causal_lm(model_dir, reference_dtype(config)).to(self.device).eval()
         self.model.requires_grad_(False)
+        if config.actor.use_torch_compile:
+            compile_layers(self.model)
         _check_causal_lm(config, self.model)
         self.temperature = config.rollout.temperature
 

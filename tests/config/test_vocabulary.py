@@ -161,6 +161,8 @@ ADDED_SINCE = {
         "rollout.hf.length_bucket": 64,
         "rollout.hf.max_buckets": 2,
         "actor.model.use_fused_kernels": False,
+        "actor.use_torch_compile": False,
+        "critic.use_torch_compile": False,
     },
 }
 # the one runner section's keys of the other mode (not read, at their defaults)

@@ -125,6 +125,16 @@ def _megatron(config: ReasoningConfig) -> list[str]:
             model.use_fused_kernels and config.actor.training_backend == "megatron",
             "log-probs from the last hidden states and the LM head",
         ),
+        (
+            "actor.use_torch_compile",
+            config.actor.use_torch_compile and config.actor.training_backend == "megatron",
+            "compiling transformers' decoder layers (Megatron's model is its own)",
+        ),
+        (
+            "critic.use_torch_compile",
+            config.critic.use_torch_compile and config.critic.training_backend == "megatron",
+            "compiling transformers' decoder layers (Megatron's model is its own)",
+        ),
     ]
     for key_path, on, what in unbuilt:
         if on:
