@@ -302,3 +302,28 @@ def test_a_compiled_step_generates_what_the_plain_step_does(model):
     got, _ = compiled.generate(ids, mask, 9, Sampling(greedy=True), log_probs=False)
     torch._dynamo.reset()
     assert torch.equal(got, plain)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
+def test_on_a_gpu_the_captured_graphs_generate_what_generate_does(model):
+    """On CUDA (float32), the decode step captured once and replayed: the same greedy tokens as
+    transformers' generate, one graph for the bucket, and after an in-place weight change the
+    same graph replays the new weights."""
+    import copy
+
+    cuda = torch.device("cuda")
+    local = copy.deepcopy(model).to(cuda)
+    dec = StaticDecoder(
+        local, [EOS], PAD, cuda, batch_bucket=4, length_bucket=7, max_buckets=2, cuda_graph=True
+    )
+    ids, mask = prompts()
+    got, _ = dec.generate(ids, mask, 20, Sampling(greedy=True), log_probs=False)
+    expected = generated(local, ids.to(cuda), mask.to(cuda), 20)[:, : got.shape[1]]
+    assert torch.equal(got, expected) and dec.captures == 1
+    with torch.no_grad():
+        for p in local.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    got, _ = dec.generate(ids, mask, 20, Sampling(greedy=True), log_probs=False)
+    expected = generated(local, ids.to(cuda), mask.to(cuda), 20)[:, : got.shape[1]]
+    assert torch.equal(got, expected) and dec.captures == 1
