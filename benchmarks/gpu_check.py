@@ -606,13 +606,13 @@ def physx_gpu_missing() -> str | None:
 
 
 def check_maniskill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    if args.device != "cuda":  # (before importing mani-skill and SAPIEN: seconds of CPU)
+        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
     try:
         import gymnasium as gym
         import mani_skill.envs  # noqa: F401  (registers PickCube-v1)
     except ImportError as error:
         return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
-    if args.device != "cuda":
-        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
     if missing := physx_gpu_missing():
         return {"ok": None, "skipped": missing}
     num_envs = 1024
@@ -648,12 +648,12 @@ def _maniskill_ppo(
 ) -> dict[str, Any]:
     """PPO iterations of ``embodied/maniskill_pickcube_ppo`` on the GPU simulator, ``extra``
     overrides on top of its GPU recipe."""
+    if args.device != "cuda":
+        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
     try:
         import mani_skill.envs  # noqa: F401
     except ImportError as error:
         return {"ok": None, "skipped": f"mani-skill is not importable: {error}"}
-    if args.device != "cuda":
-        return {"ok": None, "skipped": "the GPU simulator needs CUDA"}
     if missing := physx_gpu_missing():
         return {"ok": None, "skipped": missing}
     from rlcore.config import load_config
