@@ -71,12 +71,13 @@ def rlinf_command_line(cfg: DictConfig, overrides: Sequence[Override]) -> list[O
                 pop_key(cfg, path)
             else:
                 OmegaConf.update(cfg, path, override.value(), merge=False, force_add=True)
-        if not _read_here(key):
+        if not read_here(key):
             left.append(override)  # (an alias, or a key rlcore spells the same: set again)
     return left
 
 
-def _read_here(key: str) -> bool:
+def read_here(key: str) -> bool:
+    """Whether RLinf's ``key`` is read by these passes (not renamed one to one)."""
     return key in IN_CONTEXT or key in RLINF_FIXED or key.startswith("weight_syncer.")
 
 
@@ -85,7 +86,7 @@ def _both_splits(cfg: DictConfig, key: str) -> list[str]:
     if match is None or key == "env.train.max_steps_per_rollout_epoch":
         return [key]
     other = f"env.{'eval' if match[1] == 'train' else 'train'}.{match[2]}"
-    both = f"env.{match[1]}.{match[2]}" in RLINF_ALIASES and other in RLINF_ALIASES
+    both = key in IN_CONTEXT or (key in RLINF_ALIASES and other in RLINF_ALIASES)
     has_other = OmegaConf.select(cfg, other, default=ABSENT, throw_on_resolution_failure=False)
     return [key, other] if both and has_other is not ABSENT else [key]
 
@@ -172,8 +173,12 @@ def _env_id(cfg: DictConfig, own: DictConfig) -> list[str]:
         for split in SPLITS:  # (for the alias to rename)
             if OmegaConf.select(cfg, f"env.{split}", default=None) is not None:
                 OmegaConf.update(cfg, f"env.{split}.init_params.control_mode", control)
-    type_path, env_type = _one_env_value(cfg, "env_type")
-    id_path, task = _one_env_value(cfg, "init_params.id")
+    problems = Problems()  # (both read, so neither is left for the validator to call unknown)
+    with problems.gathered():
+        type_path, env_type = _one_env_value(cfg, "env_type")
+    with problems.gathered():
+        id_path, task = _one_env_value(cfg, "init_params.id")
+    problems.raise_any()
     if env_type is ABSENT and task is ABSENT:
         return said
     if env_type != MANISKILL:

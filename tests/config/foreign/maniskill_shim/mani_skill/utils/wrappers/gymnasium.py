@@ -9,6 +9,6 @@ class CPUGymWrapper(gym.Wrapper):
         super().__init__(env)
         self.ignore_terminations = ignore_terminations
 
-    def step(self, action):  # noqa: ANN001, ANN201
+    def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, reward, terminated and not self.ignore_terminations, truncated, info
