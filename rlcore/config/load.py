@@ -5,9 +5,12 @@ validated, frozen config.
    and plain keys (``composition.py``);
 2. ``compose_with_hydra``: Hydra composes the YAML; the config file itself is kept beside it;
 3. ``settle_placement``: one component placement, and a ``--cluster-file`` section;
-4. ``rename_aliases``: verl's, RLinf's and rlcore's earlier spellings in the YAML become rlcore's
-   keys (``foreign/translate.py``);
-5. ``apply_overrides``: the command line's ``key=value`` overrides, aliases translated;
+4. ``rlinf_command_line``, ``rlinf_interpolations``, ``rlinf_in_context``: RLinf's YAML read
+   in its own names (the command line's RLinf keys first, its interpolations resolved, the keys
+   read in context: ``foreign/rlinf_read.py``); ``rename_aliases``: verl's, RLinf's and
+   rlcore's earlier spellings in the YAML become rlcore's keys (``foreign/translate.py``);
+5. ``apply_overrides``: the command line's ``key=value`` overrides, aliases translated (then
+   RLinf's run length, ``rlinf_run_length``);
 6. ``verl_token_budgets``, 7. ``verl_custom_reward``: verl's keys read in pairs; then verl's
    reward model, multi-turn and asynchronous sections (``foreign/verl_features.py``);
 8. ``drop_derived_keys``: rlcore's earlier keys for values that follow from the mode;
@@ -44,6 +47,12 @@ from rlcore.config.composition import (
 )
 from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign import ALIASES, current_keys
+from rlcore.config.foreign.rlinf_read import (
+    rlinf_command_line,
+    rlinf_in_context,
+    rlinf_interpolations,
+    rlinf_run_length,
+)
 from rlcore.config.foreign.translate import (
     drop_derived_keys,
     rename_aliases,
@@ -102,11 +111,19 @@ def _composed(
         or any(o.key_or_group == steps for o in request.plain)
     )
     said = list(request.repeated)
+    plain = rlinf_command_line(cfg, request.plain)
+    with problems.gathered():
+        rlinf_interpolations(cfg)
+    if problems.lines:
+        return None  # (every pass below reads the keys they point from)
+    with problems.gathered():
+        said += rlinf_in_context(cfg, own)
     with problems.gathered():
         said += rename_aliases(cfg, own)
     configured = ConfiguredBatch.read(cfg)  # (the files' sizes, before the command line)
     for translate in (
-        lambda: apply_overrides(cfg, request.plain),
+        lambda: apply_overrides(cfg, plain),
+        lambda: rlinf_run_length(cfg, user_keys),
         lambda: verl_token_budgets(cfg, user_keys),
         lambda: verl_custom_reward(cfg),
         lambda: verl_fixed_choices(cfg),
