@@ -67,6 +67,8 @@ NOT_RUN = {
     ".venv/bin/rlcore ...": "how to run the commands before it, which run here",
     "python -m rlcore ...": "how to run the commands before it, which run here",
     "python -m rlcore": "names the module (its subcommands run here: tests/test_cli.py)",
+    "rlcore embodied --config maniskill_ppo_mlp.yaml key=value ...": "a synopsis (RLinf's file "
+    "as written: tests/config/foreign/test_rlinf_examples.py)",
     "rlcore embodied [key=value ...]": "a synopsis (rlcore embodied: tests/test_cli.py)",
     "rlcore reasoning [key=value ...]": "a synopsis (rlcore reasoning: tests/test_cli.py)",
     "rlcore embodied | reasoning | config | placement | keys | export": "a synopsis of the "

@@ -63,8 +63,8 @@ def rlinf_command_line(cfg: DictConfig, overrides: Sequence[Override]) -> list[O
     left: list[Override] = []
     for override in overrides:
         key = override.key_or_group
-        if not _is_rlinf(key):
-            left.append(override)
+        if not _is_rlinf(key) or (override.type is OverrideType.DEL and not read_here(key)):
+            left.append(override)  # (a removal the loader makes, of a key it reads)
             continue
         for path in _both_splits(cfg, key):
             if override.type is OverrideType.DEL:
