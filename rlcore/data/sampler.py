@@ -26,17 +26,68 @@ def data_name(data: Any) -> str:
     return Path(data.train_files[0]).stem.split(".")[0] if data.train_files else "arith"
 
 
+# Prompt sets a start's preflight built, for the run it starts to take instead of building them
+# again (reading, scoring and tokenising GSM8K takes seconds); at most one per split.
+_kept: dict[bool, tuple[str, PromptSet]] = {}
+
+
+def _kept_key(config: ReasoningConfig, tokenizer: Any, train: bool, tools: Any) -> str:
+    """What a prompt set is built from: the data section, the reward's scorers, the tokenizer
+    (its folder, size and chat template), the tools, and each data file's size and time."""
+    files = config.data.train_files if train else config.data.val_files
+    stamps = []
+    for name in files:
+        try:
+            stat = Path(name).expanduser().stat()
+            stamps.append((name, stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            stamps.append((name, None, None))
+    reward = config.reward
+    return repr(
+        (
+            config.data,
+            reward.kind,
+            reward.sources,
+            reward.rules.timeout_s,
+            getattr(tokenizer, "name_or_path", None),
+            len(tokenizer) if hasattr(tokenizer, "__len__") else None,
+            getattr(tokenizer, "chat_template", None),
+            tools,
+            stamps,
+        )
+    )
+
+
 def load_prompt_set(
     config: ReasoningConfig,
     tokenizer: Any,
     train: bool,
     tools: list[dict[str, Any]] | None = None,
     quiet: bool = False,
+    keep: bool = False,
 ) -> PromptSet:
     """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
     ``tools``: the function schemas a chat template lists for the model (``rollout.tools``).
     ``DataError`` when fewer training prompts are usable than ``data.train_batch_size``. What it
-    reads and drops is said, unless ``quiet`` (a start's preflight: the run says it)."""
+    reads and drops is said, unless ``quiet``. ``keep``: the set is also kept for the next call
+    that would build the same one (a start's preflight, then its run), which takes it."""
+    key = _kept_key(config, tokenizer, train, tools)
+    kept = _kept.pop(train, None)
+    if kept is not None and kept[0] == key and not keep:
+        return kept[1]
+    prompts = _built_prompt_set(config, tokenizer, train, tools, quiet)
+    if keep:
+        _kept[train] = (key, prompts)
+    return prompts
+
+
+def _built_prompt_set(
+    config: ReasoningConfig,
+    tokenizer: Any,
+    train: bool,
+    tools: list[dict[str, Any]] | None,
+    quiet: bool,
+) -> PromptSet:
     data = config.data
     what = "data.train_files" if train else "data.val_files"
     files = data.train_files if train else data.val_files

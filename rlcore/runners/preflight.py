@@ -133,12 +133,13 @@ def _tokenizer_here(config: ReasoningConfig) -> Any:
 def _check_prompt_set(config: ReasoningConfig, tokenizer: Any, train: bool) -> None:
     """A prompt set built as the run builds it (``load_prompt_set``: read, scored, tokenised,
     those too long dropped), so the dry run refuses fewer usable training prompts than
-    ``data.train_batch_size`` as the run does; said in a dry run, quiet at a start."""
+    ``data.train_batch_size`` as the run does; at a start it is kept for the run to take (what
+    it read and dropped said here, once)."""
     try:
         tools = [schema(t) for t in load_tools(config.rollout.tools).values()] or None
     except ConfigError:
         return  # (``_check_tools`` names the tool it cannot load)
-    load_prompt_set(config, tokenizer, train, tools, quiet=not config.runner.dry_run)
+    load_prompt_set(config, tokenizer, train, tools, keep=not config.runner.dry_run)
 
 
 def _check_tools(config: ReasoningConfig) -> None:

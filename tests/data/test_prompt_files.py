@@ -291,3 +291,29 @@ def test_without_the_tokenizer_the_dry_run_refuses_files_with_fewer_rows_than_a_
     ):
         check_prompt_files(config, [path], "data.train_files")
     check_prompt_files(config, [path], "data.val_files")  # (no batch drawn from validation)
+
+
+def test_the_set_a_start_checked_is_the_set_its_run_takes_unless_its_input_changed(tmp_path):
+    """A start's preflight builds each prompt set as the run would (``keep``): the run's own
+    call takes that very set instead of reading, scoring and tokenising again; a data file
+    changed in between, or another split, is built anew."""
+    from rlcore.config import load_config
+    from rlcore.data.sampler import load_prompt_set
+
+    rows = [{"question": f"{i} + 1?", "answer": f"#### {i + 1}"} for i in range(6)]
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [f"data.train_files=[{path}]", "data.train_batch_size=2", "actor.ppo_mini_batch_size=2"],
+    )
+    checked = load_prompt_set(config, CharTokenizer(), train=True, keep=True)
+    assert load_prompt_set(config, CharTokenizer(), train=True) is checked
+    again = load_prompt_set(config, CharTokenizer(), train=True)  # (taken once)
+    assert again is not checked and again.answers == checked.answers
+    load_prompt_set(config, CharTokenizer(), train=True, keep=True)
+    write_jsonl(tmp_path / "t.jsonl", rows[:4])
+    changed = load_prompt_set(config, CharTokenizer(), train=True)
+    assert changed.answers == ["1", "2", "3", "4"]
+    load_prompt_set(config, CharTokenizer(), train=True, keep=True)
+    other = load_prompt_set(config, CharTokenizer(), train=False)  # the synthetic validation
+    assert len(other) == config.data.synthetic.num_val
