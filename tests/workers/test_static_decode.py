@@ -321,6 +321,20 @@ def test_on_a_gpu_the_captured_graphs_generate_what_generate_does(model):
     got, _ = dec.generate(ids, mask, 20, Sampling(greedy=True), log_probs=False)
     expected = generated(local, ids.to(cuda), mask.to(cuda), 20)[:, : got.shape[1]]
     assert torch.equal(got, expected) and dec.captures == 1
+    # sampled tokens' recorded log-probs against a forward pass over prompt and response
+    from rlcore.data.sequences import response_mask
+
+    tokens, logp = dec.generate(ids, mask, 12, Sampling(False, 0.7), log_probs=True)
+    kept = response_mask(tokens, [EOS])
+    full_mask = torch.cat([mask.to(cuda), kept], 1)
+    with torch.no_grad():
+        logits = local(
+            input_ids=torch.cat([ids.to(cuda), tokens], 1),
+            attention_mask=full_mask,
+            position_ids=position_ids(full_mask),
+        ).logits[:, -tokens.shape[1] - 1 : -1]
+    forward = torch.log_softmax(logits / 0.7, -1).gather(-1, tokens[..., None])[..., 0]
+    assert torch.allclose(logp[kept.bool()], forward[kept.bool()], atol=1e-4)
     with torch.no_grad():
         for p in local.parameters():
             p.add_(torch.randn_like(p) * 0.5)
