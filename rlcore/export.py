@@ -286,12 +286,30 @@ class Policy(torch.nn.Module):
         return obs
 
 
+def _read_spec(s: dict) -> Any:
+    """The ``SpaceSpec`` that ``policy.json``'s ``spec`` describes (keys added since format 0.1
+    may be missing: then None)."""
+    from rlcore.envs.vector import SpaceSpec
+
+    return SpaceSpec(
+        tuple(s["obs_shape"]),
+        s["action_kind"],
+        tuple(s["action_dims"]),
+        None if s["action_low"] is None else np.asarray(s["action_low"], dtype=np.float32),
+        None if s["action_high"] is None else np.asarray(s["action_high"], dtype=np.float32),
+        s["obs_scale"],
+        None if s.get("action_start") is None else tuple(s["action_start"]),  # (0.1: none)
+        None if s.get("obs_one_hot") is None else tuple(tuple(x) for x in s["obs_one_hot"]),
+        None if s.get("obs_text") is None else tuple(s["obs_text"]),
+        None if s.get("obs_image") is None else tuple(s["obs_image"]),
+    )
+
+
 def load_policy(path: str | Path) -> Policy:
     """The policy ``rlcore export`` wrote to ``path`` (an embodied run's)."""
     from safetensors.torch import load_file
 
     from rlcore.envs.normalization import ObsNormalizer
-    from rlcore.envs.vector import SpaceSpec
     from rlcore.models.actor_critic import ActorCritic
     from rlcore.models.user_policy import UserPolicy, load_policy_class
 
@@ -307,19 +325,7 @@ def load_policy(path: str | Path) -> Policy:
         raise ValueError(
             f"{described_file}: format {described.get('format')!r} is not {POLICY_FORMAT!r}"
         )
-    s = described["spec"]
-    spec = SpaceSpec(
-        tuple(s["obs_shape"]),
-        s["action_kind"],
-        tuple(s["action_dims"]),
-        None if s["action_low"] is None else np.asarray(s["action_low"], dtype=np.float32),
-        None if s["action_high"] is None else np.asarray(s["action_high"], dtype=np.float32),
-        s["obs_scale"],
-        None if s.get("action_start") is None else tuple(s["action_start"]),  # (0.1: none)
-        None if s.get("obs_one_hot") is None else tuple(tuple(x) for x in s["obs_one_hot"]),
-        None if s.get("obs_text") is None else tuple(s["obs_text"]),
-        None if s.get("obs_image") is None else tuple(s["obs_image"]),
-    )
+    spec = _read_spec(described["spec"])
     m = described["model"]
     tensors = load_file(str(folder / "policy.safetensors"))
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}

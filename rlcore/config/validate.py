@@ -246,21 +246,56 @@ def _expand_user(field: dataclasses.Field, value: Any) -> Any:
     return os.path.expanduser(value) if isinstance(value, str) else value
 
 
+def _convert_union(tp: Any, value: Any) -> Any:
+    """``value`` as the first alternative of the union ``tp`` that takes it."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    alternatives = [arg for arg in args if arg is not type(None)]
+    if len(alternatives) == 1 and typing.get_origin(alternatives[0]) in (dict, Literal):
+        return _convert(alternatives[0], value)  # its message names the entry, or the choice
+    for arg in alternatives:
+        try:
+            return _convert(arg, value)
+        except _Invalid:
+            pass
+    raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+
+
+def _convert_dict(tp: Any, value: Any) -> dict:
+    """``value`` as the mapping ``tp``, each entry converted (a problem names its key)."""
+    key_type, value_type = typing.get_args(tp)
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+    converted = {}
+    for name, item in value.items():
+        if not isinstance(name, key_type):
+            raise _Invalid(f"key {name!r} must be {describe_type(key_type)}")
+        try:
+            converted[name] = _convert(value_type, item)
+        except _Invalid as problem:
+            raise _Invalid(f"{name}: {problem}") from None
+    return converted
+
+
+def _convert_list(tp: Any, value: Any) -> list:
+    """``value`` as the list ``tp``, each item converted (a problem names its index)."""
+    if not isinstance(value, (list, tuple)):
+        raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+    (item_type,) = typing.get_args(tp)
+    items = []
+    for i, item in enumerate(value):
+        try:
+            items.append(_convert(item_type, item))
+        except _Invalid as problem:
+            raise _Invalid(f"item {i}: {problem}") from None
+    return items
+
+
 def _convert(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        alternatives = [arg for arg in args if arg is not type(None)]
-        if len(alternatives) == 1 and typing.get_origin(alternatives[0]) in (dict, Literal):
-            return _convert(alternatives[0], value)  # its message names the entry, or the choice
-        for arg in alternatives:
-            try:
-                return _convert(arg, value)
-            except _Invalid:
-                pass
-        raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
+        return _convert_union(tp, value)
     if origin is Literal:
         choices = typing.get_args(tp)
         if value in choices and type(value) is type(choices[0]):
@@ -269,29 +304,9 @@ def _convert(tp: Any, value: Any) -> Any:
         hint = f" (did you mean '{near[0]}'?)" if near else ""
         raise _Invalid(f"{value!r} is not {describe_type(tp)}{hint}")
     if origin is dict:
-        key_type, value_type = typing.get_args(tp)
-        if not isinstance(value, Mapping):
-            raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
-        converted = {}
-        for name, item in value.items():
-            if not isinstance(name, key_type):
-                raise _Invalid(f"key {name!r} must be {describe_type(key_type)}")
-            try:
-                converted[name] = _convert(value_type, item)
-            except _Invalid as problem:
-                raise _Invalid(f"{name}: {problem}") from None
-        return converted
+        return _convert_dict(tp, value)
     if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise _Invalid(f"expected {describe_type(tp)}, got {value!r}")
-        (item_type,) = typing.get_args(tp)
-        items = []
-        for i, item in enumerate(value):
-            try:
-                items.append(_convert(item_type, item))
-            except _Invalid as problem:
-                raise _Invalid(f"item {i}: {problem}") from None
-        return items
+        return _convert_list(tp, value)
     if tp is Any:  # (plain data as YAML and Hydra give it: any value is taken as it is)
         return value
     if tp is bool:

@@ -72,6 +72,36 @@ class SpaceSpec:
         return np.concatenate(parts, axis=1)
 
 
+def _registered_vector_env(
+    env_id: str,
+    target: str,
+    num_envs: int,
+    mode: VectorMode,
+    env_kwargs: dict[str, Any],
+    seeds_per_env: bool,
+) -> gym.vector.VectorEnv:
+    """``make_vector_env`` of an id registered with gymnasium (``target``, what ``env_id``
+    resolves to): its native vector version where ``mode`` takes it, else copies."""
+    native = gym.spec(target).vector_entry_point is not None
+    if mode == "native" and not native:
+        raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
+    if mode == "native" and seeds_per_env:
+        raise EnvError(
+            f"env.vector_mode: native '{env_id}' resets every env from one seed, and "
+            "algorithm.group_size > 1 resets each group from its own; use sync or async"
+        )
+    native = native and not seeds_per_env
+    chosen = "vector_entry_point" if mode in ("native", "auto") and native else mode
+    chosen = "sync" if chosen == "auto" else chosen
+    if chosen == "async":
+        return gym.vector.AsyncVectorEnv(
+            [_ignoring_sigint(lambda: text_observations(gym.make(target, **env_kwargs)))] * num_envs
+        )
+    if chosen == "sync":
+        return gym.make_vec(target, num_envs, "sync", wrappers=[text_observations], **env_kwargs)
+    return gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
+
+
 def make_vector_env(
     env_id: str,
     num_envs: int,
@@ -95,29 +125,7 @@ def make_vector_env(
     check_env_kwargs(env_id, env_kwargs, native=mode in ("native", "auto"))
     target = resolve_env(env_id)
     if isinstance(target, str):
-        spec = gym.spec(target)
-        native = spec.vector_entry_point is not None
-        if mode == "native" and not native:
-            raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")
-        if mode == "native" and seeds_per_env:
-            raise EnvError(
-                f"env.vector_mode: native '{env_id}' resets every env from one seed, and "
-                "algorithm.group_size > 1 resets each group from its own; use sync or async"
-            )
-        native = native and not seeds_per_env
-        chosen = "vector_entry_point" if mode in ("native", "auto") and native else mode
-        chosen = "sync" if chosen == "auto" else chosen
-        if chosen == "async":
-            envs = gym.vector.AsyncVectorEnv(
-                [_ignoring_sigint(lambda: text_observations(gym.make(target, **env_kwargs)))]
-                * num_envs
-            )
-        elif chosen == "sync":
-            envs = gym.make_vec(
-                target, num_envs, "sync", wrappers=[text_observations], **env_kwargs
-            )
-        else:
-            envs = gym.make_vec(target, num_envs=num_envs, vectorization_mode=chosen, **env_kwargs)
+        envs = _registered_vector_env(env_id, target, num_envs, mode, env_kwargs, seeds_per_env)
     else:
         if mode == "native":
             raise EnvError(f"env.vector_mode: '{env_id}' has no native vector version; use sync")

@@ -98,6 +98,40 @@ def step_deadline(env: EnvConfig, in_driver: bool) -> float | None:
     return None if in_driver and env.vector_mode != "async" else APART_STEP_TIMEOUT_S
 
 
+def open_envs(
+    config: EmbodiedConfig, rank: int, per_stage: int
+) -> tuple[list[Any], Any, torch.device | None]:
+    """This rank's vector env of each of the ``rollout.pipeline_stage_num`` stages
+    (``per_stage`` envs each), rank 0's eval envs (None on the other ranks), and their device:
+    None for numpy envs on the CPU, else a tensor env's device, where everything stays. When one
+    cannot be made, those already made are closed."""
+    env = config.env
+    grouped = config.algorithm.group_size > 1  # (a seed per env: no native vector env)
+    stage_envs: list[Any] = []
+    eval_envs = None
+    try:
+        for _ in range(config.rollout.pipeline_stage_num):
+            stage_envs.append(
+                make_vector_env(
+                    env.id, per_stage, env.vector_mode, env.kwargs, seeds_per_env=grouped
+                )
+            )
+        device = tensor_device(stage_envs[0])
+        for envs in stage_envs if device is not None else ():
+            envs.numpy = False
+        if rank == 0:
+            eval_envs = make_vector_env(
+                env.id, config.runner.eval_episodes, env.vector_mode, env.kwargs
+            )
+            if device is not None:
+                eval_envs.numpy = False
+    except BaseException:
+        for envs in stage_envs if eval_envs is None else [*stage_envs, eval_envs]:
+            envs.close()
+        raise
+    return stage_envs, eval_envs, device
+
+
 class EnvWorker:
     """See the module docstring."""
 
@@ -107,7 +141,6 @@ class EnvWorker:
         self.env_id = env.id
         self.step_timeout_s = step_deadline(env, ctx.in_driver)
         self.num_envs = env.num_envs // ctx.world_size
-        grouped = config.algorithm.group_size > 1  # (a seed per env: no native vector env)
         # rollout.pipeline_stage_num: the rank's envs in stages, each a vector env of its own
         # stepped on its own (``step(..., stage=s)``) while the rollout acts on another
         stages = config.rollout.pipeline_stage_num
@@ -117,25 +150,8 @@ class EnvWorker:
             if stages == 1
             else [slice(s * per_stage, (s + 1) * per_stage) for s in range(stages)]
         )
-        self.stage_envs: list[Any] = []
-        self.eval_envs = None
+        self.stage_envs, self.eval_envs, self.device = open_envs(config, self.rank, per_stage)
         try:
-            for _ in range(stages):
-                self.stage_envs.append(
-                    make_vector_env(
-                        env.id, per_stage, env.vector_mode, env.kwargs, seeds_per_env=grouped
-                    )
-                )
-            # None: numpy envs on the CPU; else a tensor env's device, where everything stays.
-            self.device = tensor_device(self.stage_envs[0])
-            for envs in self.stage_envs if self.device is not None else ():
-                envs.numpy = False
-            if self.rank == 0:
-                self.eval_envs = make_vector_env(
-                    env.id, run.eval_episodes, env.vector_mode, env.kwargs
-                )
-                if self.device is not None:
-                    self.eval_envs.numpy = False
             self.spec = space_spec(self.stage_envs[0], env.id)
             self.pickled = env.checkpoint_state == "pickle"
             if run.checkpoint_every and self.pickled:

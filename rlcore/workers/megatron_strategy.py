@@ -45,9 +45,8 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
-from rlcore.workers.shard_reader import check_metadata
-from rlcore.workers.state_files import load_state, writing
-from rlcore.workers.weights_file import MEGATRON_OPTIMIZER, WholeWeightsCheckpoint
+from rlcore.workers.megatron_optimizer import load_sharded_optimizer, save_sharded_optimizer
+from rlcore.workers.weights_file import WholeWeightsCheckpoint
 
 
 def _unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -432,52 +431,14 @@ class MegatronParallel(WholeWeightsCheckpoint):
                 f"unexpected {unexpected[:3]}"
             )
 
-    def _sharded_optimizer_state(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
-    ) -> dict:
-        """``state`` (an optimiser state dict of this rank's parameters, without ``step``) as
-        Megatron's sharded state: each moment a piece of a whole tensor, named after the
-        parameter's own sharded name (so a tied embedding's copies are one tensor)."""
-        from megatron.core.dist_checkpointing.optimizer import (
-            get_param_id_to_sharded_param_map,
-            optim_state_to_sharding_state,
-        )
-
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        names = get_param_id_to_sharded_param_map(model.gpt.sharded_state_dict(), params)
-        optim_state_to_sharding_state(state, names)
-        return state
+    # the optimiser state: Megatron's own sharded format (megatron_optimizer.py) ----------------
 
     def save_optimizer(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path
     ) -> None:
-        """Every rank's shards of the AdamW moments, written through Megatron's
-        ``dist_checkpointing`` into ``MEGATRON_OPTIMIZER`` as pieces of whole tensors: they load
-        onto any tensor / pipeline / data parallel layout of the same model. The step count and
-        the hyperparameters (learning rate) are the same on every rank and kept whole."""
-        from megatron.core import dist_checkpointing
-
-        own = optimizer.state_dict()
-        steps = {float(s["step"]) for s in own["state"].values()}
-        if len(steps) > 1:
-            raise RuntimeError(f"the parameters' optimiser step counts differ: {sorted(steps)}")
-        moments = {i: {k: v for k, v in s.items() if k != "step"} for i, s in own["state"].items()}
-        state = self._sharded_optimizer_state(
-            model, optimizer, {"state": moments, "param_groups": own["param_groups"]}
-        )
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in own["param_groups"]]
-        folder = directory / MEGATRON_OPTIMIZER
-        folder.mkdir(parents=True, exist_ok=True)
-        with writing(folder):
-            dist_checkpointing.save(
-                {
-                    "optimizer": state,
-                    "step": steps.pop() if steps else None,
-                    "hyperparameters": hyper,
-                },
-                str(folder),
-            )
-        return None
+        """Every rank's shards of the AdamW moments, as pieces of whole tensors that load onto
+        any tensor / pipeline / data parallel layout of the same model."""
+        save_sharded_optimizer(model, optimizer, directory)
 
     def load_optimizer(
         self,
@@ -488,45 +449,4 @@ class MegatronParallel(WholeWeightsCheckpoint):
     ) -> None:
         """This rank's shards of the moments ``save_optimizer`` wrote, whatever the layout that
         wrote them."""
-        from megatron.core import dist_checkpointing
-
-        folder = directory / MEGATRON_OPTIMIZER
-        if not folder.is_dir():
-            raise ValueError(
-                f"{directory}: written by a training backend other than megatron "
-                "(its optimiser state is whole, not Megatron's shards); resume it "
-                "with that backend, or start Megatron from its weights"
-            )
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        current = optimizer.state_dict()
-        template = self._sharded_optimizer_state(
-            model,
-            optimizer,
-            {
-                "state": {
-                    i: {"exp_avg": torch.empty_like(p), "exp_avg_sq": torch.empty_like(p)}
-                    for i, p in enumerate(params)
-                },
-                "param_groups": current["param_groups"],
-            },
-        )
-        check_metadata(folder)  # Megatron unpickles it with pickle: nothing else may be in it
-        # Megatron's torch.load of common.pt leaves weights_only to the environment
-        # (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD turns it off): read it as plain data first
-        if (folder / "common.pt").is_file():
-            load_state(folder / "common.pt")
-        loaded = dist_checkpointing.load(
-            {"optimizer": template, "step": None, "hyperparameters": None}, str(folder)
-        )
-        groups = [
-            {**group, **hyper}
-            for group, hyper in zip(current["param_groups"], loaded["hyperparameters"], strict=True)
-        ]
-        state = {}
-        if loaded["step"] is not None:
-            step = torch.tensor(loaded["step"], dtype=torch.float32)
-            state = {
-                i: {"step": step.clone(), **moments}
-                for i, moments in loaded["optimizer"]["state"].items()
-            }
-        optimizer.load_state_dict({"state": state, "param_groups": groups})
+        load_sharded_optimizer(model, optimizer, directory)

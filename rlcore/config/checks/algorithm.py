@@ -9,6 +9,40 @@ from rlcore.algorithms import ADVANTAGES, POLICY_LOSSES
 from rlcore.config.schema import AlgorithmConfig, ReasoningConfig
 
 
+def _check_policy_loss(alg: AlgorithmConfig, mode: str) -> list[str]:
+    """The registered policy loss against the mode and the ``policy_loss_options`` set."""
+    problems: list[str] = []
+    loss, name = POLICY_LOSSES.entry(alg.policy_loss), alg.policy_loss
+    why_not = loss.traits.get("not_embodied")
+    if mode == "embodied" and why_not:
+        problems.append(f"algorithm.policy_loss: {name} cannot run in embodied mode: {why_not}")
+    # An option is a loss's keyword-only parameter (Entry.extra_kwargs); the others are unread.
+    options = alg.policy_loss_options
+    defaults = vars(type(options)())
+    for option, value in vars(options).items():
+        if value == defaults[option] or option in loss.extra_kwargs:
+            continue
+        readers = [
+            n for n in POLICY_LOSSES.names() if option in POLICY_LOSSES.entry(n).extra_kwargs
+        ]
+        problems.append(
+            f"algorithm.policy_loss_options.{option}: {value}, but algorithm.policy_loss "
+            f"{name} does not read it (read by {', '.join(readers) or 'no loss'}); remove it, "
+            "or pick a loss that reads it"
+        )
+    if name == "dro" and options.dro_beta is None:
+        problems.append(
+            "algorithm.policy_loss_options.dro_beta: dro needs the weight of its log-ratio "
+            "penalty (verl's has no default either); set it > 0, e.g. 0.05"
+        )
+    if name == "clip_cov" and options.clip_cov_lb >= options.clip_cov_ub:
+        problems.append(
+            f"algorithm.policy_loss_options.clip_cov_lb: {options.clip_cov_lb} is not below "
+            f"clip_cov_ub {options.clip_cov_ub}, so clip_cov would cut no token; keep lb < ub"
+        )
+    return problems
+
+
 def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
     problems: list[str] = []
     for name, registry, value in (
@@ -20,34 +54,7 @@ def check_algorithm(alg: AlgorithmConfig, mode: str) -> list[str]:
         except KeyError as unknown:
             problems.append(f"algorithm.{name}: {unknown.args[0]}")
     if alg.policy_loss in POLICY_LOSSES:
-        loss, name = POLICY_LOSSES.entry(alg.policy_loss), alg.policy_loss
-        why_not = loss.traits.get("not_embodied")
-        if mode == "embodied" and why_not:
-            problems.append(f"algorithm.policy_loss: {name} cannot run in embodied mode: {why_not}")
-        # An option is a loss's keyword-only parameter (Entry.extra_kwargs); the others are unread.
-        options = alg.policy_loss_options
-        defaults = vars(type(options)())
-        for option, value in vars(options).items():
-            if value == defaults[option] or option in loss.extra_kwargs:
-                continue
-            readers = [
-                n for n in POLICY_LOSSES.names() if option in POLICY_LOSSES.entry(n).extra_kwargs
-            ]
-            problems.append(
-                f"algorithm.policy_loss_options.{option}: {value}, but algorithm.policy_loss "
-                f"{name} does not read it (read by {', '.join(readers) or 'no loss'}); remove it, "
-                "or pick a loss that reads it"
-            )
-        if name == "dro" and options.dro_beta is None:
-            problems.append(
-                "algorithm.policy_loss_options.dro_beta: dro needs the weight of its log-ratio "
-                "penalty (verl's has no default either); set it > 0, e.g. 0.05"
-            )
-        if name == "clip_cov" and options.clip_cov_lb >= options.clip_cov_ub:
-            problems.append(
-                f"algorithm.policy_loss_options.clip_cov_lb: {options.clip_cov_lb} is not below "
-                f"clip_cov_ub {options.clip_cov_ub}, so clip_cov would cut no token; keep lb < ub"
-            )
+        problems += _check_policy_loss(alg, mode)
     if alg.use_kl_in_reward and alg.use_kl_loss:
         problems.append(
             "algorithm.use_kl_in_reward: true together with algorithm.use_kl_loss: the reference "

@@ -95,15 +95,34 @@ def _megatron(config: ReasoningConfig) -> list[str]:
     ]
     if not users:
         return []
-    name, model = users[0], config.actor.model
-    problems = []
+    name, problems = users[0], []
     have = _unless_installed("megatron-core", MEGATRON_VERSION)
     if have:
         problems.append(
             f"{name}.training_backend: megatron needs megatron-core=={MEGATRON_VERSION} (pip "
             f"install -e '.[megatron]'), and it {have}; or use training_backend torch or fsdp2"
         )
-    unbuilt = [
+    for key_path, on, what in _not_built_under_megatron(config):
+        if on:
+            problems.append(
+                f"{key_path}: set, but {name}.training_backend is megatron, and {what} under "
+                f"Megatron is not built yet; use training_backend torch or fsdp2 for it, or "
+                f"turn {key_path.rsplit('.', 1)[1]} off"
+            )
+    if len(users) == 2 and config.actor.megatron != config.critic.megatron:
+        problems.append(
+            "critic.megatron: its tensor_parallel_size / pipeline_parallel_size differ from the "
+            "actor's; Megatron keeps one model-parallel layout per process, and actor and critic "
+            "may share processes: give both the same sizes"
+        )
+    return problems
+
+
+def _not_built_under_megatron(config: ReasoningConfig) -> list[tuple[str, bool, str]]:
+    """``(key, whether it is set, the feature)`` of each feature the Megatron backend does not
+    do yet."""
+    model = config.actor.model
+    return [
         ("actor.model.lora.rank", model.lora.rank > 0, "LoRA adapters"),
         (
             "actor.model.use_remove_padding",
@@ -136,20 +155,6 @@ def _megatron(config: ReasoningConfig) -> list[str]:
             "compiling transformers' decoder layers (Megatron's model is its own)",
         ),
     ]
-    for key_path, on, what in unbuilt:
-        if on:
-            problems.append(
-                f"{key_path}: set, but {name}.training_backend is megatron, and {what} under "
-                f"Megatron is not built yet; use training_backend torch or fsdp2 for it, or "
-                f"turn {key_path.rsplit('.', 1)[1]} off"
-            )
-    if len(users) == 2 and config.actor.megatron != config.critic.megatron:
-        problems.append(
-            "critic.megatron: its tensor_parallel_size / pipeline_parallel_size differ from the "
-            "actor's; Megatron keeps one model-parallel layout per process, and actor and critic "
-            "may share processes: give both the same sizes"
-        )
-    return problems
 
 
 def _rollout_engine(config: ReasoningConfig) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rlcore.algorithms import ADVANTAGES
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig, UpdateConfig
+from rlcore.config.sections import RolloutCorrectionConfig
 
 # the longest file name of the usual file systems (ext4, xfs, btrfs, APFS), in bytes
 NAME_MAX = 255
@@ -167,19 +168,9 @@ def _check_embodied_estimator(config: EmbodiedConfig) -> list[str]:
     return problems
 
 
-def check_embodied(config: EmbodiedConfig) -> list[str]:
-    alg, actor = config.algorithm, config.actor
-    problems: list[str] = []
-    if actor.model.cls is not None:  # the user's class decides its architecture
-        defaults = type(actor.model)()
-        problems += [
-            f"actor.model.{name}: set, but actor.model.cls={actor.model.cls} builds the policy; "
-            "give your class its architecture, or leave this key out"
-            for name in ARCHITECTURE_KEYS
-            if getattr(actor.model, name) != getattr(defaults, name)
-        ]
-    problems += _check_lm_policy(actor.model)
-    corr, where = alg.rollout_correction, "algorithm.rollout_correction"
+def _check_embodied_rollout_correction(corr: RolloutCorrectionConfig) -> list[str]:
+    """The ``algorithm.rollout_correction`` keys embodied mode does not read."""
+    where, problems = "algorithm.rollout_correction", []
     for name, value, why in (
         ("rollout_is", corr.rollout_is == "sequence", "an env row's steps are no sequence"),
         ("rollout_rs", corr.rollout_rs is not None, "rejection is built for reasoning only"),
@@ -196,6 +187,22 @@ def check_embodied(config: EmbodiedConfig) -> list[str]:
                 f"{where}.{name}: not in embodied mode ({why}); embodied reads rollout_is: "
                 "token, rollout_is_threshold and rollout_is_batch_normalize"
             )
+    return problems
+
+
+def check_embodied(config: EmbodiedConfig) -> list[str]:
+    alg, actor = config.algorithm, config.actor
+    problems: list[str] = []
+    if actor.model.cls is not None:  # the user's class decides its architecture
+        defaults = type(actor.model)()
+        problems += [
+            f"actor.model.{name}: set, but actor.model.cls={actor.model.cls} builds the policy; "
+            "give your class its architecture, or leave this key out"
+            for name in ARCHITECTURE_KEYS
+            if getattr(actor.model, name) != getattr(defaults, name)
+        ]
+    problems += _check_lm_policy(actor.model)
+    problems += _check_embodied_rollout_correction(alg.rollout_correction)
     problems += _check_embodied_estimator(config)
     env = config.env
     rendering = env.id.startswith("maniskill/") and env.kwargs.get("obs_mode") == "rgb"
