@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from embodied import train_seed  # noqa: E402
+from embodied import train_seed
 
 SHAPES = {"card": "embodied/cartpole_ppo", "per_head": "embodied/cartpole_ppo_separate_trunks"}
 TASKS = (
