@@ -3,7 +3,7 @@
 on continuous-control tasks, each config only changing ``env.id`` (issue 50 point 7): one JSON
 line per run, the two shapes alternated seed by seed, then one line per task and a last line.
 
-    python benchmarks/card_shape.py [k=v ...] [--tasks ID ...] [--seeds 1 2 3]
+    python benchmarks/card_shape.py [k=v ...] [--tasks ID ...] [--seeds 1 2 3] [--card k=v ...]
 
 A task's score is the median final deterministic eval over the seeds; the card's share is its
 score over the per-head score, both counted from a uniformly random policy's return (measured
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("overrides", nargs="*", help="key=value for both shapes")
+    parser.add_argument("--card", nargs="+", default=[], help="key=value for the card's only")
     args = parser.parse_args()
     shares = {}
     with tempfile.TemporaryDirectory() as out:
@@ -64,7 +65,9 @@ def main() -> None:
             finals: dict[str, list[float]] = {shape: [] for shape in SHAPES}
             for seed in args.seeds:
                 for shape, config in SHAPES.items():
-                    summary = train_seed(config, [f"env.id={task}", *args.overrides], seed, out)
+                    extra = args.card if shape == "card" else []
+                    overrides = [f"env.id={task}", *args.overrides, *extra]
+                    summary = train_seed(config, overrides, seed, out)
                     final = summary["eval_return_mean"]
                     finals[shape].append(final)
                     row = {"task": task, "shape": shape, "seed": seed, "final_eval": final}
@@ -81,6 +84,7 @@ def main() -> None:
             {
                 "summary": "card_shape",
                 "overrides": args.overrides,
+                "card_overrides": args.card,
                 "seeds": args.seeds,
                 "card_share": shares,
                 "lowest": min(shares.values()),
