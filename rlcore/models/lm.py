@@ -241,9 +241,25 @@ def compile_layers(model: Any) -> int:
     layers = decoder_layers(model)
     if layers is None:
         raise ValueError(f"{type(model).__name__} has no decoder layers to compile")
+    _room_for_every_pass()
     for layer in layers:
         layer.compile(backend=COMPILE_BACKEND, dynamic=True)
     return len(layers)
+
+
+# Compiled graphs one layer's code keeps: the actor's, the reference's and the critic's layers
+# share it, and each pass differs in what dynamo guards on (gradients on or off, parameters that
+# require them or not, the first shapes before they turn dynamic): 8, torch's default, was spent
+# in two iterations of one process (then every pass ran uncompiled, with a warning)
+RECOMPILE_LIMIT = 64
+
+
+def _room_for_every_pass() -> None:
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
 
 
 def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
