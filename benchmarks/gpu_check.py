@@ -252,6 +252,28 @@ def qwen_dir(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Any]]
 # generation: transformers' generate against the static-cache loop -------------------------------
 
 
+def _rollout_config(
+    args: argparse.Namespace, out: Path, model_dir: Path, new: int, *extra: str
+) -> Any:
+    """The 0.5B config for the rollout alone: the random model, ``new`` tokens a response, bf16
+    on a GPU (float32 on a CPU), ``extra`` overrides."""
+    from rlcore.config import load_config
+
+    return load_config(
+        "reasoning/qwen2.5-0.5b_gsm8k_ppo",
+        [
+            *_common(out, args.device),
+            f"actor.model.path={model_dir}",
+            "data.train_files=[]",
+            "data.val_files=[]",
+            "data.chat_template=false",
+            f"data.max_response_length={new}",
+            "actor.model.dtype=" + ("float32" if args.device == "cpu" else "bfloat16"),
+            *extra,
+        ],
+    )
+
+
 GENERATE_VARIANTS = {
     "generate": {"rollout.hf.static_cache": False},
     "static": {"rollout.hf.static_cache": True, "rollout.hf.cuda_graph": False},
@@ -274,24 +296,13 @@ def check_generate(
     forward pass."""
     from tensordict import TensorDict
 
-    from rlcore.config import load_config, replace_keys
+    from rlcore.config import replace_keys
     from rlcore.data.sequences import left_pad
     from rlcore.workers.rollout import HFEngine
 
     model_dir, _ = qwen_dir(args, out)
     rows, new = (8, 8) if args.small else (256, 256)
-    base = load_config(
-        "reasoning/qwen2.5-0.5b_gsm8k_ppo",
-        [
-            *_common(out, args.device),
-            f"actor.model.path={model_dir}",
-            "data.train_files=[]",
-            "data.val_files=[]",
-            "data.chat_template=false",
-            f"data.max_response_length={new}",
-            "actor.model.dtype=" + ("float32" if args.device == "cpu" else "bfloat16"),
-        ],
-    )
+    base = _rollout_config(args, out, model_dir, new)
     device = torch.device(args.device)
     variants = dict(variants)
     engines: dict[str, Any] = {}
@@ -352,24 +363,11 @@ def check_decode_profile(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from tensordict import TensorDict
     from torch.profiler import ProfilerActivity, profile
 
-    from rlcore.config import load_config
     from rlcore.workers.rollout import HFEngine
 
     model_dir, _ = qwen_dir(args, out)
     rows, new = (8, 8) if args.small else (256, 64)
-    config = load_config(
-        "reasoning/qwen2.5-0.5b_gsm8k_ppo",
-        [
-            *_common(out, args.device),
-            f"actor.model.path={model_dir}",
-            "data.train_files=[]",
-            "data.val_files=[]",
-            "data.chat_template=false",
-            f"data.max_response_length={new}",
-            "actor.model.dtype=" + ("float32" if args.device == "cpu" else "bfloat16"),
-            "rollout.hf.static_cache=true",
-        ],
-    )
+    config = _rollout_config(args, out, model_dir, new, "rollout.hf.static_cache=true")
     engine = HFEngine(config, model_dir, torch.device(args.device))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(10, len(engine.tokenizer), (rows, 60), generator=gen)
