@@ -52,11 +52,20 @@ class Sampling:
     top_k: int = 0
 
 
+def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` (at 1 the logits themselves, without a copy of their size)."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """``logits`` ``[B, V]`` (float32) as transformers' temperature, top-k and top-p warpers
-    leave them, in that order: the tokens outside top-k, and outside the smallest set whose
-    probability reaches top-p (the most likely token always kept), at -inf."""
-    scores = logits / sampling.temperature if sampling.temperature != 1.0 else logits
+    leave them, in that order (see ``filtered``)."""
+    return filtered(scaled(logits, sampling.temperature), sampling)
+
+
+def filtered(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Scores at the temperature with the tokens outside top-k, and outside the smallest set
+    whose probability reaches top-p (the most likely token always kept), at -inf."""
     if sampling.top_k > 0:
         k = min(sampling.top_k, scores.shape[-1])
         kth = torch.topk(scores, k, dim=-1).values[..., -1:]
@@ -251,15 +260,7 @@ class StaticDecoder:
         ids, mask = self._fill_rows(ids.to(self.device), b.rows), self._fill_rows(mask, b.rows)
         mask = mask.to(self.device)
         b.rewind()
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=position_ids(mask),
-            use_cache=True,
-            logits_to_keep=1,
-            **cache_inputs(self.model, b.cache),
-        )
-        logits = out.logits[:, -1].float()
+        logits = self._call(ids, mask, position_ids(mask), b.cache).logits[:, -1].float()
         b.mask.zero_()
         b.mask[:, 0, 0, :width] = mask.bool()
         b.positions.copy_(mask.sum(-1, keepdim=True))  # the first new token's position
@@ -272,10 +273,10 @@ class StaticDecoder:
                 self._step(b)
                 b.positions += 1
                 logits = b.logits
-            chosen = self._choose(logits, sampling)
+            scores = scaled(logits, sampling.temperature)  # (once a step, for both)
+            chosen = logits.argmax(-1) if sampling.greedy else self._sample(scores, sampling)
             if log_probs:
-                scaled = logits / sampling.temperature if sampling.temperature != 1.0 else logits
-                logp = scaled.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1)
+                logp = scores.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1)
                 logps.append(logp.masked_fill(ended, 0.0))
             chosen = chosen.masked_fill(ended, self.pad_id)
             tokens.append(chosen)
@@ -291,10 +292,10 @@ class StaticDecoder:
         extra = rows - len(tensor)
         return torch.cat([tensor, tensor[:1].expand(extra, -1)]) if extra else tensor
 
-    def _choose(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-        if sampling.greedy:
-            return logits.argmax(-1)
-        probs = warp(logits, sampling).softmax(-1)
+    @staticmethod
+    def _sample(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        """A token per row drawn from ``scores`` (at the temperature) after top-k / top-p."""
+        probs = filtered(scores, sampling).softmax(-1)
         return torch.multinomial(probs, 1).squeeze(-1)
 
     def _forward(self, b: _Bucket) -> None:
@@ -308,13 +309,18 @@ class StaticDecoder:
             b.logits.copy_(out.logits[:, -1])
 
     def _model_step(self, b: _Bucket) -> Any:
+        return self._call(b.tokens, b.mask, b.positions, b.cache)
+
+    def _call(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+        """The model on ``ids`` into ``cache``, its last position's logits kept (the prefill
+        with a 2D mask, a decode step with the bucket's 4D one)."""
         return self.model(
-            input_ids=b.tokens,
-            attention_mask=b.mask,
-            position_ids=b.positions,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
-            **cache_inputs(self.model, b.cache),
+            **cache_inputs(self.model, cache),
         )
 
     def _step(self, b: _Bucket) -> None:
