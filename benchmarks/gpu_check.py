@@ -239,10 +239,11 @@ def counted_params(model_dir: Path) -> tuple[int, int]:
     return matmul_params(actor), matmul_params(critic)
 
 
-def qwen_dir(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Any]]:
-    """The random Qwen2.5-0.5B-architecture model folder (SMALL with ``--small``), built once
-    per run, and its architecture."""
-    arch = SMALL if args.small else QWEN_05B
+def qwen_dir(out: Path, small: bool) -> tuple[Path, dict[str, Any]]:
+    """The random Qwen2.5-0.5B-architecture model folder ``out/qwen`` (SMALL with ``small``),
+    built once per run and shared by every check (trl_same_work's too), and its
+    architecture."""
+    arch = SMALL if small else QWEN_05B
     model_dir = out / "qwen"
     if not model_dir.is_dir():
         random_qwen(model_dir, arch, _tiny_model_dir(out))
@@ -300,7 +301,7 @@ def check_generate(
     from rlcore.data.sequences import left_pad
     from rlcore.workers.rollout import HFEngine
 
-    model_dir, _ = qwen_dir(args, out)
+    model_dir, _ = qwen_dir(out, args.small)
     rows, new = (8, 8) if args.small else (256, 256)
     base = _rollout_config(args, out, model_dir, new)
     device = torch.device(args.device)
@@ -365,7 +366,7 @@ def check_decode_profile(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     from rlcore.workers.rollout import HFEngine
 
-    model_dir, _ = qwen_dir(args, out)
+    model_dir, _ = qwen_dir(out, args.small)
     rows, new = (8, 8) if args.small else (256, 64)
     config = _rollout_config(args, out, model_dir, new, "rollout.hf.static_cache=true")
     engine = HFEngine(config, model_dir, torch.device(args.device))
@@ -448,7 +449,7 @@ def check_qwen(
     if backend == "megatron" and args.device != "cuda":
         return {"ok": None, "skipped": "Megatron-core's model needs CUDA"}
     trainer = backend if backend in ("fsdp2", "megatron") else "torch"
-    model_dir, arch = qwen_dir(args, out)
+    model_dir, arch = qwen_dir(out, args.small)
     overrides = [
         *_common(out, args.device),
         f"actor.model.path={model_dir}",

@@ -72,18 +72,6 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
 
 
-def model_folder(out: Path, small: bool) -> Path:
-    """gpu_check's random Qwen folder (``out/qwen``, shared with its qwen checks: the same
-    architecture for the same ``small``)."""
-    import gpu_check
-
-    where = out / "qwen"
-    if not where.is_dir():
-        arch = gpu_check.SMALL if small else gpu_check.QWEN_05B
-        gpu_check.random_qwen(where, arch, gpu_check._tiny_model_dir(out))
-    return where
-
-
 # rlcore with issue 51's paths: the static-cache decode loop (a CUDA graph per step on CUDA)
 # and the log-probs from the hidden states (no full-vocabulary logits); the static loop
 # prefills every row, so prompts are not shared there
@@ -323,7 +311,9 @@ def compare(
     """``rounds`` runs of each system, TRL first in each round; every run's row goes to
     ``emit`` (a callable) as it ends. The medians over the runs and rlcore's over TRL's."""
     work = SMALL_WORK if small else WORK
-    model_dir = model_folder(out, small)
+    import gpu_check
+
+    model_dir, _ = gpu_check.qwen_dir(out, small)  # (shared with its qwen checks)
     configs = {
         "rlcore": rlcore_config(model_dir, out, work, device, micro, seed, TODAY),
         "rlcore_fast": rlcore_config(model_dir, out, work, device, micro, seed, FAST),
