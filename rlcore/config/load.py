@@ -55,6 +55,7 @@ from rlcore.config.foreign.rlinf_read import (
 )
 from rlcore.config.foreign.translate import (
     drop_derived_keys,
+    leaf_items,
     rename_aliases,
     set_alias,
     verl_custom_reward,
@@ -158,16 +159,8 @@ def _rlcore_keys_of_the_user(request: Request, own: DictConfig) -> frozenset[str
     keys = {o.key_or_group for o in request.plain if o.key_or_group not in ALIASES}
     if request.users_own_file:
         plain = OmegaConf.to_container(own, resolve=False)
-        keys |= set(_leaf_paths(plain)) if isinstance(plain, dict) else set()
+        keys |= {path for path, _ in leaf_items(plain)} if isinstance(plain, dict) else set()
     return frozenset(keys)
-
-
-def _leaf_paths(tree: dict, prefix: str = "") -> list[str]:
-    paths = []
-    for name, value in tree.items():
-        path = f"{prefix}{name}"
-        paths += _leaf_paths(value, f"{path}.") if isinstance(value, dict) and value else [path]
-    return paths
 
 
 def resolved(cfg: DictConfig, config: str) -> dict:

@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign.key_lists import RLINF_KEYS
 from rlcore.config.foreign.rlinf import RLINF_ALIASES, RLINF_FIXED, SPLITS
-from rlcore.config.foreign.translate import ABSENT, pop_key
+from rlcore.config.foreign.translate import ABSENT, leaf_items, pop_key
 
 # RLinf's keys read here rather than renamed one to one
 IN_CONTEXT = frozenset(
@@ -123,7 +123,7 @@ def rlinf_interpolations(cfg: DictConfig) -> None:
     assert isinstance(plain, dict)
     found: dict[str, Any] = {}
     problems = Problems()
-    for path, value in _leaves(plain):
+    for path, value in leaf_items(plain):
         if not isinstance(value, str) or "${" not in value:
             continue
         refers = re.findall(r"\$\{([\w.]+)\}", value)
@@ -140,14 +140,6 @@ def rlinf_interpolations(cfg: DictConfig) -> None:
         if isinstance(value, DictConfig | ListConfig):
             value = OmegaConf.to_container(value, resolve=True)
         OmegaConf.update(cfg, path, value, merge=False, force_add=True)
-
-
-def _leaves(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for name, value in tree.items():
-        path = f"{prefix}{name}"
-        out += _leaves(value, f"{path}.") if isinstance(value, dict) else [(path, value)]
-    return out
 
 
 def _one_env_value(cfg: DictConfig, key: str) -> tuple[str, Any]:

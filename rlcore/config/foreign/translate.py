@@ -289,6 +289,16 @@ def set_alias(
     return alias.describe(key)
 
 
+def leaf_items(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted path, value)`` of every leaf of a plain nested dict (an empty dict is a leaf)."""
+    items: list[tuple[str, Any]] = []
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        nested = isinstance(value, dict) and value
+        items += leaf_items(value, f"{path}.") if nested else [(path, value)]
+    return items
+
+
 def pop_key(cfg: DictConfig, path: str) -> Any:
     """The value at ``path`` (``ABSENT`` when none), removed with its emptied parents."""
     value = OmegaConf.select(cfg, path, default=ABSENT)
