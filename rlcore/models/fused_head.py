@@ -12,6 +12,7 @@ for its own forward and backward) and through every wrapper (DDP, FSDP2, peft).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -27,12 +28,16 @@ KEY = "actor.model.use_fused_kernels"
 class TokenStats:
     """What a fused pass computes per position: the log-prob of its token at ``temperature``,
     the entropy (``entropy``) and the sum of the squared probabilities (``sum_pi_squared``,
-    forward only), ``chunk_size`` positions at a time (None: all at once)."""
+    forward only), ``chunk_size`` positions at a time (None: all at once); ``compiled``: each
+    chunk's elementwise work on its logits (softmax, entropy, their gradient) compiled with
+    torch.compile, which fuses a dozen passes over the ``[chunk, V]`` float32 logits into a few
+    (``actor.use_torch_compile``)."""
 
     temperature: float
     chunk_size: int | None = None
     entropy: bool = True
     sum_pi_squared: bool = False
+    compiled: bool = False
 
     @property
     def width(self) -> int:
@@ -66,12 +71,6 @@ def fused_log_probs(
     return tuple(None if t is None else t.reshape(shape) for t in (logp, entropy, sums))
 
 
-def _chunk_logits(h, weight, bias, temperature: float) -> torch.Tensor:
-    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
-    z = z.to(_exact(h.dtype))
-    return z if temperature == 1.0 else z.div_(temperature)
-
-
 def _exact(dtype: torch.dtype) -> torch.dtype:
     """float32, or float64 for float64 inputs (a gradient check)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -84,21 +83,81 @@ def _forward(hidden, weight, bias, tokens, stats: TokenStats):
     lse = torch.empty_like(logp)
     entropy = torch.empty_like(logp) if stats.entropy else None
     sums = torch.empty_like(logp) if stats.sum_pi_squared else None
+    math = _maybe_compiled(_chunk_stats, stats)
     for start in range(0, n, step):
         part = slice(start, start + step)
-        z = _chunk_logits(hidden[part], weight, bias, stats.temperature)
-        lse[part] = torch.logsumexp(z, dim=-1)
-        logp[part] = z.gather(-1, tokens[part, None]).squeeze(-1) - lse[part]
-        if entropy is None and sums is None:
-            continue
-        logp_all = z.sub_(lse[part, None])  # (in place: z is not read again)
-        p = logp_all.exp()
+        z = _chunk_matmul(hidden[part], weight, bias)
+        got = math(z, tokens[part], stats.temperature, stats.entropy, stats.sum_pi_squared)
+        logp[part], lse[part] = got[0], got[1]
         if entropy is not None:
-            # -sum p log p, not lse - sum p z: no difference of two large numbers
-            entropy[part] = -(p * logp_all).sum(-1)
+            entropy[part] = got[2]
         if sums is not None:
-            sums[part] = p.square_().sum(-1)
+            sums[part] = got[3]
     return logp, entropy, sums, lse
+
+
+def _chunk_matmul(h, weight, bias) -> torch.Tensor:
+    """One chunk's logits in the head's dtype (the matmul accumulates in float32)."""
+    return h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)
+
+
+def _chunk_stats(z, tokens, temperature: float, entropy: bool, sums: bool):
+    """From one chunk's logits ``z`` ``[c, V]``: the log-prob of each position's token, the
+    logsumexp, and the entropy and sum of squared probabilities (None unless asked), float32."""
+    z = z.to(_exact(z.dtype))
+    if temperature != 1.0:
+        z = z.div_(temperature)
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, tokens[:, None]).squeeze(-1) - lse
+    if not (entropy or sums):
+        return logp, lse, None, None
+    logp_all = z.sub_(lse[:, None])  # (in place: z is not read again)
+    p = logp_all.exp()
+    # -sum p log p, not lse - sum p z: no difference of two large numbers
+    ent = -(p * logp_all).sum(-1) if entropy else None
+    squares = p.square_().sum(-1) if sums else None
+    return logp, lse, ent, squares
+
+
+def _chunk_grad(z, tokens, lse, entropy, grad_logp, grad_entropy, temperature: float, bias: bool):
+    """The gradient of a chunk's log-probs and entropies with respect to its logits ``z``, in
+    ``z``'s dtype for the matmuls, and its sum over positions in float32 for the bias (when
+    ``bias``)."""
+    logp_all = z.to(_exact(z.dtype))
+    if temperature != 1.0:
+        logp_all = logp_all.div_(temperature)
+    logp_all = logp_all.sub_(lse[:, None])
+    p = logp_all.exp()
+    # d log p_t / dz = onehot(t) - p; d H / dz = -p (log p - E_p[log p]), E_p[log p] = -H
+    if grad_logp is None:
+        grad = torch.zeros_like(p)
+    else:
+        grad = p * -grad_logp[:, None]
+        grad.scatter_add_(-1, tokens[:, None], grad_logp[:, None])
+    if grad_entropy is not None:
+        centred = logp_all.add_(entropy[:, None])
+        grad -= centred.mul_(p).mul_(grad_entropy[:, None])
+    if temperature != 1.0:
+        grad /= temperature
+    return grad.to(z.dtype), (grad.sum(0) if bias else None)
+
+
+def _maybe_compiled(fn: Callable, stats: TokenStats) -> Callable:
+    if not stats.compiled:
+        return fn
+    from rlcore.models import lm
+
+    return _compile(fn, lm.COMPILE_BACKEND)
+
+
+@functools.cache
+def _compile(fn: Callable, backend: Any) -> Callable:
+    """``fn`` compiled once per backend (shapes dynamic: a last, shorter chunk or another pass's
+    positions do not recompile)."""
+    from rlcore.models.lm import _room_for_every_pass
+
+    _room_for_every_pass()
+    return torch.compile(fn, backend=backend, dynamic=True)
 
 
 class _FusedLogProbs(torch.autograd.Function):
@@ -121,28 +180,26 @@ class _FusedLogProbs(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=exact) if want_w else None
         grad_b = torch.zeros_like(bias, dtype=exact) if want_b else None
         n, step = hidden.shape[0], stats.chunk_size or max(1, hidden.shape[0])
-        rows = torch.arange(min(step, n), device=hidden.device)
+        math = _maybe_compiled(_chunk_grad, stats)
         for start in range(0, n, step):
             part = slice(start, start + step)
             h = hidden[part]
-            logp_all = _chunk_logits(h, weight, bias, stats.temperature).sub_(lse[part, None])
-            p = logp_all.exp()
-            # d log p_t / dz = onehot(t) - p; d H / dz = -p (log p - E_p[log p]), E_p[log p] = -H
-            grad = torch.zeros_like(p) if grad_logp is None else p * -grad_logp[part, None]
-            if grad_logp is not None:
-                grad[rows[: len(h)], tokens[part]] += grad_logp[part]
-            if grad_entropy is not None:
-                centred = logp_all.add_(entropy[part, None])
-                grad -= centred.mul_(p).mul_(grad_entropy[part, None])
-            if stats.temperature != 1.0:
-                grad /= stats.temperature
-            low = grad.to(hidden.dtype)
+            low, bias_sum = math(
+                _chunk_matmul(h, weight, bias),
+                tokens[part],
+                lse[part],
+                None if entropy is None else entropy[part],
+                None if grad_logp is None else grad_logp[part],
+                None if grad_entropy is None else grad_entropy[part],
+                stats.temperature,
+                want_b,
+            )
             if want_h:
-                grad_h[part] = low @ weight
+                grad_h[part] = low.to(hidden.dtype) @ weight
             if want_w:
-                grad_w += (low.T @ h).to(exact)
+                grad_w += (low.to(hidden.dtype).T @ h).to(exact)
             if want_b:
-                grad_b += grad.sum(0)
+                grad_b += bias_sum
         cast = [None if g is None else g.to(t.dtype) for g, t in ((grad_w, weight), (grad_b, bias))]
         return grad_h, *cast, None, None
 

@@ -156,7 +156,10 @@ def _chunk_size(config: ReasoningConfig) -> int | None:
 
 
 def _token_stats(owner: Any, entropy: bool, sum_pi_squared: bool = False) -> TokenStats:
-    return TokenStats(owner.temperature, _chunk_size(owner.config), entropy, sum_pi_squared)
+    compiled = owner.config.actor.use_torch_compile  # the reference follows the actor
+    return TokenStats(
+        owner.temperature, _chunk_size(owner.config), entropy, sum_pi_squared, compiled
+    )
 
 
 def _response_log_probs(

@@ -60,6 +60,45 @@ def test_fused_values_and_gradients_are_the_whole_logits(dtype, chunk, temperatu
         torch.testing.assert_close(g, w, **tol)
 
 
+def test_the_compiled_chunk_math_gives_the_whole_logits_values_and_gradients(monkeypatch):
+    """``TokenStats.compiled`` (``actor.use_torch_compile``): each chunk's math goes through
+    torch.compile; here with a backend that records the graphs dynamo hands it and runs them
+    (the compiled call path; inductor's kernels are what benchmarks/gpu_check.py measures)."""
+    import rlcore.models.lm as lm
+
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(lm, "COMPILE_BACKEND", recording)
+    torch._dynamo.reset()
+    try:
+        for temperature, chunk in ((1.0, 4), (0.7, 3)):
+            hidden, weight, bias, tokens = inputs(torch.float32, seed=int(chunk))
+            gen = torch.Generator().manual_seed(1)
+            a, c = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+            want_logp, want_ent, want_sums = plain(hidden, weight, bias, tokens, temperature)
+            want = torch.autograd.grad((a * want_logp + c * want_ent).sum(), (hidden, weight, bias))
+            stats = TokenStats(temperature, chunk, True, compiled=True)
+            logp, ent, _ = fused_log_probs(hidden, weight, bias, tokens, stats)
+            got = torch.autograd.grad((a * logp + c * ent).sum(), (hidden, weight, bias))
+            tol = {"rtol": 1e-6, "atol": 1e-6}
+            torch.testing.assert_close(logp, want_logp.detach(), **tol)
+            torch.testing.assert_close(ent, want_ent.detach(), **tol)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, **tol)
+            with torch.no_grad():
+                squares = TokenStats(temperature, chunk, True, True, compiled=True)
+                sums = fused_log_probs(hidden, weight, bias, tokens, squares)[2]
+            torch.testing.assert_close(sums, want_sums.detach(), **tol)
+        # the forward's and the backward's chunk math were compiled (and what ran is above)
+        assert len(graphs) >= 2
+    finally:
+        torch._dynamo.reset()
+
+
 def test_fused_gradients_pass_a_float64_gradient_check():
     hidden, weight, bias, tokens = inputs(torch.float64, seed=2)
     for stats in (TokenStats(0.6, 3), TokenStats(1.0, None, entropy=False)):
