@@ -91,6 +91,7 @@ CHECKS = (
     "qwen_ddp_static",
     "qwen_ddp_fused",
     "qwen_fast",
+    "update_profile",
     "trl_grpo",
     "qwen_fsdp2",
     "qwen_megatron",
@@ -410,27 +411,27 @@ def _agreement(engines: dict[str, Any], part: Any, timed: Any) -> dict[str, Any]
     _, b = timed("graph", True, part)
     same = a[RESPONSES] == b[RESPONSES]
     first_diff = (~same).float().argmax(-1).where(~same.all(-1), torch.tensor(same.shape[1]))
-    _, sampled = timed("graph", False, part)
     model, device = engines["graph"].model, engines["graph"].device
-    width = sampled[RESPONSES].shape[1]
-    with torch.no_grad():
-        logits = model(
-            input_ids=sampled[INPUT_IDS].to(device),
-            attention_mask=sampled[ATTENTION_MASK].to(device),
-            position_ids=sampled[POSITION_IDS].to(device),
-        ).logits[:, -width - 1 : -1]
-        logp = torch.log_softmax(logits.float(), -1)
-        logp = logp.gather(-1, sampled[RESPONSES].to(device)[..., None])[..., 0].cpu()
-    valid = sampled["response_mask"].bool()
-    error = (logp - sampled["rollout_log_probs"]).abs()[valid]
+    errors = {}
+    for name in ("generate", "graph"):  # generate's own bf16 error: the yardstick for the graph's
+        _, sampled = timed(name, False, part)
+        width = sampled[RESPONSES].shape[1]
+        with torch.no_grad():
+            logits = model(
+                input_ids=sampled[INPUT_IDS].to(device),
+                attention_mask=sampled[ATTENTION_MASK].to(device),
+                position_ids=sampled[POSITION_IDS].to(device),
+            ).logits[:, -width - 1 : -1]
+            logp = torch.log_softmax(logits.float(), -1)
+            logp = logp.gather(-1, sampled[RESPONSES].to(device)[..., None])[..., 0].cpu()
+        valid = sampled["response_mask"].bool()
+        error = (logp - sampled["rollout_log_probs"]).abs()[valid]
+        errors[name] = {"max": round(float(error.max()), 4), "mean": round(float(error.mean()), 5)}
     return {
         "greedy_rows_identical": round(float(same.all(-1).float().mean()), 3),
         "greedy_tokens_identical": round(float(same.float().mean()), 4),
         "greedy_first_difference_mean": round(float(first_diff.float().mean()), 1),
-        "log_prob_error_vs_forward": {
-            "max": round(float(error.max()), 4),
-            "mean": round(float(error.mean()), 5),
-        },
+        "log_prob_error_vs_forward": errors,
     }
 
 
@@ -531,6 +532,8 @@ def check_qwen(
         "generated_tokens": round(generated),
         "micro_batch": args.micro_batch,
         "iteration_s": [round(s, 2) for s in seconds],
+        # the share of the update's computed positions that are padding (not in the FLOP count)
+        "padding_share": metrics.get("actor/padding_share"),
         "stages": per_stage,
         "peak_memory_gib": memory,
     }
@@ -552,7 +555,8 @@ def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     in each of ``FAST_VARIANTS``: the micro-batch that gives the best update, and the peak
     memory at each; one running out of memory leaves the others measured."""
     runs = []
-    for size, (name, extra) in itertools.product(args.fast_micro_batches, FAST_VARIANTS.items()):
+    chosen = [(n, FAST_VARIANTS[n]) for n in args.fast_variants]
+    for size, (name, extra) in itertools.product(args.fast_micro_batches, chosen):
         # (compiled layers: the first two iterations compile each pass's variants, the shapes
         # turning dynamic in the second; measured on CPU: 13.2, 12.6, then 0.13 s)
         iterations = max(args.iterations, 3) if name == "compiled" else args.iterations
@@ -568,9 +572,102 @@ def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                     "error": f"{type(error).__name__}: {str(error)[:300]}",
                 }
             )
+        print(json.dumps({"qwen_fast_run": runs[-1]}), file=sys.stderr, flush=True)  # kept if cut
         if args.device == "cuda":
             torch.cuda.empty_cache()
     return {"ok": all(r["ok"] for r in runs), "runs": runs}
+
+
+# kernel families by name (cuBLAS' and CUTLASS' matmuls, the attention kernels, the optimiser)
+KERNEL_FAMILIES = (
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "wgmma", "aten::mm", "aten::addmm")),
+    ("attention", ("fmha", "flash", "attention", "efficient")),
+    ("optimizer", ("multi_tensor", "adam")),
+    ("copy", ("copy", "memcpy", "memset", "fill", "cat")),
+)
+
+
+def _family(name: str) -> str:
+    low = name.lower()
+    return next((f for f, keys in KERNEL_FAMILIES if any(k in low for k in keys)), "other")
+
+
+def _kernel_shares(prof: Any, wall: float, device: str) -> dict[str, Any]:
+    """Where a profiled stage's time went: on CUDA the kernels' own device time by family and
+    the busiest kernels, and how much of the stage's wall the GPU was busy at all (the rest is
+    launch and Python time); on a CPU the operators' own CPU time."""
+    from torch.autograd import DeviceType
+
+    cuda = device == "cuda"
+    rows = [
+        (e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6, e.count)
+        for e in prof.key_averages()
+        if (e.device_type == DeviceType.CUDA) == cuda
+    ]
+    rows = [r for r in rows if r[1] > 0]
+    busy = sum(r[1] for r in rows)
+    families: dict[str, float] = {}
+    for name, seconds, _ in rows:
+        families[_family(name)] = families.get(_family(name), 0.0) + seconds
+    top = sorted(rows, key=lambda r: -r[1])[:12]
+    return {
+        "wall_s": round(wall, 3),
+        "busy_s": round(busy, 3),
+        "busy_share": round(busy / max(wall, 1e-9), 3),
+        "families_s": {f: round(v, 3) for f, v in sorted(families.items(), key=lambda kv: -kv[1])},
+        "top": [{"name": n[:90], "s": round(v, 4), "calls": c} for n, v, c in top],
+    }
+
+
+def check_update_profile(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Where the updates' time goes (the 0.5B config with the new paths, layers not compiled):
+    the second iteration's actor and critic updates under torch's profiler, the third
+    iteration's (not profiled) seconds and MFU beside them."""
+    from contextlib import contextmanager
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from rlcore.runners import progress
+
+    seen = {"actor_update": 0, "critic_update": 0}
+    profiles: dict[str, Any] = {}
+    original = progress.Stopwatch.__call__
+    activities = [ProfilerActivity.CPU]
+    if args.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+
+    @contextmanager
+    def watched(self: Any, stage: str) -> Any:
+        seen[stage] = seen.get(stage, 0) + 1
+        if (
+            stage not in profiles
+            and stage in ("actor_update", "critic_update")
+            and seen[stage] == 2
+        ):
+            _sync(args.device)
+            start = time.perf_counter()
+            with profile(activities=activities) as prof, original(self, stage):
+                yield
+                _sync(args.device)
+            profiles[stage] = _kernel_shares(prof, time.perf_counter() - start, args.device)
+        else:
+            with original(self, stage):
+                yield
+
+    progress.Stopwatch.__call__ = watched
+    try:
+        sized = argparse.Namespace(**{**vars(args), "iterations": max(args.iterations, 3)})
+        row = check_qwen(sized, out, "ddp", FAST)
+    finally:
+        progress.Stopwatch.__call__ = original
+    updates = {s: row["stages"][s] for s in ("actor_update", "critic_update")}
+    return {
+        "ok": len(profiles) == 2,
+        "micro_batch": row["micro_batch"],
+        "padding_share": row["padding_share"],
+        "unprofiled": updates,
+        "profiles": profiles,
+    }
 
 
 def check_trl_grpo(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -720,6 +817,13 @@ def main() -> int:
         help="qwen_fast: the micro-batches to run it at (at most the mini-batch's rows)",
     )
     parser.add_argument(
+        "--fast-variants",
+        nargs="+",
+        choices=tuple(FAST_VARIANTS),
+        default=list(FAST_VARIANTS),
+        help="qwen_fast: the variants to run, in this order",
+    )
+    parser.add_argument(
         "--trl-systems",
         nargs="+",
         choices=("trl", "rlcore", "rlcore_fast"),
@@ -744,6 +848,7 @@ def main() -> int:
         "qwen_ddp_static": lambda a, o: check_qwen(a, o, "ddp", (*BASELINE, *STATIC)),
         "qwen_ddp_fused": lambda a, o: check_qwen(a, o, "ddp", (*BASELINE, *FUSED)),
         "qwen_fast": check_qwen_fast,
+        "update_profile": check_update_profile,
         "trl_grpo": check_trl_grpo,
         "qwen_fsdp2": lambda a, o: check_qwen(a, o, "fsdp2", BASELINE),
         "qwen_megatron": lambda a, o: check_qwen(a, o, "megatron", BASELINE),

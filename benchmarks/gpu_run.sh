@@ -14,7 +14,8 @@ export PYTHONPATH=/tmp/site:. HF_HUB_OFFLINE=1
 # generation (generate / static / graph alternated), where a decode step's time goes, the PPO
 # iteration of the 0.5B config as it is today and with every new path (two fused chunk sizes)
 timeout "${CHECK_S:-220}" python3 benchmarks/gpu_check.py --out "$WORK" \
-    --only ${CHECKS:-generate decode_profile qwen_ddp qwen_fast} --micro-batch 64 --fast-micro-batches 64 \
+    --only ${CHECKS:-generate decode_profile qwen_ddp qwen_fast} --micro-batch 64 --fast-micro-batches ${FAST_MB:-64} \
+    --fast-variants ${FAST_VARIANTS:-chunk2048 chunk512 compiled} \
     2> "$OUT/check.err" | tee "$OUT/check.jsonl"
 # TRL 1.16's GRPO beside rlcore's (the new paths; TRL_SYSTEMS="trl rlcore rlcore_fast" adds
 # today's) on the same work
