@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from rlcore.models import compiling
+
 KEY = "actor.model.use_fused_kernels"
 
 
@@ -145,18 +147,14 @@ def _chunk_grad(z, tokens, lse, entropy, grad_logp, grad_entropy, temperature: f
 def _maybe_compiled(fn: Callable, stats: TokenStats) -> Callable:
     if not stats.compiled:
         return fn
-    from rlcore.models import lm
-
-    return _compile(fn, lm.COMPILE_BACKEND)
+    return _compile(fn, compiling.COMPILE_BACKEND)
 
 
 @functools.cache
 def _compile(fn: Callable, backend: Any) -> Callable:
     """``fn`` compiled once per backend (shapes dynamic: a last, shorter chunk or another pass's
     positions do not recompile)."""
-    from rlcore.models.lm import _room_for_every_pass
-
-    _room_for_every_pass()
+    compiling.room_for_every_pass()
     return torch.compile(fn, backend=backend, dynamic=True)
 
 

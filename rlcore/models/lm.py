@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from rlcore.config.errors import ConfigError
+from rlcore.models import compiling
 from rlcore.models.folder_safety import check_no_custom_code, check_weight_format
 
 SPECIALS = ("<|endoftext|>", "<|user|>", "<|assistant|>")
@@ -218,10 +219,6 @@ def enable_gradient_checkpointing(model: Any) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-# torch.compile's backend for use_torch_compile (tests trace with "eager": no inductor C++ on CPU)
-COMPILE_BACKEND = "inductor"
-
-
 def decoder_layers(model: Any) -> Any:
     """The transformers model's decoder layers (``model.layers`` of its base model), under a
     peft or data-parallel wrapper or not; None for a model without them."""
@@ -241,25 +238,10 @@ def compile_layers(model: Any) -> int:
     layers = decoder_layers(model)
     if layers is None:
         raise ValueError(f"{type(model).__name__} has no decoder layers to compile")
-    _room_for_every_pass()
+    compiling.room_for_every_pass()
     for layer in layers:
-        layer.compile(backend=COMPILE_BACKEND, dynamic=True)
+        layer.compile(backend=compiling.COMPILE_BACKEND, dynamic=True)
     return len(layers)
-
-
-# Compiled graphs one layer's code keeps: the actor's, the reference's and the critic's layers
-# share it, and each pass differs in what dynamo guards on (gradients on or off, parameters that
-# require them or not, the first shapes before they turn dynamic): 8, torch's default, was spent
-# in two iterations of one process (then every pass ran uncompiled, with a warning)
-RECOMPILE_LIMIT = 64
-
-
-def _room_for_every_pass() -> None:
-    import torch._dynamo
-
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
 
 
 def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:

@@ -64,7 +64,7 @@ def test_the_compiled_chunk_math_gives_the_whole_logits_values_and_gradients(mon
     """``TokenStats.compiled`` (``actor.use_torch_compile``): each chunk's math goes through
     torch.compile; here with a backend that records the graphs dynamo hands it and runs them
     (the compiled call path; inductor's kernels are what benchmarks/gpu_check.py measures)."""
-    import rlcore.models.lm as lm
+    import rlcore.models.compiling as compiling
 
     graphs = []
 
@@ -72,7 +72,7 @@ def test_the_compiled_chunk_math_gives_the_whole_logits_values_and_gradients(mon
         graphs.append(gm)
         return gm.forward
 
-    monkeypatch.setattr(lm, "COMPILE_BACKEND", recording)
+    monkeypatch.setattr(compiling, "COMPILE_BACKEND", recording)
     torch._dynamo.reset()
     try:
         for temperature, chunk in ((1.0, 4), (0.7, 3)):

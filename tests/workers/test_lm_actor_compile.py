@@ -17,9 +17,9 @@ from tests.workers.test_lm_actor import gradients, make_batch
 
 @pytest.fixture
 def eager_backend(monkeypatch):
-    import rlcore.models.lm as lm
+    import rlcore.models.compiling as compiling
 
-    monkeypatch.setattr(lm, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(compiling, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
