@@ -180,6 +180,21 @@ def _check_model(path: str, setting: str, config: ReasoningConfig) -> None:
     if folder is not None:
         check_model_dir(str(folder), setting, tokenizer=setting == "actor.model.path")
         check_positions(folder, config.data, setting)
+        hf = config.rollout.hf
+        if setting == "actor.model.path" and config.rollout.backend == "hf" and hf.static_cache:
+            _check_static_decode(folder)
+
+
+def _check_static_decode(folder: Any) -> None:
+    """The static decode loop serves the model: its layers all attend fully (the engine checks
+    the loaded model the same way)."""
+    from transformers import AutoConfig
+
+    from rlcore.workers.static_decode import check_full_attention
+
+    model_config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    name = (getattr(model_config, "architectures", None) or [model_config.model_type])[0]
+    check_full_attention(model_config, name)
 
 
 def _check_lora_targets(path: str, setting: str, lora: Any) -> None:

@@ -79,6 +79,22 @@ def filtered(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return scores
 
 
+def check_full_attention(config: Any, name: str) -> None:
+    """Refuse the model ``name`` (its transformers ``config``) when some of its layers attend
+    otherwise than to every earlier position (sliding windows, chunked attention): the static
+    decode loop builds the full attention mask only. The dry run checks the model folder's
+    config with it, the engine its loaded model."""
+    types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
+    if any(t != "full_attention" for t in types):
+        from rlcore.config.errors import ConfigError
+
+        raise ConfigError(
+            f"rollout.hf.static_cache: {name} has layers of kinds {sorted(set(types))}; the "
+            "static decode loop builds the full attention mask only; set "
+            "rollout.hf.static_cache=false for this model"
+        )
+
+
 def grouped_query_decode(original: Callable) -> Callable:
     """``original`` (an attention function of transformers' ``AttentionInterface``) computing a
     one-token step of grouped-query attention without copying the keys and values per query
@@ -208,15 +224,7 @@ class StaticDecoder:
         from rlcore.models.forward import inner_model
 
         config = inner_model(self.model).config
-        types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
-        if any(t != "full_attention" for t in types):
-            from rlcore.config.errors import ConfigError
-
-            raise ConfigError(
-                f"rollout.hf.static_cache: {type(inner_model(self.model)).__name__} has layers "
-                f"of kinds {sorted(set(types))}; the static decode loop builds the full "
-                "attention mask only; set rollout.hf.static_cache=false for this model"
-            )
+        check_full_attention(config, type(inner_model(self.model)).__name__)
         return config
 
     def release(self) -> None:

@@ -30,6 +30,12 @@ def damaged_copy(model, where, damage):
         (where / "model.safetensors").unlink()
     elif damage == "garbage weights":
         (where / "model.safetensors").write_bytes(b"\x00garbage" * 1000)
+    elif damage == "sliding window":  # every layer a sliding window's (Qwen2's own key)
+        settings = json.loads((where / "config.json").read_text())
+        layers = settings["num_hidden_layers"]
+        settings.update(use_sliding_window=True, sliding_window=8, max_window_layers=0)
+        settings["layer_types"] = ["sliding_attention"] * layers
+        write(where / "config.json", json.dumps(settings))
     elif damage == "no eos":  # neither eos nor pad: nothing to end or pad responses with
         settings = json.loads((where / "tokenizer_config.json").read_text())
         settings.update(eos_token=None, pad_token=None)
@@ -67,7 +73,7 @@ def bad_inputs(tmp_path, model):
     write(tmp_path / "out" / "a_file", "")
     damaged = {
         d: damaged_copy(model, tmp_path / d.replace(" ", "_"), d)
-        for d in ("no weights", "garbage weights", "no tokenizer", "no eos")
+        for d in ("no weights", "garbage weights", "no tokenizer", "no eos", "sliding window")
     }
     short = tmp_path / "short_model"  # a model of 40 positions
     shutil.copytree(model, short)
@@ -190,6 +196,15 @@ def bad_inputs(tmp_path, model):
             ARITH,
             [f"actor.model.path={damaged['no eos']}", "warmup.steps=0"],
             "its tokenizer has neither an eos token nor a pad token",
+        ),
+        (
+            ARITH,
+            [
+                f"actor.model.path={damaged['sliding window']}",
+                "warmup.steps=0",
+                "rollout.hf.static_cache=true",
+            ],
+            "rollout.hf.static_cache: Qwen2ForCausalLM has layers of kinds ['sliding_attention']",
         ),
         (
             ARITH,
