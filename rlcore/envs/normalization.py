@@ -2,9 +2,8 @@
 
 Observations: ``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with the running mean and
 variance of every observation the policy has seen. Rewards: divided by the running std of the
-discounted return ``G = gamma * G + r`` (reset at episode ends), as in SB3's VecNormalize, the
-std of the returns before the step (``RewardScaler``); the mean is not subtracted, so the sign
-of a reward is kept. Both are saved in checkpoints.
+discounted return ``G = gamma * G + r`` (reset at episode ends), as in SB3's VecNormalize; the
+mean is not subtracted, so the sign of a reward is kept. Both are saved in checkpoints.
 
 The statistics are gymnasium's ``RunningMeanStd``, float64 numpy arrays: they are updated once
 per env step, on a handful of numbers, where a torch op costs ~5 us of dispatch and a numpy one
@@ -118,64 +117,39 @@ def replaced(whole: Any, part: slice, new: Any) -> Any:
 
 
 class RewardScaler:
-    """Rewards divided by the running std of the discounted return. A step's rewards are divided
-    by the std of the returns before that step, and its returns join the statistics once every
-    env has stepped (in env order, one merge): so envs stepped in pipeline stages
-    (``rollout.pipeline_stage_num``), a part at a time, are scaled exactly as one vector env's.
-    (SB3's VecNormalize merges a step's returns before scaling its rewards: one step earlier.)"""
-
     def __init__(
         self, num_envs: int, gamma: float, clip: float, device: torch.device | None = None
     ) -> None:
         self.stats, self.gamma, self.clip = running_mean_std((), device), gamma, clip
-        self.num_envs = num_envs
         self.returns = self.stats._own(torch.zeros(num_envs, dtype=torch.float64))
-        self.pending: list[tuple[int, Any]] = []  # (first env, its part's valid returns)
-        self.stepped = 0  # envs of the current step stepped so far
 
     def __call__(
         self, reward: torch.Tensor, done: torch.Tensor, valid: torch.Tensor, part: slice = ALL
     ):
         """Scale one step's rewards of the envs ``part`` (all by default: ``[N]``); ``valid``
         marks real transitions (not resets)."""
-        std = (self.stats.var + EPS) ** 0.5  # the statistics before this step
         if self.stats.device is not None:  # a tensor env's: on its device
             returns = self.returns[part]
             returns = torch.where(valid, returns * self.gamma + reward, returns)
-            self._stepped(part, returns[valid])
+            if valid.any():
+                self.stats.update(returns[valid])
             self.returns = replaced(self.returns, part, torch.where(done & valid, 0.0, returns))
-            return (reward / std).clamp(-self.clip, self.clip).float()
+            return (reward / (self.stats.var + EPS) ** 0.5).clamp(-self.clip, self.clip).float()
         reward_, done_, valid_ = reward.numpy(), done.numpy(), valid.numpy()
         returns = self.returns[part]
         returns = np.where(valid_, returns * self.gamma + reward_, returns)
-        self._stepped(part, returns[valid_])
+        if valid_.any():
+            self.stats.update(returns[valid_])
         self.returns = replaced(self.returns, part, np.where(done_ & valid_, 0.0, returns))
-        return torch.from_numpy(np.clip(reward_ / std, -self.clip, self.clip).astype(np.float32))
-
-    def _stepped(self, part: slice, returns: Any) -> None:
-        """``part``'s valid returns of this step; once every env has stepped, all of them merged
-        into the statistics in env order."""
-        first, stop = part.indices(self.num_envs)[:2]
-        self.pending.append((first, returns))
-        self.stepped += stop - first
-        if self.stepped < self.num_envs:
-            return
-        ordered = [r for _, r in sorted(self.pending, key=lambda p: p[0])]
-        tensor = self.stats.device is not None
-        merged = torch.cat(ordered) if tensor else np.concatenate(ordered)
-        if len(merged):
-            self.stats.update(merged)
-        self.pending, self.stepped = [], 0
+        scaled = reward_ / np.sqrt(self.stats.var + EPS)
+        return torch.from_numpy(np.clip(scaled, -self.clip, self.clip).astype(np.float32))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        if self.pending:  # checkpoints fall between iterations, where every env has stepped
-            raise RuntimeError("reward statistics saved with a step's envs half stepped")
         return {**self.stats.state_dict(), "returns": _cpu(self.returns)}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.stats.load_state_dict(state)
         self.returns = self.stats._own(state["returns"])
-        self.pending, self.stepped = [], 0
 
 
 def _cpu(values: np.ndarray | torch.Tensor) -> torch.Tensor:
