@@ -1,7 +1,9 @@
-"""The design card's actor-critic (a shared trunk, a Huber value loss weighed 0.1: the default
-``embodied/cartpole_ppo``) against a trunk per head (``embodied/cartpole_ppo_separate_trunks``)
-on continuous-control tasks, each config only changing ``env.id`` (issue 50 point 7): one JSON
-line per run, the two shapes alternated seed by seed, then one line per task and a last line.
+"""The design card's actor-critic (a shared trunk, a Huber value loss weighed 2.0 on normalised
+rewards: the default ``embodied/cartpole_ppo``) against a trunk per head
+(``embodied/cartpole_ppo_separate_trunks`` with the default's ``env.normalize_reward``, so that
+the shapes alone differ) on continuous-control tasks, each config only changing ``env.id``
+(issue 50 point 7): one JSON line per run, the two shapes alternated seed by seed, then one line
+per task and a last line.
 
     python benchmarks/card_shape.py [k=v ...] [--tasks ID ...] [--seeds 1 2 3] [--card k=v ...]
 
@@ -25,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embodied import train_seed
 
 SHAPES = {"card": "embodied/cartpole_ppo", "per_head": "embodied/cartpole_ppo_separate_trunks"}
+# the per-head config keeps the default's earlier settings, raw rewards among them
+SHAPE_OVERRIDES = {"card": [], "per_head": ["env.normalize_reward=true"]}
 TASKS = (
     "InvertedPendulum-v5",
     "InvertedDoublePendulum-v5",
@@ -66,7 +70,7 @@ def main() -> None:
             for seed in args.seeds:
                 for shape, config in SHAPES.items():
                     extra = args.card if shape == "card" else []
-                    overrides = [f"env.id={task}", *args.overrides, *extra]
+                    overrides = [f"env.id={task}", *SHAPE_OVERRIDES[shape], *args.overrides, *extra]
                     summary = train_seed(config, overrides, seed, out)
                     final = summary["eval_return_mean"]
                     finals[shape].append(final)

@@ -192,12 +192,15 @@ NEW_DEFAULTS = {"reward.kind": ("gsm8k", "auto"), "data.chat_template": (False, 
 
 
 # the default embodied job took the design card's actor-critic (issue 31): a shared trunk and a
-# Huber value loss weighed 0.1; its earlier settings are embodied/cartpole_ppo_separate_trunks
+# Huber value loss; its earlier settings are embodied/cartpole_ppo_separate_trunks. Then (issue
+# 50 point 7) rewards normalised by the return's running std and the value loss weighed 2.0, so
+# that the card's shape trains other envs as well as a trunk per head
 RETUNED = {
     "embodied/cartpole_ppo": {
         "actor.model.shared_backbone": True,
         "algorithm.huber_delta": 10.0,
-        "algorithm.value_coef": 0.1,
+        "algorithm.value_coef": 2.0,
+        "env.normalize_reward": True,
     },
     # the MuJoCo tasks likewise (issue 31), their earlier settings beside them
     "embodied/mujoco_halfcheetah_ppo": {

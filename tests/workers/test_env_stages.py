@@ -18,6 +18,8 @@ SMALL = [
     "env.num_envs=6",
     "env.vector_mode=sync",
     "env.normalize_obs=false",
+    # the running statistics take a step's returns a stage at a time (below)
+    "env.normalize_reward=false",
     "actor.ppo_mini_batch_size=48",
 ]
 
@@ -49,6 +51,29 @@ def test_three_stages_step_the_envs_as_one_vector_env_does():
         assert ended["episode_count"].sum() > 0
         assert all(ended[k].equal(v) for k, v in three.finished_episodes().items())
         assert one.steps_taken == three.steps_taken == 120
+    finally:
+        one.close()
+        three.close()
+
+
+def test_staged_reward_scaling_merges_a_stage_at_a_time_and_fades_to_the_whole_vectors():
+    """``env.normalize_reward`` in stages: each stage's returns join the statistics when it
+    steps and its rewards are scaled by them (SB3's order), so a stage sees the returns of the
+    stages before it in the step, not after; everything else is one vector env's, the
+    statistics after each whole step equal to rounding, and the rewards' difference fades as
+    the statistics grow (15% at the second step, under 1% after 60)."""
+    one = worker("env.normalize_reward=true")
+    three = worker("env.normalize_reward=true", "rollout.pipeline_stage_num=3")
+    try:
+        for t, a in enumerate(actions(120)):
+            whole, staged = step(one, a, 1), step(three, a, 3)
+            assert all(whole[k].equal(staged[k]) for k in whole if k != "rewards")
+            a_stats, b_stats = one.reward_scaler.stats, three.reward_scaler.stats
+            assert float(b_stats.var) == pytest.approx(float(a_stats.var), rel=1e-12)
+            zero = whole["rewards"] == 0  # (a reset step's)
+            assert staged["rewards"][zero].eq(0).all()
+            gap = (staged["rewards"] - whole["rewards"])[~zero].abs() / whole["rewards"][~zero]
+            assert float(gap.abs().max()) < (0.2 if t < 60 else 0.01), t
     finally:
         one.close()
         three.close()
