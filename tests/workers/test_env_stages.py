@@ -79,6 +79,27 @@ def test_staged_reward_scaling_merges_a_stage_at_a_time_and_fades_to_the_whole_v
         three.close()
 
 
+def test_staged_observation_normalisation_fades_to_the_whole_vectors():
+    """``env.normalize_obs`` in stages likewise: each stage's observations join the statistics
+    when it steps and are normalised by them, so they differ from one vector env's early (0.6
+    in normalised units at the first step) and less as the statistics grow (under 0.05 after 60
+    steps); the statistics after each whole step equal to rounding."""
+    one = worker("env.normalize_obs=true")
+    three = worker("env.normalize_obs=true", "rollout.pipeline_stage_num=3")
+    try:
+        assert one.observe().equal(three.observe())  # the resets' observations: one merge each
+        for t, a in enumerate(actions(120)):
+            whole, staged = step(one, a, 1), step(three, a, 3)
+            assert all(whole[k].equal(staged[k]) for k in whole if k != "next_obs")
+            a_stats, b_stats = one.obs_norm.stats, three.obs_norm.stats
+            np.testing.assert_allclose(b_stats.var, a_stats.var, rtol=1e-12)
+            gap = (staged["next_obs"] - whole["next_obs"]).abs().max()
+            assert float(gap) < (1.0 if t < 60 else 0.05), t
+    finally:
+        one.close()
+        three.close()
+
+
 def test_staged_groups_reset_from_their_group_s_seed_as_without_stages():
     """Embodied GRPO's grouped resets (a seed per group of envs) split over 2 stages: each env
     starts where it starts without stages, each stage holding whole groups."""
