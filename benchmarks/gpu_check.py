@@ -578,7 +578,9 @@ def check_qwen_fast(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"ok": all(r["ok"] for r in runs), "runs": runs}
 
 
-# kernel families by name (cuBLAS' and CUTLASS' matmuls, the attention kernels, the optimiser)
+# kernel families by name, the first that matches (cuBLAS' and CUTLASS' matmuls, the attention
+# kernels, the optimiser); cuDNN's attention kernels name their wgmma tiles, so on an H100/H200
+# they count as matmuls (docs/backends.md's "matmuls and attention")
 KERNEL_FAMILIES = (
     ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "wgmma", "aten::mm", "aten::addmm")),
     ("attention", ("fmha", "flash", "attention", "efficient")),
