@@ -300,7 +300,7 @@ def check_generate(
 
     from rlcore.config import replace_keys
     from rlcore.data.sequences import left_pad
-    from rlcore.workers.rollout import HFEngine
+    from rlcore.workers.reasoning.rollout import HFEngine
 
     model_dir, _ = qwen_dir(out, args.small)
     rows, new = (8, 8) if args.small else (256, 256)
@@ -365,7 +365,7 @@ def check_decode_profile(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from tensordict import TensorDict
     from torch.profiler import ProfilerActivity, profile
 
-    from rlcore.workers.rollout import HFEngine
+    from rlcore.workers.reasoning.rollout import HFEngine
 
     model_dir, _ = qwen_dir(out, args.small)
     rows, new = (8, 8) if args.small else (256, 64)

@@ -76,7 +76,7 @@ ANSWERS = "answers"
 TRAJECTORIES = "trajectories"
 """``[B]`` multi-turn runs: each response's turns, tool calls and how it stopped."""
 
-# Embodied: the steps of each env's row (``rlcore.workers.embodied_rollout``).
+# Embodied: the steps of each env's row (``rlcore.workers.embodied.embodied_rollout``).
 OBS = "obs"
 ACTIONS = "actions"
 REWARDS = "rewards"

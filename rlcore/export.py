@@ -34,8 +34,8 @@ from rlcore.config.load import validate_config
 from rlcore.export_target import check_target, written_whole
 from rlcore.log import say
 from rlcore.runners.checkpoint import DRIVER_FILE, check_manifest, find_checkpoint
-from rlcore.workers.state_files import load_state
-from rlcore.workers.weights_file import read_trained_weights
+from rlcore.workers.files.state_files import load_state
+from rlcore.workers.files.weights_file import read_trained_weights
 
 POLICY_FORMAT = "rlcore-policy/1"
 
@@ -147,7 +147,7 @@ def _export_policy(config: Any, checkpoint: Path, out: Path) -> None:
     from safetensors.torch import save_file
 
     from rlcore.envs import make_vector_env, space_spec
-    from rlcore.workers.embodied_rollout import make_policy
+    from rlcore.workers.embodied.embodied_rollout import make_policy
 
     envs = make_vector_env(config.env.id, 1, config.env.vector_mode, config.env.kwargs)
     try:
@@ -244,7 +244,7 @@ class Policy(torch.nn.Module):
 
     @torch.no_grad()
     def forward(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        from rlcore.workers.env_worker import env_action
+        from rlcore.workers.embodied.env_worker import env_action
 
         if self.spec.obs_text is not None:
             obs = self._flattened(obs)

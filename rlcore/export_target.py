@@ -80,7 +80,7 @@ def written_whole(out: Path, checkpoint: Path) -> Iterator[Path]:
     the file, in one line, that says so)."""
     from safetensors import SafetensorError
 
-    from rlcore.workers.state_files import CheckpointWriteError, write_failure
+    from rlcore.workers.files.state_files import CheckpointWriteError, write_failure
 
     out.parent.mkdir(parents=True, exist_ok=True)
     # (not mkdtemp: its folder is the user's only, and becomes the export)

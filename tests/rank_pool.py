@@ -44,8 +44,8 @@ PRELOAD = [
         "torch.distributed",
         "transformers",
         "megatron.core",
-        "rlcore.workers.lm_actor",
-        "rlcore.workers.embodied_actor",
+        "rlcore.workers.reasoning.lm_actor",
+        "rlcore.workers.embodied.embodied_actor",
     )
     if find_spec(name.split(".")[0]) is not None
 ]

@@ -21,7 +21,7 @@ from rlcore.placement import plan_for_config
 from rlcore.runners.checkpoint import write_manifest
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.supervisor import build_runner
-from rlcore.workers.weights_file import read_trained_weights
+from rlcore.workers.files.weights_file import read_trained_weights
 from tests.lm_fixtures import tiny_config
 from tests.models.test_user_policy import FILE as USER_POLICIES
 from tests.runners.test_reasoning import length_reward

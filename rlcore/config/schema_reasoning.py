@@ -280,7 +280,8 @@ class HFRolloutConfig:
     static_cache: bool = key(
         False,
         doc="the hf engine decodes with rlcore's own loop over a static key-value cache "
-        "(transformers' StaticCache; rlcore/workers/static_decode.py) instead of transformers' "
+        "(transformers' StaticCache; rlcore/workers/reasoning/static_decode.py) instead of "
+        "transformers' "
         "generate: sampling and the stop check stay on the device, no host sync per token, the "
         "same distribution (temperature, top-k, top-p as generate applies them); 5.8x "
         "generate's tokens/s for the 0.5B model on an H200 (docs/backends.md). Single-turn "

@@ -18,7 +18,7 @@ Engine):
   (``full_logits``).
 - Rotary embeddings: Megatron computes positions from the column (0 to S - 1), not from
   position ids, so each sequence must start at column 0 (``MegatronLM`` in
-  ``rlcore/workers/megatron_strategy.py`` rotates left-padded rows so).
+  ``rlcore/workers/training/megatron_strategy.py`` rotates left-padded rows so).
 - A value model is the GPT with its output layer replaced by a scalar head (``ValueHead``), whole
   on every rank, as transformers' ``score`` layer is.
 - Pipeline stages split the layers evenly (``stage_layers``); each numbers its own from 0. The

@@ -40,11 +40,11 @@ def tool_examples(
     rows: list[dict[str, str]], tokenizer: Any, suffix: str
 ) -> list[tuple[list[int], list[int], list[int]]]:
     """``(prompt_ids, target_ids, trained)`` calculator trajectories, tokenised as the agent
-    loop lays them out (``rlcore.workers.agent_loop``): the model's call with the question's
-    expression and its end token, the calculator's answer as a tool message (``trained`` 0: no
-    loss on it, as in PPO), then ``#### N`` and the end token."""
+    loop lays them out (``rlcore.workers.reasoning.agent_loop``): the model's call with the
+    question's expression and its end token, the calculator's answer as a tool message
+    (``trained`` 0: no loss on it, as in PPO), then ``#### N`` and the end token."""
     from rlcore.tools.calculator import evaluate
-    from rlcore.workers.agent_loop import TurnRenderer
+    from rlcore.workers.reasoning.agent_loop import TurnRenderer
 
     render, eos = TurnRenderer(tokenizer), tokenizer.eos_token_id
     examples = []

@@ -178,7 +178,7 @@ class JudgeScorer:
         self.tokenizer.padding_side = "left"  # generation continues each row's end
         self.model = self.engine = None
         if reward.judge.backend == "sglang":  # on the reward process's GPUs
-            from rlcore.workers import sglang_engine
+            from rlcore.workers.reasoning import sglang_engine
 
             gpus = len(ctx.devices) if ctx is not None and ctx.device == "cuda" else 1
             self.engine = sglang_engine.start_engine(

@@ -106,7 +106,7 @@ class ModelScorer:
         # pass is a collective of all of them (``collective``)
         self.sharded = None
         if reward.model.backend == "fsdp2":
-            from rlcore.workers.strategy import make_strategy
+            from rlcore.workers.training.strategy import make_strategy
 
             self.sharded = make_strategy(ctx, "fsdp2")
             self.model = self.sharded.wrap(self.model)

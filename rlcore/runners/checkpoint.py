@@ -47,7 +47,7 @@ from rlcore.runners.files import (
     write_replacing,
 )
 from rlcore.runners.progress import Progress
-from rlcore.workers.state_files import CheckpointWriteError, write_failure
+from rlcore.workers.files.state_files import CheckpointWriteError, write_failure
 
 DRIVER_FILE = "driver.json"
 MANIFEST_FILE = "manifest.json"

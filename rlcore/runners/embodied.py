@@ -35,9 +35,9 @@ from rlcore.runners.pipeline import Ahead, InFlight
 from rlcore.runners.progress import Stopwatch
 from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer, submit
-from rlcore.workers.embodied_actor import EmbodiedActor
-from rlcore.workers.embodied_rollout import EmbodiedRollout
-from rlcore.workers.env_worker import EnvWorker
+from rlcore.workers.embodied.embodied_actor import EmbodiedActor
+from rlcore.workers.embodied.embodied_rollout import EmbodiedRollout
+from rlcore.workers.embodied.env_worker import EnvWorker
 
 
 class EmbodiedRunner(Driver):

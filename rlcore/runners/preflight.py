@@ -40,7 +40,7 @@ from rlcore.runners.checkpoint import (
 from rlcore.runners.files import check_no_links
 from rlcore.tools.protocol import load_interaction, load_tools, schema
 from rlcore.tools.python import PythonInterpreter, check_sandbox
-from rlcore.workers.env_worker import check_envs_can_be_saved, check_pickled_envs
+from rlcore.workers.embodied.env_worker import check_envs_can_be_saved, check_pickled_envs
 
 
 def preflight(config: RLCoreConfig, plan: PlacementPlan) -> None:
@@ -190,7 +190,7 @@ def _check_static_decode(folder: Any) -> None:
     the loaded model the same way)."""
     from transformers import AutoConfig
 
-    from rlcore.workers.static_decode import check_full_attention
+    from rlcore.workers.reasoning.static_decode import check_full_attention
 
     model_config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     name = (getattr(model_config, "architectures", None) or [model_config.model_type])[0]

@@ -58,8 +58,8 @@ from rlcore.runners.validation import validate
 from rlcore.scheduler.deployment import ComponentSpec
 from rlcore.scheduler.handles import Peer
 from rlcore.tools.protocol import load_tools, schema
-from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
-from rlcore.workers.rollout import RolloutWorker
+from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic, LMReference
+from rlcore.workers.reasoning.rollout import RolloutWorker
 
 
 class ReasoningRunner(Driver):

@@ -11,7 +11,7 @@ from rlcore.config import load_config
 from rlcore.envs import make_vector_env, space_spec
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
-from rlcore.workers.env_worker import env_action
+from rlcore.workers.embodied.env_worker import env_action
 
 
 def test_env_action_adds_the_start_to_each_index():

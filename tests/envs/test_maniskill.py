@@ -187,8 +187,8 @@ def test_visual_modes_no_policy_reads_are_refused_before_anything_is_made():
 
 @pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")
 def test_rgb_observations_are_camera_images_the_cnn_acts_on(maniskill):
-    from rlcore.workers.embodied_rollout import make_policy
-    from rlcore.workers.env_worker import env_action
+    from rlcore.workers.embodied.embodied_rollout import make_policy
+    from rlcore.workers.embodied.env_worker import env_action
 
     kwargs = {"obs_mode": "rgb", "control_mode": "pd_ee_delta_pos"}
     envs = make_vector_env(PICKCUBE, 1, "sync", kwargs)

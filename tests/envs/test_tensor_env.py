@@ -12,7 +12,7 @@ from rlcore.envs import make_vector_env, tensor_device
 from rlcore.placement import plan_for_config
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.runners.metrics import MetricsLogger
-from rlcore.workers.env_worker import EnvWorker
+from rlcore.workers.embodied.env_worker import EnvWorker
 
 
 def drift_config(tmp_path, env_id, *extra):

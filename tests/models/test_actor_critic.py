@@ -9,7 +9,7 @@ import torch
 from rlcore.config import ConfigError
 from rlcore.envs.vector import SpaceSpec
 from rlcore.models import ActorCritic
-from rlcore.workers.env_worker import env_action
+from rlcore.workers.embodied.env_worker import env_action
 
 DISCRETE = SpaceSpec((3,), "discrete", (4,))
 MULTI = SpaceSpec((3,), "multi_discrete", (2, 3))

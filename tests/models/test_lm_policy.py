@@ -18,8 +18,8 @@ from rlcore.envs.vector import SpaceSpec
 from rlcore.models.lm_policy import LMPolicy, check_lm_policy
 from rlcore.placement import plan_for_config
 from rlcore.runners.preflight import preflight
-from rlcore.workers.embodied_actor import EmbodiedActor
-from rlcore.workers.embodied_rollout import make_policy
+from rlcore.workers.embodied.embodied_actor import EmbodiedActor
+from rlcore.workers.embodied.embodied_rollout import make_policy
 
 TINY = [
     "actor.model.type=lm",
@@ -308,7 +308,7 @@ def test_an_lm_policy_run_with_images_and_lora_exports_a_policy_that_acts_as_tra
     from rlcore.export import export
     from rlcore.runners.checkpoint import find_checkpoint
     from rlcore.runners.embodied import EmbodiedRunner
-    from rlcore.workers.weights_file import read_trained_weights
+    from rlcore.workers.files.weights_file import read_trained_weights
 
     cfg = load_config(
         "embodied/lm_policy_reach_ppo",

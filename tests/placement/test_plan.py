@@ -194,7 +194,7 @@ def test_shipped_cluster_layouts_plan(cluster, configs):
 def test_envs_out_of_the_drivers_reach_step_under_a_deadline(overrides, deadline):
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config, runs_in_driver
-    from rlcore.workers.env_worker import step_deadline
+    from rlcore.workers.embodied.env_worker import step_deadline
 
     config = load_config("embodied/cartpole_ppo", ["cluster.device=cpu", *overrides])
     plan = plan_for_config(config, gpus=lambda: 0)

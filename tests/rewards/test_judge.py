@@ -197,7 +197,7 @@ def test_a_judge_on_an_sglang_engine_answers_as_the_hf_judge(tiny_lm, tmp_path, 
     """reward.judge.backend=sglang against the fake SGLang engine (the real 0.5.21 Engine's
     signatures, greedy answers computed with transformers): the same answers and scores as the
     hf judge; the engine got the judge's folder and ids, not text."""
-    from rlcore.workers import sglang_engine
+    from rlcore.workers.reasoning import sglang_engine
     from tests.lm_fixtures import unchecked
     from tests.workers import fake_sglang
 

@@ -12,7 +12,7 @@ from rlcore.config import ConfigError, load_config
 from rlcore.placement import plan_for_config
 from rlcore.placement.checks import check_plan
 from rlcore.runners.advantages import embodied_advantages
-from rlcore.workers.env_worker import EnvWorker
+from rlcore.workers.embodied.env_worker import EnvWorker
 
 GRPO = [
     "env.id=color_reach",

@@ -20,7 +20,7 @@ from rlcore.placement import plan_for_config
 from rlcore.runners.checkpoint import check_manifest, write_manifest
 from rlcore.runners.files import write_replacing
 from rlcore.runners.preflight import preflight
-from rlcore.workers.shard_reader import UnsafeCheckpoint, check_metadata, load_shards_into
+from rlcore.workers.files.shard_reader import UnsafeCheckpoint, check_metadata, load_shards_into
 from tests.runners.test_resume import config, run
 
 
@@ -288,7 +288,7 @@ def test_a_lock_that_is_a_folder_is_named_with_the_fix(tmp_path):
 
 def test_a_checkpoint_write_that_fails_leaves_the_earlier_one_whole_and_says_so(tmp_path):
     from rlcore.runners.checkpoint import written_atomically
-    from rlcore.workers.state_files import CheckpointWriteError
+    from rlcore.workers.files.state_files import CheckpointWriteError
 
     where = tmp_path / "checkpoints" / "iter_000002"
     with written_atomically(where) as folder:

@@ -220,7 +220,7 @@ def test_nothing_but_the_opt_in_env_path_unpickles():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"weights_only=False|pickle\.load|cloudpickle\.load", line):
                 found.append(f"{path.relative_to(REPO)}:{number}")
-    assert len(found) == 1 and found[0].startswith("rlcore/workers/env_worker.py"), found
+    assert len(found) == 1 and found[0].startswith("rlcore/workers/embodied/env_worker.py"), found
 
 
 def test_a_damaged_checkpoint_is_skipped_or_named_never_loaded(tmp_path, capsys):

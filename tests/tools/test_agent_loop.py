@@ -13,8 +13,8 @@ from rlcore.algorithms import compute_gae, scores_to_token_rewards
 from rlcore.data.sequences import left_pad, position_ids
 from rlcore.models.lm import train_tiny_tokenizer
 from rlcore.runners.reasoning_metrics import batch_metrics, trajectory_metrics
-from rlcore.workers.agent_loop import AgentLoop, TurnRenderer
-from rlcore.workers.lm_actor import LMActor
+from rlcore.workers.reasoning.agent_loop import AgentLoop, TurnRenderer
+from rlcore.workers.reasoning.lm_actor import LMActor
 from tests.lm_fixtures import SOLO, tiny_config
 
 
@@ -163,7 +163,7 @@ def test_a_template_without_a_tool_role_gets_tool_answers_as_a_user_turn(tokeniz
 
 def holed_batch(config, dirs, tail):
     """Two sampled rows whose responses end with ``tail`` tokens of a tool's answer."""
-    from rlcore.workers.rollout import HFEngine
+    from rlcore.workers.reasoning.rollout import HFEngine
 
     torch.manual_seed(0)
     engine = HFEngine(config, dirs.actor, torch.device("cpu"))

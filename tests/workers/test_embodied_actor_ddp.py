@@ -13,8 +13,8 @@ from tensordict import TensorDict
 from rlcore.columns import LOSS_MASK, OLD_LOG_PROBS
 from rlcore.config import load_config
 from rlcore.envs.vector import SpaceSpec
-from rlcore.workers.embodied_actor import EmbodiedActor
-from rlcore.workers.embodied_rollout import make_policy
+from rlcore.workers.embodied.embodied_actor import EmbodiedActor
+from rlcore.workers.embodied.embodied_rollout import make_policy
 from tests.rank_pool import rank_pool
 
 SPEC = SpaceSpec((4,), "discrete", (2,))

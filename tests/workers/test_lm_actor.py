@@ -17,9 +17,9 @@ from rlcore.config.errors import ConfigError
 from rlcore.data.sequences import left_pad, position_ids, token_budget_split, trim_padding
 from rlcore.models.forward import inner_model, response_logits, token_log_probs
 from rlcore.scheduler.weight_buckets import buckets
-from rlcore.workers.lm_actor import LMActor, LMCritic
-from rlcore.workers.rollout import HFEngine, RolloutWorker
-from rlcore.workers.trainer import UpdateSizes
+from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
+from rlcore.workers.reasoning.rollout import HFEngine, RolloutWorker
+from rlcore.workers.training.trainer import UpdateSizes
 from tests.lm_fixtures import SOLO, tiny_config
 from tests.rank_pool import rank_pool
 
@@ -521,7 +521,7 @@ def test_shared_group_prompts_give_the_full_rows_log_probs_and_gradients(tiny_lm
     responses on top of the prompt's keys and values: the actor's and the reference's log-probs
     and the actor's gradient (PPO, KL loss, entropy bonus; micro-batches of 4 rows, which split
     the groups of 3, or of a token budget) equal those of the full rows."""
-    from rlcore.workers.lm_actor import LMReference
+    from rlcore.workers.reasoning.lm_actor import LMReference
 
     config, dirs = tiny_lm
     config = tiny_config(

@@ -10,7 +10,7 @@ import torch
 from rlcore.config import load_config, replace_keys
 from rlcore.config.errors import ConfigError
 from rlcore.models.lm import decoder_layers
-from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
+from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic, LMReference
 from tests.lm_fixtures import SOLO, tiny_config
 from tests.workers.test_lm_actor import gradients, make_batch
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlcore.config import replace_keys
-from rlcore.workers.lm_actor import LMActor, LMReference
+from rlcore.workers.reasoning.lm_actor import LMActor, LMReference
 from tests.lm_fixtures import SOLO, tiny_config
 from tests.workers.test_lm_actor import gradients, make_batch
 

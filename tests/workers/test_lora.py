@@ -4,8 +4,8 @@ them off, a rollout holding the base is synced the adapters alone, and the expor
 import torch
 
 from rlcore.scheduler.weight_buckets import buckets, copy_into
-from rlcore.workers.lm_actor import LMActor, LMCritic, LMReference
-from rlcore.workers.rollout import HFEngine
+from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic, LMReference
+from rlcore.workers.reasoning.rollout import HFEngine
 from tests.lm_fixtures import SOLO, tiny_config
 from tests.workers.test_lm_actor import CPU, make_batch
 

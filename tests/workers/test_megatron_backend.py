@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from rlcore.config import replace_keys
 from rlcore.scheduler.weight_buckets import buckets
-from rlcore.workers.lm_actor import LMActor, LMCritic
+from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
 from tests.lm_fixtures import SOLO, tiny_config, unchecked
 from tests.megatron_shim import megatron_on_cpu
 from tests.rank_pool import rank_pool

@@ -8,7 +8,7 @@ import torch
 
 from rlcore.data.sequences import left_pad, position_ids, response_mask
 from rlcore.models.lm import load_causal_lm
-from rlcore.workers.rollout import RolloutWorker
+from rlcore.workers.reasoning.rollout import RolloutWorker
 from tests.lm_fixtures import SOLO, tiny_config
 from tests.workers.test_lm_actor import prompts_td
 

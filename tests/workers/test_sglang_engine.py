@@ -14,10 +14,10 @@ from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
 from rlcore.data.sequences import left_pad
-from rlcore.workers import sglang_engine
-from rlcore.workers.lm_actor import LMActor
-from rlcore.workers.rollout import HFEngine
-from rlcore.workers.sglang_engine import SGLANG_VERSION, SGLangEngine
+from rlcore.workers.reasoning import sglang_engine
+from rlcore.workers.reasoning.lm_actor import LMActor
+from rlcore.workers.reasoning.rollout import HFEngine
+from rlcore.workers.reasoning.sglang_engine import SGLANG_VERSION, SGLangEngine
 from tests.lm_fixtures import SOLO, tiny_config, unchecked
 from tests.workers import fake_sglang
 from tests.workers.sglang_api import load

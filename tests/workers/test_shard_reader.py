@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from rlcore.workers.shard_reader import (
+from rlcore.workers.files.shard_reader import (
     MetadataReader,
     UnsafeCheckpoint,
     check_metadata,

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from rlcore.config import ConfigError
-from rlcore.workers.state_files import CheckpointWriteError, load_state, writing
+from rlcore.workers.files.state_files import CheckpointWriteError, load_state, writing
 from tests.workers.test_shard_reader import planted
 
 UNDER_A_FILE_SIZE_LIMIT = """
 import resource, sys, warnings, torch
 import torch.distributed.checkpoint as dcp
-from rlcore.workers.state_files import CheckpointWriteError, writing
+from rlcore.workers.files.state_files import CheckpointWriteError, writing
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
 path, shards = sys.argv[1:]
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -41,8 +41,8 @@ def test_a_write_past_the_file_size_limit_is_named_with_the_limit(tmp_path):
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"rlcore.workers.state_files.CheckpointWriteError: {path}: the checkpoint could not be "
-        "written ("
+        f"rlcore.workers.files.state_files.CheckpointWriteError: {path}: the checkpoint could not "
+        "be written ("
     )
     assert last.endswith(
         "MiB free on its disk, a file-size limit of 20000 bytes (ulimit -f): free space, or "

@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.data.sequences import left_pad, position_ids
-from rlcore.workers.static_decode import Sampling, StaticDecoder, warp
+from rlcore.workers.reasoning.static_decode import Sampling, StaticDecoder, warp
 
 CPU = torch.device("cpu")
 PAD, EOS = 0, 13
@@ -164,7 +164,7 @@ def test_the_engine_generates_the_same_batch_through_either_path(tiny_lm):
     """HFEngine with rollout.hf.static_cache: the same generated batch (every column) as with
     transformers' generate, greedy, on the shared tiny model."""
     from rlcore.config import replace_keys
-    from rlcore.workers.rollout import HFEngine
+    from rlcore.workers.reasoning.rollout import HFEngine
 
     config, dirs = tiny_lm
     eager = HFEngine(config, dirs.actor, CPU)
@@ -220,7 +220,7 @@ def test_lora_adapters_act_in_the_static_loop(tiny_lm):
     """Under peft's wrapper the loop runs the adapters too: with nonzero adapters, the same
     greedy tokens as generate through the same wrapped model, and not the base model's."""
     from rlcore.config import replace_keys
-    from rlcore.workers.rollout import HFEngine
+    from rlcore.workers.reasoning.rollout import HFEngine
 
     config, dirs = tiny_lm
     config = replace_keys(config, {"actor.model.lora.rank": 4, "actor.model.lora.alpha": 8})
@@ -272,7 +272,7 @@ def test_grouped_query_decode_equals_attention_over_repeated_keys():
     for its 3 query heads (computed here by hand), and a longer query goes to the original."""
     from types import SimpleNamespace
 
-    from rlcore.workers.static_decode import grouped_query_decode
+    from rlcore.workers.reasoning.static_decode import grouped_query_decode
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(3, h, n, 8, generator=gen) for h, n in ((6, 1), (2, 10), (2, 10)))

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.sections import OptimConfig
-from rlcore.workers.trainer import NonFiniteError, Trainer, UpdateSizes
+from rlcore.workers.training.trainer import NonFiniteError, Trainer, UpdateSizes
 from tests.lm_fixtures import SOLO
 
 

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from rlcore.workers.weights_file import load_weights, save_weights
+from rlcore.workers.files.weights_file import load_weights, save_weights
 
 
 def test_shared_tensors_round_trip_and_stay_shared(tmp_path):

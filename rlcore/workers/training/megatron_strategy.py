@@ -45,8 +45,11 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
-from rlcore.workers.megatron_optimizer import load_sharded_optimizer, save_sharded_optimizer
-from rlcore.workers.weights_file import WholeWeightsCheckpoint
+from rlcore.workers.files.weights_file import WholeWeightsCheckpoint
+from rlcore.workers.training.megatron_optimizer import (
+    load_sharded_optimizer,
+    save_sharded_optimizer,
+)
 
 
 def _unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:

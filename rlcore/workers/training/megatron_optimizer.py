@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlcore.workers.shard_reader import check_metadata
-from rlcore.workers.state_files import load_state, writing
-from rlcore.workers.weights_file import MEGATRON_OPTIMIZER
+from rlcore.workers.files.shard_reader import check_metadata
+from rlcore.workers.files.state_files import load_state, writing
+from rlcore.workers.files.weights_file import MEGATRON_OPTIMIZER
 
 
 def sharded_optimizer_state(

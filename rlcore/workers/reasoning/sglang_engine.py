@@ -38,8 +38,8 @@ from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import generated_layout
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
-from rlcore.workers.agent_loop import AgentLoop
-from rlcore.workers.sampling import sampling
+from rlcore.workers.reasoning.agent_loop import AgentLoop
+from rlcore.workers.reasoning.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
 __all__ = ["SGLANG_VERSION", "SGLangEngine", "start_engine"]

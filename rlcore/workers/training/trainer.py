@@ -35,9 +35,9 @@ from torch import nn
 
 from rlcore.config.sections import OptimConfig
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.state_files import load_state, save_state
-from rlcore.workers.strategy import FsdpOptions, Strategy, make_strategy
-from rlcore.workers.weights_file import recorded_form
+from rlcore.workers.files.state_files import load_state, save_state
+from rlcore.workers.files.weights_file import recorded_form
+from rlcore.workers.training.strategy import FsdpOptions, Strategy, make_strategy
 
 LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
 

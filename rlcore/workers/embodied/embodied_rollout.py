@@ -38,8 +38,8 @@ from rlcore.models.user_policy import UserPolicy, load_policy_class
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.handles import submit
 from rlcore.scheduler.worker import rank_seed
-from rlcore.workers.env_worker import Transition
-from rlcore.workers.state_files import load_state, save_state
+from rlcore.workers.embodied.env_worker import Transition
+from rlcore.workers.files.state_files import load_state, save_state
 from rlcore.workers.weight_version import check_weight_version
 
 STEP_FIELDS = (ACTIONS, OLD_LOG_PROBS, VALUES, REWARDS, TERMINATED, TRUNCATED, LOSS_MASK)

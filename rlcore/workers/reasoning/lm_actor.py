@@ -57,9 +57,9 @@ from rlcore.models.lm import (
     with_lora,
 )
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.megatron_strategy import MegatronOptions
-from rlcore.workers.strategy import FsdpOptions
-from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
+from rlcore.workers.training.megatron_strategy import MegatronOptions
+from rlcore.workers.training.strategy import FsdpOptions
+from rlcore.workers.training.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What a forward pass reads of the batch; an actor update adds the loss's columns
 # (``PPOLossSettings.reads``), a critic update the value loss's.

@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from rlcore.workers.state_files import load_state, writing
+from rlcore.workers.files.state_files import load_state, writing
 
 WEIGHTS = "model.safetensors"  # a component's whole weights, written by its rank 0
 SHARDS = "shards"  # a sharded component's torch.distributed.checkpoint folder (weights, optimiser)
@@ -76,7 +76,7 @@ def read_trained_weights(folder: Path, model: torch.nn.Module) -> dict[str, torc
         return load_weights(folder / WEIGHTS)
     import warnings
 
-    from rlcore.workers.shard_reader import load_shards_into
+    from rlcore.workers.files.shard_reader import load_shards_into
 
     state = {k: torch.empty_like(v) for k, v in model.state_dict().items()}
     with warnings.catch_warnings():  # that one process reads them is the intent here
@@ -125,7 +125,7 @@ def load_shards(
     any number of ranks."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from rlcore.workers.shard_reader import load_shards_into
+    from rlcore.workers.files.shard_reader import load_shards_into
 
     weights, moments = get_state_dict(model, optimizer)
     both = {"model": weights, "optimizer": moments}

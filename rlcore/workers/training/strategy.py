@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlcore.workers.state_files import writing
-from rlcore.workers.weights_file import SHARDS, WholeWeightsCheckpoint
+from rlcore.workers.files.state_files import writing
+from rlcore.workers.files.weights_file import SHARDS, WholeWeightsCheckpoint
 
 
 class Strategy(Protocol):
@@ -372,7 +372,7 @@ def make_strategy(
     world = getattr(ctx, "world_size", 1)
     device = ctx.torch_device if ctx is not None else torch.device("cpu")
     if backend == "megatron":
-        from rlcore.workers.megatron_strategy import MegatronOptions, MegatronParallel
+        from rlcore.workers.training.megatron_strategy import MegatronOptions, MegatronParallel
 
         if not dist.is_initialized():
             one_rank_group(device)

@@ -20,7 +20,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import StorageMeta
 
-from rlcore.workers.state_files import UnsafeCheckpoint
+from rlcore.workers.files.state_files import UnsafeCheckpoint
 
 # The (module, name) pairs torch's writers put in a checkpoint's metadata, measured (torch 2.13:
 # FSDP2 on gloo of a model in float32 and bfloat16 with AdamW; Megatron's dist_checkpointing,

@@ -31,7 +31,7 @@ from rlcore.envs import SpaceSpec, check_output, make_vector_env, space_spec, te
 from rlcore.envs.normalization import ALL, ObsNormalizer, RewardScaler, replaced
 from rlcore.envs.vector import reset_within, step_within
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.state_files import load_state, save_state
+from rlcore.workers.files.state_files import load_state, save_state
 
 
 @dataclass

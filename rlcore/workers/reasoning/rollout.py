@@ -1,6 +1,6 @@
 """The ``rollout`` component of reasoning runs: generates responses to prompts with an engine
 behind one interface (``RolloutBackend``): ``hf`` (transformers ``generate``, here) or
-``sglang`` (SGLang's offline engine, rlcore/workers/sglang_engine.py).
+``sglang`` (SGLang's offline engine, rlcore/workers/reasoning/sglang_engine.py).
 
 ``RolloutWorker`` owns what does not depend on the engine: the weight version the driver checks,
 the sampling RNG in checkpoints, and the split into ``rollout.micro_batch_size`` calls. Prompts
@@ -37,10 +37,10 @@ from rlcore.models.forward import cache_inputs, inner_model
 from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
-from rlcore.workers.agent_loop import AgentLoop
-from rlcore.workers.sampling import sampling
-from rlcore.workers.state_files import load_state, save_state
-from rlcore.workers.static_decode import Sampling, StaticDecoder
+from rlcore.workers.files.state_files import load_state, save_state
+from rlcore.workers.reasoning.agent_loop import AgentLoop
+from rlcore.workers.reasoning.sampling import sampling
+from rlcore.workers.reasoning.static_decode import Sampling, StaticDecoder
 from rlcore.workers.weight_version import check_weight_version
 
 
@@ -419,7 +419,7 @@ class RolloutWorker:
         torch.manual_seed(rank_seed(config.runner.seed, ctx.rank, "sampling"))
         self.engine: RolloutBackend
         if config.rollout.backend == "sglang":
-            from rlcore.workers.sglang_engine import SGLangEngine
+            from rlcore.workers.reasoning.sglang_engine import SGLangEngine
 
             # Tensor parallel over every GPU of this process; collocated: the actor trains on
             # them too (fused with it, or in another process on the same GPUs).

@@ -22,9 +22,9 @@ from rlcore.columns import ACTIONS, LAST_OBS, LAST_VALUE, LOSS_MASK, OBS, OLD_LO
 from rlcore.config.schema import EmbodiedConfig
 from rlcore.envs import SpaceSpec
 from rlcore.scheduler.dispatch import Dispatch, dispatch
-from rlcore.workers.embodied_rollout import make_policy
-from rlcore.workers.strategy import FsdpOptions
-from rlcore.workers.trainer import TrainedComponent, Trainer, UpdateSizes
+from rlcore.workers.embodied.embodied_rollout import make_policy
+from rlcore.workers.training.strategy import FsdpOptions
+from rlcore.workers.training.trainer import TrainedComponent, Trainer, UpdateSizes
 
 # What the model reads of a batch; the loss reads its columns (``PPOLossSettings.reads``).
 MODEL_READS = (OBS, ACTIONS)
