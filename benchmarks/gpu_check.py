@@ -496,6 +496,10 @@ def check_qwen(
             if args.device == "cuda":
                 torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
+            # each iteration as it ends (a deadline that cuts a compiling run keeps these)
+            timed = {k[5:-2]: round(v, 3) for k, v in metrics.items() if k.startswith("time/")}
+            row = {"iteration": iteration, "seconds": round(seconds[-1], 2), "stages": timed}
+            print(json.dumps({"qwen_iteration": {"extra": list(extra), **row}}), file=sys.stderr)
     finally:
         runner.close()
     stages = {k[len("time/") : -2]: v for k, v in metrics.items() if k.startswith("time/")}
