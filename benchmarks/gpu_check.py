@@ -440,6 +440,11 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def stage_seconds(metrics: dict[str, float]) -> dict[str, float]:
+    """An iteration's seconds by stage, from its ``time/<stage>_s`` metrics (``Stopwatch``)."""
+    return {k[len("time/") : -len("_s")]: v for k, v in metrics.items() if k.startswith("time/")}
+
+
 def check_qwen(
     args: argparse.Namespace, out: Path, backend: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -497,12 +502,12 @@ def check_qwen(
                 torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
             # each iteration as it ends (a deadline that cuts a compiling run keeps these)
-            timed = {k[5:-2]: round(v, 3) for k, v in metrics.items() if k.startswith("time/")}
+            timed = {k: round(v, 3) for k, v in stage_seconds(metrics).items()}
             row = {"iteration": iteration, "seconds": round(seconds[-1], 2), "stages": timed}
             print(json.dumps({"qwen_iteration": {"extra": list(extra), **row}}), file=sys.stderr)
     finally:
         runner.close()
-    stages = {k[len("time/") : -2]: v for k, v in metrics.items() if k.startswith("time/")}
+    stages = stage_seconds(metrics)
     stages.pop("iteration", None)
     total_tokens = metrics["perf/tokens_per_s"] * sum(stages.values())  # prompt + response
     rows = config.data.train_batch_size * config.algorithm.group_size

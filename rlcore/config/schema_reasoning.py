@@ -281,11 +281,10 @@ class HFRolloutConfig:
         False,
         doc="the hf engine decodes with rlcore's own loop over a static key-value cache "
         "(transformers' StaticCache; rlcore/workers/reasoning/static_decode.py) instead of "
-        "transformers' "
-        "generate: sampling and the stop check stay on the device, no host sync per token, the "
-        "same distribution (temperature, top-k, top-p as generate applies them); 5.8x "
-        "generate's tokens/s for the 0.5B model on an H200 (docs/backends.md). Single-turn "
-        "batches: refused with rollout.tools, rollout.partial_rollout and "
+        "transformers' generate: sampling and the stop check stay on the device, no host sync "
+        "per token, the same distribution (temperature, top-k, top-p as generate applies them); "
+        "5.8x generate's tokens/s for the 0.5B model on an H200 (docs/backends.md). "
+        "Single-turn batches: refused with rollout.tools, rollout.partial_rollout and "
         "actor.model.share_group_prompts (it prefills every row)",
     )
     cuda_graph: bool = key(

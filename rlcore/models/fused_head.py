@@ -89,12 +89,13 @@ def _forward(hidden, weight, bias, tokens, stats: TokenStats):
     for start in range(0, n, step):
         part = slice(start, start + step)
         z = _chunk_matmul(hidden[part], weight, bias)
-        got = math(z, tokens[part], stats.temperature, stats.entropy, stats.sum_pi_squared)
-        logp[part], lse[part] = got[0], got[1]
+        logp[part], lse[part], chunk_entropy, chunk_sums = math(
+            z, tokens[part], stats.temperature, stats.entropy, stats.sum_pi_squared
+        )
         if entropy is not None:
-            entropy[part] = got[2]
+            entropy[part] = chunk_entropy
         if sums is not None:
-            sums[part] = got[3]
+            sums[part] = chunk_sums
     return logp, entropy, sums, lse
 
 
@@ -192,10 +193,10 @@ class _FusedLogProbs(torch.autograd.Function):
                 stats.temperature,
                 want_b,
             )
-            if want_h:
-                grad_h[part] = low.to(hidden.dtype) @ weight
+            if want_h:  # (``low``: the dtype of the matmul of ``h``, so of ``hidden``)
+                grad_h[part] = low @ weight
             if want_w:
-                grad_w += (low.to(hidden.dtype).T @ h).to(exact)
+                grad_w += (low.T @ h).to(exact)
             if want_b:
                 grad_b += bias_sum
         cast = [None if g is None else g.to(t.dtype) for g, t in ((grad_w, weight), (grad_b, bias))]
