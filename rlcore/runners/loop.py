@@ -106,10 +106,17 @@ class StopRequests:
             self.__exit__()
             raise KeyboardInterrupt if signum == signal.SIGINT else RunInterrupted(signum)
         self.signum = signum
-        say(
-            f"{signal.Signals(signum).name}: stopping after this iteration, with a checkpoint "
-            "and the summary (send it again to stop at once)"
-        )
+        # said from a thread: the signal may have interrupted a write to stderr (a metrics
+        # line), whose buffered stream refuses a write from its own thread until that one ends
+        # ("reentrant call"); the thread waits for it instead
+        threading.Thread(
+            target=say,
+            args=(
+                f"{signal.Signals(signum).name}: stopping after this iteration, with a "
+                "checkpoint and the summary (send it again to stop at once)",
+            ),
+            name="rlcore-stop-request",
+        ).start()
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():

@@ -2,17 +2,22 @@
 marked interrupted, exits non-zero within seconds, and leaves no process behind (subprocess
 envs included)."""
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from rlcore.runners.loop import StopRequests
 from rlcore.scheduler.processes import alive, children
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +27,7 @@ SENT = {"sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}  # to the driver alo
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
 def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_path, how):
-    run = subprocess.Popen(
+    run = forked.Popen(
         [
             sys.executable,
             "examples/embodied/main.py",
@@ -73,3 +78,36 @@ def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_a_summary(tmp_
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
+
+
+def test_a_stop_request_landing_in_a_write_to_stderr_is_said_after_that_write(monkeypatch):
+    """The signal arrives while a long metrics line is being written to a buffered stderr (a
+    pipe that is full until its reader catches up): the handler's line must wait for that
+    write, not write into the same stream from inside it (a buffered stream refuses that with
+    "reentrant call", which ended a run with a traceback instead of a checkpoint)."""
+    read, write = os.pipe()
+    stream = io.TextIOWrapper(io.BufferedWriter(io.FileIO(write, "w")), line_buffering=True)
+    monkeypatch.setattr(sys, "stderr", stream)  # (rlcore's log handler writes to sys.stderr)
+    got = []
+    reader = threading.Thread(
+        target=lambda: got.append(b"".join(iter(partial(os.read, read, 1 << 16), b"")))
+    )
+    main = threading.main_thread().ident
+    long_line = "x" * (1 << 20) + "\n"  # far more than a pipe holds: the write blocks
+    with StopRequests() as stop:
+        threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGHUP)).start()
+        threading.Timer(0.6, reader.start).start()
+        stream.write(long_line)  # interrupted by the signal, then finished
+        time.sleep(0.2)
+    for thread in threading.enumerate():
+        if thread.name == "rlcore-stop-request":
+            thread.join(timeout=10)
+    stream.close()
+    reader.join(timeout=10)
+    text = got[0].decode()
+    assert stop.signum == signal.SIGHUP
+    assert text.startswith(long_line)  # whole, and first
+    assert text[len(long_line) :] == (
+        "rlcore: SIGHUP: stopping after this iteration, with a checkpoint and the summary (send "
+        "it again to stop at once)\n"
+    )
