@@ -2,8 +2,9 @@
 processes once (each one rank of a gloo group over loopback, one torch thread), and every test
 that needs ranks sends them a function instead of starting its own.
 
-The ranks are forked from a fork server (multiprocessing's ``forkserver``) that imported torch,
-transformers, Megatron and rlcore's trainers once: a rank starts with them imported, where each
+The ranks are forked from a fork server (multiprocessing's ``forkserver``, tests/forked.py's, which
+the tests' command-line processes share) that imported torch, transformers, Megatron and rlcore's
+trainers once: a rank starts with them imported, where each
 spawned rank imported them itself (about 6.5 CPU-s a rank on these 2 cores; 78 CPU-s for the 9
 processes of the modules that use ranks, measured). The server is a clean process that runs no
 torch op (no thread pool to copy), so forking from it is safe.
@@ -25,30 +26,15 @@ import queue
 import socket
 import traceback
 from collections.abc import Callable
-from importlib.util import find_spec
 from typing import Any
 
-import torch.multiprocessing as mp
-
 from rlcore.scheduler.worker import tear_down_model_parallel
+from tests.forked import context as forkserver_context
 
 # seconds a function may run on the ranks before the test fails (a hung collective)
 TIMEOUT_S = 600
 
 _pools: dict[int, RankPool] = {}
-# what the fork server imports once for every rank (those installed: Megatron is an extra)
-PRELOAD = [
-    name
-    for name in (
-        "torch",
-        "torch.distributed",
-        "transformers",
-        "megatron.core",
-        "rlcore.workers.reasoning.lm_actor",
-        "rlcore.workers.embodied.embodied_actor",
-    )
-    if find_spec(name.split(".")[0]) is not None
-]
 
 
 def rank_pool(size: int) -> RankPool:
@@ -66,8 +52,7 @@ def free_port() -> int:
 
 class RankPool:
     def __init__(self, size: int) -> None:
-        context = mp.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)  # (read when the server starts: the first pool)
+        context = forkserver_context()  # (tests/forked.py's: one server for ranks and commands)
         self.size = size
         self.tasks = [context.Queue() for _ in range(size)]
         self.results = context.Queue()

@@ -2,7 +2,6 @@
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from rlcore.cli import main
 from rlcore.config import load_config
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_keys_prints_every_key(capsys):
 
 
 def run(*args):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=False
     )
 

@@ -3,12 +3,13 @@ test skipped where no GPU is visible)."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def gpu_check(*args, timeout):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     script = str(ROOT / "benchmarks" / "gpu_check.py")
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, script, *args],
         capture_output=True,
         text=True,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,7 +39,7 @@ def test_the_trl_check_is_skipped_with_the_way_to_bring_trl_where_it_is_not_impo
 
 
 def test_the_cpu_only_trl_runs_refuse_a_cuda_device():
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, str(ROOT / "benchmarks" / "trl_baseline.py"), "grpo", "--device", "cuda"],
         capture_output=True,
         text=True,

@@ -2,7 +2,6 @@
 
 import json
 import re
-import subprocess
 import sys
 import time
 import warnings
@@ -20,6 +19,7 @@ from rlcore.placement import plan_for_config
 from rlcore.runners.advantages import embodied_advantages
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.workers.weight_version import StaleWeightsError
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[2]
 CORRIDOR = "tests.runners.corridor:Corridor"
@@ -297,7 +297,7 @@ def test_an_env_that_hangs_ends_the_run_at_the_step_timeout_naming_it(tmp_path, 
 
 
 def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
-    done = subprocess.run(
+    done = forked.run(
         [
             sys.executable,
             "examples/embodied/main.py",
@@ -328,7 +328,7 @@ def test_default_job_prints_the_summary_as_the_last_line(tmp_path):
 
 
 def test_the_custom_env_example_trains_by_config_alone(tmp_path):
-    done = subprocess.run(
+    done = forked.run(
         [
             sys.executable,
             "main.py",

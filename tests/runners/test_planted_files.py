@@ -21,6 +21,7 @@ from rlcore.runners.checkpoint import check_manifest, write_manifest
 from rlcore.runners.files import write_replacing
 from rlcore.runners.preflight import preflight
 from rlcore.workers.files.shard_reader import UnsafeCheckpoint, check_metadata, load_shards_into
+from tests import forked
 from tests.runners.test_resume import config, run
 
 
@@ -321,9 +322,6 @@ def test_a_run_past_the_file_size_limit_stops_in_one_line_naming_the_file(tmp_pa
 
     limit = 16 * 1024  # CartPole's weights take 19 kB
 
-    def limited():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-
     args = [
         "env.num_envs=4",
         "runner.rollout_steps=16",
@@ -337,12 +335,12 @@ def test_a_run_past_the_file_size_limit_stops_in_one_line_naming_the_file(tmp_pa
         "runner.run_name=r",
     ]
     main = str(Path(__file__).resolve().parents[2] / "examples" / "embodied" / "main.py")
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, main, *args],
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=limited,
+        rlimits={resource.RLIMIT_FSIZE: (limit, resource.RLIM_INFINITY)},
     )
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.scheduler.join import JoinError, join
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,8 +63,8 @@ print("joined", flush=True)
 """
 
 
-def silent_join(timeout_s: float) -> subprocess.Popen:
-    process = subprocess.Popen(
+def silent_join(timeout_s: float) -> forked.Popen:
+    process = forked.Popen(
         [sys.executable, "-c", SILENT_JOIN, str(timeout_s)],
         cwd=REPO,
         stdout=subprocess.PIPE,

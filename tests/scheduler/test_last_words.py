@@ -3,11 +3,11 @@ the env, the limit and the stuck frame (last_words.py's watcher), not 30 lines o
 
 import inspect
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from rlcore.scheduler.last_words import LAST_WORDS_ENV
+from tests import forked
 from tests.scheduler.components import StuckInC
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ print("never reached", flush=True)
 
 def test_a_step_stuck_in_c_in_the_drivers_process_ends_it_in_one_line():
     env = {k: v for k, v in os.environ.items() if k != LAST_WORDS_ENV}
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-c", STUCK_DRIVER],
         cwd=REPO,
         env=env,

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rlcore.scheduler.processes import alive, children, command_lines, listening
+from tests import forked
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -49,13 +50,11 @@ TWO_RANKS = ("{env:0-1,actor:0-1,rollout:0-1}", "groups")
 ONE_PROCESS = ("{env:0,actor:0,rollout:0}", "no-groups")
 
 
-def start_driver(
-    tmp_path: Path, address: str, mode: str, ranks: tuple[str, str]
-) -> subprocess.Popen:
+def start_driver(tmp_path: Path, address: str, mode: str, ranks: tuple[str, str]) -> forked.Popen:
     script = tmp_path / "driver.py"
     if not script.exists():  # (rewriting it could empty it under a driver still reading it)
         script.write_text(DRIVER)
-    return subprocess.Popen(
+    return forked.Popen(
         [sys.executable, str(script), address, mode, *ranks],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -65,7 +64,7 @@ def start_driver(
     )
 
 
-def wait_ready(driver: subprocess.Popen) -> str:
+def wait_ready(driver: forked.Popen) -> str:
     """The driver's READY line; its later output is drained in the background, so that a full
     pipe (Ray forwards worker logs to the driver's stdout) never blocks it."""
     for line in driver.stdout:

@@ -2,7 +2,6 @@
 (torch's own writer says only "unexpected pos"); one that reads as more than plain data is
 refused by name (tests/runners/test_planted_files.py plants them in run folders)."""
 
-import subprocess
 import sys
 import zipfile
 
@@ -11,6 +10,7 @@ import torch
 
 from rlcore.config import ConfigError
 from rlcore.workers.files.state_files import CheckpointWriteError, load_state, writing
+from tests import forked
 from tests.workers.test_shard_reader import planted
 
 UNDER_A_FILE_SIZE_LIMIT = """
@@ -32,7 +32,7 @@ with writing(path):
 
 def test_a_write_past_the_file_size_limit_is_named_with_the_limit(tmp_path):
     path, shards = tmp_path / "trainer_rank0.pt", tmp_path / "shards"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-c", UNDER_A_FILE_SIZE_LIMIT, str(path), str(shards)],
         capture_output=True,
         text=True,
