@@ -2,12 +2,12 @@
 processes once (each one rank of a gloo group over loopback, one torch thread), and every test
 that needs ranks sends them a function instead of starting its own.
 
-The ranks are forked from a fork server (multiprocessing's ``forkserver``, tests/forked.py's, which
-the tests' command-line processes share) that imported torch, transformers, Megatron and rlcore's
-trainers once: a rank starts with them imported, where each
-spawned rank imported them itself (about 6.5 CPU-s a rank on these 2 cores; 78 CPU-s for the 9
-processes of the modules that use ranks, measured). The server is a clean process that runs no
-torch op (no thread pool to copy), so forking from it is safe.
+The ranks are forked from a fork server (multiprocessing's ``forkserver``, the one tests/forked.py
+keeps for the tests' commands too) that imported torch, transformers, Megatron and rlcore's
+trainers once: a rank starts with them imported, where each spawned rank imported them itself
+(about 6.5 CPU-s a rank on these 2 cores; 78 CPU-s for the 9 processes of the modules that use
+ranks, measured). The server is a clean process that runs no torch op (no thread pool to
+copy), so forking from it is safe.
 
     results = rank_pool(2).run(rank_main, out, config)   # rank_main(rank, out, config) on each
 
