@@ -176,6 +176,13 @@ def _server_env() -> dict[str, str]:
     return _server["env"]
 
 
+def server_environment() -> dict[str, str]:
+    """The environment under which a request is forked for sure (the fork server's, less what
+    its imports set)."""
+    _server_env()
+    return {k: v for k, v in _server["env"].items() if k not in _server["added"]}
+
+
 def _report_env(fd: int) -> None:
     with open(fd, "w") as f:
         json.dump(dict(os.environ), f)
@@ -217,9 +224,17 @@ def _forkable(env: Mapping[str, str]) -> bool:
     server = _server_env()
     keys = (set(env) | set(server)) - set(_server["added"])
     changed = {k for k in keys if env.get(k) != server.get(k)}
-    return not any(
-        k.startswith(IMPORT_TIME_ENV) and k not in ("PYTHONPATH", *RUN_TIME_ENV) for k in changed
+    blocking = sorted(
+        k
+        for k in changed
+        if k.startswith(IMPORT_TIME_ENV) and k not in ("PYTHONPATH", *RUN_TIME_ENV)
     )
+    if blocking:  # (said where RLCORE_FORKED_LOG names a file: why a request ran for real)
+        log = os.environ.get("RLCORE_FORKED_LOG")
+        if log:
+            with open(log, "a") as f:
+                f.write(json.dumps({k: [env.get(k), server.get(k)] for k in blocking}) + "\n")
+    return not blocking
 
 
 class Popen:

@@ -127,12 +127,15 @@ def test_multiprocessing_starts_children_as_in_a_main_process(tmp_path):
 def test_forked_children_start_with_the_imports_done_and_others_run_for_real():
     code = "import os, sys; print('torch' in sys.modules, os.getppid())"
     start = time.monotonic()
-    mine = forked.run([sys.executable, "-c", code], capture_output=True, text=True)
+    # (in the fork server's own environment: an earlier test in this worker may have changed a
+    # variable the preload read, after which commands run for real; RLCORE_FORKED_LOG says which)
+    server = forked.server_environment()
+    mine = forked.run([sys.executable, "-c", code], capture_output=True, text=True, env=server)
     preloaded, parent = mine.stdout.split()
     assert preloaded == "True" and int(parent) != os.getpid()  # the fork server's child
     assert time.monotonic() - start < 60
     # an environment that changes what the preloaded modules read on import: a real process
-    env = {**os.environ, "HF_HUB_OFFLINE": "0"}
+    env = {**server, "HF_HUB_OFFLINE": "0"}
     process = forked.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     out, _ = process.communicate(timeout=60)
     assert isinstance(process, subprocess.Popen)
