@@ -138,7 +138,7 @@ class _Spec:
     path: list[str]
     new_session: bool
     ignored: list[int]  # the signals the caller ignores, which a new process inherits
-    rlimits: list[tuple[int, tuple[int, int]]] = field(default_factory=list)
+    rlimits: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Fd:
@@ -287,7 +287,7 @@ class Popen:
             path=[first, *[os.path.join(cwd, p) for p in extra], *_interpreter_path(env)],
             new_session=start_new_session,
             ignored=[s for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN],
-            rlimits=sorted((rlimits or {}).items()),
+            rlimits=dict(rlimits or {}),
         )
         ends: list[int] = []  # the child's ends, closed here once it has them
         ours: list[int | None] = []
@@ -406,7 +406,8 @@ def _decode(data: bytes | None) -> str | None:
 
 
 class _Limits:
-    """``preexec_fn`` of the real process a request falls back to: the same limits."""
+    """Resource limits set in the child: a forked child's, or ``preexec_fn`` of the real
+    process a request falls back to."""
 
     def __init__(self, rlimits: Mapping[int, tuple[int, int]]) -> None:
         self.rlimits = dict(rlimits)
@@ -454,8 +455,7 @@ def _child(spec: _Spec, stdin: int, stdout: int, stderr: int) -> None:
         os.close(fd)
     if spec.new_session:
         os.setsid()
-    for which, limits in spec.rlimits:
-        resource.setrlimit(which, limits)
+    _Limits(spec.rlimits)()
     os.chdir(spec.cwd)
     os.environ.clear()
     os.environ.update(spec.env)
@@ -493,10 +493,10 @@ def _child(spec: _Spec, stdin: int, stdout: int, stderr: int) -> None:
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     except KeyboardInterrupt:
-        _print_exception(spec)
+        _print_exception()
         interrupted = True
     except BaseException:
-        _print_exception(spec)
+        _print_exception()
         code = 1
     with contextlib.suppress(BaseException):
         threading._shutdown()  # the non-daemonic threads, as the interpreter's exit waits
@@ -550,7 +550,7 @@ def _exit_code(code: Any) -> int:
     return 1
 
 
-def _print_exception(spec: _Spec) -> None:
+def _print_exception() -> None:
     """The traceback from the run code's first frame on, as the interpreter prints it."""
     kind, value, tb = sys.exc_info()
     here = {__file__, runpy.__file__}  # (the frames above the run code's)

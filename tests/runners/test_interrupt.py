@@ -104,6 +104,7 @@ def test_a_stop_request_landing_in_a_write_to_stderr_is_said_after_that_write(mo
             thread.join(timeout=10)
     stream.close()
     reader.join(timeout=10)
+    os.close(read)
     text = got[0].decode()
     assert stop.signum == signal.SIGHUP
     assert text.startswith(long_line)  # whole, and first
