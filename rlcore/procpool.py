@@ -25,14 +25,48 @@ import contextlib
 import math
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 START_TIMEOUT_S = 60.0  # a process that is not ready by then is a failure
+
+# How the processes start: forked by multiprocessing's fork server, a single-threaded process that
+# this one starts once (a fork of this process itself could deadlock on a lock that one of
+# torch's threads holds). A new process, spawned or forked, runs this program's main module
+# again (multiprocessing does so that the functions it names can be found); an entry point's
+# imports torch and rlcore's config, about 1.7 CPU-s a process on these cores, which the
+# server, having imported them once (``PRELOAD``), spares each process it forks (a replacement
+# after a deadline then starts in a few milliseconds, not seconds). Each process starts with
+# this one's environment, working folder and ``sys.path`` of the moment, as a spawned one would.
+START_METHOD = "forkserver"
+
+# what the fork server imports: what the processes import (their serving code, the reward's
+# math-verify) and what an entry point's main module does (rlcore.cli: torch, the config)
+PRELOAD = ("rlcore.cli", "rlcore.rewards.verdicts", "rlcore.tools.pool", "math_verify")
+_preload: list[str] = list(PRELOAD)
+
+
+def forkserver_context(preload: Sequence[str] = ()) -> Any:
+    """multiprocessing's fork-server context, its server to import ``PRELOAD`` and the modules
+    that any caller in this process has added (``preload``): one server serves them all, and
+    the list is read once, when it starts."""
+    _preload.extend(name for name in preload if name not in _preload)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_preload)
+    return context
+
+
+def _serve_in(serve: Callable[..., None], conn: Any, payload: Any, env: dict[str, str]) -> None:
+    """A process's start: the caller's environment of the moment (the fork server's is that of
+    when it started), then ``serve(conn, payload)``."""
+    os.environ.clear()
+    os.environ.update(env)
+    serve(conn, payload)
 
 
 def serve_items(
@@ -136,8 +170,11 @@ class DeadlinePool:
         self, serve: Callable[..., None], payload: Any, processes: int, timeout_s: float
     ) -> None:
         self.serve, self.payload, self.timeout_s = serve, payload, timeout_s
-        # spawn: a fork of a process running torch's threads may deadlock
-        self._context = multiprocessing.get_context("spawn")
+        self._context = (
+            forkserver_context()
+            if START_METHOD == "forkserver"
+            else multiprocessing.get_context(START_METHOD)
+        )
         self._workers: list[tuple[Any, Any]] = []
         self._ready: list[bool] = []
         for _ in range(processes):
@@ -149,7 +186,8 @@ class DeadlinePool:
 
     def _start(self) -> tuple[Any, Any]:
         parent, child = self._context.Pipe()
-        process = self._context.Process(target=self.serve, args=(child, self.payload), daemon=True)
+        args = (self.serve, child, self.payload, dict(os.environ))
+        process = self._context.Process(target=_serve_in, args=args, daemon=True)
         process.start()
         child.close()
         return process, parent

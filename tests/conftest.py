@@ -15,6 +15,12 @@ torch.set_num_threads(1)
 
 import pytest  # noqa: E402
 
+from tests import forked  # noqa: E402
+
+# The fork server's imports, set before anything starts it: tests/forked.py's commands, the
+# ranks of tests/rank_pool.py and rlcore.procpool's processes all fork from it.
+forked.context()
+
 # The files that take longest (seconds of one pytest worker in a -n 2 run, measured), run first:
 # the two workers take files one at a time in the order collected (`make test` passes
 # --no-loadscope-reorder: xdist would otherwise order files by their number of tests), so the

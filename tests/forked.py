@@ -51,7 +51,7 @@ from multiprocessing import reduction
 from pathlib import Path
 from typing import Any
 
-import torch.multiprocessing as mp
+from rlcore.procpool import forkserver_context
 
 # the class of a main process's multiprocessing object (private to multiprocessing: this module
 # is first imported in a main process, the pytest worker's or the fork server's)
@@ -119,11 +119,9 @@ SIGNALS = (
 
 
 def context() -> Any:
-    """The fork server's multiprocessing context, its preload set (read when the server
-    starts: every user sets the same list)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    """The fork server's multiprocessing context, ``PRELOAD`` added to what it imports (read
+    when the server starts; rlcore.procpool's processes fork from the same server)."""
+    return forkserver_context(PRELOAD)
 
 
 @dataclass
@@ -218,12 +216,31 @@ def _parse(args: Sequence[str | os.PathLike]) -> tuple[str, str, list[str]] | No
     return ("script", first, argv[2:])
 
 
-def _forkable(env: Mapping[str, str]) -> bool:
+def _value(key: str, value: str | None, cwd: str) -> Any:
+    """A variable's value as what reads it sees it. The dynamic loader looks a library up by
+    name in ``LD_LIBRARY_PATH``'s folders (an empty entry or a relative one: from the working
+    folder), so folders that hold no shared object change nothing it finds: OpenCV's import
+    prepends a folder that its wheels do not ship, and an empty entry, once in each process
+    that imports it (the pytest worker's and the fork server's values then differ in nothing
+    the loader finds)."""
+    if key != "LD_LIBRARY_PATH":
+        return value
+    found = []
+    for entry in value.split(":") if value is not None else ():
+        folder = os.path.realpath(os.path.join(cwd, entry or "."))
+        with contextlib.suppress(OSError):
+            if folder not in found and any(".so" in name for name in os.listdir(folder)):
+                found.append(folder)
+    return tuple(found)
+
+
+def _forkable(env: Mapping[str, str], cwd: str | os.PathLike | None) -> bool:
     """Whether the preloaded modules were imported under this environment's values (those
     they read on import): else a fork would not be the process asked for."""
     server = _server_env()
     keys = (set(env) | set(server)) - set(_server["added"])
-    changed = {k for k in keys if env.get(k) != server.get(k)}
+    cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    changed = {k for k in keys if _value(k, env.get(k), cwd) != _value(k, server.get(k), cwd)}
     blocking = sorted(
         k
         for k in changed
@@ -247,7 +264,7 @@ class Popen:
     def __new__(cls, args, **kwargs):
         parsed = _parse(args)
         env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
-        if parsed is None or not _forkable(env):
+        if parsed is None or not _forkable(env, kwargs.get("cwd")):
             rlimits = kwargs.pop("rlimits", None)
             if rlimits:
                 kwargs["preexec_fn"] = _Limits(rlimits)

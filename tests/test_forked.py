@@ -154,3 +154,23 @@ def test_a_signal_the_caller_ignores_stays_ignored_as_across_exec():
     finally:
         signal.signal(signal.SIGINT, before)
     assert mine.stdout == real.stdout == f"True {int(signal.SIG_DFL)}\n"
+
+
+def test_a_loader_path_that_adds_no_library_folder_still_forks(tmp_path):
+    """OpenCV's import prepends a folder its wheels do not ship, and an empty entry (the working
+    folder), to ``LD_LIBRARY_PATH``: where neither holds a shared object, the loader finds what
+    it found before, so the request is forked; a folder that holds one runs for real."""
+    code = "import os, sys; print('torch' in sys.modules, os.getppid())"
+    server = forked.server_environment()
+    before = server.get("LD_LIBRARY_PATH", "")
+    missing = tmp_path / "lib64"  # (not made)
+    env = {**server, "LD_LIBRARY_PATH": f"{missing}::{before}"}
+    mine = forked.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE)
+    assert not isinstance(mine, subprocess.Popen)
+    out, _ = mine.communicate(timeout=60)
+    assert out.split()[0] == b"True" and int(out.split()[1]) != os.getpid()
+    # the same entries, once the working folder holds a shared object: a real process
+    (tmp_path / "libplanted.so.1").write_bytes(b"")
+    real = forked.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE)
+    assert isinstance(real, subprocess.Popen)
+    assert real.communicate(timeout=60)[0].split() == [b"False", str(os.getpid()).encode()]
