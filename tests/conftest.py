@@ -4,22 +4,28 @@ import os
 # Model hubs are unreachable here: anything that tries one must fail fast, not hang.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch
+import pytest
 from hypothesis import settings
 
 # Derandomised so CI is reproducible; no deadline because these 2 shared cores are noisy.
 settings.register_profile("rlcore", derandomize=True, deadline=None, max_examples=60)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlcore"))
-torch.set_num_threads(1)
 
 
-import pytest  # noqa: E402
+def pytest_configure(config):
+    """In a process that runs tests: torch's threads, and the fork server's imports, set before
+    anything starts it (tests/forked.py's commands, the ranks of tests/rank_pool.py and
+    rlcore.procpool's processes all fork from it). Not in pytest-xdist's controller, which only
+    hands the tests out: importing torch there delayed the workers' start by about 3 s."""
+    if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
+        return
+    import torch
 
-from tests import forked  # noqa: E402
+    from tests import forked
 
-# The fork server's imports, set before anything starts it: tests/forked.py's commands, the
-# ranks of tests/rank_pool.py and rlcore.procpool's processes all fork from it.
-forked.context()
+    torch.set_num_threads(1)
+    forked.context()
+
 
 # The files that take longest (seconds of one pytest worker in a -n 2 run, measured), run first:
 # the two workers take files one at a time in the order collected (`make test` passes
