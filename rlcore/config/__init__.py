@@ -8,23 +8,20 @@ imports, measured, in a worker hosting a component that imports nothing of its o
 
 from rlcore.lazy import lazy_exports
 
-_EXPORTS = {
-    "CONFIG_DIR": "rlcore.config.composition",
-    "AlgorithmConfig": "rlcore.config.schema",
-    "ConfigError": "rlcore.config.errors",
-    "EmbodiedConfig": "rlcore.config.schema",
-    "KLCtrlConfig": "rlcore.config.schema",
-    "RLCoreConfig": "rlcore.config.schema",
-    "ReasoningConfig": "rlcore.config.schema",
-    "UpdateConfig": "rlcore.config.schema",
-    "build_config": "rlcore.config.validate",
-    "compose_raw": "rlcore.config.load",
-    "config_names": "rlcore.config.composition",
-    "load_config": "rlcore.config.load",
-    "replace_keys": "rlcore.config.load",
-    "schema_paths": "rlcore.config.validate",
-    "validate_config": "rlcore.config.load",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports("rlcore.config", _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "composition": ("CONFIG_DIR", "config_names"),
+        "schema": (
+            "AlgorithmConfig",
+            "EmbodiedConfig",
+            "KLCtrlConfig",
+            "RLCoreConfig",
+            "ReasoningConfig",
+            "UpdateConfig",
+        ),
+        "errors": ("ConfigError",),
+        "validate": ("build_config", "schema_paths"),
+        "load": ("compose_raw", "load_config", "replace_keys", "validate_config"),
+    },
+)

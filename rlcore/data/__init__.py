@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from rlcore.lazy import lazy_exports
 
-_WHERE = {
-    "DataError": "rlcore.data.prompts",
-    "PromptSet": "rlcore.data.prompts",
-    "load_prompt_rows": "rlcore.data.prompts",
-    "arithmetic_problems": "rlcore.data.arith",
-    "extract_gsm8k_answer": "rlcore.data.answers",
-    "parse_number": "rlcore.data.answers",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_exports("rlcore.data", _WHERE)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "prompts": ("DataError", "PromptSet", "load_prompt_rows"),
+        "arith": ("arithmetic_problems",),
+        "answers": ("extract_gsm8k_answer", "parse_number"),
+    },
+)

@@ -236,7 +236,7 @@ def step_within(
 ) -> tuple:
     """``envs.step(actions)``; an env that fails (an exception, observations that do not fit
     its space) is an ``EnvError`` naming ``what`` and the error, in one line."""
-    return _guarded(envs, "step", (actions,), {}, timeout_s, what)
+    return _guarded(envs, _Call("step", (actions,), {}, timeout_s, what))
 
 
 def reset_within(
@@ -244,29 +244,36 @@ def reset_within(
 ) -> tuple:
     """``envs.reset(seed=seed)`` (one seed, or one per env) under the same guard and deadline
     as a step."""
-    return _guarded(envs, "reset", (), {"seed": seed}, timeout_s, what)
+    return _guarded(envs, _Call("reset", (), {"seed": seed}, timeout_s, what))
 
 
-def _guarded(
-    envs: gym.vector.VectorEnv,
-    op: str,
-    args: tuple,
-    kwargs: dict,
-    timeout_s: float | None,
-    what: str,
-) -> tuple:
+@dataclass(frozen=True)
+class _Call:
+    """``envs.<op>(*args, **kwargs)`` (``op``: step or reset) within ``timeout_s`` (None: no
+    limit), ``what`` naming the envs in an error."""
+
+    op: str
+    args: tuple
+    kwargs: dict
+    timeout_s: float | None
+    what: str
+
+
+def _guarded(envs: gym.vector.VectorEnv, call: _Call) -> tuple:
     reports: list[warnings.WarningMessage] = []
     try:
         if isinstance(envs, gym.vector.AsyncVectorEnv):
             with warnings.catch_warnings(record=True) as reports:
-                return _timed(envs, op, args, kwargs, timeout_s, what)
-        return _timed(envs, op, args, kwargs, timeout_s, what)
+                return _timed(envs, call)
+        return _timed(envs, call)
     except EnvError:
         raise
     except Exception as error:
         first = (str(error).splitlines() or [""])[0]
         place = _where(error, [str(w.message) for w in reports])
-        raise EnvError(f"env.id: {what} failed: {type(error).__name__}: {first}{place}") from error
+        raise EnvError(
+            f"env.id: {call.what} failed: {type(error).__name__}: {first}{place}"
+        ) from error
     finally:
         _reissue(reports)
 
@@ -297,21 +304,15 @@ def _where(error: BaseException, reports: list[str]) -> str:
     return f" (at {users[-1][0]}:{users[-1][1]} in {users[-1][2]})" if users else ""
 
 
-def _timed(
-    envs: gym.vector.VectorEnv,
-    op: str,
-    args: tuple,
-    kwargs: dict,
-    timeout_s: float | None,
-    what: str,
-) -> tuple:
-    """``envs.<op>(*args, **kwargs)`` (``op``: step or reset), or ``EnvError`` naming ``what``
-    when it takes over ``timeout_s`` (None: no limit). Subprocess envs are waited for with a
+def _timed(envs: gym.vector.VectorEnv, call: _Call) -> tuple:
+    """``call``'s result, or ``EnvError`` naming its ``what`` when it takes over its
+    ``timeout_s``. Subprocess envs are waited for with a
     timeout (then closed with ``terminate=True``); in-process envs are interrupted by a timer
     signal, which Python delivers between bytecodes and to blocking calls, and only in the main
     thread: elsewhere the limit is refused, naming the fix. A C routine holding the GIL delays
     the signal until it returns: past ``last_words.watchdog_s(timeout_s)`` a watchdog ends the
     process (scheduler/last_words.py), which the driver then names in one line."""
+    op, args, kwargs, timeout_s, what = call.op, call.args, call.kwargs, call.timeout_s, call.what
     if timeout_s is None:
         return getattr(envs, op)(*args, **kwargs)
     message = (

@@ -6,7 +6,9 @@ this file, without the embodied side (gymnasium and the env adapters).
 
 from rlcore.lazy import lazy_exports
 
-_EXPORTS = {"ActorCritic": "rlcore.models.actor_critic"}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports("rlcore.models", _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "actor_critic": ("ActorCritic",),
+    },
+)

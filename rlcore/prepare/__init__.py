@@ -4,11 +4,9 @@ points run it once; the supervisor's restarts reuse its folders."""
 
 from rlcore.lazy import lazy_exports
 
-_EXPORTS = {
-    "ModelDirs": "rlcore.prepare.models",
-    "prepare": "rlcore.prepare.models",
-    "prepare_models": "rlcore.prepare.models",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports("rlcore.prepare", _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "models": ("ModelDirs", "prepare", "prepare_models"),
+    },
+)

@@ -13,17 +13,11 @@ from __future__ import annotations
 
 from rlcore.lazy import lazy_exports
 
-_WHERE = {
-    "RewardError": "rlcore.rewards.scoring",
-    "ScoringPool": "rlcore.rewards.scoring",
-    "Rules": "rlcore.rewards.verdicts",
-    "Verdict": "rlcore.rewards.verdicts",
-    "rule_verdict": "rlcore.rewards.verdicts",
-    "gsm8k_correct": "rlcore.rewards.rules",
-    "load_custom_fn": "rlcore.rewards.rules",
-    "math_correct": "rlcore.rewards.rules",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_exports("rlcore.rewards", _WHERE)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "scoring": ("RewardError", "ScoringPool"),
+        "verdicts": ("Rules", "Verdict", "rule_verdict"),
+        "rules": ("gsm8k_correct", "load_custom_fn", "math_correct"),
+    },
+)

@@ -8,20 +8,17 @@ driver-side code out of the workers (2.7 s of imports each, measured, against 0.
 
 from rlcore.lazy import lazy_exports
 
-_EXPORTS = {
-    "ComponentSpec": "rlcore.scheduler.deployment",
-    "Dispatch": "rlcore.scheduler.dispatch",
-    "Peer": "rlcore.scheduler.handles",
-    "Scheduler": "rlcore.scheduler.scheduler",
-    "SchedulerError": "rlcore.scheduler.ray_cluster",
-    "SyncReport": "rlcore.scheduler.weight_sync",
-    "WorkerContext": "rlcore.scheduler.worker",
-    "WorkerError": "rlcore.scheduler.errors",
-    "WorkerGroup": "rlcore.scheduler.worker_group",
-    "WorkerProcess": "rlcore.scheduler.worker",
-    "dispatch": "rlcore.scheduler.dispatch",
-    "start_components": "rlcore.scheduler.deployment",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports("rlcore.scheduler", _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "deployment": ("ComponentSpec", "start_components"),
+        "dispatch": ("Dispatch", "dispatch"),
+        "handles": ("Peer",),
+        "scheduler": ("Scheduler",),
+        "ray_cluster": ("SchedulerError",),
+        "weight_sync": ("SyncReport",),
+        "worker": ("WorkerContext", "WorkerProcess"),
+        "errors": ("WorkerError",),
+        "worker_group": ("WorkerGroup",),
+    },
+)

@@ -13,6 +13,7 @@ its own (``SHARDS``), which load onto any number of ranks; any other as ``model.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,17 @@ def read_trained_weights(folder: Path, model: torch.nn.Module) -> dict[str, torc
     return state
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint as ``Strategy.load`` reads it: its ``directory``, what this rank's ``save``
+    returned (``state``: the optimiser's, kept in the trainer file; None where the strategy
+    wrote files of its own) and the ``form`` the trainer recorded ("whole" or "shards")."""
+
+    directory: Path
+    state: dict | None
+    form: str = "whole"
+
+
 class WholeWeightsCheckpoint:
     """The checkpoint form of every strategy but FSDP2's: rank 0 writes the whole weights
     (``WEIGHTS``), every rank its optimiser state as ``save_optimizer`` keeps it. ``load`` also
@@ -102,19 +114,12 @@ class WholeWeightsCheckpoint:
             save_weights(weights, directory / WEIGHTS)
         return self.save_optimizer(model, optimizer, directory)
 
-    def load(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
-        form: str = "whole",
-    ) -> None:
-        if form == "shards":
-            load_shards(model, optimizer, directory, getattr(self, "group", None))
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved) -> None:
+        if saved.form == "shards":
+            load_shards(model, optimizer, saved.directory, getattr(self, "group", None))
             return
-        self.load_full_state_dict(model, load_weights(directory / WEIGHTS))
-        self.load_optimizer(model, optimizer, directory, saved)
+        self.load_full_state_dict(model, load_weights(saved.directory / WEIGHTS))
+        self.load_optimizer(model, optimizer, saved)
 
 
 def load_shards(

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.models import megatron as mg
-from rlcore.workers.files.weights_file import WholeWeightsCheckpoint
+from rlcore.workers.files.weights_file import Saved, WholeWeightsCheckpoint
 from rlcore.workers.training.megatron_optimizer import (
     load_sharded_optimizer,
     save_sharded_optimizer,
@@ -190,23 +190,16 @@ class MegatronParallel(WholeWeightsCheckpoint):
     shards = True
     loss_scale = 1.0  # the gradients are summed over the data-parallel group, not averaged
 
-    def load(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
-        form: str = "whole",
-    ) -> None:
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved) -> None:
         """The whole weights, converted to this rank's shard, and the optimiser's moments from
         Megatron's own format (``load_optimizer``); FSDP2's shards are refused by name (their
         optimiser state is keyed by the transformers parameters)."""
-        if form == "shards":
+        if saved.form == "shards":
             raise ValueError(
-                f"{directory}: written by the fsdp2 training backend (its shards); resume it "
+                f"{saved.directory}: written by the fsdp2 training backend (its shards); resume it "
                 "with training_backend fsdp2, or start Megatron from its weights"
             )
-        super().load(model, optimizer, directory, saved)
+        super().load(model, optimizer, saved)
 
     def __init__(self, device: torch.device, options: MegatronOptions) -> None:
         from megatron.core import parallel_state, tensor_parallel
@@ -444,12 +437,8 @@ class MegatronParallel(WholeWeightsCheckpoint):
         save_sharded_optimizer(model, optimizer, directory)
 
     def load_optimizer(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved
     ) -> None:
         """This rank's shards of the moments ``save_optimizer`` wrote, whatever the layout that
         wrote them."""
-        load_sharded_optimizer(model, optimizer, directory)
+        load_sharded_optimizer(model, optimizer, saved.directory)

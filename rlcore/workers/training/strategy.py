@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlcore.workers.files.state_files import writing
-from rlcore.workers.files.weights_file import SHARDS, WholeWeightsCheckpoint
+from rlcore.workers.files.weights_file import SHARDS, Saved, WholeWeightsCheckpoint
 
 
 class Strategy(Protocol):
@@ -95,16 +95,9 @@ class Strategy(Protocol):
         tensors), or None where the strategy wrote all of it as files. Every rank calls it."""
         ...
 
-    def load(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
-        form: str = "whole",
-    ) -> None:
-        """Restore what ``save`` wrote in ``form`` (and returned as ``saved``), or refuse a form
-        this strategy cannot read, naming the backend that wrote it."""
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved) -> None:
+        """Restore what ``save`` wrote (in ``saved.form``, and returned as ``saved.state``), or
+        refuse a form this strategy cannot read, naming the backend that wrote it."""
         ...
 
     def save_optimizer(
@@ -116,11 +109,7 @@ class Strategy(Protocol):
         ...
 
     def load_optimizer(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved
     ) -> None:
         """Restore the optimiser from what ``save_optimizer`` wrote and returned."""
         ...
@@ -178,25 +167,21 @@ class SingleProcess(WholeWeightsCheckpoint):
         return get_optimizer_state_dict(model, optimizer, options=options)
 
     def load_optimizer(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        directory: Path,
-        saved: dict | None,
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, saved: Saved
     ) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_optimizer_state_dict,
         )
 
-        if saved is None:
+        if saved.state is None:
             raise ValueError(
-                f"{directory}: the optimiser state was written by the megatron "
+                f"{saved.directory}: the optimiser state was written by the megatron "
                 "training backend (Megatron's own sharded format); resume with "
                 "training_backend megatron"
             )
         options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(model, optimizer, saved, options=options)
+        set_optimizer_state_dict(model, optimizer, saved.state, options=options)
 
 
 class DistributedDataParallel(SingleProcess):

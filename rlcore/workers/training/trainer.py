@@ -36,7 +36,7 @@ from torch import nn
 from rlcore.config.sections import OptimConfig
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.files.state_files import load_state, save_state
-from rlcore.workers.files.weights_file import recorded_form
+from rlcore.workers.files.weights_file import Saved, recorded_form
 from rlcore.workers.training.strategy import FsdpOptions, Strategy, make_strategy
 
 LossFn = Callable[[nn.Module, TensorDict, dict[str, int]], tuple[torch.Tensor, dict[str, Any]]]
@@ -317,7 +317,8 @@ class Trainer:
         rank's own ``trainer_rank`` file, so as many ranks as wrote it."""
         state = load_state(directory / f"trainer_rank{self.global_rank}.pt")
         form = recorded_form(directory, state)  # never the one the folders suggest
-        self.strategy.load(self.model, self.optimizer, directory, state.get("optimizer"), form)
+        saved = Saved(directory, state.get("optimizer"), form)
+        self.strategy.load(self.model, self.optimizer, saved)
         # (a checkpoint of rlcore 0.1 counted no updates, and had no scheduler at a constant
         # rate: its warm-up-free schedules restart from the same rate)
         self.updates = state.get("updates", 0)
