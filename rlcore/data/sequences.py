@@ -68,6 +68,20 @@ def generated_layout(
     the model's) and, given each token's log-prob, ``rollout_log_probs`` (0 on padding)."""
     mask = response_mask(responses, eos_ids)
     responses = torch.where(mask.bool(), responses, pad_id)
+    return joined_layout(prompt_ids, prompt_mask, responses, mask, mask.clone(), log_probs)
+
+
+def joined_layout(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    log_probs: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """``generated_layout``'s tensors from responses already padded, their ``mask`` (the
+    response's tokens) and ``loss_mask`` (those the model wrote: a multi-turn response's tool
+    output is not); ``rollout_log_probs`` are 0 where the loss mask is."""
     attention = torch.cat([prompt_mask, mask], dim=1)
     out = {
         INPUT_IDS: torch.cat([prompt_ids, responses], dim=1),
@@ -75,10 +89,10 @@ def generated_layout(
         POSITION_IDS: position_ids(attention),
         RESPONSES: responses,
         RESPONSE_MASK: mask,
-        LOSS_MASK: mask.clone(),
+        LOSS_MASK: loss_mask,
     }
     if log_probs is not None:
-        out[ROLLOUT_LOG_PROBS] = log_probs * mask
+        out[ROLLOUT_LOG_PROBS] = log_probs * loss_mask
     return out
 
 

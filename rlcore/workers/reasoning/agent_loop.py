@@ -27,18 +27,8 @@ from typing import Any
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from rlcore.columns import (
-    ANSWERS,
-    ATTENTION_MASK,
-    INPUT_IDS,
-    LOSS_MASK,
-    POSITION_IDS,
-    RESPONSE_MASK,
-    RESPONSES,
-    ROLLOUT_LOG_PROBS,
-    TRAJECTORIES,
-)
-from rlcore.data.sequences import position_ids
+from rlcore.columns import ANSWERS, ATTENTION_MASK, INPUT_IDS, TRAJECTORIES
+from rlcore.data.sequences import joined_layout
 from rlcore.tools.calls import CallParser
 from rlcore.tools.pool import ToolPool
 
@@ -230,17 +220,14 @@ class AgentLoop:
             response_mask[i, :n] = 1
             loss_mask[i, :n] = torch.tensor(row.trained, dtype=torch.long)
             logp[i, :n] = torch.tensor(row.logps)
-        attention = torch.cat([prompts[ATTENTION_MASK], response_mask], dim=1)
-        out = {
-            INPUT_IDS: torch.cat([prompts[INPUT_IDS], responses], dim=1),
-            ATTENTION_MASK: attention,
-            POSITION_IDS: position_ids(attention),
-            RESPONSES: responses,
-            RESPONSE_MASK: response_mask,
-            LOSS_MASK: loss_mask,
-        }
-        if log_probs:
-            out[ROLLOUT_LOG_PROBS] = logp * loss_mask
+        out = joined_layout(
+            prompts[INPUT_IDS],
+            prompts[ATTENTION_MASK],
+            responses,
+            response_mask,
+            loss_mask,
+            logp if log_probs else None,
+        )
         batch = TensorDict(out, batch_size=[size])
         batch[TRAJECTORIES] = NonTensorStack(*[row.summary() for row in rows])
         return batch
