@@ -240,7 +240,12 @@ def _forkable(env: Mapping[str, str], cwd: str | os.PathLike | None) -> bool:
     server = _server_env()
     keys = (set(env) | set(server)) - set(_server["added"])
     cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
-    changed = {k for k in keys if _value(k, env.get(k), cwd) != _value(k, server.get(k), cwd)}
+    changed = {
+        k
+        for k in keys
+        if env.get(k) != server.get(k)
+        and _value(k, env.get(k), cwd) != _value(k, server.get(k), cwd)
+    }
     blocking = sorted(
         k
         for k in changed

@@ -306,12 +306,12 @@ def _where(error: BaseException, reports: list[str]) -> str:
 
 def _timed(envs: gym.vector.VectorEnv, call: _Call) -> tuple:
     """``call``'s result, or ``EnvError`` naming its ``what`` when it takes over its
-    ``timeout_s``. Subprocess envs are waited for with a
-    timeout (then closed with ``terminate=True``); in-process envs are interrupted by a timer
-    signal, which Python delivers between bytecodes and to blocking calls, and only in the main
-    thread: elsewhere the limit is refused, naming the fix. A C routine holding the GIL delays
-    the signal until it returns: past ``last_words.watchdog_s(timeout_s)`` a watchdog ends the
-    process (scheduler/last_words.py), which the driver then names in one line."""
+    ``timeout_s``. Subprocess envs are waited for with a timeout (then closed with
+    ``terminate=True``); in-process envs are interrupted by a timer signal, which Python
+    delivers between bytecodes and to blocking calls, and only in the main thread: elsewhere the
+    limit is refused, naming the fix. A C routine holding the GIL delays the signal until it
+    returns: past ``last_words.watchdog_s(timeout_s)`` a watchdog ends the process
+    (scheduler/last_words.py), which the driver then names in one line."""
     op, args, kwargs, timeout_s, what = call.op, call.args, call.kwargs, call.timeout_s, call.what
     if timeout_s is None:
         return getattr(envs, op)(*args, **kwargs)
