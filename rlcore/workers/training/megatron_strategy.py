@@ -100,10 +100,17 @@ class MegatronLM(nn.Module):
         One pipeline stage cannot compute the outputs alone: under pipeline parallelism the
         passes run through ``MegatronParallel.pipeline``, which calls ``rotated`` and
         ``finish`` around each stage's part."""
+        return self.finish(*self.last_stage(input_ids, attention_mask), logits_to_keep)
+
+    def last_stage(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last stage's output on the rotated rows, and each row's rotation (``rotated``):
+        the whole model's pass, without pipeline stages."""
         if not (self.gpt.pre_process and self.gpt.post_process):
             raise RuntimeError("a pipeline stage's model runs through MegatronParallel.pipeline")
         rotated, lead = self.rotated(input_ids, attention_mask)
-        return self.finish(self.gpt(rotated, None, attention_mask=None), lead, logits_to_keep)
+        return self.gpt(rotated, None, attention_mask=None), lead
 
     @staticmethod
     def rotated(
@@ -139,35 +146,28 @@ class MegatronLM(nn.Module):
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 
-class _StageOutput:
-    """The last pipeline stage's output for one micro-batch, called as ``MegatronLM`` is: the
-    loss and forward functions call their model once per micro-batch with its inputs, and get
-    what ``MegatronLM`` would have returned."""
+class _StageOutput(MegatronLM):
+    """A ``MegatronLM`` whose one pass is the last pipeline stage's output for one micro-batch,
+    computed already: the loss and forward functions call their model once per micro-batch with
+    its inputs, and get what ``MegatronLM`` would have returned."""
 
     def __init__(
         self, lm: MegatronLM, output: torch.Tensor, lead: torch.Tensor, input_ids: torch.Tensor
     ) -> None:
-        self.lm, self.output, self.lead, self.input_ids = lm, output, lead, input_ids
-        self.config = lm.config
+        super().__init__(lm.gpt, lm.config, lm.value_head)
+        self.output, self.lead, self.input_ids = output, lead, input_ids
         self.calls = 0
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        use_cache: Any = None,
-        logits_to_keep: int = 0,
-    ) -> SimpleNamespace:
+    def last_stage(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self.calls += 1
         if self.calls > 1 or not torch.equal(input_ids, self.input_ids):
             raise RuntimeError(
                 "under pipeline parallelism a micro-batch's function calls the "
                 "model once, on the micro-batch's input_ids"
             )
-        return self.lm.finish(self.output, self.lead, logits_to_keep)
-
-    __call__ = forward
+        return self.output, self.lead
 
 
 def _to(tree: Any, device: torch.device | str) -> Any:
