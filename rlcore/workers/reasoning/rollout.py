@@ -23,7 +23,7 @@ prefilled anew), and each token records the version that sampled it (``rollout_v
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,19 +38,24 @@ from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokeni
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.files.state_files import load_state, save_state
-from rlcore.workers.reasoning.agent_loop import AgentLoop
+from rlcore.workers.reasoning.agent_loop import AgentLoop, Sampler
 from rlcore.workers.reasoning.sampling import sampling
 from rlcore.workers.reasoning.static_decode import Sampling, StaticDecoder
 from rlcore.workers.weight_version import check_weight_version
 
 
 class RolloutBackend(Protocol):
-    """What the rollout needs of a generation engine."""
+    """What the rollout needs of a generation engine. An engine subclasses it for ``generate``:
+    a multi-turn rollout runs through the engine's ``agent``, which samples each turn with the
+    engine's ``sampler``, and a one-turn one is the engine's ``generate_rows``; both inside its
+    ``generating()``."""
 
     device: torch.device
     pushes_weights: bool  # its weights live outside this process: a sync pushes them (sglang)
     released: bool  # its memory is given back (release_memory) until resume_memory
+    agent: AgentLoop | None  # rollout.tools / rollout.interaction: multi-turn trajectories
 
+    @torch.no_grad()
     def generate(
         self,
         prompts: TensorDict,
@@ -67,6 +72,25 @@ class RolloutBackend(Protocol):
         ``log_probs``, also ``rollout_log_probs`` ``[B, R]``: each sampled token's log-prob at
         the temperature, over the whole vocabulary (top-p/top-k not applied), as the actor
         computes old log-probs."""
+        with self.generating():
+            if self.agent is None:
+                return self.generate_rows(prompts, greedy, validation, log_probs)
+            return self.agent.run(prompts, self.sampler(greedy, validation, log_probs), log_probs)
+
+    def generating(self) -> AbstractContextManager[None]:
+        """Held around each ``generate``."""
+        ...
+
+    def generate_rows(
+        self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
+    ) -> TensorDict:
+        """``generate`` without an agent loop: one response to each prompt."""
+        ...
+
+    def sampler(self, greedy: bool, validation: bool, log_probs: bool) -> Sampler:
+        """The agent loop's ``sample`` at these settings: each context's new tokens (a prompt
+        and the trajectory so far; up to a budget), up to and including its first end-of-turn
+        token, and their log-probs when ``log_probs``."""
         ...
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -82,7 +106,7 @@ class RolloutBackend(Protocol):
         ...
 
 
-class HFEngine:
+class HFEngine(RolloutBackend):
     """``generate`` from transformers on the component's device (``model``: the actor's module
     when fused with it)."""
 
@@ -182,32 +206,25 @@ class HFEngine:
             **options,
         )
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: TensorDict,
-        *,
-        greedy: bool,
-        validation: bool = False,
-        log_probs: bool = False,
+    def generating(self) -> AbstractContextManager[None]:
+        return evaluating(self.model)
+
+    def generate_rows(
+        self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
     ) -> TensorDict:
+        if self.decoder is not None:
+            return self._static_generate(prompts, greedy, validation, log_probs)
+        config = self.generation_config(greedy, validation)
+        recorder = SampledLogProbs(sampling(self.config, validation)[0])
+        return self._generate(prompts, config, recorder if log_probs else None)
+
+    def sampler(self, greedy: bool, validation: bool, log_probs: bool) -> Sampler:
         temperature = sampling(self.config, validation)[0]
-        with evaluating(self.model):
-            if self.agent is not None:
-                return self.agent.run(
-                    prompts,
-                    lambda contexts, budget: self._turn(
-                        contexts,
-                        self.generation_config(greedy, validation, budget),
-                        SampledLogProbs(temperature) if log_probs else None,
-                    ),
-                    log_probs,
-                )
-            if self.decoder is not None:
-                return self._static_generate(prompts, greedy, validation, log_probs)
-            config = self.generation_config(greedy, validation)
-            recorder = SampledLogProbs(temperature)
-            return self._generate(prompts, config, recorder if log_probs else None)
+        return lambda contexts, budget: self._turn(
+            contexts,
+            self.generation_config(greedy, validation, budget),
+            SampledLogProbs(temperature) if log_probs else None,
+        )
 
     def _static_generate(
         self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool

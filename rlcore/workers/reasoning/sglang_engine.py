@@ -26,6 +26,9 @@ release's source (tests/workers/sglang_api.py).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,8 @@ from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import generated_layout
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
-from rlcore.workers.reasoning.agent_loop import AgentLoop
+from rlcore.workers.reasoning.agent_loop import AgentLoop, Sampler
+from rlcore.workers.reasoning.rollout import RolloutBackend
 from rlcore.workers.reasoning.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
@@ -52,7 +56,7 @@ def start_engine(**server_args: Any) -> Any:
     return sglang.Engine(**server_args)
 
 
-class SGLangEngine:
+class SGLangEngine(RolloutBackend):
     """See the module docstring. ``tp_size``: the GPUs of this process; ``collocated``: whether
     the actor trains on the same GPUs (then memory is released around training)."""
 
@@ -119,23 +123,15 @@ class SGLangEngine:
             "presence_penalty": 0.0,
         }
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: TensorDict,
-        *,
-        greedy: bool,
-        validation: bool = False,
-        log_probs: bool = False,
-    ) -> TensorDict:
+    @contextmanager
+    def generating(self) -> Iterator[None]:
         if self.released:
             raise RuntimeError("the sglang engine's memory is released: resume_memory() first")
-        if self.agent is not None:
-            return self.agent.run(
-                prompts,
-                lambda contexts, budget: self.turn(contexts, budget, greedy, validation, log_probs),
-                log_probs,
-            )
+        yield
+
+    def generate_rows(
+        self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
+    ) -> TensorDict:
         ids, mask = prompts[INPUT_IDS].cpu(), prompts[ATTENTION_MASK].cpu()
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         outputs = self.engine.generate(
@@ -157,6 +153,11 @@ class SGLangEngine:
             ids, mask, responses, self.eos_ids, pad, logp if log_probs else None
         )
         return TensorDict(generated, batch_size=[len(requests)])
+
+    def sampler(self, greedy: bool, validation: bool, log_probs: bool) -> Sampler:
+        return functools.partial(
+            self.turn, greedy=greedy, validation=validation, log_probs=log_probs
+        )
 
     def turn(
         self,
