@@ -156,3 +156,11 @@ def test_the_ledger_refuses_an_entry_it_could_not_rerun_or_place(tmp_path):
     bad.write_text("claims:\n  - {name: x, where: [[README.md, q]], cost: seconds}\n")
     with pytest.raises(ValueError, match="needs command and checks"):
         cl.load(bad)
+
+
+def test_a_figure_on_its_bands_edge_holds_and_one_past_it_does_not():
+    """A band stated as 43.5-44.5% is 0.44 +- 0.005: both edges hold, though 0.445 - 0.44 is
+    0.0050000000000000044 in floating point; a thousandth past either edge does not."""
+    check = cl.Check(metric="m", expected=0.44, tolerance=0.005)
+    assert check.holds(0.445) and check.holds(0.435) and check.holds(0.44)
+    assert not check.holds(0.446) and not check.holds(0.434)
