@@ -42,7 +42,7 @@ from rlcore.data.sequences import generated_layout
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.reasoning.agent_loop import AgentLoop, Sampler
-from rlcore.workers.reasoning.rollout import RolloutBackend
+from rlcore.workers.reasoning.engine import RolloutBackend
 from rlcore.workers.reasoning.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
