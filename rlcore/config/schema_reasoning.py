@@ -436,6 +436,12 @@ class RolloutConfig(GroupKeys):
         "turn without a tool call (its text goes back as the user's message; None ends)",
     )
 
+    @property
+    def multi_turn(self) -> bool:
+        """Trajectories of several turns (tools or an interaction): the agent loop
+        (rlcore/workers/reasoning/agent_loop.py) generates them."""
+        return bool(self.tools) or self.interaction is not None
+
 
 @dataclass(kw_only=True, frozen=True)
 class OverlongBufferConfig:

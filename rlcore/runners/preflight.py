@@ -102,7 +102,7 @@ def _reasoning(config: ReasoningConfig, attempt: Callable[..., None]) -> None:
     lora = config.actor.model.lora
     if lora.rank and config.actor.model.path is not None:
         attempt(_check_lora_targets, config.actor.model.path, "actor.model.path", lora)
-    if config.rollout.tools or config.rollout.interaction is not None:
+    if config.rollout.multi_turn:
         attempt(_check_tools, config)
 
 

@@ -52,7 +52,7 @@ def _static_decode(config: ReasoningConfig) -> list[str]:
             f"rollout.hf.static_cache: the hf engine's loop, but rollout.backend is "
             f"{rollout.backend}{fix} rollout.backend=hf"
         )
-    if rollout.tools or rollout.interaction is not None:
+    if rollout.multi_turn:
         problems.append(
             "rollout.hf.static_cache: multi-turn rollouts (rollout.tools, rollout.interaction) "
             f"decode with transformers' generate{fix} drop the tools"
@@ -148,7 +148,7 @@ def _partial_rollout(config: ReasoningConfig) -> list[str]:
             "would abort and resume SGLang's requests); use rollout.backend=hf, or "
             "rollout.partial_rollout=false"
         )
-    if rollout.tools or rollout.interaction is not None:
+    if rollout.multi_turn:
         problems.append(
             "rollout.partial_rollout: multi-turn rollouts (rollout.tools, rollout.interaction) "
             "are not cut into segments; set rollout.partial_rollout=false"

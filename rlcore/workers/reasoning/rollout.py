@@ -1,6 +1,7 @@
 """The ``rollout`` component of reasoning runs: generates responses to prompts with an engine
-behind one interface (``RolloutBackend``): ``hf`` (transformers ``generate``, here) or
-``sglang`` (SGLang's offline engine, rlcore/workers/reasoning/sglang_engine.py).
+behind one interface (``RolloutBackend``, rlcore/workers/reasoning/engine.py): ``hf``
+(transformers ``generate``, here) or ``sglang`` (SGLang's offline engine,
+rlcore/workers/reasoning/sglang_engine.py).
 
 ``RolloutWorker`` owns what does not depend on the engine: the weight version the driver checks,
 the sampling RNG in checkpoints, and the split into ``rollout.micro_batch_size`` calls. Prompts
@@ -92,11 +93,7 @@ class HFEngine(RolloutBackend):
             else None
         )
         # rollout.tools / rollout.interaction: multi-turn trajectories (agent_loop.py)
-        self.agent = (
-            AgentLoop(config, self.tokenizer, eos)
-            if config.rollout.tools or config.rollout.interaction is not None
-            else None
-        )
+        self.agent = AgentLoop(config, self.tokenizer, eos) if config.rollout.multi_turn else None
 
     def close(self) -> None:
         if self.agent is not None:

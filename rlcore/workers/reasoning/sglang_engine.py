@@ -94,9 +94,7 @@ class SGLangEngine(RolloutBackend):
         # rollout.tools / rollout.interaction: multi-turn trajectories (agent_loop.py); each
         # turn's context starts with the last one's, which SGLang's radix cache keeps
         self.agent = (
-            AgentLoop(config, self.tokenizer, self.eos_ids)
-            if config.rollout.tools or config.rollout.interaction is not None
-            else None
+            AgentLoop(config, self.tokenizer, self.eos_ids) if config.rollout.multi_turn else None
         )
 
     # generation --------------------------------------------------------------------------------
