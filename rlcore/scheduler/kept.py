@@ -48,6 +48,9 @@ class KeptProcesses:
     owns_ray: bool = False  # whether the scheduler started the Ray it runs on
     handles: dict[tuple[str, int], Any] = field(default_factory=dict)
     info: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    # the processes ``dead`` found dead, and why, by handle id (with the handle: its id is not
+    # reused while held): not asked again, which for one on a lost node takes seconds
+    known_gone: dict[int, tuple[Any, str]] = field(default_factory=dict)
 
     def can_hold(self, plan: PlacementPlan) -> bool:
         """Whether these slots can hold ``plan``: its nodes, every one still alive (a lost
@@ -117,10 +120,15 @@ class KeptProcesses:
         ``wait_s`` and counts as alive."""
         where = {id(h): (name, rank) for (name, rank), h in self.handles.items()}
         here = ray.get_runtime_context().get_node_id()
+        gone = [(h, cause) for key, (h, cause) in self.known_gone.items() if key in where]
+        known = {id(h) for h, _ in gone}
         # a stopped process answers nothing: seen in its state, not waited for
-        halted = self.stopped_here()
-        pings = {h.describe.remote(): h for h in self.processes() if id(h) not in halted}
-        gone: list[tuple[Any, str]] = []
+        halted = {key: h for key, h in self.stopped_here().items() if key not in known}
+        pings = {
+            h.describe.remote(): h
+            for h in self.processes()
+            if id(h) not in halted and id(h) not in known
+        }
         pending, deadline = list(pings), time.monotonic() + wait_s
         while pending:
             if halted or gone:  # one is lost: the others get a moment to say they are too
@@ -140,6 +148,7 @@ class KeptProcesses:
                         continue
                     words = account(self.last_words, info["pid"], info["node_id"] == here)
                     gone.append((pings[ref], f"the process died: {words or death_cause(error)}"))
+        self.known_gone = {id(h): (h, cause) for h, cause in gone}  # (a stopped one may go on)
         for handle in halted.values():
             pid = self.info[where[id(handle)]]["pid"]
             gone.append((handle, f"the process is stopped (pid {pid}: SIGSTOP, a debugger)"))
