@@ -155,11 +155,12 @@ def stop_cluster(port: str) -> None:
     named = [pid for pid, cmd in command_lines().items() if any(m in cmd for m in marks)]
     # with their children (the dashboard and runtime-env agents rename themselves, ray::...)
     mine = set(named).union(*(children(pid, recursive=True) for pid in named))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    # (Ray's runtime-env agent outlives a SIGTERM by 10 s and more: 2 s, then SIGKILL)
+    for sig, wait_s in ((signal.SIGTERM, 2), (signal.SIGKILL, 10)):
         for pid in mine:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + wait_s
         while any(alive(pid) for pid in mine) and time.monotonic() < deadline:
             time.sleep(0.2)
     # `ray start` names its cluster in this file, where a later `ray.init()` without an address
