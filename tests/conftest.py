@@ -5,20 +5,22 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
-from hypothesis import settings
-
-# Derandomised so CI is reproducible; no deadline because these 2 shared cores are noisy.
-settings.register_profile("rlcore", derandomize=True, deadline=None, max_examples=60)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlcore"))
 
 
 def pytest_configure(config):
-    """In a process that runs tests: torch's threads, and the fork server's imports, set before
-    anything starts it (tests/forked.py's commands, the ranks of tests/rank_pool.py and
-    rlcore.procpool's processes all fork from it). Not in pytest-xdist's controller, which only
-    hands the tests out: importing torch there delayed the workers' start by about 3 s."""
+    """In a process that runs tests: hypothesis' profile, torch's threads, and the fork
+    server's imports, set before anything starts it (tests/forked.py's commands, the ranks of
+    tests/rank_pool.py and rlcore.procpool's processes all fork from it). Not in pytest-xdist's
+    controller, which only hands the tests out: importing torch there delayed the workers'
+    start by about 3 s, and hypothesis by about 1 s."""
     if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
         return
+    from hypothesis import settings
+
+    # Derandomised so CI is reproducible; no deadline because these 2 shared cores are noisy.
+    settings.register_profile("rlcore", derandomize=True, deadline=None, max_examples=60)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlcore"))
+
     import torch
 
     from tests import forked
