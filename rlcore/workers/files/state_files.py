@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import resource
 import shutil
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,21 +35,25 @@ def writing(path: Path, what: str = "the checkpoint") -> Iterator[None]:
     OS "File too large" or "No space left", torch.distributed.checkpoint a traceback per rank)
     is a ``CheckpointWriteError`` (``write_failure``)."""
     from safetensors import SafetensorError
-    from torch.distributed.checkpoint.api import CheckpointException
 
     try:
         yield
-    except (OSError, RuntimeError, SafetensorError, CheckpointException) as error:
+    except (OSError, RuntimeError, SafetensorError, *_dcp_failure()) as error:
         raise write_failure(path, error, what) from None
+
+
+def _dcp_failure() -> tuple[type[BaseException], ...]:
+    """torch.distributed.checkpoint's exception, if that module is loaded: a writer that raised
+    it had loaded it. Not imported for it (0.5 s: every process that writes a checkpoint)."""
+    api = sys.modules.get("torch.distributed.checkpoint.api")
+    return () if api is None else (api.CheckpointException,)
 
 
 def write_failure(path: Path, error: BaseException, what: str = "the checkpoint") -> ConfigError:
     """``error`` writing ``path`` as a ``CheckpointWriteError`` naming the file (the one the OS
     names, if it names one), the free space on its disk and the file-size limit, in one line
     (``what``: what could not be written)."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    if isinstance(error, CheckpointException):  # (a BaseException holding each rank's error)
+    if isinstance(error, _dcp_failure()):  # (a BaseException holding each rank's error)
         error = next(iter(error.failures.values()))[0]
     first = next(iter(str(error).strip().splitlines()), type(error).__name__)
     if isinstance(error, OSError) and error.filename:  # (named once, first)
