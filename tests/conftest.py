@@ -170,26 +170,19 @@ def local_ray(ray_session):
 
 def start_local_ray(num_cpus: int):
     """A local Ray for tests, listening on loopback only as a run's own does; the
-    ``ray.cluster_utils.Cluster`` it runs on. Started as ``ray.init`` starts one, less two
-    processes no test asks for: the autoscaler's monitor and the log monitor, which forwards
-    workers' output to a driver that does not take it (``log_to_driver=False``): 1.0 CPU-s and
-    1 s less a start (measured; the suite starts it 6 times)."""
+    ``ray.cluster_utils.Cluster`` it runs on. Started as ``ray.init`` starts one, less the
+    processes no test asks for (tests/quiet_ray.py; the suite starts it 6 times)."""
     import ray
     from ray.cluster_utils import Cluster
 
     from rlcore.scheduler.network import local_ray_node
+    from tests.quiet_ray import QUIET_HEAD
 
     with local_ray_node():
         cluster = Cluster(
             initialize_head=True,
             shutdown_at_exit=True,
-            head_node_args={
-                "num_cpus": num_cpus,
-                "object_store_memory": 1 << 30,
-                "include_dashboard": False,
-                "include_log_monitor": False,
-                "no_monitor": True,
-            },
+            head_node_args={"num_cpus": num_cpus, "object_store_memory": 1 << 30, **QUIET_HEAD},
         )
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     return cluster

@@ -14,6 +14,7 @@ from rlcore.runners import supervisor
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.scheduler import warm
 from rlcore.scheduler.network import local_ray_node
+from tests.quiet_ray import QUIET_HEAD
 from tests.runners.test_supervisor import embodied
 
 
@@ -27,11 +28,11 @@ def three_nodes(ray_session):
     with local_ray_node():
         cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 2},
+            head_node_args={"num_cpus": 2, **QUIET_HEAD},
             shutdown_at_exit=True,
         )
         for _ in range(2):
-            cluster.add_node(num_cpus=2)
+            cluster.add_node(num_cpus=2, include_log_monitor=False)
         cluster.wait_for_nodes()
     yield cluster
     warm.release()

@@ -3,6 +3,7 @@ import ray
 import ray.cloudpickle
 
 from rlcore.scheduler import warm
+from tests.quiet_ray import QUIET_HEAD
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -18,10 +19,10 @@ def fake_gpu_cluster(ray_session):
     ray_session.stop()
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "num_gpus": 4},
+        head_node_args={"num_cpus": 2, "num_gpus": 4, **QUIET_HEAD},
         shutdown_at_exit=True,
     )
-    cluster.add_node(num_cpus=2, num_gpus=4)
+    cluster.add_node(num_cpus=2, num_gpus=4, include_log_monitor=False)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     cluster.wait_for_nodes()
     alive = [n for n in ray.nodes() if n["Alive"]]
