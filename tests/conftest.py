@@ -1,12 +1,18 @@
+from __future__ import annotations
+
 import atexit
 import contextlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 # Model hubs are unreachable here: anything that tries one must fail fast, not hang.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 
 def pytest_configure(config):
@@ -173,7 +179,7 @@ def local_ray(ray_session):
     ray_session.ensure()
 
 
-def start_local_ray(num_cpus: int):
+def start_local_ray(num_cpus: int) -> Cluster:
     """A local Ray for tests, listening on loopback only as a run's own does; the
     ``ray.cluster_utils.Cluster`` it runs on. Started as ``ray.init`` starts one, less the
     processes no test asks for (tests/quiet_ray.py; the suite starts it 6 times)."""

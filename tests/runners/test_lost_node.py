@@ -14,7 +14,7 @@ from rlcore.runners import supervisor
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.scheduler import warm
 from rlcore.scheduler.network import local_ray_node
-from tests.quiet_ray import QUIET_HEAD
+from tests.quiet_ray import QUIET_HEAD, QUIET_NODE
 from tests.runners.test_supervisor import embodied
 
 
@@ -32,7 +32,7 @@ def three_nodes(ray_session):
             shutdown_at_exit=True,
         )
         for _ in range(2):
-            cluster.add_node(num_cpus=2, include_log_monitor=False)
+            cluster.add_node(num_cpus=2, **QUIET_NODE)
         cluster.wait_for_nodes()
     yield cluster
     warm.release()

@@ -3,7 +3,7 @@ import ray
 import ray.cloudpickle
 
 from rlcore.scheduler import warm
-from tests.quiet_ray import QUIET_HEAD
+from tests.quiet_ray import QUIET_HEAD, QUIET_NODE
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -22,7 +22,7 @@ def fake_gpu_cluster(ray_session):
         head_node_args={"num_cpus": 2, "num_gpus": 4, **QUIET_HEAD},
         shutdown_at_exit=True,
     )
-    cluster.add_node(num_cpus=2, num_gpus=4, include_log_monitor=False)
+    cluster.add_node(num_cpus=2, num_gpus=4, **QUIET_NODE)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     cluster.wait_for_nodes()
     alive = [n for n in ray.nodes() if n["Alive"]]
