@@ -182,18 +182,17 @@ def local_ray(ray_session):
 def start_local_ray(num_cpus: int) -> Cluster:
     """A local Ray for tests, listening on loopback only as a run's own does; the
     ``ray.cluster_utils.Cluster`` it runs on. Started as ``ray.init`` starts one, less the
-    processes no test asks for (tests/quiet_ray.py; the suite starts it 6 times)."""
+    processes no test asks for (tests/quiet_ray.py; the suite starts it 6 times); its workers
+    are forked from a process that imported torch and the rest (tests/ray_launch.py)."""
     import ray
     from ray.cluster_utils import Cluster
 
     from rlcore.scheduler.network import local_ray_node
     from tests.quiet_ray import QUIET_HEAD
+    from tests.ray_launch import launching
 
-    with local_ray_node():
-        cluster = Cluster(
-            initialize_head=True,
-            shutdown_at_exit=True,
-            head_node_args={"num_cpus": num_cpus, "object_store_memory": 1 << 30, **QUIET_HEAD},
-        )
+    with local_ray_node(), launching() as launch:
+        head = {"num_cpus": num_cpus, "object_store_memory": 1 << 30, **QUIET_HEAD, **launch}
+        cluster = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args=head)
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     return cluster

@@ -259,6 +259,35 @@ def _forkable(env: Mapping[str, str], cwd: str | os.PathLike | None) -> bool:
     return not blocking
 
 
+def child_spec(
+    args: Sequence[str | os.PathLike],
+    *,
+    cwd: str | os.PathLike | None,
+    env: Mapping[str, str] | None,
+    start_new_session: bool,
+) -> _Spec:
+    """What a forked child sets up to be ``args`` run as a new process would be (a request that
+    ``_parse`` and ``_forkable`` accept)."""
+    mode, target, rest = _parse(args)
+    env = dict(os.environ if env is None else env)
+    cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    if mode == "script":
+        first = os.path.dirname(os.path.realpath(os.path.join(cwd, target)))
+    else:
+        first = cwd if mode == "module" else ""
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return _Spec(
+        mode=mode,
+        target=target,
+        args=rest,
+        cwd=cwd,
+        env={**_server["added"], **env},
+        path=[first, *[os.path.join(cwd, p) for p in extra], *_interpreter_path(env)],
+        new_session=start_new_session,
+        ignored=[s for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN],
+    )
+
+
 class Popen:
     """A forked child with ``subprocess.Popen``'s surface (``pid``, ``stdin``, ``stdout``,
     ``stderr``, ``returncode``, ``poll``, ``wait``, ``communicate``, ``send_signal``,
@@ -289,28 +318,11 @@ class Popen:
         start_new_session: bool = False,
         rlimits: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
-        mode, target, rest = _parse(args)
         self.args = args
         self.text = text
         self.returncode: int | None = None
-        env = dict(os.environ if env is None else env)
-        cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
-        if mode == "script":
-            first = os.path.dirname(os.path.realpath(os.path.join(cwd, target)))
-        else:
-            first = cwd if mode == "module" else ""
-        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        spec = _Spec(
-            mode=mode,
-            target=target,
-            args=rest,
-            cwd=cwd,
-            env={**_server["added"], **env},
-            path=[first, *[os.path.join(cwd, p) for p in extra], *_interpreter_path(env)],
-            new_session=start_new_session,
-            ignored=[s for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN],
-            rlimits=dict(rlimits or {}),
-        )
+        spec = child_spec(args, cwd=cwd, env=env, start_new_session=start_new_session)
+        spec.rlimits = dict(rlimits or {})
         ends: list[int] = []  # the child's ends, closed here once it has them
         ours: list[int | None] = []
         for i, (how, default) in enumerate(((stdin, 0), (stdout, 1), (stderr, 2))):

@@ -4,6 +4,7 @@ import ray.cloudpickle
 
 from rlcore.scheduler import warm
 from tests.quiet_ray import QUIET_HEAD, QUIET_NODE
+from tests.ray_launch import launching
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -17,12 +18,13 @@ def fake_gpu_cluster(ray_session):
     from ray.cluster_utils import Cluster
 
     ray_session.stop()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "num_gpus": 4, **QUIET_HEAD},
-        shutdown_at_exit=True,
-    )
-    cluster.add_node(num_cpus=2, num_gpus=4, **QUIET_NODE)
+    with launching() as launch:  # (tests/ray_launch.py)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 2, "num_gpus": 4, **QUIET_HEAD, **launch},
+            shutdown_at_exit=True,
+        )
+        cluster.add_node(num_cpus=2, num_gpus=4, **QUIET_NODE, **launch)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     cluster.wait_for_nodes()
     alive = [n for n in ray.nodes() if n["Alive"]]
