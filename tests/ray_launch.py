@@ -191,13 +191,18 @@ def serve() -> str:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
         listener.listen(64)
-        process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--launcher", str(listener.fileno())],
-            pass_fds=(listener.fileno(),),
-            stdin=subprocess.PIPE,
-            env={**os.environ, THREADS_ENV: "1"},
-            start_new_session=True,  # (a Ctrl-C to the pytest worker's group ends it by its pipe)
-        )
+        # its output to a file of its own: it holds no stream of this process, whose end the
+        # pytest-xdist controller waits for (its workers' are the controller's channel)
+        with open(os.path.join(folder, "launcher.log"), "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--launcher", str(listener.fileno())],
+                pass_fds=(listener.fileno(),),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, THREADS_ENV: "1"},
+                start_new_session=True,  # (a Ctrl-C to the pytest worker's group: by its pipe)
+            )
         listener.close()
         _service.update(path=path, process=process)
     return _service["path"]
@@ -206,7 +211,11 @@ def serve() -> str:
 @contextlib.contextmanager
 def launching() -> Iterator[dict[str, str]]:
     """Inside: the raylet arguments that launch a cluster's workers through ``serve``, the
-    socket named in this process's environment for the raylets started here to inherit."""
+    socket named in this process's environment for the raylets started here to inherit
+    (RLCORE_TESTS_RAY_FRESH=1: none, every worker started as Ray starts it, to compare)."""
+    if os.environ.get("RLCORE_TESTS_RAY_FRESH"):
+        yield {}
+        return
     os.environ[LAUNCH_ENV] = serve()
     try:
         yield {"setup_worker_path": os.path.abspath(__file__)}
@@ -234,8 +243,8 @@ def _launcher(listener_fd: int) -> None:
     asking: dict[int, socket.socket] = {}  # child pid -> the connection of the process that asked
     while True:
         readable, _, _ = select.select([listener, alive, *asking.values()], [], [], 0.2)
-        if alive in readable:  # the pytest worker is gone
-            return
+        if alive in readable:  # the pytest worker is gone: so is this, without a teardown
+            os._exit(0)
         if listener in readable:
             conn, _ = listener.accept()
             pid = _fork(conn, listener, asking)
