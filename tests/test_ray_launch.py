@@ -10,7 +10,13 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("local_ray")
+pytestmark = [
+    pytest.mark.usefixtures("local_ray"),
+    pytest.mark.skipif(
+        bool(os.environ.get("RLCORE_TESTS_RAY_FRESH")),
+        reason="RLCORE_TESTS_RAY_FRESH=1: no worker is forked",
+    ),
+]
 
 MARK = {"LAUNCH_MARK": "set"}  # given to both through their runtime environments
 REAL = {"TORCH_LAUNCH_PROBE": "1"}  # read-on-import prefix: tests/forked.py's rule refuses it
