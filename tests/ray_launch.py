@@ -183,10 +183,13 @@ def serve() -> str:
     """This pytest worker's launch socket, its launch process started on first call (it ends
     when this process does: it reads the end of a pipe that only this process holds)."""
     if "path" not in _service:
+        import atexit
+        import shutil
         import subprocess
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="rlcore-ray-launch-")
+        atexit.register(shutil.rmtree, folder, True)  # (the socket and the launcher's log)
         path = os.path.join(folder, "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
