@@ -234,9 +234,15 @@ def _value(key: str, value: str | None, cwd: str) -> Any:
     return tuple(found)
 
 
-def _forkable(env: Mapping[str, str], cwd: str | os.PathLike | None) -> bool:
+def _forkable(
+    env: Mapping[str, str],
+    cwd: str | os.PathLike | None,
+    read_on_import: tuple[str, ...] = IMPORT_TIME_ENV,
+    read_later: tuple[str, ...] = RUN_TIME_ENV,
+) -> bool:
     """Whether the preloaded modules were imported under this environment's values (those
-    they read on import): else a fork would not be the process asked for."""
+    they read on import: the variables ``read_on_import`` starts, bar those ``read_later``
+    names): else a fork would not be the process asked for."""
     server = _server_env()
     keys = (set(env) | set(server)) - set(_server["added"])
     cwd = os.path.abspath(cwd if cwd is not None else os.getcwd())
@@ -247,9 +253,7 @@ def _forkable(env: Mapping[str, str], cwd: str | os.PathLike | None) -> bool:
         and _value(k, env.get(k), cwd) != _value(k, server.get(k), cwd)
     }
     blocking = sorted(
-        k
-        for k in changed
-        if k.startswith(IMPORT_TIME_ENV) and k not in ("PYTHONPATH", *RUN_TIME_ENV)
+        k for k in changed if k.startswith(read_on_import) and k not in ("PYTHONPATH", *read_later)
     )
     if blocking:  # (said where RLCORE_FORKED_LOG names a file: why a request ran for real)
         log = os.environ.get("RLCORE_FORKED_LOG")

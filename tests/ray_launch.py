@@ -246,6 +246,11 @@ def _launcher(listener_fd: int) -> None:
     forked._server["env"] = dict(os.environ)
     forked._server["added"] = {k: v for k, v in os.environ.items() if k not in before}
     forked._interpreter_path(before)
+    # what a worker's environment may change: Ray's variables where Ray is not imported here
+    # (it never is, PRELOAD being what it is), and the threads, followed in the child
+    ray_here = "ray._raylet" in sys.modules
+    read_on_import = tuple(p for p in forked.IMPORT_TIME_ENV if ray_here or p != "RAY_")
+    read_later = (*forked.RUN_TIME_ENV, THREADS_ENV)
     listener = socket.socket(fileno=listener_fd)
     alive = sys.stdin.fileno()
     asking: dict[int, socket.socket] = {}  # child pid -> the connection of the process that asked
@@ -255,7 +260,7 @@ def _launcher(listener_fd: int) -> None:
             os._exit(0)
         if listener in readable:
             conn, _ = listener.accept()
-            pid = _fork(conn, listener, asking)
+            pid = _fork(conn, listener, asking, read_on_import, read_later)
             if pid is None:
                 conn.close()
             else:
@@ -279,9 +284,15 @@ def _launcher(listener_fd: int) -> None:
                 conn.close()
 
 
-def _fork(conn: socket.socket, listener: socket.socket, asking: dict) -> int | None:
+def _fork(
+    conn: socket.socket,
+    listener: socket.socket,
+    asking: dict,
+    read_on_import: tuple[str, ...],
+    read_later: tuple[str, ...],
+) -> int | None:
     """The forked worker's pid, the asking process told it; None where that process is to run
-    Ray's own way (told so)."""
+    Ray's own way (told so): tests/forked.py's rule, with what ``_launcher`` says is read when."""
     from tests import forked
 
     fds: list[int] = []
@@ -295,19 +306,12 @@ def _fork(conn: socket.socket, listener: socket.socket, asking: dict) -> int | N
             data += more
         conn.settimeout(None)
         request = json.loads(data)
-        env = request["env"]
-        server = forked._server["env"]
-        # Ray's variables, Ray not imported here; the threads, followed in the child
-        as_checked = {k: v for k, v in env.items() if not k.startswith("RAY_")}
-        as_checked.update({k: v for k, v in server.items() if k.startswith("RAY_")})
-        as_checked.pop(THREADS_ENV, None)
-        as_checked[THREADS_ENV] = server[THREADS_ENV]
-        ray_free = "ray._raylet" not in sys.modules
-        if len(fds) != 3 or not ray_free or not forked._forkable(as_checked, request["cwd"]):
+        env, cwd = request["env"], request["cwd"]
+        if len(fds) != 3 or not forked._forkable(env, cwd, read_on_import, read_later):
             conn.sendall(b"{}\n")
             return None
         argv = [sys.executable, os.path.abspath(__file__), "--run-worker", *request["argv"]]
-        spec = forked.child_spec(argv, cwd=request["cwd"], env=env, start_new_session=True)
+        spec = forked.child_spec(argv, cwd=cwd, env=env, start_new_session=True)
         spec.ignored = list(request["ignored"])
         pid = os.fork()
         if pid == 0:
