@@ -188,11 +188,10 @@ def start_local_ray(num_cpus: int) -> Cluster:
     from ray.cluster_utils import Cluster
 
     from rlcore.scheduler.network import local_ray_node
-    from tests.quiet_ray import QUIET_HEAD
-    from tests.ray_launch import launching
+    from tests.quiet_ray import quiet_nodes
 
-    with local_ray_node(), launching() as launch:
-        head = {"num_cpus": num_cpus, "object_store_memory": 1 << 30, **QUIET_HEAD, **launch}
+    with local_ray_node(), quiet_nodes() as (head, _):
+        head = {"num_cpus": num_cpus, "object_store_memory": 1 << 30, **head}
         cluster = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args=head)
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     return cluster

@@ -14,8 +14,7 @@ from rlcore.runners import supervisor
 from rlcore.runners.embodied import EmbodiedRunner
 from rlcore.scheduler import warm
 from rlcore.scheduler.network import local_ray_node
-from tests.quiet_ray import QUIET_HEAD, QUIET_NODE
-from tests.ray_launch import launching
+from tests.quiet_ray import quiet_nodes
 from tests.runners.test_supervisor import embodied
 
 
@@ -26,14 +25,14 @@ def three_nodes(ray_session):
     from ray.cluster_utils import Cluster
 
     ray_session.stop()
-    with local_ray_node(), launching() as launch:  # (tests/ray_launch.py)
+    with local_ray_node(), quiet_nodes() as (head, node):  # (tests/quiet_ray.py)
         cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 2, **QUIET_HEAD, **launch},
+            head_node_args={"num_cpus": 2, **head},
             shutdown_at_exit=True,
         )
         for _ in range(2):
-            cluster.add_node(num_cpus=2, **QUIET_NODE, **launch)
+            cluster.add_node(num_cpus=2, **node)
         cluster.wait_for_nodes()
     yield cluster
     warm.release()

@@ -3,8 +3,7 @@ import ray
 import ray.cloudpickle
 
 from rlcore.scheduler import warm
-from tests.quiet_ray import QUIET_HEAD, QUIET_NODE
-from tests.ray_launch import launching
+from tests.quiet_ray import quiet_nodes
 from tests.scheduler import components
 
 # Workers cannot import the tests package; send these classes by value instead.
@@ -18,13 +17,13 @@ def fake_gpu_cluster(ray_session):
     from ray.cluster_utils import Cluster
 
     ray_session.stop()
-    with launching() as launch:  # (tests/ray_launch.py)
+    with quiet_nodes() as (head, node):  # (tests/quiet_ray.py)
         cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 2, "num_gpus": 4, **QUIET_HEAD, **launch},
+            head_node_args={"num_cpus": 2, "num_gpus": 4, **head},
             shutdown_at_exit=True,
         )
-        cluster.add_node(num_cpus=2, num_gpus=4, **QUIET_NODE, **launch)
+        cluster.add_node(num_cpus=2, num_gpus=4, **node)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     cluster.wait_for_nodes()
     alive = [n for n in ray.nodes() if n["Alive"]]
