@@ -63,28 +63,30 @@ def _exit_without_teardown():
 # long as they are: the worker that runs one then does not start its Ray again (3.4 CPU-s, and
 # the processes it kept warm).
 LONGEST_FIRST = (
-    "tests/runners/test_supervisor.py",  # 69 s
-    "tests/runners/test_reasoning.py",  # 50 s
-    "tests/runners/test_resume.py",  # 38 s
-    "tests/scheduler/test_cpu_groups_and_sync.py",  # 30 s
-    "tests/scheduler/test_ray_lifecycle.py",  # 29 s
-    "tests/runners/test_embodied.py",  # 28 s
+    "tests/runners/test_reasoning.py",  # 59 s
+    "tests/runners/test_supervisor.py",  # 50 s
+    "tests/scheduler/test_ray_lifecycle.py",  # 41 s
+    "tests/workers/test_megatron_backend.py",  # 25 s
     "tests/runners/test_layouts.py",  # 20 s
-    "tests/workers/test_megatron_backend.py",  # 20 s
-    "tests/config/test_seeds.py",  # 20 s
-    "tests/runners/test_interrupt.py",  # 8 s
+    "tests/runners/test_resume.py",  # 16 s
+    "tests/runners/test_embodied.py",  # 15 s
+    "tests/config/test_seeds.py",  # 8 s
     "tests/runners/test_warm_processes.py",  # 8 s (the worker's Ray)
     "tests/scheduler/test_join.py",  # 8 s (the worker's Ray)
-    "tests/config/foreign/test_verl_examples.py",  # 7 s
-    "tests/runners/test_lost_node.py",  # 30 s (a cluster of its own)
-    "tests/scheduler/test_fake_gpu_cluster.py",  # 20 s (a cluster of its own)
-    "tests/test_no_ray.py",  # 15 s
+    "tests/test_ray_launch.py",  # 7 s (the worker's Ray)
+    "tests/scheduler/test_cpu_groups_and_sync.py",  # 7 s
+    "tests/scheduler/test_fake_gpu_cluster.py",  # 28 s (a cluster of its own)
+    "tests/runners/test_lost_node.py",  # 18 s (a cluster of its own)
+    "tests/test_no_ray.py",  # 14 s
+    "tests/workers/test_lm_actor.py",  # 13 s
     "tests/test_export.py",  # 12 s
-    "tests/workers/test_lm_actor.py",  # 11 s
-    "tests/test_compile_marks.py",  # 8 s
+    "tests/config/foreign/test_verl_examples.py",  # 10 s
     "tests/test_gpu_check.py",  # 8 s
-    "tests/test_docs_commands.py",  # 7 s
-    "tests/config/test_bad_configs.py",  # 6 s
+    "tests/test_compile_marks.py",  # 8 s
+    "tests/tools/test_python_sandbox.py",  # 8 s
+    "tests/runners/test_interrupt.py",  # 6 s
+    "tests/test_docs_commands.py",  # 5 s
+    "tests/config/test_bad_configs.py",  # 5 s
     "tests/test_cli.py",  # 5 s
 )
 
