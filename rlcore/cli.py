@@ -4,6 +4,7 @@
     rlcore reasoning [--config NAME|PATH] [key=value ...]  train: examples/reasoning/main.py
     rlcore config CONFIG [key=value ...] [--json] [--cluster FILE]   the validated config
     rlcore placement CONFIG [key=value ...] [--json] [--cluster FILE]  the placement plan
+    rlcore placement CONFIG [key=value ...] --advise [--profile]   candidate layouts, ranked
     rlcore keys [--write DOC]                                     the key reference
     rlcore export RUN [--step N] OUT         a run's policy as a Hugging Face folder (reasoning)
                                              or for rlcore.load_policy (embodied)
@@ -154,6 +155,24 @@ def _run(config: RLCoreConfig, plan: PlacementPlan) -> int:
     return 0
 
 
+def _advise(config: RLCoreConfig, remeasure: bool, ranked: bool, iterations: int) -> int:
+    """``rlcore placement --profile`` / ``--advise`` (docs/placement.md, "Choosing a
+    placement")."""
+    from rlcore.placement.advise import json_line, table
+    from rlcore.runners.profiling import advise, profile
+
+    if iterations < 1:
+        raise _exit_with(ConfigError(f"--iterations: {iterations}; give at least 1"))
+    if not ranked:
+        _, path = profile(config, iterations)
+        print(f"placement: profile kept in {path}")
+        return 0
+    candidates = advise(config, remeasure, iterations)
+    print(table(candidates))
+    print(json_line(candidates))
+    return 0
+
+
 def _command_parser() -> argparse.ArgumentParser:
     """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
     parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
@@ -170,6 +189,21 @@ def _command_parser() -> argparse.ArgumentParser:
     place = commands.add_parser("placement", help="print the placement plan of a config")
     _config_arguments(place, None)
     place.add_argument("--json", action="store_true", help="print one JSON object")
+    place.add_argument(
+        "--profile",
+        action="store_true",
+        help="measure the config's iteration in one process, each component apart, and keep "
+        "it (runner.output_dir/placement/) for --advise",
+    )
+    place.add_argument(
+        "--advise",
+        action="store_true",
+        help="rank every candidate layout for the cluster by its predicted seconds per "
+        "iteration (profiling first where no profile is kept); the last line is JSON",
+    )
+    place.add_argument(
+        "--iterations", type=int, default=3, help="measured iterations of a profile (3)"
+    )
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
     export = commands.add_parser(
@@ -214,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(as_plain(config)) if args.json else config_as_yaml(config), end="")
         if args.json:
             print()
+    elif args.profile or args.advise:
+        return _advise(config, args.profile, args.advise, args.iterations)
     else:
         print(json.dumps(plan.to_json()) if args.json else plan.table())
         for name, why in plan.skipped.items():

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from rlcore.scheduler.tracing import in_stage
+
 
 @dataclass
 class Progress:
@@ -33,7 +35,8 @@ class Stopwatch:
     def __call__(self, stage: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            yield
+            with in_stage(stage):  # (calls a placement profile traces count under it)
+                yield
         finally:
             self.seconds[stage] += time.perf_counter() - start
 

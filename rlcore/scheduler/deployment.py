@@ -31,7 +31,7 @@ from typing import Any
 
 from rlcore.config.sections import ClusterConfig, SyncConfig
 from rlcore.placement import PlacementPlan, runs_in_driver
-from rlcore.scheduler import warm
+from rlcore.scheduler import tracing, warm
 from rlcore.scheduler.handles import Peer, PeerRef, remote_handle
 from rlcore.scheduler.worker import WorkerContext, set_torch_threads
 
@@ -144,6 +144,7 @@ class InDriver(_Deployment):
         self.bucket_bytes = bucket_bytes
         self.torch_threads = torch_threads
         self.objects: dict[str, Any] = {}
+        self.handles: dict[str, Any] = {}  # the objects, or their traced wrappers (tracing.py)
 
     def launch(self, spec: ComponentSpec) -> Any:
         """Build ``spec``'s component here; the object itself is its handle."""
@@ -158,9 +159,14 @@ class InDriver(_Deployment):
             torch_threads=self.torch_threads,
             in_driver=True,
         )
-        args, kwargs = _local_peers(spec, self.objects)
+        args, kwargs = _local_peers(spec, self.handles)
         self.objects[spec.name] = spec.cls(ctx, *args, **kwargs)
-        return self.objects[spec.name]
+        tracer = tracing.active()  # (the placement profiler: each call timed)
+        traced = self.objects[spec.name]
+        if tracer is not None:
+            traced = tracing.Traced(traced, spec.name, tracer)
+        self.handles[spec.name] = traced
+        return traced
 
     def world_size(self, name: str) -> int:
         return 1
@@ -189,6 +195,7 @@ class InDriver(_Deployment):
                 with contextlib.suppress(Exception):  # the error that got us here matters more
                     close()
         self.objects.clear()
+        self.handles.clear()
 
 
 class OnRay(_Deployment):

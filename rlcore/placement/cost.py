@@ -1,0 +1,246 @@
+"""The cost model of one iteration for a candidate placement: what a profile measured in one
+process predicts for a layout (docs/placement.md, "Choosing a placement"). Pure: no Ray, no
+torch; the profile is data (``rlcore placement --profile`` measures it).
+
+A profile holds, for each stage of the one-process iteration (the driver's stopwatch: ``sync``,
+``collect``, ``update``, ... in embodied mode; ``generate``, ``reward``, the passes, the
+updates in reasoning), what each component computed in it (its own seconds, calls made to other
+components excluded), how many calls it received and the tensor bytes they carried; the
+driver's own seconds per stage are what is left of the stage. A candidate places groups of
+components on sets of slots (one process per slot and group), with a staleness bound and, in
+embodied mode, a number of env pipeline stages. The model:
+
+- a component on ``r`` ranks does ``1/r`` of its work on each (the batch is split), and a
+  trained one all-reduces its gradients at each optimiser step, ``2 (r-1)/r`` of their bytes
+  through the link, plus the link's latency;
+- a call that crosses processes costs the link's latency and its bytes over the link's
+  bandwidth (with more than one process, the driver reaches every component through Ray); a
+  component on ``r`` ranks takes as many calls on each, with ``1/r`` of the bytes;
+- synchronous (staleness 0): the stages run one after the other, each the sum of its parts (the
+  driver waits for each call: ``Lockstep``);
+- embodied collection with env and rollout apart in ``s`` stages: per iteration
+  ``max(E, R, (E + R) / s)`` where ``E`` and ``R`` are the env's and the rollout's shares (the
+  env steps one stage while the rollout acts on another); with ``s = 1`` they alternate,
+  ``E + R``;
+- asynchronous (staleness >= 1, the rollout in processes of its own): generation (or collection)
+  overlaps the rest: an iteration is ``max(G, T, L)`` with ``G`` the generation's chain (with the
+  weight sync it takes), ``T`` the training side's (passes and updates side by side, each the
+  slowest of its parts) and ``L`` the busiest slot's load over the iteration (work that shares a
+  slot takes turns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DRIVER = "driver"
+
+# The stage of each mode whose work the rollout (and, embodied, the env) does while the
+# training side goes on, in an asynchronous run; and the weight sync's stage.
+GENERATION = {"embodied": "collect", "reasoning": "generate"}
+SYNC = "sync"
+# Reasoning stages that an asynchronous iteration submits side by side (``Pipeline``): the
+# passes, then the updates.
+PASSES = ("logprob", "ref", "values")
+UPDATES = ("critic_update", "actor_update", "update")
+# The stage of the old log-probs' pass, which a run skips where the rollout samples with the
+# actor's own module (both in one process) and the config asks for no recomputation.
+LOGPROB = "logprob"
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one component did in one stage of an iteration, measured in one process."""
+
+    seconds: float  # its own compute; what it spent in calls to other components excluded
+    calls: float = 0.0  # calls it received per iteration
+    bytes: float = 0.0  # tensor bytes those calls carried, arguments and results
+    caller: str = DRIVER  # who called it: the driver or another component
+
+
+@dataclass(frozen=True)
+class Link:
+    """A call between two processes: its round trip with nothing carried, and the bandwidth."""
+
+    latency_s: float
+    bytes_per_s: float
+
+    def seconds(self, calls: float, nbytes: float) -> float:
+        return calls * self.latency_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One configuration's iteration measured in one process (``torch_threads`` threads)."""
+
+    mode: str  # embodied | reasoning
+    threads: int
+    stages: Mapping[str, float]  # the iteration's seconds per stage (the driver's stopwatch)
+    work: Mapping[str, Mapping[str, Work]]  # stage -> component -> its work there
+    link: Link
+    weight_bytes: float = 0.0  # the actor's weights: what a sync carries
+    grad_steps: Mapping[str, float] = field(default_factory=dict)  # optimiser steps / iteration
+    grad_bytes: Mapping[str, float] = field(default_factory=dict)  # a component's gradients
+    reuses_log_probs: bool = False  # one process skips the old log-probs' pass (see LOGPROB)
+
+    def driver_seconds(self, stage: str) -> float:
+        """The stage's time that no component's calls account for: the driver's own work."""
+        spent = sum(w.seconds for w in self.work.get(stage, {}).values())
+        return max(self.stages.get(stage, 0.0) - spent, 0.0)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layout: ``groups`` of components, each on its slots (one process per slot, shared by
+    the group's components unless ``fused`` is false: ``cluster.fuse_collocated``), with the
+    run's staleness bound, env pipeline stages (embodied) and torch threads per process."""
+
+    groups: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]
+    max_staleness: int = 0
+    pipeline_stage_num: int = 1
+    torch_threads: int = 1
+    fused: bool = True
+
+    def placement(self) -> dict[str, str]:
+        """``cluster.component_placement`` as a user writes it (keys joined by commas)."""
+        return {",".join(names): _ranges(slots) for names, slots in self.groups}
+
+    def slots_of(self, component: str) -> tuple[int, ...]:
+        return next(slots for names, slots in self.groups if component in names)
+
+    def processes(self) -> int:
+        return sum(len(slots) * (1 if self.fused else len(names)) for names, slots in self.groups)
+
+    def together(self, a: str, b: str) -> bool:
+        """Whether ``a`` and ``b`` share their processes (one group, fused)."""
+        return a == b or (self.fused and any(a in n and b in n for n, _ in self.groups))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    iteration_s: float
+    stages: dict[str, float]  # each stage's predicted seconds (synchronous: they add up)
+    bottleneck: str  # the stage (or, asynchronously, the side or slot) that sets the time
+
+
+def _ranges(slots: tuple[int, ...]) -> str:
+    first, last = slots[0], slots[-1]
+    if list(slots) == list(range(first, last + 1)):
+        return str(first) if first == last else f"{first}-{last}"
+    return ",".join(str(s) for s in slots)
+
+
+def predict(candidate: Candidate, profile: Profile) -> Prediction:
+    """The predicted seconds of one iteration of ``candidate`` (module docstring)."""
+    model = _Model(candidate, profile)
+    if candidate.max_staleness == 0:
+        stages = {s: model.serial(s) for s in model.stages()}
+        total = sum(stages.values())
+        return Prediction(total, stages, max(stages, key=stages.get) if stages else "")
+    return model.overlapped()
+
+
+class _Model:
+    def __init__(self, candidate: Candidate, profile: Profile) -> None:
+        self.c, self.p = candidate, profile
+        self.apart = candidate.processes() > 1  # the driver reaches components through Ray
+
+    def stages(self) -> list[str]:
+        p = self.p
+        skip = p.reuses_log_probs and self.c.together("actor", "rollout")
+        return [s for s in p.stages if not (s == LOGPROB and skip)]
+
+    def ranks(self, component: str) -> int:
+        return len(self.c.slots_of(component))
+
+    def crossing(self, component: str, work: Work) -> float:
+        """What ``component``'s calls cost in transit on each of its ranks (each rank takes as
+        many calls, with its share of the bytes): nothing within one process."""
+        if not self.apart:
+            return 0.0
+        if work.caller != DRIVER and self.c.together(work.caller, component):
+            return 0.0
+        return self.p.link.seconds(work.calls, work.bytes / self.ranks(component))
+
+    def allreduce(self, component: str, stage: str) -> float:
+        r = self.ranks(component)
+        if r == 1 or stage not in UPDATES:
+            return 0.0
+        steps = self.p.grad_steps.get(component, 0.0)
+        nbytes = self.p.grad_bytes.get(component, 0.0) * 2 * (r - 1) / r
+        return self.p.link.seconds(steps, steps * nbytes)
+
+    def part(self, stage: str, component: str, work: Work) -> float:
+        """One component's seconds in ``stage`` on each of its ranks, its transit included."""
+        r = self.ranks(component)
+        return work.seconds / r + self.crossing(component, work) + self.allreduce(component, stage)
+
+    def sync_seconds(self) -> float:
+        if self.c.together("actor", "rollout"):
+            return self.p.stages.get(SYNC, 0.0)  # in one process: a copy, or nothing shared
+        return self.p.link.seconds(1, self.p.weight_bytes)
+
+    def collect(self, work: Mapping[str, Work]) -> float:
+        """Embodied collection: env and rollout alternate, or overlap in pipeline stages."""
+        env, rollout = work.get("env"), work.get("rollout")
+        if env is None or rollout is None:
+            return sum(self.part("collect", c, w) for c, w in work.items())
+        e, r = self.part("collect", "env", env), self.part("collect", "rollout", rollout)
+        s = self.c.pipeline_stage_num
+        if s > 1 and set(self.c.slots_of("env")).isdisjoint(self.c.slots_of("rollout")):
+            return max(e, r, (e + r) / s)
+        return e + r
+
+    def serial(self, stage: str) -> float:
+        """A synchronous stage: the driver's own seconds and each part in turn."""
+        if stage == SYNC:
+            return self.sync_seconds()
+        work = self.p.work.get(stage, {})
+        own = self.p.driver_seconds(stage)
+        if stage == "collect" and self.p.mode == "embodied":
+            return own + self.collect(work)
+        return own + sum(self.part(stage, c, w) for c, w in work.items())
+
+    def side_by_side(self, stages: list[str]) -> float:
+        """Stages submitted at once: the slowest slot's sum (parts sharing a slot take turns)."""
+        per_slot: dict[int, float] = {}
+        own = 0.0
+        for stage in stages:
+            own += self.p.driver_seconds(stage)
+            for component, work in self.p.work.get(stage, {}).items():
+                part = self.part(stage, component, work)
+                for slot in self.c.slots_of(component):
+                    per_slot[slot] = per_slot.get(slot, 0.0) + part
+        return own + max(per_slot.values(), default=0.0)
+
+    def overlapped(self) -> Prediction:
+        """Staleness >= 1: generation beside the training side (module docstring)."""
+        gen = GENERATION[self.p.mode]
+        stages = [s for s in self.stages() if s != SYNC]
+        passes = [s for s in stages if s in PASSES]
+        updates = [s for s in stages if s in UPDATES]
+        rest = [s for s in stages if s != gen and s not in passes and s not in updates]
+        seconds = {
+            gen: self.serial(gen) + self.sync_seconds(),
+            **{s: self.serial(s) for s in rest},
+        }
+        if passes:
+            seconds["passes"] = self.side_by_side(passes)
+        if updates:
+            seconds["updates"] = self.side_by_side(updates)
+        training = sum(v for k, v in seconds.items() if k != gen)
+        load: dict[int, float] = {}
+        for stage in stages:
+            for component, work in self.p.work.get(stage, {}).items():
+                part = self.part(stage, component, work)
+                for slot in self.c.slots_of(component):
+                    load[slot] = load.get(slot, 0.0) + part
+        busiest = max(load, key=load.get) if load else 0
+        sides = {
+            f"{gen} (beside training)": seconds[gen],
+            "training": training,
+            f"slot {busiest}'s load": load.get(busiest, 0.0),
+        }
+        bottleneck = max(sides, key=sides.get)
+        return Prediction(sides[bottleneck], seconds, bottleneck)

@@ -1,0 +1,85 @@
+"""The advisor's candidates: the enumeration's counts against closed forms, every candidate a
+plan the run's own checks accept, and the JSON line's schema."""
+
+import json
+import math
+
+import pytest
+
+from rlcore.config import load_config
+from rlcore.config.load import replace_keys
+from rlcore.placement import plan_for_config
+from rlcore.placement.advise import (
+    compositions,
+    json_line,
+    rank,
+    set_partitions,
+    valid_candidates,
+)
+from rlcore.placement.cost import Link, Profile, Work
+
+
+@pytest.mark.parametrize(("n", "bell"), [(1, 1), (3, 5), (4, 15), (5, 52)])
+def test_set_partitions_are_the_bell_number_many(n, bell):
+    items = [f"c{i}" for i in range(n)]
+    partitions = list(set_partitions(items))
+    assert len(partitions) == bell
+    assert len({tuple(sorted(map(tuple, map(sorted, p)))) for p in partitions}) == bell
+    for p in partitions:  # each item once
+        assert sorted(c for group in p for c in group) == sorted(items)
+
+
+@pytest.mark.parametrize(("total", "parts"), [(2, 2), (5, 3), (16, 4)])
+def test_compositions(total, parts):
+    found = list(compositions(total, parts))
+    assert len(found) == math.comb(total - 1, parts - 1)
+    assert all(sum(c) == total and min(c) >= 1 and len(c) == parts for c in found)
+
+
+def _as_run(config, entry):
+    changes = {
+        "cluster.component_placement": entry["placement"],
+        "cluster.fuse_collocated": entry["fuse_collocated"],
+        "runner.max_staleness": entry["max_staleness"],
+        "runner.torch_threads": entry["torch_threads"],
+    }
+    if config.mode == "embodied":
+        changes["rollout.pipeline_stage_num"] = entry["pipeline_stage_num"]
+    return replace_keys(config, changes)
+
+
+def _flat_profile(mode, stages):
+    work = {s: {c: Work(1.0)} for s, c in stages.items()}
+    return Profile(mode, 1, {s: 1.0 for s in stages}, work, Link(1e-3, 1e9))
+
+
+@pytest.mark.parametrize(
+    ("name", "stages"),
+    [
+        ("embodied/cartpole_ppo", {"collect": "rollout", "update": "actor"}),
+        ("reasoning/tiny_arith_ppo", {"generate": "rollout", "actor_update": "actor"}),
+    ],
+)
+def test_every_candidate_runs_as_written(name, stages):
+    config = load_config(name, ["cluster.devices_per_node=2"])
+    candidates = valid_candidates(config, threads=(1, 2))
+    layouts = {(json.dumps(c.placement()), c.fused, c.max_staleness) for c in candidates}
+    assert (json.dumps({",".join(c for c in candidates[0].groups[0][0]): "0"}), True, 0) in layouts
+    assert any(c.max_staleness == 1 for c in candidates)  # the rollout apart, asynchronous
+    ranked = rank(candidates, {1: _flat_profile(config.mode, stages)})
+    line = json.loads(json_line(ranked))
+    assert line["best"] == 0
+    times = [e["predicted_iteration_s"] for e in line["candidates"]]
+    assert times == sorted(times) and len(times) == len(
+        [c for c in candidates if c.torch_threads == 1]
+    )
+    for entry in line["candidates"]:
+        assert set(entry) == {
+            "placement",
+            "max_staleness",
+            "pipeline_stage_num",
+            "torch_threads",
+            "fuse_collocated",
+            "predicted_iteration_s",
+        }
+        plan_for_config(_as_run(config, entry))  # the run's checks accept it as written

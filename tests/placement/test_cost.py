@@ -1,0 +1,142 @@
+"""The placement cost model on hand-computed cases (rlcore/placement/cost.py's docstring gives
+the rules; each expected value below is worked out from them by hand, in the comments)."""
+
+import math
+
+import pytest
+
+from rlcore.placement.cost import Candidate, Link, Profile, Work, predict
+
+# Embodied, measured in one process: collect 1.0 s (env 0.4, rollout 0.5, the driver 0.1),
+# advantages 0.05 (the driver), update 0.8 (the actor), sync 0.01 (an in-process copy).
+EMBODIED = Profile(
+    mode="embodied",
+    threads=1,
+    stages={"sync": 0.01, "collect": 1.0, "advantages": 0.05, "update": 0.8},
+    work={
+        "collect": {
+            "env": Work(0.4, calls=100, bytes=1e6, caller="rollout"),
+            "rollout": Work(0.5, calls=1, bytes=2e6),
+        },
+        "update": {"actor": Work(0.8, calls=1, bytes=2e6)},
+    },
+    link=Link(latency_s=0.001, bytes_per_s=1e9),
+    weight_bytes=1e6,
+    grad_steps={"actor": 4},
+    grad_bytes={"actor": 1e6},
+)
+ALL = ("env", "rollout", "actor")
+
+
+def test_one_process_is_the_measured_iteration():
+    # nothing crosses a process: 0.01 + 1.0 + 0.05 + 0.8
+    got = predict(Candidate(((ALL, (0,)),)), EMBODIED)
+    assert got.iteration_s == pytest.approx(1.86)
+    assert got.bottleneck == "collect"
+
+
+def test_env_apart_pays_its_calls():
+    # sync 0.01 (actor and rollout in one process);
+    # collect: driver 0.1 + env 0.4 + 100 x 0.001 + 1e6 / 1e9 + rollout 0.5 + 0.001 + 2e-3
+    #   = 0.1 + 0.501 + 0.503 = 1.104; advantages 0.05; update 0.8 + 0.001 + 0.002 = 0.803
+    got = predict(Candidate(((("env",), (0,)), (("rollout", "actor"), (1,)))), EMBODIED)
+    assert got.iteration_s == pytest.approx(0.01 + 1.104 + 0.05 + 0.803)
+    assert got.stages["collect"] == pytest.approx(1.104)
+
+
+def test_two_env_stages_overlap_env_and_rollout():
+    # collect: 0.1 + max(0.501, 0.503, (0.501 + 0.503) / 2) = 0.603
+    groups = ((("env",), (0,)), (("rollout", "actor"), (1,)))
+    got = predict(Candidate(groups, pipeline_stage_num=2), EMBODIED)
+    assert got.stages["collect"] == pytest.approx(0.603)
+    assert got.iteration_s == pytest.approx(0.01 + 0.603 + 0.05 + 0.803)
+
+
+def test_stages_on_one_slot_take_turns():
+    # env and rollout in separate processes on the same slot: no overlap, e + r
+    groups = ((("env",), (0,)), (("rollout",), (0,)), (("actor",), (1,)))
+    one = predict(Candidate(groups, pipeline_stage_num=1), EMBODIED)
+    two = predict(Candidate(groups, pipeline_stage_num=2), EMBODIED)
+    assert two.stages["collect"] == pytest.approx(one.stages["collect"])
+
+
+def test_data_parallel_splits_work_and_all_reduces():
+    # 2 ranks of everything: collect 0.1 + env 0.4 / 2 (its caller shares its process)
+    #   + rollout 0.5 / 2 + 0.001 + 2e6 / 2 / 1e9 = 0.1 + 0.2 + 0.252 = 0.552;
+    # update 0.8 / 2 + 0.001 + 0.001 + 4 steps x (0.001 + 1e6 x 2 x 1/2 / 1e9) = 0.41
+    got = predict(Candidate(((ALL, (0, 1)),)), EMBODIED)
+    assert got.stages["collect"] == pytest.approx(0.552)
+    assert got.stages["update"] == pytest.approx(0.41)
+    assert got.iteration_s == pytest.approx(0.01 + 0.552 + 0.05 + 0.41)
+
+
+def test_staleness_one_overlaps_collection_and_training():
+    # collect beside training: 0.1 + 0.4 + 0.503 + the sync it takes (0.001 + 1e6 / 1e9)
+    #   = 1.005; training: advantages 0.05 + update 0.803 = 0.853;
+    # slot 0's load: env 0.4 + rollout 0.503 = 0.903; slot 1's: 0.803. The collection wins.
+    groups = ((("env", "rollout"), (0,)), (("actor",), (1,)))
+    got = predict(Candidate(groups, max_staleness=1), EMBODIED)
+    assert got.iteration_s == pytest.approx(1.005)
+    assert got.bottleneck.startswith("collect")
+
+
+REASONING = Profile(
+    mode="reasoning",
+    threads=1,
+    stages={
+        "sync": 0.0,
+        "generate": 2.0,
+        "reward": 0.1,
+        "logprob": 0.5,
+        "ref": 0.5,
+        "advantages": 0.05,
+        "actor_update": 1.0,
+    },
+    work={
+        "generate": {"rollout": Work(2.0)},
+        "reward": {"reward": Work(0.1)},
+        "logprob": {"actor": Work(0.5)},
+        "ref": {"ref": Work(0.5)},
+        "actor_update": {"actor": Work(1.0)},
+    },
+    link=Link(latency_s=0.0, bytes_per_s=math.inf),  # transit free: the schedule alone
+    reuses_log_probs=True,
+)
+REASONING_ALL = ("actor", "ref", "rollout", "reward")
+
+
+def test_the_old_log_probs_pass_only_where_the_rollout_is_apart():
+    # one process reuses the rollout's log-probs: 4.15 - 0.5; apart, the actor recomputes them
+    one = predict(Candidate(((REASONING_ALL, (0,)),)), REASONING)
+    assert one.iteration_s == pytest.approx(3.65)
+    assert "logprob" not in one.stages
+    groups = ((("actor", "ref"), (0,)), (("rollout", "reward"), (1,)))
+    apart = predict(Candidate(groups), REASONING)
+    assert apart.iteration_s == pytest.approx(4.15)
+
+
+def test_asynchronous_training_side_is_the_bottleneck():
+    # generation beside training: 2.0; training: reward 0.1 + advantages 0.05 + the passes side
+    # by side (logprob and ref both on slot 0: 1.0) + the update 1.0 = 2.15; slot loads:
+    # slot 0 2.0, slot 1 2.0 + 0.1 = 2.1. Training wins.
+    groups = ((("actor", "ref"), (0,)), (("rollout", "reward"), (1,)))
+    got = predict(Candidate(groups, max_staleness=1), REASONING)
+    assert got.iteration_s == pytest.approx(2.15)
+    assert got.bottleneck == "training"
+    assert got.stages["passes"] == pytest.approx(1.0)
+
+
+def test_asynchronous_passes_on_separate_slots_run_side_by_side():
+    # ref on slot 2: passes max(0.5, 0.5) = 0.5; training 0.1 + 0.05 + 0.5 + 1.0 = 1.65;
+    # generation 2.0 (slot 1 with the reward: 2.1) -> the busiest slot, 2.1
+    groups = ((("actor",), (0,)), (("rollout", "reward"), (1,)), (("ref",), (2,)))
+    got = predict(Candidate(groups, max_staleness=1), REASONING)
+    assert got.stages["passes"] == pytest.approx(0.5)
+    assert got.iteration_s == pytest.approx(2.1)
+    assert got.bottleneck == "slot 1's load"
+
+
+def test_placement_as_written():
+    c = Candidate(((("env",), (0,)), (("rollout", "actor"), (1, 2, 3))))
+    assert c.placement() == {"env": "0", "rollout,actor": "1-3"}
+    assert c.processes() == 4
