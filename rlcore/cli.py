@@ -17,6 +17,7 @@ placement prints one line per problem and exits with status 2, before anything s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from omegaconf import OmegaConf
 
 from rlcore.config import ConfigError, RLCoreConfig, load_config
 from rlcore.config.fields import as_plain
+from rlcore.config.load import replace_keys
 from rlcore.config.reference import key_reference, write_reference
 from rlcore.placement import PlacementPlan, plan_for_config
 
@@ -49,9 +51,19 @@ def load_and_plan(
 
     try:
         loaded = load_config(config, overrides, cluster_file=cluster_file)
+        predicted = None
+        if loaded.cluster.component_placement == "auto":  # profiled and chosen (profiling.py)
+            from rlcore.runners.profiling import choose_placement
+
+            one = replace_keys(  # the inputs checked before anything is measured
+                loaded, {"cluster.component_placement": None, "runner.max_staleness": 0}
+            )
+            preflight(one, plan_for_config(one))
+            loaded, best = choose_placement(loaded)
+            predicted = best.prediction.iteration_s
         plan = plan_for_config(loaded)
         preflight(loaded, plan)  # model folders, prompt files, reward, env, checkpoint
-        return loaded, plan
+        return loaded, dataclasses.replace(plan, predicted_iteration_s=predicted)
     except ConfigError as error:
         raise _exit_with(error) from None
 

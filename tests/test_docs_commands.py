@@ -59,6 +59,10 @@ WITHOUT_INPUTS = {
     "started by the reader on port 8000 (the remote contract: tests/rewards/test_remote.py)",
 }
 NOT_RUN = {
+    "rlcore placement embodied/cartpole_ppo cluster.devices_per_node=2 --advise": "profiles "
+    "first, starting Ray (the advisor end to end: tests/runners/test_auto_placement.py)",
+    "rlcore placement reasoning/tiny_arith_ppo --profile": "measures for half a minute "
+    "(tests/runners/test_profiling.py)",
     ".venv/bin/rlcore export outputs/RUN OUT": "RUN and OUT stand for the reader's run and "
     "folder (exports of real runs: tests/test_export.py)",
     "rlcore export RUN OUT": "a synopsis (tests/test_export.py)",

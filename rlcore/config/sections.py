@@ -313,10 +313,13 @@ class ClusterConfig:
         "node's Ray uses (`ray start --node-ip-address`). A local run binds all of them, and "
         "Ray, to 127.0.0.1, and refuses this key",
     )
-    component_placement: dict[str, str | int] | None = key(
+    component_placement: dict[str, str | int] | Literal["auto"] | None = key(
         None,
         doc="components -> device ranks (docs/placement.md); null = every component the "
-        "config needs in one process on slot 0, as the shipped configs run",
+        "config needs in one process on slot 0, as the shipped configs run; auto = the "
+        "placement advisor's pick for this cluster at the config's runner.max_staleness (its "
+        "fusion, env stages and torch threads too), from the config's kept profile, measured "
+        "first where there is none (rlcore placement --advise)",
     )
     fuse_collocated: bool = key(
         True, doc="components placed on the same slots share one process per rank"

@@ -15,7 +15,9 @@ embodied mode, a number of env pipeline stages. The model:
   through the link, plus the link's latency;
 - a call that crosses processes costs the link's latency and its bytes over the link's
   bandwidth (with more than one process, the driver reaches every component through Ray); a
-  component on ``r`` ranks takes as many calls on each, with ``1/r`` of the bytes;
+  worker's call to another worker has its own latency, on another slot or on its own (where
+  the two take turns on one core); a component on ``r`` ranks takes as many calls on each,
+  with ``1/r`` of the bytes;
 - synchronous (staleness 0): the stages run one after the other, each the sum of its parts (the
   driver waits for each call: ``Lockstep``);
 - embodied collection with env and rollout apart in ``s`` stages: per iteration
@@ -31,6 +33,7 @@ embodied mode, a number of env pipeline stages. The model:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -61,13 +64,25 @@ class Work:
 
 @dataclass(frozen=True)
 class Link:
-    """A call between two processes: its round trip with nothing carried, and the bandwidth."""
+    """A call between two processes: its round trip with nothing carried (from the driver to a
+    worker; from a worker to a worker on another slot, and on its own slot), and the bandwidth.
+    A worker's latencies default to the driver's."""
 
     latency_s: float
     bytes_per_s: float
+    peer_latency_s: float | None = None
+    same_slot_latency_s: float | None = None
 
-    def seconds(self, calls: float, nbytes: float) -> float:
-        return calls * self.latency_s + nbytes / self.bytes_per_s
+    def seconds(self, calls: float, nbytes: float, latency_s: float | None = None) -> float:
+        latency = self.latency_s if latency_s is None else latency_s
+        return calls * latency + nbytes / self.bytes_per_s
+
+    def between_workers(self, same_slot: bool) -> float:
+        """A call's round trip from one worker to another."""
+        peer = self.latency_s if self.peer_latency_s is None else self.peer_latency_s
+        if same_slot and self.same_slot_latency_s is not None:
+            return self.same_slot_latency_s
+        return peer
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,10 @@ class Profile:
     grad_steps: Mapping[str, float] = field(default_factory=dict)  # optimiser steps / iteration
     grad_bytes: Mapping[str, float] = field(default_factory=dict)  # a component's gradients
     reuses_log_probs: bool = False  # one process skips the old log-probs' pass (see LOGPROB)
+    # measured with every component in a process of its own (``rlcore.runners.profiling``):
+    transit: Mapping[str, float] = field(default_factory=dict)  # stage -> wall s per call
+    call_cpu: Mapping[str, float] = field(default_factory=dict)  # who -> CPU s per call
+    cores: int = 0  # CPU slots the processes share (0: not CPU-bound, e.g. GPUs)
 
     def driver_seconds(self, stage: str) -> float:
         """The stage's time that no component's calls account for: the driver's own work."""
@@ -137,6 +156,9 @@ def predict(candidate: Candidate, profile: Profile) -> Prediction:
     if candidate.max_staleness == 0:
         stages = {s: model.serial(s) for s in model.stages()}
         total = sum(stages.values())
+        cores = model.cpu_bound(model.stages())
+        if cores > total:
+            return Prediction(cores, stages, "the cores' load")
         return Prediction(total, stages, max(stages, key=stages.get) if stages else "")
     return model.overlapped()
 
@@ -154,14 +176,33 @@ class _Model:
     def ranks(self, component: str) -> int:
         return len(self.c.slots_of(component))
 
-    def crossing(self, component: str, work: Work) -> float:
-        """What ``component``'s calls cost in transit on each of its ranks (each rank takes as
-        many calls, with its share of the bytes): nothing within one process."""
+    def crosses(self, component: str, work: Work) -> bool:
+        """Whether ``work``'s calls go from one process to another."""
         if not self.apart:
+            return False
+        return work.caller == DRIVER or not self.c.together(work.caller, component)
+
+    def crossing(self, component: str, work: Work, stage: str = "") -> float:
+        """What ``component``'s calls cost in transit on each of its ranks (each rank takes as
+        many calls, with its share of the bytes): nothing within one process; per call, the
+        stage's measured transit where the profile has it, else the link's."""
+        if not self.crosses(component, work):
             return 0.0
-        if work.caller != DRIVER and self.c.together(work.caller, component):
-            return 0.0
-        return self.p.link.seconds(work.calls, work.bytes / self.ranks(component))
+        if stage in self.p.transit:
+            return work.calls * self.p.transit[stage]
+        link, latency = self.p.link, None
+        if work.caller != DRIVER:
+            mine, theirs = self.c.slots_of(component), self.c.slots_of(work.caller)
+            latency = link.between_workers(same_slot=not set(mine).isdisjoint(theirs))
+        return link.seconds(work.calls, work.bytes / self.ranks(component), latency)
+
+    def call_cpu(self, component: str, work: Work) -> tuple[float, float]:
+        """The CPU seconds ``work``'s crossing calls cost the component's process and the
+        caller's, per rank."""
+        if not self.crosses(component, work):
+            return 0.0, 0.0
+        cpu = self.p.call_cpu
+        return work.calls * cpu.get(component, 0.0), work.calls * cpu.get(work.caller, 0.0)
 
     def allreduce(self, component: str, stage: str) -> float:
         r = self.ranks(component)
@@ -174,11 +215,14 @@ class _Model:
     def part(self, stage: str, component: str, work: Work) -> float:
         """One component's seconds in ``stage`` on each of its ranks, its transit included."""
         r = self.ranks(component)
-        return work.seconds / r + self.crossing(component, work) + self.allreduce(component, stage)
+        moved = self.crossing(component, work, stage)
+        return work.seconds / r + moved + self.allreduce(component, stage)
 
     def sync_seconds(self) -> float:
         if self.c.together("actor", "rollout"):
             return self.p.stages.get(SYNC, 0.0)  # in one process: a copy, or nothing shared
+        if SYNC in self.p.transit:  # measured between two processes
+            return self.p.stages.get(SYNC, 0.0) + self.p.transit[SYNC]
         return self.p.link.seconds(1, self.p.weight_bytes)
 
     def collect(self, work: Mapping[str, Work]) -> float:
@@ -186,8 +230,9 @@ class _Model:
         env, rollout = work.get("env"), work.get("rollout")
         if env is None or rollout is None:
             return sum(self.part("collect", c, w) for c, w in work.items())
-        e, r = self.part("collect", "env", env), self.part("collect", "rollout", rollout)
         s = self.c.pipeline_stage_num
+        env = dataclasses.replace(env, calls=env.calls * s)  # a step call per stage and step
+        e, r = self.part("collect", "env", env), self.part("collect", "rollout", rollout)
         if s > 1 and set(self.c.slots_of("env")).isdisjoint(self.c.slots_of("rollout")):
             return max(e, r, (e + r) / s)
         return e + r
@@ -202,17 +247,47 @@ class _Model:
             return own + self.collect(work)
         return own + sum(self.part(stage, c, w) for c, w in work.items())
 
-    def side_by_side(self, stages: list[str]) -> float:
-        """Stages submitted at once: the slowest slot's sum (parts sharing a slot take turns)."""
+    def loads(self, stages: list[str]) -> tuple[dict[int, float], float]:
+        """The CPU (or device) seconds each slot spends on ``stages``, calls between processes
+        included on both sides; and the driver's."""
         per_slot: dict[int, float] = {}
-        own = 0.0
+        driver = 0.0
         for stage in stages:
-            own += self.p.driver_seconds(stage)
+            driver += self.p.driver_seconds(stage)
             for component, work in self.p.work.get(stage, {}).items():
-                part = self.part(stage, component, work)
+                r = self.ranks(component)
+                mine, theirs = self.call_cpu(component, work)
+                own = work.seconds / r + self.allreduce(component, stage) + mine
                 for slot in self.c.slots_of(component):
-                    per_slot[slot] = per_slot.get(slot, 0.0) + part
-        return own + max(per_slot.values(), default=0.0)
+                    per_slot[slot] = per_slot.get(slot, 0.0) + own
+                if work.caller == DRIVER:
+                    driver += theirs * r
+                else:
+                    for slot in self.c.slots_of(work.caller):
+                        per_slot[slot] = per_slot.get(slot, 0.0) + theirs
+        return per_slot, driver
+
+    def side_by_side(self, stages: list[str]) -> float:
+        """Stages submitted at once: the slowest slot's sum (parts sharing a slot take turns),
+        or the slowest part's time in transit where that is longer."""
+        per_slot, _ = self.loads(stages)
+        slowest = max(
+            (
+                self.part(stage, c, w)
+                for stage in stages
+                for c, w in self.p.work.get(stage, {}).items()
+            ),
+            default=0.0,
+        )
+        own = sum(self.p.driver_seconds(stage) for stage in stages)
+        return own + max(max(per_slot.values(), default=0.0), slowest)
+
+    def cpu_bound(self, stages: list[str]) -> float:
+        """On CPU slots: every process's and the driver's CPU seconds shared by the cores."""
+        if not self.p.cores or not self.apart:
+            return 0.0
+        per_slot, driver = self.loads(stages)
+        return (sum(per_slot.values()) + driver) / self.p.cores
 
     def overlapped(self) -> Prediction:
         """Staleness >= 1: generation beside the training side (module docstring)."""
@@ -230,17 +305,13 @@ class _Model:
         if updates:
             seconds["updates"] = self.side_by_side(updates)
         training = sum(v for k, v in seconds.items() if k != gen)
-        load: dict[int, float] = {}
-        for stage in stages:
-            for component, work in self.p.work.get(stage, {}).items():
-                part = self.part(stage, component, work)
-                for slot in self.c.slots_of(component):
-                    load[slot] = load.get(slot, 0.0) + part
+        load, _ = self.loads(stages)
         busiest = max(load, key=load.get) if load else 0
         sides = {
             f"{gen} (beside training)": seconds[gen],
             "training": training,
             f"slot {busiest}'s load": load.get(busiest, 0.0),
+            "the cores' load": self.cpu_bound(stages),
         }
         bottleneck = max(sides, key=sides.get)
         return Prediction(sides[bottleneck], seconds, bottleneck)

@@ -52,6 +52,8 @@ class PlacementPlan:
     skipped: dict[str, str]  # placed but not used by this config -> why
     group_names: Mapping[str, str] = field(default_factory=dict)  # RLinf's group_name, if set
     defaulted: bool = False  # no component_placement given: every component in one process
+    # component_placement: auto: the advisor's predicted seconds of an iteration (advise.py)
+    predicted_iteration_s: float | None = None
 
     def group_name(self, component: str) -> str:
         """The name of ``component``'s worker group: its ``group_name``, else its own name."""

@@ -56,6 +56,13 @@ def resolve_cluster(cluster: ClusterConfig, gpus: Callable[[], int] = visible_gp
 def plan_for_config(config: RLCoreConfig, gpus: Callable[[], int] = visible_gpus) -> PlacementPlan:
     """The placement plan of ``config`` on the cluster it describes, checked against the run's
     batch sizes (``checks.py``); ``PlacementError`` if there is none."""
+    if config.cluster.component_placement == "auto":
+        raise PlacementError(
+            "cluster.component_placement: auto is chosen by the entry points (rlcore embodied, "
+            "rlcore reasoning, examples/*/main.py, rlcore placement --advise), which profile "
+            "the config first; give this caller a placement, e.g. the one `rlcore placement "
+            "CONFIG --advise` prints"
+        )
     spec = resolve_cluster(config.cluster, gpus)
     plan = build_plan(
         config.cluster.component_placement,

@@ -125,6 +125,26 @@ class StopRequests:
         self._previous.clear()
 
 
+# the iteration after which an auto placement's prediction is compared with the run's seconds
+PREDICTION_CHECKED = 5
+
+
+def steady_seconds(measured: list[float]) -> float:
+    """An iteration's seconds once started: the median after the first two (start-up, a
+    pipeline's filling), or of all where there are not more."""
+    return statistics.median(measured[2:] if len(measured) > 2 else measured)
+
+
+def prediction_line(predicted: float, measured: list[float]) -> str:
+    """How far an auto placement's prediction was from the iterations measured so far."""
+    steady = steady_seconds(measured)
+    counted = len(measured) - 2 if len(measured) > 2 else len(measured)
+    return (
+        f"placement: predicted {predicted:.3f} s an iteration, measured {steady:.3f} s "
+        f"(median of {counted} iterations; the prediction {100 * (predicted / steady - 1):+.0f}%)"
+    )
+
+
 def busy_shares(
     before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], seconds: float
 ) -> dict[str, float]:
@@ -188,6 +208,9 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
     timings: dict[str, list[float]] = defaultdict(list)
     shown: dict[str, float] = {}
     skipped: dict[str, int] = {}  # component -> optimiser steps skipped for a non-finite gradient
+    plan = getattr(driver, "plan", None)
+    predicted = getattr(plan, "predicted_iteration_s", None)
+    measured: list[float] = []  # this process's iteration seconds, where a prediction was made
     try:
         if s.eval_first and progress.first_eval is None:
             progress.first_eval = driver.evaluate(0)
@@ -207,6 +230,11 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
                 progress.samples + s.samples_per_iteration,
             )
             last = iteration == s.iterations
+            if predicted is not None:  # component_placement: auto (placement/advise.py)
+                metrics["placement/predicted_iteration_s"] = predicted
+                measured.append(seconds)
+                if len(measured) == PREDICTION_CHECKED or (last and len(measured) < 5):
+                    say(prediction_line(predicted, measured))
             interrupted = stop.signum is not None
             if ((s.eval_every and iteration % s.eval_every == 0) or last) and not interrupted:
                 timer = time.perf_counter()
@@ -258,6 +286,11 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
         if name.startswith("time/")
     }
     summary["run_dir"] = str(driver.run_dir)
+    if predicted is not None and measured:
+        summary["placement_prediction"] = {
+            "predicted_iteration_s": round(predicted, 5),
+            "measured_iteration_s": round(steady_seconds(measured), 5),
+        }
     summary["restarts"] = len(driver.restarts)
     summary["restart_log"] = driver.restarts
     summary["interrupted"] = stop.honoured

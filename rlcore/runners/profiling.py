@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.columns import SUM_PI_SQUARED
+from rlcore.config.errors import ConfigError
 from rlcore.config.fields import as_plain
 from rlcore.config.load import replace_keys
 from rlcore.log import say
@@ -212,7 +213,7 @@ def calibrate(
 
 
 class _Echo:
-    """The link probe's component: answers at once."""
+    """The link probe's callee: answers at once."""
 
     def __init__(self, ctx: Any) -> None:
         pass
@@ -224,41 +225,72 @@ class _Echo:
         return None
 
 
+class _Caller(_Echo):
+    """The link probe's caller: times its calls to a peer worker."""
+
+    def __init__(self, ctx: Any, near: Any, far: Any) -> None:
+        self.peers = {"near": near, "far": far}
+
+    def time_calls(self, peer: str, calls: int) -> float:
+        """The median seconds of ``calls`` calls of the peer's ``noop``."""
+        handle, samples = self.peers[peer], []
+        handle.noop()
+        for _ in range(calls):
+            start = time.perf_counter()
+            handle.noop()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+
+
 def measure_link(config: Any, payload_mib: int = 32, calls: int = 30) -> Link:
-    """A call's round trip between the driver and a worker process on this machine's Ray, and
-    the bandwidth of a ``payload_mib`` MiB tensor sent with it (medians)."""
+    """A call's round trip on this machine's Ray: from the driver to a worker, and from a
+    worker to a worker on another slot and on its own; and the bandwidth of a ``payload_mib``
+    MiB tensor sent from the driver (medians)."""
     import torch
 
     from rlcore.placement.components import ComponentRoles
-    from rlcore.scheduler.scheduler import Scheduler
+    from rlcore.scheduler.deployment import ComponentSpec, start_components
+    from rlcore.scheduler.handles import Peer
 
     spec = resolve_cluster(config.cluster)
-    roles = ComponentRoles("embodied", ("actor", "rollout"))
+    other = str(min(1, spec.devices_per_node - 1))
     plan = build_plan(
-        {"actor": "0", "rollout": str(min(1, spec.devices_per_node - 1))},
-        roles,
+        {"actor": "0", "rollout": other, "env": other},  # caller beside near, apart from far
+        ComponentRoles("embodied", ("actor", "rollout", "env")),
         num_nodes=1,
         devices_per_node=spec.devices_per_node,
         device="cpu",
+        fuse=False,
     )
     payload = torch.zeros(payload_mib << 18)  # float32: payload_mib MiB
-    with Scheduler(plan, address=config.cluster.address, init_distributed=False) as scheduler:
-        echo = scheduler.launch("actor", _Echo)
-        echo.call_rank(0, "noop")
-        echo.call_rank(0, "take", payload)
+    components = start_components(plan, config.cluster)
+    try:
+        far, _ = components.launch_all([ComponentSpec("actor", _Echo), ComponentSpec("env", _Echo)])
+        peers = {"near": Peer("env"), "far": Peer("actor")}
+        caller = components.launch(ComponentSpec("rollout", _Caller, (), peers))
 
-        def median_s(method: str, *args: Any, n: int) -> float:
+        def median_s(call: Any, n: int) -> float:
+            call()
             samples = []
             for _ in range(n):
                 start = time.perf_counter()
-                echo.call_rank(0, method, *args)
+                call()
                 samples.append(time.perf_counter() - start)
             return statistics.median(samples)
 
-        latency = median_s("noop", n=calls)
-        sending = median_s("take", payload, n=max(calls // 6, 3))
+        latency = median_s(far.noop, calls)
+        sending = median_s(lambda: far.take(payload), max(calls // 6, 3))
+        peer = caller.time_calls("far", calls)
+        same = caller.time_calls("near", calls)
+    finally:
+        components.close()
     nbytes = payload.numel() * payload.element_size()
-    return Link(latency_s=latency, bytes_per_s=nbytes / max(sending - latency, 1e-9))
+    return Link(
+        latency_s=latency,
+        bytes_per_s=nbytes / max(sending - latency, 1e-9),
+        peer_latency_s=peer,
+        same_slot_latency_s=same,
+    )
 
 
 def to_json(profiles: dict[int, Profile], config: Any) -> dict[str, Any]:
@@ -303,24 +335,121 @@ def load_profile(path: Path, config: Any) -> dict[int, Profile] | None:
     return from_json(data)
 
 
+def apart_layout(config: Any) -> dict[str, str]:
+    """Every component the config runs in a process of its own, the processes dealt over the
+    slots in turn (the transit calibration's layout; ``cluster.fuse_collocated: false``)."""
+    from rlcore.placement import component_roles
+
+    spec = resolve_cluster(config.cluster)
+    slots = spec.num_nodes * spec.devices_per_node
+    return {c: str(i % slots) for i, c in enumerate(component_roles(config).required)}
+
+
+def calibrate_apart(
+    config: Any, one: Profile, iterations: int = 3, warmup: int = 1
+) -> tuple[dict[str, float], dict[str, float]]:
+    """What calls between processes cost this config's own batches, measured with every
+    component in a process of its own (``apart_layout``), synchronously, at one thread:
+    per stage, the wall seconds each call adds to it (``Profile.transit``: the stage's time
+    there less in one process, over its calls); per process, the CPU seconds each call it takes
+    part in costs it (``Profile.call_cpu``: its CPU time less its work in one process, over its
+    calls; the driver's likewise). ``one``: the same config's one-process profile."""
+    from rlcore.runners.supervisor import build_runner
+
+    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
+        apart = replace_keys(
+            _one_process(config, 1, warmup + iterations, out),
+            {
+                "cluster.component_placement": apart_layout(config),
+                "cluster.fuse_collocated": False,
+                "cluster.address": config.cluster.address,
+            },
+        )
+        plan = plan_for_config(apart)
+        runner = build_runner(apart, plan)
+        try:
+            for i in range(1, warmup + 1):
+                runner.iterate(i)
+            cpu, driver = runner.components.cpu_seconds(), time.process_time()
+            stages: dict[str, float] = defaultdict(float)
+            for i in range(warmup + 1, warmup + iterations + 1):
+                for name, value in runner.iterate(i).items():
+                    if name.startswith("time/"):
+                        stages[name.removeprefix("time/").removesuffix("_s")] += value
+            driver = (time.process_time() - driver) / iterations
+            after = runner.components.cpu_seconds()
+            used = {c: (after[(c, r)] - cpu[(c, r)]) / iterations for c, r in cpu}
+        finally:
+            runner.close()
+    transit = {}
+    for stage, seconds in stages.items():
+        calls = sum(w.calls for w in one.work.get(stage, {}).values())
+        extra = max(seconds / iterations - one.stages.get(stage, 0.0), 0.0)
+        if stage == "sync":
+            transit[stage] = extra  # one weight copy an iteration
+        elif calls:
+            transit[stage] = extra / calls
+    taken: dict[str, float] = defaultdict(float)  # calls each process takes part in
+    computed: dict[str, float] = defaultdict(float)
+    for parts in one.work.values():
+        for component, work in parts.items():
+            taken[component] += work.calls
+            taken[work.caller] += work.calls
+            computed[component] += work.seconds
+    own = sum(one.driver_seconds(s) for s in one.stages)
+    used["driver"] = driver
+    computed["driver"] = own
+    call_cpu = {
+        who: max(used[who] - computed[who], 0.0) / taken[who] for who in used if taken.get(who)
+    }
+    return transit, call_cpu
+
+
 def profile(config: Any, iterations: int = 3, warmup: int = 1) -> tuple[dict[int, Profile], Path]:
-    """Calibrate ``config`` at each of its thread counts, keep the result in the output folder
-    (``profile_path``); the profiles by thread count and the file."""
-    say("placement: measuring a call between two processes on this machine's Ray")
-    link = measure_link(config)
-    say(
-        f"placement: a call's round trip {link.latency_s * 1e3:.2f} ms, "
-        f"{link.bytes_per_s / 2**30:.2f} GiB/s"
-    )
+    """Calibrate ``config`` at each of its thread counts, and what calls between processes cost
+    it; keep the result in the output folder (``profile_path``); the profiles by thread count
+    and the file."""
+    from rlcore.runners.supervisor import _ray_session
+
     profiles = {}
     for threads in profile_threads(config):
         start = time.perf_counter()
-        profiles[threads] = calibrate(config, threads, link, iterations, warmup)
+        profiles[threads] = calibrate(config, threads, Link(1.0, 1.0), iterations, warmup)
         say(
             f"placement: {warmup} + {iterations} iterations in one process at {threads} "
             f"thread(s): {sum(profiles[threads].stages.values()):.3f} s an iteration "
             f"({time.perf_counter() - start:.1f} s in all)"
         )
+    spec = resolve_cluster(config.cluster)
+    layout = apart_layout(config)
+    say(f"placement: measuring calls between processes, {layout} (each its own process)")
+    with _ray_session(
+        plan_for_config(
+            replace_keys(
+                config,
+                {
+                    "cluster.component_placement": layout,
+                    "cluster.fuse_collocated": False,
+                    "runner.max_staleness": 0,
+                },
+            )
+        ),
+        config.cluster.address,
+    ):
+        link = measure_link(config)
+        transit, call_cpu = calibrate_apart(config, profiles[min(profiles)], iterations, warmup)
+    say(
+        f"placement: a call's round trip {link.latency_s * 1e3:.2f} ms from the driver, "
+        f"{link.peer_latency_s * 1e3:.2f} ms between workers ("
+        f"{link.same_slot_latency_s * 1e3:.2f} ms on one slot), "
+        f"{link.bytes_per_s / 2**30:.2f} GiB/s; with this config's batches, per call: "
+        + ", ".join(f"{s} {v * 1e3:.2f} ms" for s, v in transit.items())
+    )
+    cores = spec.devices_per_node if spec.device == "cpu" else 0
+    profiles = {
+        t: dataclasses.replace(p, link=link, transit=transit, call_cpu=call_cpu, cores=cores)
+        for t, p in profiles.items()
+    }
     path = profile_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(to_json(profiles, config), indent=1))
@@ -339,3 +468,37 @@ def advise(config: Any, remeasure: bool = False, iterations: int = 3) -> list[An
     else:
         say(f"placement: the profile measured before, {path}")
     return rank(valid_candidates(config, tuple(profiles)), profiles)
+
+
+def choose_placement(config: Any) -> tuple[Any, Any]:
+    """``cluster.component_placement: auto`` made concrete: the config with the advisor's best
+    candidate at its own ``runner.max_staleness`` (staleness changes what a run trains on, so it
+    stays the user's), and that candidate (``Ranked``). Said in one line each."""
+    from rlcore.placement.advise import placement_text
+
+    ranked = advise(replace_keys(config, {"cluster.component_placement": None}))
+    stale = config.runner.max_staleness
+    fitting = [r for r in ranked if r.candidate.max_staleness == stale]
+    if not fitting:
+        raise ConfigError(
+            f"cluster.component_placement: auto found no layout for runner.max_staleness={stale} "
+            "on this cluster (an asynchronous run needs the rollout apart from the actor: at "
+            "least 2 slots); set runner.max_staleness=0 or give more slots"
+        )
+    best = fitting[0]
+    c = best.candidate
+    changes: dict[str, Any] = {
+        "cluster.component_placement": c.placement(),
+        "cluster.fuse_collocated": c.fused,
+        "runner.torch_threads": c.torch_threads,
+    }
+    if config.mode == "embodied":
+        changes["rollout.pipeline_stage_num"] = c.pipeline_stage_num
+    fused = "" if c.fused else ", a process per component"
+    say(
+        f"placement: auto picked {placement_text(c)}{fused}, {c.torch_threads} torch thread(s)"
+        + (f", {c.pipeline_stage_num} env stages" if c.pipeline_stage_num > 1 else "")
+        + f": predicted {best.prediction.iteration_s:.3f} s an iteration "
+        f"({best.speedup:.2f}x one process; bottleneck: {best.prediction.bottleneck})"
+    )
+    return replace_keys(config, changes), best

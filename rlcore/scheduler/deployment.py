@@ -270,6 +270,15 @@ class OnRay(_Deployment):
         """Component -> rank -> the seconds it has spent in calls, as of its latest answer."""
         return {name: dict(group.busy) for name, group in self.groups.items()}
 
+    def cpu_seconds(self) -> dict[tuple[str, int], float]:
+        """(component, rank) -> the CPU seconds its process has used (fused components: the
+        same process under each name)."""
+        import ray
+
+        handles = self.scheduler.kept.handles
+        answers = ray.get([h.cpu_seconds.remote() for h in handles.values()])
+        return dict(zip(handles, answers, strict=True))
+
     def _copy_weights(self, src: str, dst: str, version: int) -> str:
         method, wait = self._begin_copy(src, dst, version)
         wait()

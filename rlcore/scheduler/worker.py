@@ -150,6 +150,11 @@ class WorkerProcess(WeightEndpoint):
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 
+    def cpu_seconds(self) -> float:
+        """The CPU seconds this process has used, all its threads (the placement profiler's
+        measure of what calls between processes cost: ``rlcore.runners.profiling``)."""
+        return time.process_time()
+
     def listen(self, node_address: str) -> tuple[str, int]:
         """Bind the socket that this rank's next TCP store will serve (on cluster.network_interface
         when set, else on ``node_address``, loopback in a local run); its address and port."""

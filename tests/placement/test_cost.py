@@ -1,6 +1,7 @@
 """The placement cost model on hand-computed cases (rlcore/placement/cost.py's docstring gives
 the rules; each expected value below is worked out from them by hand, in the comments)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -45,19 +46,21 @@ def test_env_apart_pays_its_calls():
 
 
 def test_two_env_stages_overlap_env_and_rollout():
-    # collect: 0.1 + max(0.501, 0.503, (0.501 + 0.503) / 2) = 0.603
+    # a step call per stage: the env's part 0.4 + 200 x 0.001 + 1e6 / 1e9 = 0.601;
+    # collect: 0.1 + max(0.601, 0.503, (0.601 + 0.503) / 2) = 0.701
     groups = ((("env",), (0,)), (("rollout", "actor"), (1,)))
     got = predict(Candidate(groups, pipeline_stage_num=2), EMBODIED)
-    assert got.stages["collect"] == pytest.approx(0.603)
-    assert got.iteration_s == pytest.approx(0.01 + 0.603 + 0.05 + 0.803)
+    assert got.stages["collect"] == pytest.approx(0.701)
+    assert got.iteration_s == pytest.approx(0.01 + 0.701 + 0.05 + 0.803)
 
 
 def test_stages_on_one_slot_take_turns():
-    # env and rollout in separate processes on the same slot: no overlap, e + r
+    # env and rollout in separate processes on the same slot: no overlap, e + r, and the
+    # second stage's 100 more step calls cost 100 x 0.001
     groups = ((("env",), (0,)), (("rollout",), (0,)), (("actor",), (1,)))
     one = predict(Candidate(groups, pipeline_stage_num=1), EMBODIED)
     two = predict(Candidate(groups, pipeline_stage_num=2), EMBODIED)
-    assert two.stages["collect"] == pytest.approx(one.stages["collect"])
+    assert two.stages["collect"] == pytest.approx(one.stages["collect"] + 0.1)
 
 
 def test_data_parallel_splits_work_and_all_reduces():
@@ -140,3 +143,34 @@ def test_placement_as_written():
     c = Candidate(((("env",), (0,)), (("rollout", "actor"), (1, 2, 3))))
     assert c.placement() == {"env": "0", "rollout,actor": "1-3"}
     assert c.processes() == 4
+
+
+# ... and with what calls between processes were measured to cost this config's batches: the
+# wall seconds a call adds per stage, and the CPU seconds each side spends on it
+MEASURED = dataclasses.replace(
+    EMBODIED,
+    transit={"collect": 0.003, "update": 0.01, "sync": 0.004},
+    call_cpu={"env": 0.001, "rollout": 0.001, "actor": 0.002, "driver": 0.001},
+    cores=2,
+)
+
+
+def test_measured_transit_replaces_the_link():
+    # sync 0.01 (actor and rollout together); collect 0.1 + env 0.4 + 100 x 0.003
+    #   + rollout 0.5 + 0.003 = 1.303; advantages 0.05; update 0.8 + 0.01 = 0.81
+    got = predict(Candidate(((("env",), (0,)), (("rollout", "actor"), (1,)))), MEASURED)
+    assert got.iteration_s == pytest.approx(0.01 + 1.303 + 0.05 + 0.81)
+
+
+def test_asynchronous_with_measured_calls_and_the_cores_load():
+    # collection 0.1 + 0.4 + 0.5 + 0.003, its sync 0.01 + 0.004: 1.017; training 0.05 +
+    # max(slot 1's 0.8 + 0.002, the update's 0.81) = 0.86; slot 0's load 0.4 + 0.5 + 0.001;
+    # the cores': (0.901 + 0.802 + the driver's 0.1 + 0.05 + 0.001 + 0.001) / 2 = 0.9275
+    groups = ((("env", "rollout"), (0,)), (("actor",), (1,)))
+    got = predict(Candidate(groups, max_staleness=1), MEASURED)
+    assert got.iteration_s == pytest.approx(1.017)
+    assert got.stages["updates"] == pytest.approx(0.81)
+    # on one core the same work is 1.855 s of CPU an iteration, more than any chain
+    one_core = predict(Candidate(groups, max_staleness=1), dataclasses.replace(MEASURED, cores=1))
+    assert one_core.iteration_s == pytest.approx(1.855)
+    assert one_core.bottleneck == "the cores' load"

@@ -96,3 +96,16 @@ def test_link_probe(local_ray):
     config = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=2"])
     link = profiling.measure_link(config, payload_mib=4, calls=6)
     assert 0 < link.latency_s < 1.0 and link.bytes_per_s > 1e6
+
+
+def test_calls_between_processes_measured_with_this_configs_batches(local_ray):
+    config = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=2"])
+    assert profiling.apart_layout(config) == {"actor": "0", "rollout": "1", "env": "0"}
+    one = profiling.calibrate(config, 1, Link(1e-3, 1e9), iterations=2, warmup=1)
+    transit, call_cpu = profiling.calibrate_apart(config, one, iterations=2, warmup=1)
+    # every stage whose calls cross adds time to it; a call costs between 10 us and a second
+    assert {"collect", "update"} <= set(transit)
+    for stage in ("collect", "update"):
+        assert 1e-5 < transit[stage] < 1.0
+    assert {"env", "rollout", "actor", "driver"} <= set(call_cpu)
+    assert all(0.0 <= cpu < 1.0 for cpu in call_cpu.values())
