@@ -185,6 +185,29 @@ def _advise(config: RLCoreConfig, remeasure: bool, ranked: bool, iterations: int
     return 0
 
 
+def _advise_on_paper(args: argparse.Namespace) -> int:
+    """``rlcore placement CONFIG --advise --profile-file FILE [--throughput X]``: the advisor
+    for a cluster from a profile measured elsewhere (docs/placement.md, "On paper")."""
+    from rlcore.placement.advise import json_line, rank, table, valid_candidates
+    from rlcore.placement.cost import scaled
+    from rlcore.runners.profiling import read_profile_file
+
+    try:
+        if not args.advise:
+            raise ConfigError("--profile-file: goes with --advise (a profile is read, not made)")
+        if not args.throughput > 0:
+            raise ConfigError(f"--throughput: {args.throughput}; give a number above 0")
+        config = load_config(args.config, args.overrides, cluster_file=args.cluster)
+        profiles = read_profile_file(args.profile_file, config)
+    except ConfigError as error:
+        raise _exit_with(error) from None
+    profiles = {t: scaled(p, args.throughput) for t, p in profiles.items()}
+    ranked = rank(valid_candidates(config, tuple(profiles)), profiles)
+    print(table(ranked))
+    print(json_line(ranked))
+    return 0
+
+
 def _command_parser() -> argparse.ArgumentParser:
     """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
     parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
@@ -215,6 +238,20 @@ def _command_parser() -> argparse.ArgumentParser:
     )
     place.add_argument(
         "--iterations", type=int, default=3, help="measured iterations of a profile (3)"
+    )
+    place.add_argument(
+        "--profile-file",
+        type=Path,
+        metavar="FILE",
+        help="--advise from this profile (JSON, the kept profiles' format) instead of measuring "
+        "here: a cluster this machine cannot see, on paper; the config's inputs are not checked",
+    )
+    place.add_argument(
+        "--throughput",
+        type=float,
+        default=1.0,
+        help="with --profile-file: the cluster's devices this many times as fast as the "
+        "profile's (its computed seconds divided by it)",
     )
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
@@ -255,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(key_reference(), end="")
         return 0
+    if args.command == "placement" and args.profile_file is not None:
+        return _advise_on_paper(args)
     config, plan = load_and_plan(args.config, args.overrides, args.cluster)
     if args.command == "config":
         print(json.dumps(as_plain(config)) if args.json else config_as_yaml(config), end="")

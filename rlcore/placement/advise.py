@@ -12,6 +12,7 @@ the rollout, 2 env stages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,7 +113,9 @@ def valid_candidates(config: RLCoreConfig, threads: Sequence[int]) -> list[Candi
     embodied = isinstance(config, EmbodiedConfig)
     cache: dict = {}
     kept = []
+    per_node = spec.devices_per_node if spec.num_nodes > 1 else 0
     for candidate in layouts(roles.required, devices, embodied, threads):
+        candidate = dataclasses.replace(candidate, devices_per_node=per_node)
         variant = _variant(config, candidate, cache)
         if variant is None:
             continue
@@ -133,7 +136,9 @@ def valid_candidates(config: RLCoreConfig, threads: Sequence[int]) -> list[Candi
 
 
 def rank(candidates: Sequence[Candidate], profiles: Mapping[int, Profile]) -> list[Ranked]:
-    """``candidates`` predicted with the profile of their thread count, fastest first."""
+    """``candidates`` predicted with the profile of their thread count, fastest first; of the
+    variants of one placement (fusion, env stages) that predict the same seconds, the simplest
+    only."""
     predicted = [
         (c, predict(c, profiles[c.torch_threads]))
         for c in candidates
@@ -141,8 +146,16 @@ def rank(candidates: Sequence[Candidate], profiles: Mapping[int, Profile]) -> li
     ]
     alone = [p.iteration_s for c, p in predicted if c.processes() == 1]
     base = min(alone) if alone else float("nan")
-    predicted.sort(key=lambda cp: cp[1].iteration_s)
-    return [Ranked(c, p, base / p.iteration_s) for c, p in predicted]
+    # the simplest of a placement's variants that predict the same: fused before a process per
+    # component, fewer env stages before more (their extra processes and calls buy nothing)
+    predicted.sort(key=lambda cp: (cp[1].iteration_s, not cp[0].fused, cp[0].pipeline_stage_num))
+    kept, seen = [], set()
+    for c, p in predicted:
+        twin = (json.dumps(c.placement()), c.max_staleness, c.torch_threads, p.iteration_s)
+        if twin not in seen:
+            seen.add(twin)
+            kept.append(Ranked(c, p, base / p.iteration_s))
+    return kept
 
 
 def placement_text(candidate: Candidate) -> str:

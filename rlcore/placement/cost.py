@@ -12,7 +12,7 @@ embodied mode, a number of env pipeline stages. The model:
 
 - a component on ``r`` ranks does ``1/r`` of its work on each (the batch is split), and a
   trained one all-reduces its gradients at each optimiser step, ``2 (r-1)/r`` of their bytes
-  through the link, plus the link's latency;
+  through the link (the link between nodes where its ranks span two), plus its latency;
 - a call that crosses processes costs the link's latency and its bytes over the link's
   bandwidth (with more than one process, the driver reaches every component through Ray); a
   worker's call to another worker has its own latency, on another slot or on its own (where
@@ -72,10 +72,17 @@ class Link:
     bytes_per_s: float
     peer_latency_s: float | None = None
     same_slot_latency_s: float | None = None
+    inter_node_bytes_per_s: float | None = None  # between nodes (None: bytes_per_s)
 
-    def seconds(self, calls: float, nbytes: float, latency_s: float | None = None) -> float:
+    def seconds(
+        self, calls: float, nbytes: float, latency_s: float | None = None, nodes: bool = False
+    ) -> float:
+        """``calls`` round trips carrying ``nbytes`` in all; ``nodes``: between two nodes."""
         latency = self.latency_s if latency_s is None else latency_s
-        return calls * latency + nbytes / self.bytes_per_s
+        rate = self.bytes_per_s
+        if nodes and self.inter_node_bytes_per_s is not None:
+            rate = self.inter_node_bytes_per_s
+        return calls * latency + nbytes / rate
 
     def between_workers(self, same_slot: bool) -> float:
         """A call's round trip from one worker to another."""
@@ -120,6 +127,7 @@ class Candidate:
     pipeline_stage_num: int = 1
     torch_threads: int = 1
     fused: bool = True
+    devices_per_node: int = 0  # slot s is on node s // devices_per_node (0: one node)
 
     def placement(self) -> dict[str, str]:
         """``cluster.component_placement`` as a user writes it (keys joined by commas)."""
@@ -130,6 +138,10 @@ class Candidate:
 
     def processes(self) -> int:
         return sum(len(slots) * (1 if self.fused else len(names)) for names, slots in self.groups)
+
+    def nodes_of(self, component: str) -> set[int]:
+        per = self.devices_per_node
+        return {s // per if per else 0 for s in self.slots_of(component)}
 
     def together(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` share their processes (one group, fused)."""
@@ -148,6 +160,17 @@ def _ranges(slots: tuple[int, ...]) -> str:
     if list(slots) == list(range(first, last + 1)):
         return str(first) if first == last else f"{first}-{last}"
     return ",".join(str(s) for s in slots)
+
+
+def scaled(profile: Profile, throughput: float) -> Profile:
+    """``profile`` on devices ``throughput`` times as fast: every computed second divided by it
+    (what calls between processes cost stays the link's)."""
+    work = {
+        stage: {c: dataclasses.replace(w, seconds=w.seconds / throughput) for c, w in parts.items()}
+        for stage, parts in profile.work.items()
+    }
+    stages = {s: t / throughput for s, t in profile.stages.items()}
+    return dataclasses.replace(profile, work=work, stages=stages)
 
 
 def predict(candidate: Candidate, profile: Profile) -> Prediction:
@@ -191,10 +214,12 @@ class _Model:
         if stage in self.p.transit:
             return work.calls * self.p.transit[stage]
         link, latency = self.p.link, None
+        theirs = {0} if work.caller == DRIVER else self.c.nodes_of(work.caller)  # the head's
         if work.caller != DRIVER:
-            mine, theirs = self.c.slots_of(component), self.c.slots_of(work.caller)
-            latency = link.between_workers(same_slot=not set(mine).isdisjoint(theirs))
-        return link.seconds(work.calls, work.bytes / self.ranks(component), latency)
+            mine, near = self.c.slots_of(component), self.c.slots_of(work.caller)
+            latency = link.between_workers(same_slot=not set(mine).isdisjoint(near))
+        apart = self.c.nodes_of(component) != theirs or len(theirs) > 1
+        return link.seconds(work.calls, work.bytes / self.ranks(component), latency, apart)
 
     def call_cpu(self, component: str, work: Work) -> tuple[float, float]:
         """The CPU seconds ``work``'s crossing calls cost the component's process and the
@@ -210,7 +235,8 @@ class _Model:
             return 0.0
         steps = self.p.grad_steps.get(component, 0.0)
         nbytes = self.p.grad_bytes.get(component, 0.0) * 2 * (r - 1) / r
-        return self.p.link.seconds(steps, steps * nbytes)
+        nodes = len(self.c.nodes_of(component)) > 1  # a ring through the slowest link
+        return self.p.link.seconds(steps, steps * nbytes, nodes=nodes)
 
     def part(self, stage: str, component: str, work: Work) -> float:
         """One component's seconds in ``stage`` on each of its ranks, its transit included."""
@@ -223,7 +249,8 @@ class _Model:
             return self.p.stages.get(SYNC, 0.0)  # in one process: a copy, or nothing shared
         if SYNC in self.p.transit:  # measured between two processes
             return self.p.stages.get(SYNC, 0.0) + self.p.transit[SYNC]
-        return self.p.link.seconds(1, self.p.weight_bytes)
+        nodes = self.c.nodes_of("actor") | self.c.nodes_of("rollout")
+        return self.p.link.seconds(1, self.p.weight_bytes, nodes=len(nodes) > 1)
 
     def collect(self, work: Mapping[str, Work]) -> float:
         """Embodied collection: env and rollout alternate, or overlap in pipeline stages."""

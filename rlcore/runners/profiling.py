@@ -145,27 +145,49 @@ def weight_bytes(weights: dict[str, Any]) -> float:
     return float(sum(storages.values()))
 
 
+# A calibration measures at least its iterations and MIN_SECONDS, at most MOST_ITERATIONS: a
+# short iteration (CartPole's 20 ms) is measured over many, so its timer's noise averages out.
+MIN_SECONDS = 2.0
+MOST_ITERATIONS = 400
+
+
+def _iterate(
+    runner: Any, warmup: int, iterations: int, after_warmup: Any, min_seconds: float
+) -> tuple[dict[str, float], int]:
+    """``warmup`` iterations, ``after_warmup()``, then measured ones (``MIN_SECONDS``): the
+    mean seconds of each stage an iteration (``time/<stage>_s``), and how many were measured."""
+    for i in range(1, warmup + 1):
+        runner.iterate(i)
+    after_warmup()
+    stages: dict[str, float] = defaultdict(float)
+    start, n = time.perf_counter(), 0
+    while n < MOST_ITERATIONS and (n < iterations or time.perf_counter() - start < min_seconds):
+        n += 1
+        for name, value in runner.iterate(warmup + n).items():
+            if name.startswith("time/"):
+                stages[name.removeprefix("time/").removesuffix("_s")] += value
+    return {stage: seconds / n for stage, seconds in stages.items()}, n
+
+
 def calibrate(
-    config: Any, threads: int, link: Link, iterations: int = 3, warmup: int = 1
+    config: Any,
+    threads: int,
+    link: Link,
+    iterations: int = 3,
+    warmup: int = 1,
+    min_seconds: float = MIN_SECONDS,
 ) -> Profile:
     """``config``'s iteration in one process at ``threads`` torch threads (module docstring)."""
     from rlcore.runners.supervisor import build_runner
 
     with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
-        one = _one_process(config, threads, warmup + iterations, out)
+        one = _one_process(config, threads, warmup + MOST_ITERATIONS, out)
         plan = plan_for_config(one)
         tracer = Tracer()
         with tracing(tracer):
             runner = build_runner(one, plan)
         try:
-            for i in range(1, warmup + 1):
-                runner.iterate(i)
-            tracer.reset()
-            stages: dict[str, float] = defaultdict(float)
-            for i in range(warmup + 1, warmup + iterations + 1):
-                for name, value in runner.iterate(i).items():
-                    if name.startswith("time/"):
-                        stages[name.removeprefix("time/").removesuffix("_s")] += value
+            stages, iterations = _iterate(runner, warmup, iterations, tracer.reset, min_seconds)
             objects = runner.components.objects
             sizes = {
                 name: weight_bytes(obj.weights())
@@ -202,7 +224,7 @@ def calibrate(
     return Profile(
         mode=config.mode,
         threads=threads,
-        stages={name: seconds / iterations for name, seconds in stages.items()},
+        stages=dict(stages),
         work={stage: dict(parts) for stage, parts in work.items()},
         link=link,
         weight_bytes=sizes.get("actor", 0.0),
@@ -313,6 +335,26 @@ def from_json(data: dict[str, Any]) -> dict[int, Profile]:
     return profiles
 
 
+def read_profile_file(path: Path, config: Any) -> dict[int, Profile]:
+    """A profile given by the user (``--profile-file``): kept profiles' JSON, of the config's
+    mode; ``ConfigError`` naming the file otherwise. Its fingerprint is not checked: a profile
+    on paper stands for a machine that is not this one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        profiles = from_json(data)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"--profile-file: {path} is not a placement profile ({type(error).__name__}: "
+            f"{error}); write one as `rlcore placement CONFIG --profile` keeps it"
+        ) from None
+    if data.get("mode") != config.mode:
+        raise ConfigError(
+            f"--profile-file: {path} profiles a config of mode {data.get('mode')}, this one "
+            f"is of mode {config.mode}"
+        )
+    return profiles
+
+
 def profile_path(config: Any) -> Path:
     """Where ``config``'s profile is kept: ``runner.output_dir/placement/<fingerprint>.json``."""
     return Path(config.runner.output_dir) / "placement" / f"{fingerprint(config)}.json"
@@ -346,7 +388,11 @@ def apart_layout(config: Any) -> dict[str, str]:
 
 
 def calibrate_apart(
-    config: Any, one: Profile, iterations: int = 3, warmup: int = 1
+    config: Any,
+    one: Profile,
+    iterations: int = 3,
+    warmup: int = 1,
+    min_seconds: float = MIN_SECONDS,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """What calls between processes cost this config's own batches, measured with every
     component in a process of its own (``apart_layout``), synchronously, at one thread:
@@ -358,7 +404,7 @@ def calibrate_apart(
 
     with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
         apart = replace_keys(
-            _one_process(config, 1, warmup + iterations, out),
+            _one_process(config, 1, warmup + MOST_ITERATIONS, out),
             {
                 "cluster.component_placement": apart_layout(config),
                 "cluster.fuse_collocated": False,
@@ -368,15 +414,14 @@ def calibrate_apart(
         plan = plan_for_config(apart)
         runner = build_runner(apart, plan)
         try:
-            for i in range(1, warmup + 1):
-                runner.iterate(i)
-            cpu, driver = runner.components.cpu_seconds(), time.process_time()
-            stages: dict[str, float] = defaultdict(float)
-            for i in range(warmup + 1, warmup + iterations + 1):
-                for name, value in runner.iterate(i).items():
-                    if name.startswith("time/"):
-                        stages[name.removeprefix("time/").removesuffix("_s")] += value
-            driver = (time.process_time() - driver) / iterations
+            before: dict[str, Any] = {}
+
+            def snapshot() -> None:
+                before["cpu"], before["driver"] = cpu_seconds(), time.process_time()
+
+            cpu_seconds = runner.components.cpu_seconds
+            stages, iterations = _iterate(runner, warmup, iterations, snapshot, min_seconds)
+            cpu, driver = before["cpu"], (time.process_time() - before["driver"]) / iterations
             after = runner.components.cpu_seconds()
             used = {c: (after[(c, r)] - cpu[(c, r)]) / iterations for c, r in cpu}
         finally:
@@ -384,7 +429,7 @@ def calibrate_apart(
     transit = {}
     for stage, seconds in stages.items():
         calls = sum(w.calls for w in one.work.get(stage, {}).values())
-        extra = max(seconds / iterations - one.stages.get(stage, 0.0), 0.0)
+        extra = max(seconds - one.stages.get(stage, 0.0), 0.0)
         if stage == "sync":
             transit[stage] = extra  # one weight copy an iteration
         elif calls:

@@ -16,7 +16,7 @@ from rlcore.placement.advise import (
     set_partitions,
     valid_candidates,
 )
-from rlcore.placement.cost import Link, Profile, Work
+from rlcore.placement.cost import Candidate, Link, Profile, Work
 
 
 @pytest.mark.parametrize(("n", "bell"), [(1, 1), (3, 5), (4, 15), (5, 52)])
@@ -70,9 +70,17 @@ def test_every_candidate_runs_as_written(name, stages):
     line = json.loads(json_line(ranked))
     assert line["best"] == 0
     times = [e["predicted_iteration_s"] for e in line["candidates"]]
-    assert times == sorted(times) and len(times) == len(
-        [c for c in candidates if c.torch_threads == 1]
-    )
+    assert times == sorted(times)
+    # a placement's variants that predict the same are listed once, fused and with fewer stages
+    twins = [
+        (json.dumps(e["placement"]), e["max_staleness"], e["predicted_iteration_s"])
+        for e in line["candidates"]
+    ]
+    assert len(twins) == len(set(twins))
+    listed = {
+        (json.dumps(c.placement()), c.max_staleness) for c in candidates if c.torch_threads == 1
+    }
+    assert {t[:2] for t in twins} == listed  # every placement and staleness still there
     for entry in line["candidates"]:
         assert set(entry) == {
             "placement",
@@ -83,3 +91,41 @@ def test_every_candidate_runs_as_written(name, stages):
             "predicted_iteration_s",
         }
         plan_for_config(_as_run(config, entry))  # the run's checks accept it as written
+
+
+def test_on_paper_from_a_profile_file(tmp_path, capsys):
+    from rlcore.cli import main
+    from rlcore.runners.profiling import to_json
+
+    config = load_config("reasoning/tiny_arith_ppo", ["cluster.devices_per_node=2"])
+    stages = {"generate": "rollout", "actor_update": "actor", "values": "critic"}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(to_json({1: _flat_profile("reasoning", stages)}, config)))
+    argv = ["placement", "reasoning/tiny_arith_ppo", "cluster.devices_per_node=2", "--advise"]
+    assert main([*argv, "--profile-file", str(path), "--throughput", "2"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # every stage 1 s in one process: 3 s, halved by the faster device
+    alone = [e for e in line["candidates"] if list(e["placement"].values()) == ["0"]]
+    assert alone[0]["predicted_iteration_s"] == pytest.approx(1.5)
+    other = load_config("embodied/cartpole_ppo")
+    path.write_text(json.dumps(to_json({1: _flat_profile("embodied", {})}, other)))
+    for extra, said in (
+        (["--profile-file", str(path)], "of mode embodied, this one is of mode reasoning"),
+        (["--profile-file", str(tmp_path / "none.json")], "is not a placement profile"),
+    ):
+        with pytest.raises(SystemExit) as done:
+            main([*argv, *extra])
+        assert done.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0]
+
+
+def test_of_variants_that_predict_the_same_the_simplest_is_listed():
+    # reasoning: the driver makes every call, so with the actor and the rollout in separate
+    # groups a process per component predicts what the fused layout does
+    groups = ((("actor", "critic"), (0,)), (("rollout", "reward"), (1,)))
+    fused, apart = Candidate(groups), Candidate(groups, fused=False)
+    profile = _flat_profile("reasoning", {"generate": "rollout", "actor_update": "actor"})
+    for order in ([apart, fused], [fused, apart]):
+        (only,) = rank(order, {1: profile})
+        assert only.candidate == fused

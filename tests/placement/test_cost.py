@@ -174,3 +174,25 @@ def test_asynchronous_with_measured_calls_and_the_cores_load():
     one_core = predict(Candidate(groups, max_staleness=1), dataclasses.replace(MEASURED, cores=1))
     assert one_core.iteration_s == pytest.approx(1.855)
     assert one_core.bottleneck == "the cores' load"
+
+
+def test_ranks_on_two_nodes_all_reduce_through_the_slower_link():
+    # the update on 2 ranks: 0.8 / 2; the driver's call 0.001 + 2e6 / 2 at the link's rate;
+    # 4 all-reduces of 2 x 1/2 x 1e6 bytes, each with its latency. One node (1e9 B/s):
+    # 0.4 + 0.002 + 0.004 + 0.004 = 0.41; two nodes (1e8 B/s between them): 0.4 + 0.011 +
+    # 0.004 + 0.04 = 0.455
+    link = Link(latency_s=0.001, bytes_per_s=1e9, inter_node_bytes_per_s=1e8)
+    profile = dataclasses.replace(EMBODIED, link=link)
+    one = predict(Candidate(((ALL, (0, 1)),), devices_per_node=2), profile)
+    two = predict(Candidate(((ALL, (0, 1)),), devices_per_node=1), profile)
+    assert one.stages["update"] == pytest.approx(0.41)
+    assert two.stages["update"] == pytest.approx(0.455)
+
+
+def test_a_faster_device_divides_the_computed_seconds():
+    from rlcore.placement.cost import scaled
+
+    fast = scaled(EMBODIED, 2.0)
+    assert fast.work["update"]["actor"].seconds == pytest.approx(0.4)
+    assert fast.stages["collect"] == pytest.approx(0.5)
+    assert predict(Candidate(((ALL, (0,)),)), fast).iteration_s == pytest.approx(1.86 / 2)

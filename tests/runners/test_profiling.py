@@ -1,6 +1,8 @@
 """The placement profiler: the tracer's accounting against a hand-set clock, a calibration of
 the CartPole config in one process, and the link probe on the session's Ray."""
 
+import json
+
 import pytest
 import torch
 
@@ -50,10 +52,18 @@ def test_tracer_counts_own_seconds_callers_and_bytes(monkeypatch):
     assert rollout.env is env  # attributes pass through unwrapped
 
 
-def test_cartpole_calibration_in_one_process():
-    config = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=2"])
-    link = Link(1e-3, 1e9)
-    p = profiling.calibrate(config, 1, link, iterations=2, warmup=1)
+CARTPOLE = ["cluster.devices_per_node=2"]
+
+
+@pytest.fixture(scope="module")
+def cartpole_profile():
+    """The CartPole config's one-process profile (1 warm-up, 2 measured iterations)."""
+    config = load_config("embodied/cartpole_ppo", CARTPOLE)
+    return config, profiling.calibrate(config, 1, Link(1e-3, 1e9), 2, 1, min_seconds=0)
+
+
+def test_cartpole_calibration_in_one_process(cartpole_profile):
+    config, p = cartpole_profile
     assert set(p.stages) >= {"sync", "collect", "advantages", "update"}
     collect = p.work["collect"]
     assert collect["rollout"].caller == "driver" and collect["env"].caller == "rollout"
@@ -75,18 +85,15 @@ def test_cartpole_calibration_in_one_process():
     assert one.iteration_s == pytest.approx(sum(p.stages.values()))
 
 
-def test_profile_round_trip_and_fingerprint(tmp_path):
-    config = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=2"])
+def test_profile_round_trip_and_fingerprint(tmp_path, cartpole_profile):
+    config, p = cartpole_profile
     other = load_config("embodied/cartpole_ppo", ["algorithm.gamma=0.9"])
     layout = load_config("embodied/cartpole_ppo", ["runner.max_staleness=0", "runner.seed=7"])
     assert profiling.fingerprint(config) != profiling.fingerprint(other)
     assert profiling.fingerprint(config) != profiling.fingerprint(layout)  # the seed counts
     spread = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=1"])
     assert profiling.fingerprint(config) == profiling.fingerprint(spread)  # the cluster not
-    p = profiling.calibrate(config, 1, Link(1e-3, 1e9), iterations=1, warmup=1)
     path = tmp_path / "p.json"
-    import json
-
     path.write_text(json.dumps(profiling.to_json({1: p}, config)))
     assert profiling.load_profile(path, config) == {1: p}
     assert profiling.load_profile(path, other) is None  # another config: measured anew
@@ -98,11 +105,10 @@ def test_link_probe(local_ray):
     assert 0 < link.latency_s < 1.0 and link.bytes_per_s > 1e6
 
 
-def test_calls_between_processes_measured_with_this_configs_batches(local_ray):
-    config = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=2"])
+def test_calls_between_processes_measured_with_this_configs_batches(local_ray, cartpole_profile):
+    config, one = cartpole_profile
     assert profiling.apart_layout(config) == {"actor": "0", "rollout": "1", "env": "0"}
-    one = profiling.calibrate(config, 1, Link(1e-3, 1e9), iterations=2, warmup=1)
-    transit, call_cpu = profiling.calibrate_apart(config, one, iterations=2, warmup=1)
+    transit, call_cpu = profiling.calibrate_apart(config, one, 2, 1, min_seconds=0)
     # every stage whose calls cross adds time to it; a call costs between 10 us and a second
     assert {"collect", "update"} <= set(transit)
     for stage in ("collect", "update"):
