@@ -3,6 +3,8 @@ config, each run for a few iterations, alternated within each repeat (issue 52's
 
     python benchmarks/placement_advice.py --config NAME [k=v ...] [--top 3] [--repeats 3]
         [--iterations 12] [--also-one-process]
+    python benchmarks/placement_advice.py --config NAME --cluster FILE --profile-file P.json
+        [--throughput X]          (on paper: the advisor's JSON line from P, nothing run)
 
 (overrides before the options). The advisor profiles the config first (``rlcore placement
 --advise``: kept in ``runner.output_dir/placement/``, reused when present). Each run iterates
@@ -20,12 +22,14 @@ import json
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from rlcore.config import load_config
 from rlcore.config.load import replace_keys
 from rlcore.placement import plan_for_config
-from rlcore.placement.advise import Ranked, placement_text
-from rlcore.runners.profiling import advise
+from rlcore.placement.advise import Ranked, json_line, placement_text, rank, valid_candidates
+from rlcore.placement.cost import scaled
+from rlcore.runners.profiling import advise, read_profile_file
 from rlcore.runners.supervisor import _ray_session, build_runner
 
 
@@ -84,8 +88,20 @@ def main() -> None:
     parser.add_argument(
         "--also-one-process", action="store_true", help="run the best one-process layout too"
     )
+    parser.add_argument("--cluster", type=Path, help="a cluster file (rlcore placement's)")
+    parser.add_argument(
+        "--profile-file",
+        type=Path,
+        help="on paper: rank from this profile, print the advisor's JSON line, run nothing",
+    )
+    parser.add_argument("--throughput", type=float, default=1.0, help="with --profile-file")
     args = parser.parse_args()
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, cluster_file=args.cluster)
+    if args.profile_file is not None:  # a cluster this machine cannot see: nothing to run
+        profiles = read_profile_file(args.profile_file, config)
+        profiles = {t: scaled(p, args.throughput) for t, p in profiles.items()}
+        print(json_line(rank(valid_candidates(config, tuple(profiles)), profiles)))
+        return
     ranked = advise(config, args.remeasure, args.profile_iterations)
     chosen = list(ranked[: args.top])
     if args.also_one_process:
@@ -132,6 +148,7 @@ def main() -> None:
             {
                 "config": args.config,
                 "all_within_20pct": all(abs(row["error"]) <= 0.2 for row in rows),
+                "max_abs_error": max(abs(row["error"]) for row in rows),
                 "pick_over_fastest": round(rows[0]["measured_s"] / fastest, 3),
                 "pick_within_10pct": rows[0]["measured_s"] <= 1.1 * fastest,
             }

@@ -2,13 +2,14 @@
 
 Each command is found in the text (a fenced block's line, a backslash continuing it, or an inline
 code span that starts a command: ``python examples/...``, ``python -m rlcore``, ``rlcore ...``)
-and run in this process from a folder like a fresh clone's (``examples/`` beside it, the files
-a command names as the reader's own supplied: ``SUPPLIED``): the entry points as a dry run
-(``runner.dry_run=true`` appended: the config, placement and input checks of a start), the cheap
-CartPole runs for real (``RUN_FOR_REAL``), ``rlcore`` as typed. A command whose inputs are not on
-this machine runs its dry run without the input checks (``WITHOUT_INPUTS``, each with the reason);
-one that cannot run here at all is listed in ``NOT_RUN`` with the reason. Every entry of those
-tables must still be printed somewhere, so they cannot outlive the docs."""
+and run in this process from a folder like a fresh clone's (``examples/`` and ``benchmarks/``
+beside it, the files a command names as the reader's own supplied: ``SUPPLIED``): the entry
+points as a dry run (``runner.dry_run=true`` appended: the config, placement and input checks
+of a start), the cheap CartPole runs for real (``RUN_FOR_REAL``), ``rlcore`` as typed. A
+command whose inputs are not on this machine runs its dry run without the input checks
+(``WITHOUT_INPUTS``, each with the reason); one that cannot run here at all is listed in
+``NOT_RUN`` with the reason. Every entry of those tables must still be printed somewhere, so
+they cannot outlive the docs."""
 
 from __future__ import annotations
 
@@ -151,9 +152,10 @@ PRINTED = printed_commands()
 
 @pytest.fixture
 def fresh_clone(tmp_path, monkeypatch):
-    """A folder to run commands from as from a clone's root: ``examples/`` in it, the supplied
-    files, ``~`` a home folder of its own holding a small GSM8K copy."""
+    """A folder to run commands from as from a clone's root: ``examples/`` and ``benchmarks/``
+    in it, the supplied files, ``~`` a home folder of its own holding a small GSM8K copy."""
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")  # (a profile on paper there)
     for name, source in SUPPLIED.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((ROOT / source).read_text())

@@ -12,7 +12,9 @@ embodied mode, a number of env pipeline stages. The model:
 
 - a component on ``r`` ranks does ``1/r`` of its work on each (the batch is split), and a
   trained one all-reduces its gradients at each optimiser step, ``2 (r-1)/r`` of their bytes
-  through the link (the link between nodes where its ranks span two), plus its latency;
+  through the link (the link between nodes where its ranks span two), plus its latency; where
+  the profile measured the stage data parallel on ``r`` ranks, what that measured beyond the
+  split work stands instead (the collectives, the driver's splitting and gathering);
 - a call that crosses processes costs the link's latency and its bytes over the link's
   bandwidth (with more than one process, the driver reaches every component through Ray); a
   worker's call to another worker has its own latency, on another slot or on its own (where
@@ -109,6 +111,10 @@ class Profile:
     transit: Mapping[str, float] = field(default_factory=dict)  # stage -> wall s per call
     call_cpu: Mapping[str, float] = field(default_factory=dict)  # who -> CPU s per call
     cores: int = 0  # CPU slots the processes share (0: not CPU-bound, e.g. GPUs)
+    # measured with every component on parallel_ranks slots (data parallel): per stage, the
+    # seconds beyond the model's without all-reduces (the collectives, splitting, gathering)
+    parallel: Mapping[str, float] = field(default_factory=dict)
+    parallel_ranks: int = 0
 
     def driver_seconds(self, stage: str) -> float:
         """The stage's time that no component's calls account for: the driver's own work."""
@@ -229,9 +235,18 @@ class _Model:
         cpu = self.p.call_cpu
         return work.calls * cpu.get(component, 0.0), work.calls * cpu.get(work.caller, 0.0)
 
+    def measured_parallel(self, stage: str) -> float | None:
+        """The stage's measured data-parallel seconds (``Profile.parallel``) where one of its
+        components runs on as many ranks as were measured; None where none does."""
+        p = self.p
+        if stage not in p.parallel or p.parallel_ranks < 2:
+            return None
+        ranks = [self.ranks(c) for c in p.work.get(stage, {})]
+        return p.parallel[stage] if p.parallel_ranks in ranks else None
+
     def allreduce(self, component: str, stage: str) -> float:
         r = self.ranks(component)
-        if r == 1 or stage not in UPDATES:
+        if r == 1 or stage not in UPDATES or self.measured_parallel(stage) is not None:
             return 0.0
         steps = self.p.grad_steps.get(component, 0.0)
         nbytes = self.p.grad_bytes.get(component, 0.0) * 2 * (r - 1) / r
@@ -269,7 +284,7 @@ class _Model:
         if stage == SYNC:
             return self.sync_seconds()
         work = self.p.work.get(stage, {})
-        own = self.p.driver_seconds(stage)
+        own = self.p.driver_seconds(stage) + (self.measured_parallel(stage) or 0.0)
         if stage == "collect" and self.p.mode == "embodied":
             return own + self.collect(work)
         return own + sum(self.part(stage, c, w) for c, w in work.items())
@@ -306,7 +321,10 @@ class _Model:
             ),
             default=0.0,
         )
-        own = sum(self.p.driver_seconds(stage) for stage in stages)
+        own = sum(
+            self.p.driver_seconds(stage) + (self.measured_parallel(stage) or 0.0)
+            for stage in stages
+        )
         return own + max(max(per_slot.values(), default=0.0), slowest)
 
     def cpu_bound(self, stages: list[str]) -> float:

@@ -450,6 +450,48 @@ def calibrate_apart(
     return transit, call_cpu
 
 
+def calibrate_parallel(
+    config: Any,
+    measured: Profile,
+    iterations: int = 3,
+    warmup: int = 1,
+    min_seconds: float = MIN_SECONDS,
+) -> tuple[dict[str, float], int]:
+    """What data parallelism costs beyond the split work, measured with every component on
+    every slot of the first node (one process a slot), synchronously, at one thread: per
+    stage, its seconds there less what ``measured`` (the one-process profile with what calls
+    between processes cost) predicts for that layout without all-reduces (``Profile.parallel``),
+    and the ranks. Nothing where the node has one slot or the config's batches do not split."""
+    from rlcore.placement import PlacementError, component_roles
+    from rlcore.placement.cost import Candidate, predict
+    from rlcore.runners.supervisor import build_runner
+
+    ranks = resolve_cluster(config.cluster).devices_per_node
+    names = component_roles(config).required
+    if ranks < 2:
+        return {}, 0
+    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
+        try:
+            parallel = replace_keys(
+                _one_process(config, 1, warmup + MOST_ITERATIONS, out),
+                {
+                    "cluster.component_placement": {",".join(names): f"0-{ranks - 1}"},
+                    "cluster.address": config.cluster.address,
+                },
+            )
+            plan = plan_for_config(parallel)
+        except (ConfigError, PlacementError):
+            return {}, 0
+        runner = build_runner(parallel, plan)
+        try:
+            stages, _ = _iterate(runner, warmup, iterations, lambda: None, min_seconds)
+        finally:
+            runner.close()
+    bare = dataclasses.replace(measured, grad_steps={})  # the model without all-reduces
+    split = predict(Candidate(((tuple(names), tuple(range(ranks))),)), bare).stages
+    return {s: max(t - split.get(s, 0.0), 0.0) for s, t in stages.items() if s in split}, ranks
+
+
 def profile(config: Any, iterations: int = 3, warmup: int = 1) -> tuple[dict[int, Profile], Path]:
     """Calibrate ``config`` at each of its thread counts, and what calls between processes cost
     it; keep the result in the output folder (``profile_path``); the profiles by thread count
@@ -483,16 +525,35 @@ def profile(config: Any, iterations: int = 3, warmup: int = 1) -> tuple[dict[int
     ):
         link = measure_link(config)
         transit, call_cpu = calibrate_apart(config, profiles[min(profiles)], iterations, warmup)
+        cores = spec.devices_per_node if spec.device == "cpu" else 0
+        measured = dataclasses.replace(
+            profiles[min(profiles)], link=link, transit=transit, call_cpu=call_cpu, cores=cores
+        )
+        say(f"placement: measuring every component data parallel on {spec.devices_per_node} slots")
+        parallel, ranks = calibrate_parallel(config, measured, iterations, warmup)
     say(
         f"placement: a call's round trip {link.latency_s * 1e3:.2f} ms from the driver, "
         f"{link.peer_latency_s * 1e3:.2f} ms between workers ("
         f"{link.same_slot_latency_s * 1e3:.2f} ms on one slot), "
         f"{link.bytes_per_s / 2**30:.2f} GiB/s; with this config's batches, per call: "
         + ", ".join(f"{s} {v * 1e3:.2f} ms" for s, v in transit.items())
+        + (
+            f"; data parallel on {ranks} slots adds "
+            + ", ".join(f"{s} {v * 1e3:.1f} ms" for s, v in parallel.items())
+            if ranks
+            else ""
+        )
     )
-    cores = spec.devices_per_node if spec.device == "cpu" else 0
     profiles = {
-        t: dataclasses.replace(p, link=link, transit=transit, call_cpu=call_cpu, cores=cores)
+        t: dataclasses.replace(
+            p,
+            link=link,
+            transit=transit,
+            call_cpu=call_cpu,
+            cores=cores,
+            parallel=parallel,
+            parallel_ranks=ranks,
+        )
         for t, p in profiles.items()
     }
     path = profile_path(config)

@@ -196,3 +196,14 @@ def test_a_faster_device_divides_the_computed_seconds():
     assert fast.work["update"]["actor"].seconds == pytest.approx(0.4)
     assert fast.stages["collect"] == pytest.approx(0.5)
     assert predict(Candidate(((ALL, (0,)),)), fast).iteration_s == pytest.approx(1.86 / 2)
+
+
+def test_measured_data_parallel_seconds_stand_for_the_all_reduces():
+    # measured on 2 ranks: the update 0.05 s beyond its split work. On 2 ranks the update is
+    # 0.8 / 2 + the driver's call (0.001 + 2e6 / 2 / 1e9) + 0.05 = 0.452, no all-reduce from
+    # the link; on 4 ranks (not measured) the link's: 0.2 + 0.0015 + 4 x (0.001 + 1.5e6 / 1e9)
+    profile = dataclasses.replace(EMBODIED, parallel={"update": 0.05}, parallel_ranks=2)
+    two = predict(Candidate(((ALL, (0, 1)),)), profile)
+    assert two.stages["update"] == pytest.approx(0.452)
+    four = predict(Candidate(((ALL, (0, 1, 2, 3)),)), profile)
+    assert four.stages["update"] == pytest.approx(0.2 + 0.0015 + 4 * (0.001 + 1.5e-3))

@@ -1,6 +1,7 @@
 """The placement profiler: the tracer's accounting against a hand-set clock, a calibration of
 the CartPole config in one process, and the link probe on the session's Ray."""
 
+import dataclasses
 import json
 
 import pytest
@@ -115,3 +116,8 @@ def test_calls_between_processes_measured_with_this_configs_batches(local_ray, c
         assert 1e-5 < transit[stage] < 1.0
     assert {"env", "rollout", "actor", "driver"} <= set(call_cpu)
     assert all(0.0 <= cpu < 1.0 for cpu in call_cpu.values())
+    # every component on both slots: what data parallelism adds, per stage, on 2 ranks
+    measured = dataclasses.replace(one, transit=transit, call_cpu=call_cpu, cores=2)
+    parallel, ranks = profiling.calibrate_parallel(config, measured, 2, 1, min_seconds=0)
+    assert ranks == 2 and {"collect", "update"} <= set(parallel)
+    assert all(0.0 <= extra < 1.0 for extra in parallel.values())
