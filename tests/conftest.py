@@ -74,6 +74,7 @@ LONGEST_FIRST = (
     "tests/runners/test_warm_processes.py",  # 8 s (the worker's Ray)
     "tests/scheduler/test_join.py",  # 8 s (the worker's Ray)
     "tests/test_ray_launch.py",  # 7 s (the worker's Ray)
+    "tests/runners/test_profiling.py",  # 6 s (the worker's Ray)
     "tests/scheduler/test_cpu_groups_and_sync.py",  # 7 s
     "tests/scheduler/test_fake_gpu_cluster.py",  # 28 s (a cluster of its own)
     "tests/runners/test_lost_node.py",  # 18 s (a cluster of its own)
