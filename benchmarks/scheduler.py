@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
 from rlcore.placement import ComponentRoles, build_plan
+from rlcore.runners.profiling import median_seconds
 from rlcore.scheduler import Scheduler
 
 ROLES = ComponentRoles("embodied", ("actor", "rollout"))
@@ -47,15 +47,6 @@ def plan(placement):
     return build_plan(placement, ROLES, num_nodes=1, devices_per_node=2, device="cpu")
 
 
-def median_s(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--params", type=float, default=100e6)
@@ -73,11 +64,11 @@ def main() -> None:
         rollout = scheduler.launch("rollout", Dense, args.params, 1)
         out["params"] = sum(t.numel() for t in actor.call_rank(0, "weights").values())
         actor.call_rank(0, "noop")
-        ms = median_s(lambda: actor.call_rank(0, "noop"), args.calls) * 1000
+        ms = median_seconds(lambda: actor.call_rank(0, "noop"), args.calls) * 1000
         out["noop_round_trip_ms"] = round(ms, 3)
         # Two processes at once: the actor's and the rollout's.
         pair = [actor.handles[0], rollout.handles[0]]
-        ms = median_s(
+        ms = median_seconds(
             lambda: scheduler.group("actor").get(
                 [
                     h.call.remote(c, "noop", (), {})
@@ -89,7 +80,7 @@ def main() -> None:
         out["noop_round_trip_2_ranks_ms"] = round(ms * 1000, 3)
         for method in ("object_store", "ipc", "collective", "object_store", "ipc", "collective"):
             scheduler.sync_weights("actor", "rollout", method=method)  # warm-up, group set-up
-            seconds = median_s(
+            seconds = median_seconds(
                 lambda m=method: scheduler.sync_weights("actor", "rollout", method=m), args.syncs
             )
             out.setdefault(f"sync_{method}_s", []).append(round(seconds, 3))  # two rounds
@@ -102,7 +93,7 @@ def main() -> None:
         fused.launch("actor", Dense, args.params, 0)
         fused.launch("rollout", Dense, args.params, 1)
         fused.sync_weights("actor", "rollout")
-        seconds = median_s(lambda: fused.sync_weights("actor", "rollout"), args.syncs)
+        seconds = median_seconds(lambda: fused.sync_weights("actor", "rollout"), args.syncs)
         out["sync_in_process_s"] = round(seconds, 3)
     print(json.dumps(out))
 

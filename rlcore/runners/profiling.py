@@ -17,6 +17,7 @@ fingerprint, so its profile is measured anew, never reused.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -26,6 +27,9 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,62 +155,82 @@ MIN_SECONDS = 2.0
 MOST_ITERATIONS = 400
 
 
+@dataclass(frozen=True)
+class Measure:
+    """How long each calibration runs: ``warmup`` iterations, then at least ``iterations`` and
+    ``min_seconds`` measured (``MOST_ITERATIONS`` at most)."""
+
+    iterations: int = 3
+    warmup: int = 1
+    min_seconds: float = MIN_SECONDS
+
+
+@contextmanager
+def _layout_runner(
+    config: Any, threads: int, changes: dict[str, Any], tracer: Tracer | None = None
+) -> Iterator[Any]:
+    """A runner of ``config`` in one process at ``threads`` threads with ``changes`` on top (a
+    layout), in a temporary run folder (``tracer``: its in-driver components traced); closed
+    after."""
+    from rlcore.runners.supervisor import build_runner
+
+    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
+        layout = _one_process(config, threads, MOST_ITERATIONS + 16, out)
+        if changes:
+            layout = replace_keys(layout, {**changes, "cluster.address": config.cluster.address})
+        plan = plan_for_config(layout)
+        with tracing(tracer) if tracer is not None else contextlib.nullcontext():
+            runner = build_runner(layout, plan)
+        try:
+            yield runner
+        finally:
+            runner.close()
+
+
 def _iterate(
-    runner: Any, warmup: int, iterations: int, after_warmup: Any, min_seconds: float
+    runner: Any, measure: Measure, after_warmup: Any = None
 ) -> tuple[dict[str, float], int]:
-    """``warmup`` iterations, ``after_warmup()``, then measured ones (``MIN_SECONDS``): the
-    mean seconds of each stage an iteration (``time/<stage>_s``), and how many were measured."""
-    for i in range(1, warmup + 1):
+    """``measure.warmup`` iterations, ``after_warmup()``, then measured ones: the mean seconds
+    of each stage an iteration (``time/<stage>_s``), and how many were measured."""
+    for i in range(1, measure.warmup + 1):
         runner.iterate(i)
-    after_warmup()
+    if after_warmup is not None:
+        after_warmup()
     stages: dict[str, float] = defaultdict(float)
     start, n = time.perf_counter(), 0
-    while n < MOST_ITERATIONS and (n < iterations or time.perf_counter() - start < min_seconds):
+    while n < MOST_ITERATIONS and (
+        n < measure.iterations or time.perf_counter() - start < measure.min_seconds
+    ):
         n += 1
-        for name, value in runner.iterate(warmup + n).items():
+        for name, value in runner.iterate(measure.warmup + n).items():
             if name.startswith("time/"):
                 stages[name.removeprefix("time/").removesuffix("_s")] += value
     return {stage: seconds / n for stage, seconds in stages.items()}, n
 
 
-def calibrate(
-    config: Any,
-    threads: int,
-    link: Link,
-    iterations: int = 3,
-    warmup: int = 1,
-    min_seconds: float = MIN_SECONDS,
-) -> Profile:
+def calibrate(config: Any, threads: int, link: Link, measure: Measure = Measure()) -> Profile:
     """``config``'s iteration in one process at ``threads`` torch threads (module docstring)."""
-    from rlcore.runners.supervisor import build_runner
+    tracer = Tracer()
+    with _layout_runner(config, threads, {}, tracer) as runner:
+        stages, iterations = _iterate(runner, measure, tracer.reset)
+        objects = runner.components.objects
+        sizes = {
+            name: weight_bytes(obj.weights())
+            for name, obj in objects.items()
+            if name in ("actor", "critic") and hasattr(obj, "weights")
+        }
+        reuses = False
+        if config.mode == "reasoning":
+            from rlcore.algorithms import ADVANTAGES
 
-    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
-        one = _one_process(config, threads, warmup + MOST_ITERATIONS, out)
-        plan = plan_for_config(one)
-        tracer = Tracer()
-        with tracing(tracer):
-            runner = build_runner(one, plan)
-        try:
-            stages, iterations = _iterate(runner, warmup, iterations, tracer.reset, min_seconds)
-            objects = runner.components.objects
-            sizes = {
-                name: weight_bytes(obj.weights())
-                for name, obj in objects.items()
-                if name in ("actor", "critic") and hasattr(obj, "weights")
-            }
-            reuses = False
-            if config.mode == "reasoning":
-                inputs = config.algorithm.adv_type
-                from rlcore.algorithms import ADVANTAGES
-
-                needs_pi = SUM_PI_SQUARED in ADVANTAGES.entry(inputs).traits["inputs"]
-                reuses = config.derived.bypass_mode or (
-                    not config.actor.recompute_log_probs
-                    and not needs_pi
-                    and objects["rollout"].generates_with_the_actor()
-                )
-        finally:
-            runner.close()
+            needs_pi = (
+                SUM_PI_SQUARED in ADVANTAGES.entry(config.algorithm.adv_type).traits["inputs"]
+            )
+            reuses = config.derived.bypass_mode or (
+                not config.actor.recompute_log_probs
+                and not needs_pi
+                and objects["rollout"].generates_with_the_actor()
+            )
     totals: dict[tuple[str, str], list] = {}  # (stage, component) -> seconds, calls, bytes, caller
     for (stage, component, caller), tally in tracer.tallies.items():
         if stage not in stages:
@@ -234,6 +258,16 @@ def calibrate(
     )
 
 
+def median_seconds(call: Any, repeats: int) -> float:
+    """The median wall seconds of ``repeats`` calls of ``call()``."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 class _Echo:
     """The link probe's callee: answers at once."""
 
@@ -255,13 +289,9 @@ class _Caller(_Echo):
 
     def time_calls(self, peer: str, calls: int) -> float:
         """The median seconds of ``calls`` calls of the peer's ``noop``."""
-        handle, samples = self.peers[peer], []
+        handle = self.peers[peer]
         handle.noop()
-        for _ in range(calls):
-            start = time.perf_counter()
-            handle.noop()
-            samples.append(time.perf_counter() - start)
-        return statistics.median(samples)
+        return median_seconds(handle.noop, calls)
 
 
 def measure_link(config: Any, payload_mib: int = 32, calls: int = 30) -> Link:
@@ -291,17 +321,10 @@ def measure_link(config: Any, payload_mib: int = 32, calls: int = 30) -> Link:
         peers = {"near": Peer("env"), "far": Peer("actor")}
         caller = components.launch(ComponentSpec("rollout", _Caller, (), peers))
 
-        def median_s(call: Any, n: int) -> float:
-            call()
-            samples = []
-            for _ in range(n):
-                start = time.perf_counter()
-                call()
-                samples.append(time.perf_counter() - start)
-            return statistics.median(samples)
-
-        latency = median_s(far.noop, calls)
-        sending = median_s(lambda: far.take(payload), max(calls // 6, 3))
+        far.noop()
+        latency = median_seconds(far.noop, calls)
+        far.take(payload)
+        sending = median_seconds(lambda: far.take(payload), max(calls // 6, 3))
         peer = caller.time_calls("far", calls)
         same = caller.time_calls("near", calls)
     finally:
@@ -388,11 +411,7 @@ def apart_layout(config: Any) -> dict[str, str]:
 
 
 def calibrate_apart(
-    config: Any,
-    one: Profile,
-    iterations: int = 3,
-    warmup: int = 1,
-    min_seconds: float = MIN_SECONDS,
+    config: Any, one: Profile, measure: Measure = Measure()
 ) -> tuple[dict[str, float], dict[str, float]]:
     """What calls between processes cost this config's own batches, measured with every
     component in a process of its own (``apart_layout``), synchronously, at one thread:
@@ -400,32 +419,17 @@ def calibrate_apart(
     there less in one process, over its calls); per process, the CPU seconds each call it takes
     part in costs it (``Profile.call_cpu``: its CPU time less its work in one process, over its
     calls; the driver's likewise). ``one``: the same config's one-process profile."""
-    from rlcore.runners.supervisor import build_runner
+    apart = {"cluster.component_placement": apart_layout(config), "cluster.fuse_collocated": False}
+    with _layout_runner(config, 1, apart) as runner:
+        before: dict[str, Any] = {}
 
-    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
-        apart = replace_keys(
-            _one_process(config, 1, warmup + MOST_ITERATIONS, out),
-            {
-                "cluster.component_placement": apart_layout(config),
-                "cluster.fuse_collocated": False,
-                "cluster.address": config.cluster.address,
-            },
-        )
-        plan = plan_for_config(apart)
-        runner = build_runner(apart, plan)
-        try:
-            before: dict[str, Any] = {}
+        def snapshot() -> None:
+            before["cpu"], before["driver"] = runner.components.cpu_seconds(), time.process_time()
 
-            def snapshot() -> None:
-                before["cpu"], before["driver"] = cpu_seconds(), time.process_time()
-
-            cpu_seconds = runner.components.cpu_seconds
-            stages, iterations = _iterate(runner, warmup, iterations, snapshot, min_seconds)
-            cpu, driver = before["cpu"], (time.process_time() - before["driver"]) / iterations
-            after = runner.components.cpu_seconds()
-            used = {c: (after[(c, r)] - cpu[(c, r)]) / iterations for c, r in cpu}
-        finally:
-            runner.close()
+        stages, iterations = _iterate(runner, measure, snapshot)
+        cpu, driver = before["cpu"], (time.process_time() - before["driver"]) / iterations
+        after = runner.components.cpu_seconds()
+        used = {c: (after[(c, r)] - cpu[(c, r)]) / iterations for c, r in cpu}
     transit = {}
     for stage, seconds in stages.items():
         calls = sum(w.calls for w in one.work.get(stage, {}).values())
@@ -451,86 +455,63 @@ def calibrate_apart(
 
 
 def calibrate_parallel(
-    config: Any,
-    measured: Profile,
-    iterations: int = 3,
-    warmup: int = 1,
-    min_seconds: float = MIN_SECONDS,
+    config: Any, measured: Profile, measure: Measure = Measure()
 ) -> tuple[dict[str, float], int]:
     """What data parallelism costs beyond the split work, measured with every component on
     every slot of the first node (one process a slot), synchronously, at one thread: per
     stage, its seconds there less what ``measured`` (the one-process profile with what calls
     between processes cost) predicts for that layout without all-reduces (``Profile.parallel``),
     and the ranks. Nothing where the node has one slot or the config's batches do not split."""
-    from rlcore.placement import PlacementError, component_roles
+    from rlcore.placement import component_roles
     from rlcore.placement.cost import Candidate, predict
-    from rlcore.runners.supervisor import build_runner
 
     ranks = resolve_cluster(config.cluster).devices_per_node
     names = component_roles(config).required
     if ranks < 2:
         return {}, 0
-    with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
-        try:
-            parallel = replace_keys(
-                _one_process(config, 1, warmup + MOST_ITERATIONS, out),
-                {
-                    "cluster.component_placement": {",".join(names): f"0-{ranks - 1}"},
-                    "cluster.address": config.cluster.address,
-                },
-            )
-            plan = plan_for_config(parallel)
-        except (ConfigError, PlacementError):
-            return {}, 0
-        runner = build_runner(parallel, plan)
-        try:
-            stages, _ = _iterate(runner, warmup, iterations, lambda: None, min_seconds)
-        finally:
-            runner.close()
+    parallel = {"cluster.component_placement": {",".join(names): f"0-{ranks - 1}"}}
+    try:
+        with _layout_runner(config, 1, parallel) as runner:
+            stages, _ = _iterate(runner, measure)
+    except ConfigError as error:  # (the batches do not split over the slots, say)
+        say(f"placement: data parallel on {ranks} slots not measured ({error}); the link's")
+        return {}, 0
     bare = dataclasses.replace(measured, grad_steps={})  # the model without all-reduces
     split = predict(Candidate(((tuple(names), tuple(range(ranks))),)), bare).stages
     return {s: max(t - split.get(s, 0.0), 0.0) for s, t in stages.items() if s in split}, ranks
 
 
-def profile(config: Any, iterations: int = 3, warmup: int = 1) -> tuple[dict[int, Profile], Path]:
-    """Calibrate ``config`` at each of its thread counts, and what calls between processes cost
-    it; keep the result in the output folder (``profile_path``); the profiles by thread count
-    and the file."""
+def profile(config: Any, iterations: int = 3) -> tuple[dict[int, Profile], Path]:
+    """Calibrate ``config`` at each of its thread counts, and what calls between processes and
+    data parallelism cost it; keep the result in the output folder (``profile_path``); the
+    profiles by thread count and the file."""
     from rlcore.runners.supervisor import _ray_session
 
+    measure = Measure(iterations)
     profiles = {}
     for threads in profile_threads(config):
         start = time.perf_counter()
-        profiles[threads] = calibrate(config, threads, Link(1.0, 1.0), iterations, warmup)
+        profiles[threads] = calibrate(config, threads, Link(1.0, 1.0), measure)
         say(
-            f"placement: {warmup} + {iterations} iterations in one process at {threads} "
-            f"thread(s): {sum(profiles[threads].stages.values()):.3f} s an iteration "
+            f"placement: in one process at {threads} thread(s): "
+            f"{sum(profiles[threads].stages.values()):.3f} s an iteration "
             f"({time.perf_counter() - start:.1f} s in all)"
         )
     spec = resolve_cluster(config.cluster)
     layout = apart_layout(config)
     say(f"placement: measuring calls between processes, {layout} (each its own process)")
+    apart = {"cluster.component_placement": layout, "cluster.fuse_collocated": False}
     with _ray_session(
-        plan_for_config(
-            replace_keys(
-                config,
-                {
-                    "cluster.component_placement": layout,
-                    "cluster.fuse_collocated": False,
-                    "runner.max_staleness": 0,
-                },
-            )
-        ),
+        plan_for_config(replace_keys(config, {**apart, "runner.max_staleness": 0})),
         config.cluster.address,
     ):
         link = measure_link(config)
-        transit, call_cpu = calibrate_apart(config, profiles[min(profiles)], iterations, warmup)
+        transit, call_cpu = calibrate_apart(config, profiles[min(profiles)], measure)
         cores = spec.devices_per_node if spec.device == "cpu" else 0
-        measured = dataclasses.replace(
-            profiles[min(profiles)], link=link, transit=transit, call_cpu=call_cpu, cores=cores
-        )
+        found = {"link": link, "transit": transit, "call_cpu": call_cpu, "cores": cores}
+        measured = dataclasses.replace(profiles[min(profiles)], **found)
         say(f"placement: measuring every component data parallel on {spec.devices_per_node} slots")
-        parallel, ranks = calibrate_parallel(config, measured, iterations, warmup)
+        found["parallel"], found["parallel_ranks"] = calibrate_parallel(config, measured, measure)
     say(
         f"placement: a call's round trip {link.latency_s * 1e3:.2f} ms from the driver, "
         f"{link.peer_latency_s * 1e3:.2f} ms between workers ("
@@ -538,24 +519,13 @@ def profile(config: Any, iterations: int = 3, warmup: int = 1) -> tuple[dict[int
         f"{link.bytes_per_s / 2**30:.2f} GiB/s; with this config's batches, per call: "
         + ", ".join(f"{s} {v * 1e3:.2f} ms" for s, v in transit.items())
         + (
-            f"; data parallel on {ranks} slots adds "
-            + ", ".join(f"{s} {v * 1e3:.1f} ms" for s, v in parallel.items())
-            if ranks
+            f"; data parallel on {found['parallel_ranks']} slots adds "
+            + ", ".join(f"{s} {v * 1e3:.1f} ms" for s, v in found["parallel"].items())
+            if found["parallel_ranks"]
             else ""
         )
     )
-    profiles = {
-        t: dataclasses.replace(
-            p,
-            link=link,
-            transit=transit,
-            call_cpu=call_cpu,
-            cores=cores,
-            parallel=parallel,
-            parallel_ranks=ranks,
-        )
-        for t, p in profiles.items()
-    }
+    profiles = {t: dataclasses.replace(p, **found) for t, p in profiles.items()}
     path = profile_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(to_json(profiles, config), indent=1))

@@ -55,13 +55,14 @@ def test_tracer_counts_own_seconds_callers_and_bytes(monkeypatch):
 
 
 CARTPOLE = ["cluster.devices_per_node=2"]
+QUICK = profiling.Measure(iterations=2, warmup=1, min_seconds=0)  # (the suite's time)
 
 
 @pytest.fixture(scope="module")
 def cartpole_profile():
     """The CartPole config's one-process profile (1 warm-up, 2 measured iterations)."""
     config = load_config("embodied/cartpole_ppo", CARTPOLE)
-    return config, profiling.calibrate(config, 1, Link(1e-3, 1e9), 2, 1, min_seconds=0)
+    return config, profiling.calibrate(config, 1, Link(1e-3, 1e9), QUICK)
 
 
 def test_cartpole_calibration_in_one_process(cartpole_profile):
@@ -110,7 +111,7 @@ def test_link_probe(local_ray):
 def test_calls_between_processes_measured_with_this_configs_batches(local_ray, cartpole_profile):
     config, one = cartpole_profile
     assert profiling.apart_layout(config) == {"actor": "0", "rollout": "1", "env": "0"}
-    transit, call_cpu = profiling.calibrate_apart(config, one, 2, 1, min_seconds=0)
+    transit, call_cpu = profiling.calibrate_apart(config, one, QUICK)
     # every stage whose calls cross adds time to it (how much depends on the machine's load:
     # only that it is there, and finite)
     assert {"collect", "update"} <= set(transit)
@@ -120,6 +121,6 @@ def test_calls_between_processes_measured_with_this_configs_batches(local_ray, c
     assert all(0.0 <= cpu < math.inf for cpu in call_cpu.values())
     # every component on both slots: what data parallelism adds, per stage, on 2 ranks
     measured = dataclasses.replace(one, transit=transit, call_cpu=call_cpu, cores=2)
-    parallel, ranks = profiling.calibrate_parallel(config, measured, 2, 1, min_seconds=0)
+    parallel, ranks = profiling.calibrate_parallel(config, measured, QUICK)
     assert ranks == 2 and {"collect", "update"} <= set(parallel)
     assert all(0.0 <= extra < math.inf for extra in parallel.values())
