@@ -33,22 +33,9 @@ from rlcore.runners.profiling import advise, read_profile_file
 from rlcore.runners.supervisor import _ray_session, build_runner
 
 
-def keys_of(ranked: Ranked, mode: str) -> dict:
-    c = ranked.candidate
-    keys = {
-        "cluster.component_placement": c.placement(),
-        "cluster.fuse_collocated": c.fused,
-        "runner.max_staleness": c.max_staleness,
-        "runner.torch_threads": c.torch_threads,
-    }
-    if mode == "embodied":
-        keys["rollout.pipeline_stage_num"] = c.pipeline_stage_num
-    return keys
-
-
 def measure(config, ranked: Ranked, iterations: int, out: str) -> list[float]:
     run = {
-        **keys_of(ranked, config.mode),
+        **ranked.candidate.config_keys(config.mode),
         "runner.checkpoint_every": 0,
         "runner.progress": False,
         "runner.output_dir": out,

@@ -173,8 +173,6 @@ def _advise(config: RLCoreConfig, remeasure: bool, ranked: bool, iterations: int
     from rlcore.placement.advise import json_line, table
     from rlcore.runners.profiling import advise, profile
 
-    if iterations < 1:
-        raise _exit_with(ConfigError(f"--iterations: {iterations}; give at least 1"))
     if not ranked:
         _, path = profile(config, iterations)
         print(f"placement: profile kept in {path}")
@@ -185,6 +183,26 @@ def _advise(config: RLCoreConfig, remeasure: bool, ranked: bool, iterations: int
     return 0
 
 
+def _check_placement_options(args: argparse.Namespace) -> None:
+    """``rlcore placement``'s options that only mean something beside another: refused alone
+    in one line each (status 2); their defaults filled in."""
+    problems = []
+    if args.throughput is not None and args.profile_file is None:
+        problems.append("--throughput: goes with --profile-file (a profile on paper, scaled)")
+    if args.profile_file is not None and not args.advise:
+        problems.append("--profile-file: goes with --advise (a profile is read, not made)")
+    if args.iterations is not None and not (args.profile or args.advise):
+        problems.append("--iterations: goes with --profile or --advise (what is measured)")
+    if args.iterations is not None and args.iterations < 1:
+        problems.append(f"--iterations: {args.iterations}; give at least 1")
+    if args.throughput is not None and not args.throughput > 0:
+        problems.append(f"--throughput: {args.throughput}; give a number above 0")
+    if problems:
+        raise _exit_with(ConfigError("\n".join(problems)))
+    args.iterations = 3 if args.iterations is None else args.iterations
+    args.throughput = 1.0 if args.throughput is None else args.throughput
+
+
 def _advise_on_paper(args: argparse.Namespace) -> int:
     """``rlcore placement CONFIG --advise --profile-file FILE [--throughput X]``: the advisor
     for a cluster from a profile measured elsewhere (docs/placement.md, "On paper")."""
@@ -193,10 +211,6 @@ def _advise_on_paper(args: argparse.Namespace) -> int:
     from rlcore.runners.profiling import read_profile_file
 
     try:
-        if not args.advise:
-            raise ConfigError("--profile-file: goes with --advise (a profile is read, not made)")
-        if not args.throughput > 0:
-            raise ConfigError(f"--throughput: {args.throughput}; give a number above 0")
         config = load_config(args.config, args.overrides, cluster_file=args.cluster)
         profiles = read_profile_file(args.profile_file, config)
     except ConfigError as error:
@@ -237,7 +251,7 @@ def _command_parser() -> argparse.ArgumentParser:
         "iteration (profiling first where no profile is kept); the last line is JSON",
     )
     place.add_argument(
-        "--iterations", type=int, default=3, help="measured iterations of a profile (3)"
+        "--iterations", type=int, help="with --profile or --advise: measured iterations (3)"
     )
     place.add_argument(
         "--profile-file",
@@ -249,9 +263,8 @@ def _command_parser() -> argparse.ArgumentParser:
     place.add_argument(
         "--throughput",
         type=float,
-        default=1.0,
         help="with --profile-file: the cluster's devices this many times as fast as the "
-        "profile's (its computed seconds divided by it)",
+        "profile's (its computed seconds divided by it; 1)",
     )
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
@@ -292,8 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(key_reference(), end="")
         return 0
-    if args.command == "placement" and args.profile_file is not None:
-        return _advise_on_paper(args)
+    if args.command == "placement":
+        _check_placement_options(args)
+        if args.profile_file is not None:
+            return _advise_on_paper(args)
     config, plan = load_and_plan(args.config, args.overrides, args.cluster)
     if args.command == "config":
         print(json.dumps(as_plain(config)) if args.json else config_as_yaml(config), end="")

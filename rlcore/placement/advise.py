@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from itertools import combinations, pairwise
 from typing import Any
 
+from rlcore.config.errors import ConfigError
 from rlcore.config.load import replace_keys
 from rlcore.config.schema import EmbodiedConfig, RLCoreConfig
 from rlcore.placement.checks import check_plan
@@ -99,7 +100,7 @@ def _variant(config: RLCoreConfig, candidate: Candidate, cache: dict) -> RLCoreC
             changes["rollout.pipeline_stage_num"] = candidate.pipeline_stage_num
         try:
             cache[key] = replace_keys(config, changes)
-        except Exception:  # (a combination the config's own checks refuse)
+        except ConfigError:  # (a combination the config's own checks refuse)
             cache[key] = None
     return cache[key]
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 DRIVER = "driver"
 
@@ -139,6 +140,19 @@ class Candidate:
         """``cluster.component_placement`` as a user writes it (keys joined by commas)."""
         return {",".join(names): _ranges(slots) for names, slots in self.groups}
 
+    def config_keys(self, mode: str) -> dict[str, Any]:
+        """The keys a run of this layout is given (``replace_keys``): placement, fusion,
+        staleness, torch threads and, embodied, env stages."""
+        keys: dict[str, Any] = {
+            "cluster.component_placement": self.placement(),
+            "cluster.fuse_collocated": self.fused,
+            "runner.max_staleness": self.max_staleness,
+            "runner.torch_threads": self.torch_threads,
+        }
+        if mode == "embodied":
+            keys["rollout.pipeline_stage_num"] = self.pipeline_stage_num
+        return keys
+
     def slots_of(self, component: str) -> tuple[int, ...]:
         return next(slots for names, slots in self.groups if component in names)
 
@@ -185,7 +199,7 @@ def predict(candidate: Candidate, profile: Profile) -> Prediction:
     if candidate.max_staleness == 0:
         stages = {s: model.serial(s) for s in model.stages()}
         total = sum(stages.values())
-        cores = model.cpu_bound(model.stages())
+        cores = model.cpu_bound(model.loads(model.stages()))
         if cores > total:
             return Prediction(cores, stages, "the cores' load")
         return Prediction(total, stages, max(stages, key=stages.get) if stages else "")
@@ -327,11 +341,12 @@ class _Model:
         )
         return own + max(max(per_slot.values(), default=0.0), slowest)
 
-    def cpu_bound(self, stages: list[str]) -> float:
-        """On CPU slots: every process's and the driver's CPU seconds shared by the cores."""
+    def cpu_bound(self, loads: tuple[dict[int, float], float]) -> float:
+        """On CPU slots: every process's and the driver's CPU seconds (``loads``) shared by the
+        cores."""
         if not self.p.cores or not self.apart:
             return 0.0
-        per_slot, driver = self.loads(stages)
+        per_slot, driver = loads
         return (sum(per_slot.values()) + driver) / self.p.cores
 
     def overlapped(self) -> Prediction:
@@ -350,13 +365,14 @@ class _Model:
         if updates:
             seconds["updates"] = self.side_by_side(updates)
         training = sum(v for k, v in seconds.items() if k != gen)
-        load, _ = self.loads(stages)
+        loads = self.loads(stages)
+        load = loads[0]
         busiest = max(load, key=load.get) if load else 0
         sides = {
             f"{gen} (beside training)": seconds[gen],
             "training": training,
             f"slot {busiest}'s load": load.get(busiest, 0.0),
-            "the cores' load": self.cpu_bound(stages),
+            "the cores' load": self.cpu_bound(loads),
         }
         bottleneck = max(sides, key=sides.get)
         return Prediction(sides[bottleneck], seconds, bottleneck)

@@ -233,7 +233,9 @@ def _train(driver: Driver, stop: StopRequests) -> dict[str, Any]:
             if predicted is not None:  # component_placement: auto (placement/advise.py)
                 metrics["placement/predicted_iteration_s"] = predicted
                 measured.append(seconds)
-                if len(measured) == PREDICTION_CHECKED or (last and len(measured) < 5):
+                if len(measured) == PREDICTION_CHECKED or (
+                    last and len(measured) < PREDICTION_CHECKED
+                ):
                     say(prediction_line(predicted, measured))
             interrupted = stop.signum is not None
             if ((s.eval_every and iteration % s.eval_every == 0) or last) and not interrupted:

@@ -1,13 +1,16 @@
 """The placement profile (``rlcore placement --profile``): a config's iteration measured in one
-process, each component's calls timed apart (``rlcore.scheduler.tracing``), and the cost of a
-call between two processes measured on this machine's Ray (``measure_link``). The advisor
-(``rlcore.placement.advise``) predicts every candidate layout from it.
+process, each component's calls timed apart (``rlcore.scheduler.tracing``: ``calibrate``);
+what calls between processes cost its batches (every component apart: ``calibrate_apart``);
+what data parallelism adds (every component on every slot: ``calibrate_parallel``); and a Ray
+probe (``measure_link``). The advisor (``rlcore.placement.advise``) predicts every candidate
+layout from it.
 
-Calibration runs ``warmup`` iterations, then ``iterations`` measured ones, in a temporary run
-folder, with nothing checkpointed or logged; on CPU at one thread and at as many as the cluster
-has slots (the one-process candidate may use them all), on a GPU at ``runner.torch_threads``.
-A reasoning calibration makes the actor recompute the old log-probs (a layout with the rollout
-apart needs that pass) and records whether a one-process run would skip it.
+Each calibration runs ``Measure.warmup`` iterations, then at least ``Measure.iterations`` and
+``Measure.min_seconds`` measured ones, in a temporary run folder, with nothing checkpointed or
+logged; the one-process one on CPU at one thread and at as many as the cluster has slots (the
+one-process candidate may use them all), on a GPU at ``runner.torch_threads``, the others at
+one. A reasoning calibration makes the actor recompute the old log-probs (a layout with the
+rollout apart needs that pass) and records whether a one-process run would skip it.
 
 A profile is kept as JSON named by its fingerprint: the config's keys that change what an
 iteration computes (placement, staleness, threads, stages, the run's length and outputs left
@@ -563,13 +566,6 @@ def choose_placement(config: Any) -> tuple[Any, Any]:
         )
     best = fitting[0]
     c = best.candidate
-    changes: dict[str, Any] = {
-        "cluster.component_placement": c.placement(),
-        "cluster.fuse_collocated": c.fused,
-        "runner.torch_threads": c.torch_threads,
-    }
-    if config.mode == "embodied":
-        changes["rollout.pipeline_stage_num"] = c.pipeline_stage_num
     fused = "" if c.fused else ", a process per component"
     say(
         f"placement: auto picked {placement_text(c)}{fused}, {c.torch_threads} torch thread(s)"
@@ -577,4 +573,4 @@ def choose_placement(config: Any) -> tuple[Any, Any]:
         + f": predicted {best.prediction.iteration_s:.3f} s an iteration "
         f"({best.speedup:.2f}x one process; bottleneck: {best.prediction.bottleneck})"
     )
-    return replace_keys(config, changes), best
+    return replace_keys(config, c.config_keys(config.mode)), best

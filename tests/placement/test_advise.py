@@ -129,3 +129,22 @@ def test_of_variants_that_predict_the_same_the_simplest_is_listed():
     for order in ([apart, fused], [fused, apart]):
         (only,) = rank(order, {1: profile})
         assert only.candidate == fused
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--throughput", "2"], "--throughput: goes with --profile-file"),
+        (["--profile-file", "p.json"], "--profile-file: goes with --advise"),
+        (["--iterations", "5"], "--iterations: goes with --profile or --advise"),
+        (["--advise", "--iterations", "0"], "--iterations: 0; give at least 1"),
+    ],
+)
+def test_placement_options_that_mean_nothing_alone_are_refused(extra, said, capsys):
+    from rlcore.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["placement", "embodied/cartpole_ppo", *extra])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
