@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -351,13 +352,53 @@ def to_json(profiles: dict[int, Profile], config: Any) -> dict[str, Any]:
     }
 
 
+def _number(where: str, value: Any, positive: bool = False) -> None:
+    """``value`` a finite number at least 0 (above 0 with ``positive``); ``ValueError`` naming
+    ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: {value!r} is not a finite number")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{where}: {value!r} must be {'above' if positive else 'at least'} 0")
+
+
+def _checked(p: Profile, where: str) -> Profile:
+    """``p`` read from JSON with every figure a finite number in range (``ValueError`` naming
+    the field otherwise): what the cost model computes with."""
+    if p.mode not in ("embodied", "reasoning"):
+        raise ValueError(f"{where}.mode: {p.mode!r} is not embodied or reasoning")
+    for stage, seconds in p.stages.items():
+        _number(f"{where}.stages.{stage}", seconds)
+    for stage, parts in p.work.items():
+        for component, w in parts.items():
+            for name in ("seconds", "calls", "bytes"):
+                _number(f"{where}.work.{stage}.{component}.{name}", getattr(w, name))
+    link = p.link
+    _number(f"{where}.link.latency_s", link.latency_s)
+    _number(f"{where}.link.bytes_per_s", link.bytes_per_s, positive=True)
+    for name in ("peer_latency_s", "same_slot_latency_s", "inter_node_bytes_per_s"):
+        if getattr(link, name) is not None:
+            _number(f"{where}.link.{name}", getattr(link, name), positive=name.endswith("per_s"))
+    _number(f"{where}.weight_bytes", p.weight_bytes)
+    for field in ("grad_steps", "grad_bytes", "transit", "call_cpu", "parallel"):
+        for key, value in getattr(p, field).items():
+            _number(f"{where}.{field}.{key}", value)
+    for field in ("threads", "cores", "parallel_ranks"):
+        value = getattr(p, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}.{field}: {value!r} is not a whole number at least 0")
+    return p
+
+
 def from_json(data: dict[str, Any]) -> dict[int, Profile]:
+    """The profiles of a kept (or given) profile's JSON, each figure checked (``ValueError`` or
+    ``KeyError`` / ``TypeError`` naming what is wrong)."""
     profiles = {}
     for threads, p in data["profiles"].items():
         work = {
             stage: {c: Work(**w) for c, w in parts.items()} for stage, parts in p["work"].items()
         }
-        profiles[int(threads)] = Profile(**{**p, "work": work, "link": Link(**p["link"])})
+        profile = Profile(**{**p, "work": work, "link": Link(**p["link"])})
+        profiles[int(threads)] = _checked(profile, f"profiles.{threads}")
     return profiles
 
 
@@ -368,7 +409,7 @@ def read_profile_file(path: Path, config: Any) -> dict[int, Profile]:
     try:
         data = json.loads(Path(path).read_text())
         profiles = from_json(data)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(
             f"--profile-file: {path} is not a placement profile ({type(error).__name__}: "
             f"{error}); write one as `rlcore placement CONFIG --profile` keeps it"
@@ -393,6 +434,9 @@ def load_profile(path: Path, config: Any) -> dict[int, Profile] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict):
+        say(f"placement: the profile {path} is not a profile's JSON object; measuring anew")
+        return None
     wanted = fingerprint(config)
     if data.get("version") != PROFILE_VERSION or data.get("fingerprint") != wanted:
         say(
@@ -400,7 +444,11 @@ def load_profile(path: Path, config: Any) -> dict[int, Profile] | None:
             f"(fingerprint {data.get('fingerprint')}, this run's {wanted}); measuring anew"
         )
         return None
-    return from_json(data)
+    try:
+        return from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        say(f"placement: the profile {path} does not read ({error}); measuring anew")
+        return None
 
 
 def apart_layout(config: Any) -> dict[str, str]:

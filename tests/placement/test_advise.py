@@ -148,3 +148,55 @@ def test_placement_options_that_mean_nothing_alone_are_refused(extra, said, caps
     assert done.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+def test_a_profile_file_with_bad_figures_is_refused_naming_the_field(tmp_path, capsys):
+    from rlcore.cli import main
+    from rlcore.runners.profiling import to_json
+
+    config = load_config("reasoning/tiny_arith_ppo", ["cluster.devices_per_node=2"])
+    good = to_json({1: _flat_profile("reasoning", {"generate": "rollout"})}, config)
+    path = tmp_path / "p.json"
+    argv = ["placement", "reasoning/tiny_arith_ppo", "--advise", "--profile-file", str(path)]
+
+    def spoiled(edit):
+        data = json.loads(json.dumps(good))
+        edit(data["profiles"]["1"])
+        return data
+
+    cases = [
+        (
+            spoiled(lambda p: p["work"]["generate"]["rollout"].update(seconds="x")),
+            "profiles.1.work.generate.rollout.seconds: 'x' is not a finite number",
+        ),
+        (
+            spoiled(lambda p: p["link"].update(bytes_per_s=0)),
+            "profiles.1.link.bytes_per_s: 0 must be above 0",
+        ),
+        (
+            spoiled(lambda p: p["stages"].update(generate=-1.0)),
+            "profiles.1.stages.generate: -1.0 must be at least 0",
+        ),
+        ([1, 2], "is not a placement profile"),
+    ]
+    for data, said in cases:
+        path.write_text(json.dumps(data))
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
+
+
+def test_a_kept_profile_that_does_not_read_is_measured_anew(tmp_path, capsys):
+    from rlcore.runners.profiling import load_profile, to_json
+
+    config = load_config("embodied/cartpole_ppo")
+    data = to_json({1: _flat_profile("embodied", {"collect": "rollout"})}, config)
+    data["profiles"]["1"]["threads"] = "one"
+    path = tmp_path / "kept.json"
+    for written in (json.dumps(data), "[]"):
+        path.write_text(written)
+        assert load_profile(path, config) is None
+        line = capsys.readouterr().err.strip()
+        assert "measuring anew" in line and len(line.splitlines()) == 1
