@@ -136,10 +136,29 @@ def valid_candidates(config: RLCoreConfig, threads: Sequence[int]) -> list[Candi
     return kept
 
 
+# A layout with more processes is picked over one with fewer only where it is predicted more
+# than CLOSE faster: closer than that, the model does not tell them apart (in docs/placement.md's
+# checks two candidates' errors differed by up to 18%, and 20% is the accuracy the predictions
+# are held to), and every process costs start-up, memory and a way to fail.
+CLOSE = 0.2
+
+
+def simplest_first(ranked: Sequence[Ranked], close: float = CLOSE) -> list[Ranked]:
+    """``ranked`` (fastest first) with the pick first: of the candidates predicted within
+    ``close`` of the fastest, the one with the fewest processes (the fastest of those); the rest
+    in their order."""
+    if not ranked:
+        return []
+    bound = ranked[0].prediction.iteration_s * (1 + close)
+    near = [r for r in ranked if r.prediction.iteration_s <= bound]
+    pick = min(near, key=lambda r: r.candidate.processes())  # (min keeps the first of ties)
+    return [pick, *(r for r in ranked if r is not pick)]
+
+
 def rank(candidates: Sequence[Candidate], profiles: Mapping[int, Profile]) -> list[Ranked]:
-    """``candidates`` predicted with the profile of their thread count, fastest first; of the
-    variants of one placement (fusion, env stages) that predict the same seconds, the simplest
-    only."""
+    """``candidates`` predicted with the profile of their thread count, fastest first, but the
+    pick first (``simplest_first``); of the variants of one placement (fusion, env stages) that
+    predict the same seconds, the simplest only."""
     predicted = [
         (c, predict(c, profiles[c.torch_threads]))
         for c in candidates
@@ -156,7 +175,7 @@ def rank(candidates: Sequence[Candidate], profiles: Mapping[int, Profile]) -> li
         if twin not in seen:
             seen.add(twin)
             kept.append(Ranked(c, p, base / p.iteration_s))
-    return kept
+    return simplest_first(kept)
 
 
 def placement_text(candidate: Candidate) -> str:

@@ -27,10 +27,13 @@ embodied mode, a number of env pipeline stages. The model:
   env steps one stage while the rollout acts on another); with ``s = 1`` they alternate,
   ``E + R``;
 - asynchronous (staleness >= 1, the rollout in processes of its own): generation (or collection)
-  overlaps the rest: an iteration is ``max(G, T, L)`` with ``G`` the generation's chain (with the
-  weight sync it takes), ``T`` the training side's (passes and updates side by side, each the
-  slowest of its parts) and ``L`` the busiest slot's load over the iteration (work that shares a
-  slot takes turns).
+  overlaps the rest: an iteration is ``max(G + S, T + S, L)`` with ``G`` the generation's chain,
+  ``T`` the training side's (passes and updates side by side, each the slowest of its parts),
+  ``S`` the weight sync, which both chains wait for (a collective: the actor sends after its
+  update, the rollout takes the weights after its generation), and ``L`` the busiest slot's load
+  over the iteration (work that shares a slot takes turns, the sync's included);
+- the iteration's seconds outside its stages (``OTHER``: the driver's bookkeeping) are the
+  driver's, on the training side.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ UPDATES = ("critic_update", "actor_update", "update")
 # The stage of the old log-probs' pass, which a run skips where the rollout samples with the
 # actor's own module (both in one process) and the config asks for no recomputation.
 LOGPROB = "logprob"
+# The profile's stage for an iteration's seconds outside the driver's stopwatch (its metrics,
+# queues and bookkeeping): the driver's own.
+OTHER = "other"
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,8 @@ class Profile:
     grad_bytes: Mapping[str, float] = field(default_factory=dict)  # a component's gradients
     reuses_log_probs: bool = False  # one process skips the old log-probs' pass (see LOGPROB)
     # measured with every component in a process of its own (``rlcore.runners.profiling``):
-    transit: Mapping[str, float] = field(default_factory=dict)  # stage -> wall s per call
+    # stage -> wall s per call (sync, other: per iteration)
+    transit: Mapping[str, float] = field(default_factory=dict)
     call_cpu: Mapping[str, float] = field(default_factory=dict)  # who -> CPU s per call
     cores: int = 0  # CPU slots the processes share (0: not CPU-bound, e.g. GPUs)
     # measured with every component on parallel_ranks slots (data parallel): per stage, the
@@ -297,6 +304,9 @@ class _Model:
         """A synchronous stage: the driver's own seconds and each part in turn."""
         if stage == SYNC:
             return self.sync_seconds()
+        if stage == OTHER:  # the driver's bookkeeping, more of it with results from processes
+            extra = self.p.transit.get(OTHER, 0.0) if self.apart else 0.0
+            return self.p.stages.get(OTHER, 0.0) + extra
         work = self.p.work.get(stage, {})
         own = self.p.driver_seconds(stage) + (self.measured_parallel(stage) or 0.0)
         if stage == "collect" and self.p.mode == "embodied":
@@ -356,20 +366,23 @@ class _Model:
         passes = [s for s in stages if s in PASSES]
         updates = [s for s in stages if s in UPDATES]
         rest = [s for s in stages if s != gen and s not in passes and s not in updates]
-        seconds = {
-            gen: self.serial(gen) + self.sync_seconds(),
-            **{s: self.serial(s) for s in rest},
-        }
+        # the weight sync is a collective: the actor sends when its update is done, the rollout
+        # takes the weights when its generation is, so both chains wait for it
+        sync = self.sync_seconds()
+        seconds = {gen: self.serial(gen), SYNC: sync, **{s: self.serial(s) for s in rest}}
         if passes:
             seconds["passes"] = self.side_by_side(passes)
         if updates:
             seconds["updates"] = self.side_by_side(updates)
-        training = sum(v for k, v in seconds.items() if k != gen)
+        training = sum(seconds.values()) - seconds[gen]
         loads = self.loads(stages)
-        load = loads[0]
+        load = dict(loads[0])
+        if not self.c.together("actor", "rollout"):  # both sides of the copy are busy in it
+            for slot in set(self.c.slots_of("actor")) | set(self.c.slots_of("rollout")):
+                load[slot] = load.get(slot, 0.0) + sync
         busiest = max(load, key=load.get) if load else 0
         sides = {
-            f"{gen} (beside training)": seconds[gen],
+            f"{gen} (beside training)": seconds[gen] + sync,
             "training": training,
             f"slot {busiest}'s load": load.get(busiest, 0.0),
             "the cores' load": self.cpu_bound(loads),

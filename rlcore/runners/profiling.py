@@ -7,9 +7,10 @@ layout from it.
 
 Each calibration runs ``Measure.warmup`` iterations, then at least ``Measure.iterations`` and
 ``Measure.min_seconds`` measured ones, in a temporary run folder, with nothing checkpointed or
-logged; the one-process one on CPU at one thread and at as many as the cluster has slots (the
-one-process candidate may use them all), on a GPU at ``runner.torch_threads``, the others at
-one. A reasoning calibration makes the actor recompute the old log-probs (a layout with the
+logged, with Ray up as in a run (and settled: ``settle``); the one-process one on CPU at one
+thread and at as many as the cluster has slots (the one-process candidate may use them all),
+the two taking turns iteration by iteration, on a GPU at ``runner.torch_threads``, the others
+at one. A reasoning calibration makes the actor recompute the old log-probs (a layout with the
 rollout apart needs that pass) and records whether a one-process run would skip it.
 
 A profile is kept as JSON named by its fingerprint: the config's keys that change what an
@@ -43,11 +44,11 @@ from rlcore.config.fields import as_plain
 from rlcore.config.load import replace_keys
 from rlcore.log import say
 from rlcore.placement import build_plan, plan_for_config
-from rlcore.placement.cost import Link, Profile, Work
+from rlcore.placement.cost import OTHER, Link, Profile, Work
 from rlcore.placement.resolve import resolve_cluster
 from rlcore.scheduler.tracing import Tracer, tracing
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: the stage "other"
 # keys that do not change what one iteration computes on one process: left out of the
 # fingerprint (a profile serves every layout, staleness, thread count and run length)
 LAYOUT_KEYS = (
@@ -165,7 +166,7 @@ class Measure:
     ``min_seconds`` measured (``MOST_ITERATIONS`` at most)."""
 
     iterations: int = 3
-    warmup: int = 1
+    warmup: int = 2  # as benchmarks/placement_advice.py leaves out a run's first two
     min_seconds: float = MIN_SECONDS
 
 
@@ -179,7 +180,7 @@ def _layout_runner(
     from rlcore.runners.supervisor import build_runner
 
     with tempfile.TemporaryDirectory(prefix="rlcore-profile-") as out:
-        layout = _one_process(config, threads, MOST_ITERATIONS + 16, out)
+        layout = _one_process(config, threads, 2 * (MOST_ITERATIONS + 16), out)  # 2 turns
         if changes:
             layout = replace_keys(layout, {**changes, "cluster.address": config.cluster.address})
         plan = plan_for_config(layout)
@@ -191,32 +192,95 @@ def _layout_runner(
             runner.close()
 
 
+def _stage_seconds(runner: Any, iteration: int) -> dict[str, float]:
+    """One iteration's seconds per stage (``time/<stage>_s``), what it spent outside them as
+    ``OTHER``."""
+    began = time.perf_counter()
+    metrics = runner.iterate(iteration)
+    wall = time.perf_counter() - began
+    stages: dict[str, float] = defaultdict(float)
+    for name, value in metrics.items():
+        if name.startswith("time/"):
+            stages[name.removeprefix("time/").removesuffix("_s")] += value
+            wall -= value
+    stages[OTHER] += max(wall, 0.0)
+    return stages
+
+
+def _iterate_turns(
+    runner: Any, measure: Measure, turns: list[Any], after_warmup: Any = None
+) -> list[tuple[dict[str, float], int]]:
+    """The iterations of ``runner`` taken in turn by ``turns`` (each called before its
+    iteration: a setting such as a thread count), so that whatever else the machine does falls
+    on every turn alike: ``measure.warmup`` iterations each, ``after_warmup()``, then measured
+    ones until each turn has at least ``measure.iterations`` and ``measure.min_seconds`` (or
+    ``MOST_ITERATIONS``). For each turn, the mean seconds of each stage an iteration, how many
+    were measured and each one's seconds."""
+    i = 0
+    for _ in range(measure.warmup):
+        for turn in turns:
+            i += 1
+            turn()
+            runner.iterate(i)
+    if after_warmup is not None:
+        after_warmup()
+    totals: list[dict[str, float]] = [defaultdict(float) for _ in turns]
+    counts = [0] * len(turns)
+    walls: list[list[float]] = [[] for _ in turns]
+
+    def wanted(k: int) -> bool:
+        spent = sum(totals[k].values())
+        enough = counts[k] >= measure.iterations and spent >= measure.min_seconds
+        return counts[k] < MOST_ITERATIONS and not enough
+
+    while any(wanted(k) for k in range(len(turns))):
+        for k, turn in enumerate(turns):
+            i += 1
+            turn()
+            stages = _stage_seconds(runner, i)
+            for stage, seconds in stages.items():
+                totals[k][stage] += seconds
+            counts[k] += 1
+            walls[k].append(sum(stages.values()))
+    return [
+        ({stage: seconds / n for stage, seconds in total.items()}, n, wall)
+        for total, n, wall in zip(totals, counts, walls, strict=True)
+    ]
+
+
 def _iterate(
     runner: Any, measure: Measure, after_warmup: Any = None
 ) -> tuple[dict[str, float], int]:
-    """``measure.warmup`` iterations, ``after_warmup()``, then measured ones: the mean seconds
-    of each stage an iteration (``time/<stage>_s``), and how many were measured."""
-    for i in range(1, measure.warmup + 1):
-        runner.iterate(i)
-    if after_warmup is not None:
-        after_warmup()
-    stages: dict[str, float] = defaultdict(float)
-    start, n = time.perf_counter(), 0
-    while n < MOST_ITERATIONS and (
-        n < measure.iterations or time.perf_counter() - start < measure.min_seconds
-    ):
-        n += 1
-        for name, value in runner.iterate(measure.warmup + n).items():
-            if name.startswith("time/"):
-                stages[name.removeprefix("time/").removesuffix("_s")] += value
-    return {stage: seconds / n for stage, seconds in stages.items()}, n
+    """``_iterate_turns`` with one turn: the mean seconds of each stage an iteration, and how
+    many were measured."""
+    stages, n, _ = _iterate_turns(runner, measure, [lambda: None], after_warmup)[0]
+    return stages, n
 
 
-def calibrate(config: Any, threads: int, link: Link, measure: Measure = Measure()) -> Profile:
-    """``config``'s iteration in one process at ``threads`` torch threads (module docstring)."""
+def calibrate(
+    config: Any, threads: tuple[int, ...], link: Link, measure: Measure = Measure()
+) -> dict[int, Profile]:
+    """``config``'s iteration in one process at each of ``threads`` torch threads, the thread
+    counts taking turns iteration by iteration in one runner (module docstring): a profile
+    for each."""
+    from rlcore.scheduler.worker import set_torch_threads
+
     tracer = Tracer()
-    with _layout_runner(config, threads, {}, tracer) as runner:
-        stages, iterations = _iterate(runner, measure, tracer.reset)
+    tallies: dict[int, dict] = {t: {} for t in threads}
+
+    def turn(t: int) -> Any:
+        def setting() -> None:
+            set_torch_threads(t)
+            tracer.use(tallies[t])
+
+        return setting
+
+    def reset() -> None:
+        for tally in tallies.values():
+            tally.clear()
+
+    with _layout_runner(config, threads[0], {}, tracer) as runner:
+        measured = _iterate_turns(runner, measure, [turn(t) for t in threads], reset)
         objects = runner.components.objects
         sizes = {
             name: weight_bytes(obj.weights())
@@ -235,8 +299,29 @@ def calibrate(config: Any, threads: int, link: Link, measure: Measure = Measure(
                 and not needs_pi
                 and objects["rollout"].generates_with_the_actor()
             )
+    profiles = {}
+    for t, (stages, iterations, _) in zip(threads, measured, strict=True):
+        profiles[t] = Profile(
+            mode=config.mode,
+            threads=t,
+            stages=dict(stages),
+            work=_work(tallies[t], stages, iterations),
+            link=link,
+            weight_bytes=sizes.get("actor", 0.0),
+            grad_steps=grad_steps(config),
+            grad_bytes=sizes,
+            reuses_log_probs=reuses,
+        )
+    return profiles
+
+
+def _work(
+    tallies: dict[tuple[str, str, str], Any], stages: dict[str, float], iterations: int
+) -> dict[str, dict[str, Work]]:
+    """The tracer's ``tallies`` over ``iterations`` as each stage's work per component (calls
+    outside the iteration's ``stages`` left out)."""
     totals: dict[tuple[str, str], list] = {}  # (stage, component) -> seconds, calls, bytes, caller
-    for (stage, component, caller), tally in tracer.tallies.items():
+    for (stage, component, caller), tally in tallies.items():
         if stage not in stages:
             continue  # (calls outside the iteration's stages)
         total = totals.setdefault((stage, component), [0.0, 0, 0, caller])
@@ -249,17 +334,7 @@ def calibrate(config: Any, threads: int, link: Link, measure: Measure = Measure(
     for (stage, component), (seconds, calls, nbytes, caller) in totals.items():
         n = iterations
         work[stage][component] = Work(seconds / n, calls / n, nbytes / n, caller)
-    return Profile(
-        mode=config.mode,
-        threads=threads,
-        stages=dict(stages),
-        work={stage: dict(parts) for stage, parts in work.items()},
-        link=link,
-        weight_bytes=sizes.get("actor", 0.0),
-        grad_steps=grad_steps(config),
-        grad_bytes=sizes,
-        reuses_log_probs=reuses,
-    )
+    return {stage: dict(parts) for stage, parts in work.items()}
 
 
 def median_seconds(call: Any, repeats: int) -> float:
@@ -485,8 +560,8 @@ def calibrate_apart(
     for stage, seconds in stages.items():
         calls = sum(w.calls for w in one.work.get(stage, {}).values())
         extra = max(seconds - one.stages.get(stage, 0.0), 0.0)
-        if stage == "sync":
-            transit[stage] = extra  # one weight copy an iteration
+        if stage in ("sync", OTHER):
+            transit[stage] = extra  # one weight copy an iteration; the driver's bookkeeping
         elif calls:
             transit[stage] = extra / calls
     taken: dict[str, float] = defaultdict(float)  # calls each process takes part in
@@ -532,6 +607,31 @@ def calibrate_parallel(
     return {s: max(t - split.get(s, 0.0), 0.0) for s, t in stages.items() if s in split}, ranks
 
 
+# After Ray starts, its servers and prestarted workers take the CPU for some seconds; a
+# calibration waits (at most SETTLE_S) until the machine's CPUs are under QUIET busy over
+# half a second, so that it measures what a run pays once Ray is up, not its start.
+SETTLE_S = 30.0
+QUIET = 0.25
+
+
+def settle(most_s: float = SETTLE_S, quiet: float = QUIET) -> float:
+    """Wait until the machine's CPUs are less than ``quiet`` busy over half a second (at most
+    ``most_s``, said if so); the seconds waited."""
+    import psutil
+
+    start = time.perf_counter()
+    psutil.cpu_percent(None)
+    while time.perf_counter() - start < most_s:
+        time.sleep(0.5)
+        if psutil.cpu_percent(None) < 100 * quiet:
+            return time.perf_counter() - start
+    say(
+        f"placement: the machine's CPUs stayed over {quiet:.0%} busy for {most_s:.0f} s; "
+        "measuring anyway (its figures carry the other work's share)"
+    )
+    return time.perf_counter() - start
+
+
 def profile(config: Any, iterations: int = 3) -> tuple[dict[int, Profile], Path]:
     """Calibrate ``config`` at each of its thread counts, and what calls between processes and
     data parallelism cost it; keep the result in the output folder (``profile_path``); the
@@ -539,23 +639,27 @@ def profile(config: Any, iterations: int = 3) -> tuple[dict[int, Profile], Path]
     from rlcore.runners.supervisor import _ray_session
 
     measure = Measure(iterations)
-    profiles = {}
-    for threads in profile_threads(config):
-        start = time.perf_counter()
-        profiles[threads] = calibrate(config, threads, Link(1.0, 1.0), measure)
-        say(
-            f"placement: in one process at {threads} thread(s): "
-            f"{sum(profiles[threads].stages.values()):.3f} s an iteration "
-            f"({time.perf_counter() - start:.1f} s in all)"
-        )
     spec = resolve_cluster(config.cluster)
     layout = apart_layout(config)
-    say(f"placement: measuring calls between processes, {layout} (each its own process)")
     apart = {"cluster.component_placement": layout, "cluster.fuse_collocated": False}
+    # every calibration with Ray up, as a run has it (even in one process): its servers' CPU is
+    # part of what a run's iteration costs on a few cores
     with _ray_session(
         plan_for_config(replace_keys(config, {**apart, "runner.max_staleness": 0})),
         config.cluster.address,
     ):
+        settle()
+        start = time.perf_counter()
+        profiles = calibrate(config, profile_threads(config), Link(1.0, 1.0), measure)
+        say(
+            "placement: in one process, "
+            + ", ".join(
+                f"at {t} thread(s) {sum(p.stages.values()):.3f} s an iteration"
+                for t, p in profiles.items()
+            )
+            + f" (taking turns; {time.perf_counter() - start:.1f} s in all)"
+        )
+        say(f"placement: measuring calls between processes, {layout} (each its own process)")
         link = measure_link(config)
         transit, call_cpu = calibrate_apart(config, profiles[min(profiles)], measure)
         cores = spec.devices_per_node if spec.device == "cpu" else 0
@@ -601,11 +705,12 @@ def choose_placement(config: Any) -> tuple[Any, Any]:
     """``cluster.component_placement: auto`` made concrete: the config with the advisor's best
     candidate at its own ``runner.max_staleness`` (staleness changes what a run trains on, so it
     stays the user's), and that candidate (``Ranked``). Said in one line each."""
-    from rlcore.placement.advise import placement_text
+    from rlcore.placement.advise import placement_text, simplest_first
 
     ranked = advise(replace_keys(config, {"cluster.component_placement": None}))
     stale = config.runner.max_staleness
-    fitting = [r for r in ranked if r.candidate.max_staleness == stale]
+    fastest = sorted(ranked, key=lambda r: r.prediction.iteration_s)  # (stable: ties as ranked)
+    fitting = simplest_first([r for r in fastest if r.candidate.max_staleness == stale])
     if not fitting:
         raise ConfigError(
             f"cluster.component_placement: auto found no layout for runner.max_staleness={stale} "

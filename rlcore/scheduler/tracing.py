@@ -65,6 +65,11 @@ class Tracer:
         with self._lock:
             self.tallies = {}
 
+    def use(self, tallies: dict[tuple[str, str, str], Tally]) -> None:
+        """Count the calls from now on in ``tallies`` (one dict per setting measured in turns)."""
+        with self._lock:
+            self.tallies = tallies
+
     def call(self, component: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         frames = self._local.__dict__.setdefault("frames", [])
         caller = frames[-1][0] if frames else DRIVER

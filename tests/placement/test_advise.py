@@ -10,13 +10,15 @@ from rlcore.config import load_config
 from rlcore.config.load import replace_keys
 from rlcore.placement import plan_for_config
 from rlcore.placement.advise import (
+    Ranked,
     compositions,
     json_line,
     rank,
     set_partitions,
+    simplest_first,
     valid_candidates,
 )
-from rlcore.placement.cost import Candidate, Link, Profile, Work
+from rlcore.placement.cost import Candidate, Link, Prediction, Profile, Work
 
 
 @pytest.mark.parametrize(("n", "bell"), [(1, 1), (3, 5), (4, 15), (5, 52)])
@@ -34,6 +36,28 @@ def test_compositions(total, parts):
     found = list(compositions(total, parts))
     assert len(found) == math.comb(total - 1, parts - 1)
     assert all(sum(c) == total and min(c) >= 1 and len(c) == parts for c in found)
+
+
+def test_the_pick_is_the_fewest_processes_within_a_margin_of_the_fastest():
+    one = Candidate(((("actor", "rollout"), (0,)),))  # 1 process
+    two = Candidate(((("actor",), (0,)), (("rollout",), (1,))), max_staleness=1)  # 2
+    three = Candidate(((("actor",), (0,)), (("rollout",), (1,)), (("reward",), (1,))))  # 3
+
+    def ranked(*pairs):
+        return [Ranked(c, Prediction(s, {}, ""), 1.0) for c, s in pairs]
+
+    # 1.00 and 1.04 are within 5%: the one process goes first, the rest keep their order
+    got = simplest_first(ranked((two, 1.00), (three, 1.02), (one, 1.04)), close=0.05)
+    assert [r.candidate for r in got] == [one, two, three]
+    # 1.06 is not: the two processes' 6% is trusted
+    got = simplest_first(ranked((two, 1.00), (one, 1.06)), close=0.05)
+    assert [r.candidate for r in got] == [two, one]
+    # within the margin, among equally many processes, the faster
+    got = simplest_first(ranked((three, 1.00), (two, 1.03), (two, 1.04)), close=0.05)
+    assert got[0].prediction.iteration_s == 1.03
+    # the advisor's own margin, 20%: 1.19 is within it, 1.21 not
+    assert simplest_first(ranked((two, 1.00), (one, 1.19)))[0].candidate == one
+    assert simplest_first(ranked((two, 1.00), (one, 1.21)))[0].candidate == two
 
 
 def _as_run(config, entry):

@@ -139,6 +139,34 @@ def test_asynchronous_passes_on_separate_slots_run_side_by_side():
     assert got.bottleneck == "slot 1's load"
 
 
+def test_asynchronous_weight_sync_holds_both_chains():
+    # the copy costs 0.2 s between processes (measured); both the rollout and the actor wait for
+    # it: generation 2.0 + 0.2 = 2.2; training 0.1 + 0.05 + 1.0 + 1.0 + 0.2 = 2.35; slot 0's
+    # load 0.5 + 0.5 + 1.0 + 0.2 = 2.2, slot 1's 2.0 + 0.1 + 0.2 = 2.3. Training wins.
+    synced = dataclasses.replace(REASONING, transit={"sync": 0.2})
+    groups = ((("actor", "ref"), (0,)), (("rollout", "reward"), (1,)))
+    got = predict(Candidate(groups, max_staleness=1), synced)
+    assert got.iteration_s == pytest.approx(2.35)
+    assert got.bottleneck == "training"
+    # synchronously the copy is a stage of its own: 4.15 + 0.2
+    assert predict(Candidate(groups), synced).iteration_s == pytest.approx(4.35)
+
+
+def test_the_iterations_seconds_outside_its_stages_are_the_drivers():
+    # 0.03 s an iteration of the driver's own bookkeeping in one process, 0.02 s more when the
+    # components' results come from processes: one process 3.65 + 0.03; apart, synchronous,
+    # 4.15 + 0.05; asynchronous, on the training side: 2.15 + 0.05 = 2.2 (slot 1's load 2.1)
+    booked = dataclasses.replace(
+        REASONING, stages={**REASONING.stages, "other": 0.03}, transit={"other": 0.02}
+    )
+    assert predict(Candidate(((REASONING_ALL, (0,)),)), booked).iteration_s == pytest.approx(3.68)
+    groups = ((("actor", "ref"), (0,)), (("rollout", "reward"), (1,)))
+    assert predict(Candidate(groups), booked).iteration_s == pytest.approx(4.2)
+    got = predict(Candidate(groups, max_staleness=1), booked)
+    assert got.iteration_s == pytest.approx(2.2)
+    assert got.bottleneck == "training"
+
+
 def test_placement_as_written():
     c = Candidate(((("env",), (0,)), (("rollout", "actor"), (1, 2, 3))))
     assert c.placement() == {"env": "0", "rollout,actor": "1-3"}

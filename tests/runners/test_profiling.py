@@ -54,6 +54,28 @@ def test_tracer_counts_own_seconds_callers_and_bytes(monkeypatch):
     assert rollout.env is env  # attributes pass through unwrapped
 
 
+def test_settings_take_turns_iteration_by_iteration():
+    # two settings (thread counts, say) alternate from the first warm-up on, so whatever else the
+    # machine does falls on both; each is averaged over its own measured iterations only
+    seen = []
+
+    class Runner:
+        def iterate(self, i):
+            seen.append((i, turn[0]))
+            return {"time/update_s": 0.001 * (1 if turn[0] == "a" else 3)}
+
+    turn = [None]
+    turns = [lambda: turn.__setitem__(0, "a"), lambda: turn.__setitem__(0, "b")]
+    quick = profiling.Measure(iterations=3, warmup=2, min_seconds=0)
+    (a, na, wa), (b, nb, _) = profiling._iterate_turns(Runner(), quick, turns)
+    assert [who for _, who in seen] == ["a", "b"] * 5  # 2 warm-up rounds, 3 measured
+    assert [i for i, _ in seen] == list(range(1, 11))
+    assert (na, nb) == (3, 3)
+    assert a["update"] == pytest.approx(0.001) and b["update"] == pytest.approx(0.003)
+    assert 0.0 <= a["other"] < 0.01  # what the call took beyond its stages
+    assert len(wa) == 3 and all(w >= 0.001 for w in wa)  # each measured iteration's seconds
+
+
 CARTPOLE = ["cluster.devices_per_node=2"]
 QUICK = profiling.Measure(iterations=2, warmup=1, min_seconds=0)  # (the suite's time)
 
@@ -62,12 +84,13 @@ QUICK = profiling.Measure(iterations=2, warmup=1, min_seconds=0)  # (the suite's
 def cartpole_profile():
     """The CartPole config's one-process profile (1 warm-up, 2 measured iterations)."""
     config = load_config("embodied/cartpole_ppo", CARTPOLE)
-    return config, profiling.calibrate(config, 1, Link(1e-3, 1e9), QUICK)
+    return config, profiling.calibrate(config, (1,), Link(1e-3, 1e9), QUICK)[1]
 
 
 def test_cartpole_calibration_in_one_process(cartpole_profile):
     config, p = cartpole_profile
-    assert set(p.stages) >= {"sync", "collect", "advantages", "update"}
+    assert set(p.stages) >= {"sync", "collect", "advantages", "update", "other"}
+    assert p.stages["other"] >= 0.0  # the iteration's seconds outside the stopwatch's stages
     collect = p.work["collect"]
     assert collect["rollout"].caller == "driver" and collect["env"].caller == "rollout"
     # the parts' own seconds fit inside the stage that timed them
