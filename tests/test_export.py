@@ -105,10 +105,16 @@ def _planned(config):
 
 @pytest.mark.parametrize("policy", ["built-in", "user-class"])
 def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path, policy):
-    """The default job trained to its threshold, exported: the loaded policy keeps a plain
-    gymnasium CartPole up for the full 500 steps, as the run's evaluation said it would. With
-    actor.model.cls, a policy class of the test's own (tests/models/user_policies.py) trains to
-    the threshold and exports the same way."""
+    """The default job trained to its threshold, exported: the loaded policy picks the trained
+    module's own greedy actions (the module rebuilt here from the checkpoint's weights), and
+    keeps a plain gymnasium CartPole up. With actor.model.cls, a policy class of the test's own
+    (tests/models/user_policies.py) trains to the threshold and exports the same way."""
+    from safetensors.torch import load_model
+
+    from rlcore.envs import SpaceSpec
+    from rlcore.models.actor_critic import ActorCritic
+    from rlcore.models.user_policy import UserPolicy, load_policy_class
+
     user = [f"actor.model.cls={USER_POLICIES}:SharedMLP"] if policy == "user-class" else []
     config = load_config(
         "embodied/cartpole_ppo",
@@ -124,21 +130,21 @@ def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path, po
     assert summary["eval_return_mean"] >= 475
     assert main(["export", str(tmp_path / "c"), str(tmp_path / "policy")]) == 0
     policy = rlcore.load_policy(tmp_path / "policy")
-    if user:  # the class rebuilt from its file: the trained module's own greedy actions
-        from safetensors.torch import load_file
-
-        from rlcore.envs import SpaceSpec
-        from rlcore.models.user_policy import UserPolicy, load_policy_class
-
-        (last,) = sorted((tmp_path / "c/checkpoints").iterdir())[-1:]
-        trained = UserPolicy(
-            load_policy_class(user[0].split("=")[1]), SpaceSpec((4,), "discrete", (2,))
-        )
-        trained.load_state_dict(load_file(last / "actor/model.safetensors"))
-        obs = torch.randn(200, 4) * torch.tensor([1.0, 1.0, 0.1, 1.0])
-        greedy = trained.act(obs, deterministic=True)[0]
-        assert [int(policy(o.numpy())) for o in obs] == greedy.tolist()
+    spec, m = SpaceSpec((4,), "discrete", (2,)), config.actor.model
+    if user:
+        trained = UserPolicy(load_policy_class(user[0].split("=")[1]), spec)
+    else:
+        trained = ActorCritic(spec, m.hidden_sizes, m.activation, m.shared_backbone)
+    (last,) = sorted((tmp_path / "c/checkpoints").iterdir())[-1:]
+    load_model(trained, last / "actor/model.safetensors")  # (a shared trunk: saved once)
+    obs = torch.randn(200, 4) * torch.tensor([1.0, 1.0, 0.1, 1.0])
+    greedy = trained.act(obs, deterministic=True)[0]
+    assert [int(policy(o.numpy())) for o in obs] == greedy.tolist()
+    if user:
         return  # (its greedy returns at the first evaluation over 475 vary with the seeds)
+    # on seeds the run never evaluated: a policy that balances (a random one falls in ~20
+    # steps). How close to 500 depends on the trained weights, which move with the CPU's
+    # floating point: 500 on all five seeds where this was written, a mean of 469 on another
     returns = []
     for seed in range(5):
         env = gym.make("CartPole-v1")
@@ -148,7 +154,7 @@ def test_an_embodied_export_balances_cartpole_as_the_trained_policy(tmp_path, po
             obs, reward, terminated, truncated, _ = env.step(int(policy(obs)))
             total, done = total + reward, terminated or truncated
         returns.append(total)
-    assert np.mean(returns) >= 475, returns
+    assert np.mean(returns) >= 400, returns
 
 
 def test_an_exported_policy_normalises_observations_with_the_runs_statistics(tmp_path):
