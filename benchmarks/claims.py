@@ -15,7 +15,10 @@ median line), each check's ``metric`` a dotted key path in it; the median over t
 compared with the stated value. Then a table, and one JSON line per claim:
 ``{"name", "expected", "measured", "held", "seeds"}`` (``measured``: per check, the value of
 each seed; ``held``: every check's median within its tolerance, or null when a run failed).
-Claims with ``rerun: false`` (figures of an earlier tree, of another project's baseline) are
+The first line of stdout is the machine (``{"machine": ...}``: CPUs, model, vector instruction
+sets, torch): a run's accuracies move with the CPU's floating point and its seconds with its
+speed, so a figure measured on another machine can drift for that reason alone. Claims with
+``rerun: false`` (figures of an earlier tree, of another project's baseline) are
 listed, never run; ``gpu`` claims run only when named by ``--cost gpu`` or ``--name``.
 """
 
@@ -158,6 +161,11 @@ def main() -> None:
     claims = selected(args, ledger.claims)
     if any(not c.rerun for c in claims):
         parser.error(f"not rerunnable: {', '.join(c.name for c in claims if not c.rerun)}")
+    # the machine first: accuracies of a run move with the CPU's floating point, seconds with its
+    # speed (a figure measured on another machine may not hold here for that reason alone)
+    from rlcore.runners.profiling import machine
+
+    print(json.dumps({"machine": machine()}), flush=True)
     measured = {c.name: [[] for _ in c.checks] for c in claims}
     outputs: dict = {}
     for round_ in range(max((len(c.seeds) for c in claims), default=0)):

@@ -15,8 +15,8 @@ rollout apart needs that pass) and records whether a one-process run would skip 
 
 A profile is kept as JSON named by its fingerprint: the config's keys that change what an
 iteration computes (placement, staleness, threads, stages, the run's length and outputs left
-out) and the machine (CPU count and model, GPU, torch). Another config or machine has another
-fingerprint, so its profile is measured anew, never reused.
+out) and the machine (CPU count, model and vector instruction sets, GPU, torch). Another config
+or machine has another fingerprint, so its profile is measured anew, never reused.
 """
 
 from __future__ import annotations
@@ -70,20 +70,33 @@ LAYOUT_KEYS = (
 )
 
 
+# The CPU's vector instruction sets that change which kernels torch runs (and so both the
+# seconds and the last bits of every float result): a virtual machine's model name often hides
+# them ("Intel(R) Xeon(R) Processor").
+SIMD = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
+
+
 def machine() -> dict[str, Any]:
-    """What the measured seconds depend on besides the config."""
+    """What the measured seconds (and a run's float results) depend on besides the config."""
     import torch
 
-    cpu = ""
+    cpu, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and not cpu:
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         cpu = platform.processor()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpus": os.cpu_count(), "cpu": cpu, "gpu": gpu, "torch": torch.__version__}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "simd": [f for f in SIMD if f in flags],
+        "gpu": gpu,
+        "torch": torch.__version__,
+    }
 
 
 def fingerprint(config: Any) -> str:

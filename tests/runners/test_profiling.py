@@ -117,6 +117,9 @@ def test_profile_round_trip_and_fingerprint(tmp_path, cartpole_profile):
     layout = load_config("embodied/cartpole_ppo", ["runner.max_staleness=0", "runner.seed=7"])
     assert profiling.fingerprint(config) != profiling.fingerprint(other)
     assert profiling.fingerprint(config) != profiling.fingerprint(layout)  # the seed counts
+    facts = profiling.machine()  # the fingerprint's machine: what changes kernels and seconds
+    assert set(facts) == {"cpus", "cpu", "simd", "gpu", "torch"}
+    assert set(facts["simd"]) <= set(profiling.SIMD)
     spread = load_config("embodied/cartpole_ppo", ["cluster.devices_per_node=1"])
     assert profiling.fingerprint(config) == profiling.fingerprint(spread)  # the cluster not
     path = tmp_path / "p.json"
