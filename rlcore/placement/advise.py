@@ -144,14 +144,15 @@ CLOSE = 0.2
 
 
 def simplest_first(ranked: Sequence[Ranked], close: float = CLOSE) -> list[Ranked]:
-    """``ranked`` (fastest first) with the pick first: of the candidates predicted within
-    ``close`` of the fastest, the one with the fewest processes (the fastest of those); the rest
-    in their order."""
+    """``ranked`` with the pick first: of the candidates predicted within ``close`` of the
+    fastest, the one with the fewest processes (the fastest of those; of equals, the first); the
+    rest in their order. Any order in, so a ranking already picked from can be filtered and
+    picked from again (``component_placement: auto`` at the run's staleness)."""
     if not ranked:
         return []
-    bound = ranked[0].prediction.iteration_s * (1 + close)
+    bound = min(r.prediction.iteration_s for r in ranked) * (1 + close)
     near = [r for r in ranked if r.prediction.iteration_s <= bound]
-    pick = min(near, key=lambda r: r.candidate.processes())  # (min keeps the first of ties)
+    pick = min(near, key=lambda r: (r.candidate.processes(), r.prediction.iteration_s))
     return [pick, *(r for r in ranked if r is not pick)]
 
 

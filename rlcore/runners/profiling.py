@@ -227,8 +227,8 @@ def _iterate_turns(
     iteration: a setting such as a thread count), so that whatever else the machine does falls
     on every turn alike: ``measure.warmup`` iterations each, ``after_warmup()``, then measured
     ones until each turn has at least ``measure.iterations`` and ``measure.min_seconds`` (or
-    ``MOST_ITERATIONS``). For each turn, the mean seconds of each stage an iteration, how many
-    were measured and each one's seconds."""
+    ``MOST_ITERATIONS``). For each turn, the mean seconds of each stage an iteration and how
+    many were measured."""
     i = 0
     for _ in range(measure.warmup):
         for turn in turns:
@@ -239,7 +239,6 @@ def _iterate_turns(
         after_warmup()
     totals: list[dict[str, float]] = [defaultdict(float) for _ in turns]
     counts = [0] * len(turns)
-    walls: list[list[float]] = [[] for _ in turns]
 
     def wanted(k: int) -> bool:
         spent = sum(totals[k].values())
@@ -250,14 +249,12 @@ def _iterate_turns(
         for k, turn in enumerate(turns):
             i += 1
             turn()
-            stages = _stage_seconds(runner, i)
-            for stage, seconds in stages.items():
+            for stage, seconds in _stage_seconds(runner, i).items():
                 totals[k][stage] += seconds
             counts[k] += 1
-            walls[k].append(sum(stages.values()))
     return [
-        ({stage: seconds / n for stage, seconds in total.items()}, n, wall)
-        for total, n, wall in zip(totals, counts, walls, strict=True)
+        ({stage: seconds / n for stage, seconds in total.items()}, n)
+        for total, n in zip(totals, counts, strict=True)
     ]
 
 
@@ -266,8 +263,7 @@ def _iterate(
 ) -> tuple[dict[str, float], int]:
     """``_iterate_turns`` with one turn: the mean seconds of each stage an iteration, and how
     many were measured."""
-    stages, n, _ = _iterate_turns(runner, measure, [lambda: None], after_warmup)[0]
-    return stages, n
+    return _iterate_turns(runner, measure, [lambda: None], after_warmup)[0]
 
 
 def calibrate(
@@ -313,7 +309,7 @@ def calibrate(
                 and objects["rollout"].generates_with_the_actor()
             )
     profiles = {}
-    for t, (stages, iterations, _) in zip(threads, measured, strict=True):
+    for t, (stages, iterations) in zip(threads, measured, strict=True):
         profiles[t] = Profile(
             mode=config.mode,
             threads=t,
@@ -722,8 +718,7 @@ def choose_placement(config: Any) -> tuple[Any, Any]:
 
     ranked = advise(replace_keys(config, {"cluster.component_placement": None}))
     stale = config.runner.max_staleness
-    fastest = sorted(ranked, key=lambda r: r.prediction.iteration_s)  # (stable: ties as ranked)
-    fitting = simplest_first([r for r in fastest if r.candidate.max_staleness == stale])
+    fitting = simplest_first([r for r in ranked if r.candidate.max_staleness == stale])
     if not fitting:
         raise ConfigError(
             f"cluster.component_placement: auto found no layout for runner.max_staleness={stale} "

@@ -61,10 +61,6 @@ class Tracer:
         self._local = threading.local()
         self._lock = threading.Lock()
 
-    def reset(self) -> None:
-        with self._lock:
-            self.tallies = {}
-
     def use(self, tallies: dict[tuple[str, str, str], Tally]) -> None:
         """Count the calls from now on in ``tallies`` (one dict per setting measured in turns)."""
         with self._lock:

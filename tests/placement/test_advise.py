@@ -55,6 +55,11 @@ def test_the_pick_is_the_fewest_processes_within_a_margin_of_the_fastest():
     # within the margin, among equally many processes, the faster
     got = simplest_first(ranked((three, 1.00), (two, 1.03), (two, 1.04)), close=0.05)
     assert got[0].prediction.iteration_s == 1.03
+    # any order in: a ranking with its pick first, filtered, is picked from again
+    got = simplest_first(ranked((two, 1.04), (three, 1.00), (two, 1.03)), close=0.05)
+    assert got[0].prediction.iteration_s == 1.03
+    got = simplest_first(ranked((two, 1.00), (one, 1.06)), close=0.05)[1:]  # the pick left out
+    assert simplest_first(got)[0].candidate == one
     # the advisor's own margin, 20%: 1.19 is within it, 1.21 not
     assert simplest_first(ranked((two, 1.00), (one, 1.19)))[0].candidate == one
     assert simplest_first(ranked((two, 1.00), (one, 1.21)))[0].candidate == two

@@ -67,13 +67,12 @@ def test_settings_take_turns_iteration_by_iteration():
     turn = [None]
     turns = [lambda: turn.__setitem__(0, "a"), lambda: turn.__setitem__(0, "b")]
     quick = profiling.Measure(iterations=3, warmup=2, min_seconds=0)
-    (a, na, wa), (b, nb, _) = profiling._iterate_turns(Runner(), quick, turns)
+    (a, na), (b, nb) = profiling._iterate_turns(Runner(), quick, turns)
     assert [who for _, who in seen] == ["a", "b"] * 5  # 2 warm-up rounds, 3 measured
     assert [i for i, _ in seen] == list(range(1, 11))
     assert (na, nb) == (3, 3)
     assert a["update"] == pytest.approx(0.001) and b["update"] == pytest.approx(0.003)
     assert 0.0 <= a["other"] < 0.01  # what the call took beyond its stages
-    assert len(wa) == 3 and all(w >= 0.001 for w in wa)  # each measured iteration's seconds
 
 
 CARTPOLE = ["cluster.devices_per_node=2"]
