@@ -222,21 +222,8 @@ def _advise_on_paper(args: argparse.Namespace) -> int:
     return 0
 
 
-def _command_parser() -> argparse.ArgumentParser:
-    """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
-    parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    for mode, default in RUN_COMMANDS.items():
-        commands.add_parser(
-            mode,
-            help=f"train: [--config NAME|PATH] [key=value ...], {default} by default "
-            f"(as examples/{mode}/main.py; rlcore {mode} --help lists the configs)",
-        )
-    show = commands.add_parser("config", help="print a validated config with its defaults")
-    _config_arguments(show, None)
-    show.add_argument("--json", action="store_true", help="print one JSON object")
-    place = commands.add_parser("placement", help="print the placement plan of a config")
-    _config_arguments(place, None)
+def _placement_arguments(place: argparse.ArgumentParser) -> None:
+    """``rlcore placement``'s flags beside the config's: print, profile, advise, on paper."""
     place.add_argument("--json", action="store_true", help="print one JSON object")
     place.add_argument(
         "--profile",
@@ -266,6 +253,24 @@ def _command_parser() -> argparse.ArgumentParser:
         help="with --profile-file: the cluster's devices this many times as fast as the "
         "profile's (its computed seconds divided by it; 1)",
     )
+
+
+def _command_parser() -> argparse.ArgumentParser:
+    """The ``rlcore`` command's parser; its run commands are listed, parsed by their own."""
+    parser = argparse.ArgumentParser(prog="rlcore", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for mode, default in RUN_COMMANDS.items():
+        commands.add_parser(
+            mode,
+            help=f"train: [--config NAME|PATH] [key=value ...], {default} by default "
+            f"(as examples/{mode}/main.py; rlcore {mode} --help lists the configs)",
+        )
+    show = commands.add_parser("config", help="print a validated config with its defaults")
+    _config_arguments(show, None)
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    place = commands.add_parser("placement", help="print the placement plan of a config")
+    _config_arguments(place, None)
+    _placement_arguments(place)
     keys = commands.add_parser("keys", help="print the reference of every config key")
     keys.add_argument("--write", type=Path, metavar="DOC", help="rewrite DOC's generated block")
     export = commands.add_parser(
