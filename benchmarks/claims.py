@@ -20,6 +20,17 @@ sets, torch): a run's accuracies move with the CPU's floating point and its seco
 speed, so a figure measured on another machine can drift for that reason alone. Claims with
 ``rerun: false`` (figures of an earlier tree, of another project's baseline) are
 listed, never run; ``gpu`` claims run only when named by ``--cost gpu`` or ``--name``.
+
+A speed (seconds, a rate) holds only on the machine it was measured on (the claim's ``machine``,
+one of the ledger's ``machines``): elsewhere its check says "other machine" and leaves the
+verdict to the claim's other checks (``held`` null when it has none).
+
+A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
+run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
+instead of running it again when it was on this machine, with the same command, at a commit
+whose code (everything but the docs and the ledger) is the working tree's.
+
+    .venv/bin/python benchmarks/claims.py --all --log runs.jsonl --resume runs.jsonl
 """
 
 from __future__ import annotations
@@ -38,6 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims_ledger import ROOT, Claim, load
 
 TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
+# what a run's figures depend on: a logged run counts again while none of it changed
+CODE_PATHS = ("rlcore", "configs", "examples", "benchmarks", "tests/models", "pyproject.toml")
+NOT_CODE = (":(exclude)benchmarks/claims.yaml", ":(exclude)benchmarks/claims_ledger.py")
 
 
 def last_json(stdout: str, select: dict) -> dict | None:
@@ -118,14 +132,53 @@ def figures(claim: Claim, stdout: str) -> tuple[list[float | None], str]:
     return values, f"no figure at {', '.join(missing)} in the JSON line" if missing else ""
 
 
-def verdict(claim: Claim, measured: list[list[float | None]]) -> bool | None:
-    """Every check's median over the seeds holds; None where a run gave no figure."""
+def judged(claim: Claim, here: str | None) -> list[bool]:
+    """Per check: whether this machine judges it (a speed only on the claim's own machine)."""
+    return [not (c.machine_bound and claim.machine != here) for c in claim.checks]
+
+
+def verdict(claim: Claim, measured: list[list[float | None]], here: str | None) -> bool | None:
+    """Every judged check's median over the seeds holds; None where a run gave no figure or
+    no check is judged on this machine."""
     if any(v is None for values in measured for v in values):
         return None
-    return all(
-        check.holds(statistics.median(values))
-        for check, values in zip(claim.checks, measured, strict=True)
-    )
+    pairs = [
+        (check, values)
+        for check, values, judge in zip(claim.checks, measured, judged(claim, here), strict=True)
+        if judge
+    ]
+    if not pairs:
+        return None
+    return all(check.holds(statistics.median(values)) for check, values in pairs)
+
+
+def head_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def same_code(commit: str, known: dict) -> bool:
+    """The code at ``commit`` is the working tree's (the docs and the ledger aside)."""
+    if commit not in known:
+        done = subprocess.run(
+            ["git", "diff", "--quiet", commit, "--", *CODE_PATHS, *NOT_CODE],
+            cwd=ROOT,
+            capture_output=True,
+        )
+        known[commit] = done.returncode == 0
+    return known[commit]
+
+
+def logged_runs(path: Path, here: dict) -> dict:
+    """The runs of ``path`` (a ``--log`` file) that count here: (name, seed) -> its row."""
+    runs, known = {}, {}
+    if not path.exists():
+        return runs
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row["machine"] == here and not row["error"] and same_code(row["commit"], known):
+            runs[row["name"], row["seed"]] = row
+    return runs
 
 
 def selected(args: argparse.Namespace, claims: tuple[Claim, ...]) -> list[Claim]:
@@ -148,6 +201,12 @@ def main() -> None:
     parser.add_argument("--cost", choices=("seconds", "minutes", "hour", "gpu"))
     parser.add_argument("--name", action="append", help="a claim by name (repeatable)")
     parser.add_argument("--all", action="store_true", help="every CPU claim (hours)")
+    parser.add_argument(
+        "--log", type=Path, help="append each run's figures to this JSON-lines file"
+    )
+    parser.add_argument(
+        "--resume", type=Path, help="take a run from this --log file where it still counts"
+    )
     args = parser.parse_args()
     ledger = load()
     if args.list:
@@ -165,31 +224,56 @@ def main() -> None:
     # speed (a figure measured on another machine may not hold here for that reason alone)
     from rlcore.runners.profiling import machine
 
-    print(json.dumps({"machine": machine()}), flush=True)
+    here = machine()
+    here_name = ledger.machine_named(here)
+    print(json.dumps({"machine": here, "named": here_name}), flush=True)
+    reused = logged_runs(args.resume, here) if args.resume else {}
+    commit = head_commit()
     measured = {c.name: [[] for _ in c.checks] for c in claims}
     outputs: dict = {}
     for round_ in range(max((len(c.seeds) for c in claims), default=0)):
         for claim in (c for c in claims if round_ < len(c.seeds)):
             seed, started = claim.seeds[round_], time.monotonic()
-            stdout, error = run_command(claim, seed, outputs)
-            values, unread = figures(claim, stdout)
-            error = error or unread
+            row = reused.get((claim.name, seed))
+            if row is not None and row["command"] == list(claim.command):
+                values, error, how = row["values"], "", f"from {args.resume} ({row['commit'][:7]})"
+            else:
+                stdout, error = run_command(claim, seed, outputs)
+                values, unread = figures(claim, stdout)
+                error = error or unread
+                how = f"in {time.monotonic() - started:.0f} s"
+                if args.log:
+                    entry = {
+                        "name": claim.name,
+                        "seed": seed,
+                        "values": values,
+                        "error": error,
+                        "machine": here,
+                        "commit": commit,
+                        "command": list(claim.command),
+                        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    }
+                    with args.log.open("a") as log:
+                        log.write(json.dumps(entry) + "\n")
             for column, value in zip(measured[claim.name], values, strict=True):
                 column.append(value)
             note = f" ({error})" if error else ""
             print(
-                f"claims: {claim.name} seed {seed}: {values} in "
-                f"{time.monotonic() - started:.0f} s{note}",
+                f"claims: {claim.name} seed {seed}: {values} {how}{note}",
                 file=sys.stderr,
                 flush=True,
             )
     rows = []
     for claim in claims:
-        held = verdict(claim, measured[claim.name])
-        for check, values in zip(claim.checks, measured[claim.name], strict=True):
+        held = verdict(claim, measured[claim.name], here_name)
+        for check, values, judge in zip(
+            claim.checks, measured[claim.name], judged(claim, here_name), strict=True
+        ):
             shown = " / ".join("-" if v is None else f"{v:g}" for v in values)
             ok = None if None in values else check.holds(statistics.median(values))
             word = {True: "held", False: "drifted", None: "failed"}[ok]
+            if not judge and ok is not None:
+                word = f"other machine ({'inside' if ok else 'outside'} the band, not judged)"
             print(f"{claim.name:40} {check.metric:28} {check.expected:>10g} {shown:>24}  {word}")
         rows.append(
             {
@@ -198,6 +282,7 @@ def main() -> None:
                 "measured": measured[claim.name],
                 "held": held,
                 "seeds": list(claim.seeds),
+                "machine": claim.machine,
             }
         )
     for row in rows:

@@ -38,6 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "benchmarks" / "claims.yaml"
 COSTS = ("seconds", "minutes", "hour", "gpu")
 OPS = ("within", "at_least", "at_most")
+# a metric that measures the machine's speed (seconds, rates, utilisation) rather than what a
+# run learns: its figure holds only on the machine it was measured on (``Check.machine_bound``);
+# ratios of two speeds on one machine (speedups, a pick over the fastest) are not
+_SPEED = re.compile(
+    r"(?:^|[._])(?:\w*_s|sps|train_sps|seconds|iteration|mfu|tokens_per_s|samples_per_s)$"
+)
 
 _CODE = re.compile(r"`[^`]*`")
 _FIGURE = re.compile(
@@ -73,6 +79,17 @@ class Check:
     expected: float
     tolerance: float = 0.0
     op: str = "within"
+    speed: bool | None = None  # None: inferred from the metric's name (``machine_bound``)
+
+    @property
+    def machine_bound(self) -> bool:
+        """A speed (seconds, a rate): it holds only where it was measured, since another CPU
+        runs the same code at another speed. Named by ``speed``, else by the metric's last key
+        (``wall_s``, ``sps``, ``seconds_per_stage.iteration``, ``mfu``; list indices skipped)."""
+        if self.speed is not None:
+            return self.speed
+        keys = [k for k in self.metric.split(".") if not k.lstrip("-").isdigit()]
+        return bool(_SPEED.search(keys[-1]))
 
     def holds(self, value: float) -> bool:
         if self.op == "at_least":
@@ -89,7 +106,8 @@ class Claim:
     produces it (argv from the repository root), the ``seeds`` it runs on, its ``checks``, the
     ``basis`` of their tolerances, and its ``cost`` class; ``rerun = false`` with ``why`` for a
     figure of an earlier tree or of another project's baseline; ``drifted`` and ``measured``
-    for one known not to hold on main."""
+    for one known not to hold on main; ``machine`` (a name of the ledger's ``machines``) where
+    its speeds were measured, None before the ledger named machines."""
 
     name: str
     where: tuple[tuple[str, str], ...]
@@ -103,6 +121,7 @@ class Claim:
     why: str = ""
     drifted: bool = False
     measured: tuple[float, ...] = ()
+    machine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,15 @@ class NotAClaim:
 class Ledger:
     claims: tuple[Claim, ...]
     not_claims: tuple[NotAClaim, ...]
+    machines: dict[str, dict] = field(default_factory=dict)
+
+    def machine_named(self, here: dict) -> str | None:
+        """The name of the machine ``here`` (``rlcore.runners.profiling.machine()``) in the
+        ledger's ``machines``: the same CPU model, core count and vector instruction sets."""
+        for name, known in self.machines.items():
+            if all(here.get(k) == v for k, v in known.items()):
+                return name
+        return None
 
     def claim(self, name: str) -> Claim:
         for claim in self.claims:
@@ -164,7 +192,14 @@ def load(path: Path = LEDGER) -> Ledger:
             raise ValueError(f"{path.name}: two claims named {claim.name!r}")
         seen.add(claim.name)
     not_claims = tuple(NotAClaim(**raw) for raw in data.get("not_a_claim", ()))
-    return Ledger(claims, not_claims)
+    machines = dict(data.get("machines") or {})
+    for claim in claims:
+        if claim.machine is not None and claim.machine not in machines:
+            raise ValueError(
+                f"{path.name}: claim {claim.name!r} names machine {claim.machine!r}, not one of "
+                f"machines: {', '.join(machines) or '(none)'}"
+            )
+    return Ledger(claims, not_claims, machines)
 
 
 def scanned_files(root: Path = ROOT) -> list[Path]:

@@ -164,3 +164,44 @@ def test_a_figure_on_its_bands_edge_holds_and_one_past_it_does_not():
     check = cl.Check(metric="m", expected=0.44, tolerance=0.005)
     assert check.holds(0.445) and check.holds(0.435) and check.holds(0.44)
     assert not check.holds(0.446) and not check.holds(0.434)
+
+
+def test_speeds_are_machine_bound_and_outcomes_are_not():
+    """Seconds and rates hold only where measured; accuracies, returns, step counts and ratios
+    of two speeds everywhere; ``speed`` overrides the name (a prediction computed on paper)."""
+    bound = ["wall_s", "sps", "train_sps", "seconds_per_stage.iteration", "iteration_s.-1"]
+    bound += ["median.spawn.replace_s", "median_samples_per_s", "runs.1.stages.actor_update.mfu"]
+    free = ["val_accuracy_after", "eval_return_mean", "steps_to_threshold", "compiled_speedup"]
+    free += ["speedup_vs_apart_sync", "pick_over_fastest", "max_abs_error", "peak_memory_gib"]
+    assert all(cl.Check(metric=m, expected=1).machine_bound for m in bound)
+    assert not any(cl.Check(metric=m, expected=1).machine_bound for m in free)
+    on_paper = cl.Check(metric="candidates.0.predicted_iteration_s", expected=1, speed=False)
+    assert not on_paper.machine_bound
+
+
+def test_a_speed_is_judged_only_on_its_machine(tmp_path):
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    ledger = tmp_path / "ledger.yaml"
+    ledger.write_text(
+        "machines: {box: {cpus: 2, cpu: X}}\n"
+        "claims:\n  - {name: c, where: [[README.md, q]], cost: seconds, machine: box,\n"
+        "     command: [a], checks: [{metric: acc, expected: 0.5, tolerance: 0.1},\n"
+        "                            {metric: wall_s, expected: 10, tolerance: 1}]}\n"
+    )
+    loaded = cl.load(ledger)
+    claim = loaded.claim("c")
+    assert loaded.machine_named({"cpus": 2, "cpu": "X", "simd": []}) == "box"
+    assert loaded.machine_named({"cpus": 4, "cpu": "X"}) is None
+    slow = [[0.55], [20.0]]  # the accuracy within its band, the seconds twice the figure
+    assert claims.verdict(claim, slow, "box") is False
+    assert claims.verdict(claim, slow, None) is True  # elsewhere only the accuracy counts
+    assert claims.verdict(claim, [[0.7], [10.0]], None) is False
+    only_speed = cl.Claim(
+        name="s", where=(), cost="seconds", checks=(claim.checks[1],), machine="box"
+    )
+    assert claims.verdict(only_speed, [[20.0]], None) is None
+    ledger.write_text(ledger.read_text().replace("machine: box", "machine: other"))
+    with pytest.raises(ValueError, match="names machine 'other', not one of machines: box"):
+        cl.load(ledger)
