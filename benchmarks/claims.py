@@ -28,7 +28,7 @@ verdict to the claim's other checks (``held`` null when it has none).
 A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
 run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
 instead of running it again when it was on this machine, with the same command, at a commit
-whose code (everything but the docs and the ledger) is the working tree's.
+whose code (everything but the docs, the ledger and this script) is the working tree's.
 
     .venv/bin/python benchmarks/claims.py --all --log runs.jsonl --resume runs.jsonl
 """
@@ -51,7 +51,12 @@ from claims_ledger import ROOT, Claim, load
 TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
 # what a run's figures depend on: a logged run counts again while none of it changed
 CODE_PATHS = ("rlcore", "configs", "examples", "benchmarks", "tests/models", "pyproject.toml")
-NOT_CODE = (":(exclude)benchmarks/claims.yaml", ":(exclude)benchmarks/claims_ledger.py")
+NOT_CODE = (
+    ":(exclude)benchmarks/claims.py",
+    ":(exclude)benchmarks/claims.yaml",
+    ":(exclude)benchmarks/claims_ledger.py",
+    ":(exclude,glob)**/*.md",
+)
 
 
 def last_json(stdout: str, select: dict) -> dict | None:
@@ -158,7 +163,7 @@ def head_commit() -> str:
 
 
 def same_code(commit: str, known: dict) -> bool:
-    """The code at ``commit`` is the working tree's (the docs and the ledger aside)."""
+    """The code at ``commit`` is the working tree's (the docs, the ledger and this script aside)."""
     if commit not in known:
         done = subprocess.run(
             ["git", "diff", "--quiet", commit, "--", *CODE_PATHS, *NOT_CODE],
