@@ -163,10 +163,12 @@ def head_commit() -> str:
 
 
 def same_code(commit: str, known: dict) -> bool:
-    """The code at ``commit`` is the working tree's (the docs, the ledger and this script aside)."""
+    """The code at ``commit`` is the working tree's (the docs, the ledger, this script and
+    comment lines aside)."""
     if commit not in known:
         done = subprocess.run(
-            ["git", "diff", "--quiet", commit, "--", *CODE_PATHS, *NOT_CODE],
+            # (a change of comment lines alone, '#', changes no run)
+            ["git", "diff", "--quiet", "-I", r"^\s*#", commit, "--", *CODE_PATHS, *NOT_CODE],
             cwd=ROOT,
             capture_output=True,
         )
