@@ -33,6 +33,7 @@ from rlcore.columns import (
     RESPONSE_MASK,
     RESPONSES,
     RETURNS,
+    ROUTED_EXPERTS,
     SUM_PI_SQUARED,
     VALUES,
 )
@@ -56,6 +57,7 @@ from rlcore.models.lm import (
     load_value_model,
     with_lora,
 )
+from rlcore.models.moe import Routing, is_moe
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.training.megatron_strategy import MegatronOptions
 from rlcore.workers.training.strategy import FsdpOptions
@@ -64,6 +66,30 @@ from rlcore.workers.training.trainer import TrainedComponent, Trainer, UpdateSiz
 # What a forward pass reads of the batch; an actor update adds the loss's columns
 # (``PPOLossSettings.reads``), a critic update the value loss's.
 MODEL_READS = (INPUT_IDS, ATTENTION_MASK, POSITION_IDS, RESPONSES, RESPONSE_MASK)
+
+
+def _model_reads(batch: TensorDict) -> tuple[str, ...]:
+    """``MODEL_READS``, and the rollout's recorded experts where the batch has them."""
+    return MODEL_READS + ((ROUTED_EXPERTS,) if ROUTED_EXPERTS in batch else ())
+
+
+def routing_of(config: ReasoningConfig, model: Any, gradient: bool) -> Routing | None:
+    """What a pass of ``model`` does with its routers (None for a dense model): replays the
+    batch's recorded experts with ``rollout.routing_replay``; in a pass with ``gradient``,
+    keeps the router logits for the load-balancing loss when its weight is above 0."""
+    if not is_moe(model):
+        return None
+    keep = gradient and aux_loss_coef(config, model) > 0
+    return Routing(model, replay=config.rollout.routing_replay, keep_logits=keep)
+
+
+def aux_loss_coef(config: ReasoningConfig, model: Any) -> float:
+    """``actor.router_aux_loss_coef``, else the model config's ``router_aux_loss_coef``."""
+    if config.actor.router_aux_loss_coef is not None:
+        return config.actor.router_aux_loss_coef
+    return float(getattr(inner_model(model).config, "router_aux_loss_coef", 0.0) or 0.0)
+
+
 CRITIC_READS = (*MODEL_READS, LOSS_MASK, VALUES, RETURNS)
 
 
@@ -163,7 +189,12 @@ def _token_stats(owner: Any, entropy: bool, sum_pi_squared: bool = False) -> Tok
 
 
 def _response_log_probs(
-    config: ReasoningConfig, model: Any, micro: TensorDict, stats: TokenStats, checkpoint=False
+    config: ReasoningConfig,
+    model: Any,
+    micro: TensorDict,
+    stats: TokenStats,
+    checkpoint=False,
+    routing: Routing | None = None,
 ):
     model_config = config.actor.model
     return response_log_probs(
@@ -174,6 +205,7 @@ def _response_log_probs(
         share_prompts=model_config.share_group_prompts,
         fused=model_config.use_fused_kernels,
         checkpoint=checkpoint,
+        routing=routing if routing is not None else routing_of(config, model, gradient=False),
     )
 
 
@@ -219,7 +251,7 @@ def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = Fal
     """``log_probs`` ``[B, R]`` of the responses under ``owner``'s model (the actor's or the
     reference's) at the rollout's temperature, in forward-only micro-batches; with
     ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
-    batch = batch.select(*MODEL_READS).to(owner.device)
+    batch = batch.select(*_model_reads(batch)).to(owner.device)
 
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
         stats = _token_stats(owner, entropy=False, sum_pi_squared=sum_pi_squared)
@@ -277,10 +309,11 @@ class LMActor(TrainedComponent):
         self.loss_settings = config.algorithm.ppo_loss_settings()
         self.temperature = config.rollout.temperature
 
-    def _log_probs_entropy(self, module: Any, batch: TensorDict):
+    def _log_probs_entropy(self, module: Any, batch: TensorDict, routing: Routing | None = None):
         stats = _token_stats(self, entropy=True)
+        checkpoint = self.config.actor.entropy_checkpointing
         logp, entropy, _ = _response_log_probs(
-            self.config, module, batch, stats, checkpoint=self.config.actor.entropy_checkpointing
+            self.config, module, batch, stats, checkpoint, routing
         )
         return logp, entropy
 
@@ -314,16 +347,22 @@ class LMActor(TrainedComponent):
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        reads = MODEL_READS + self.loss_settings.reads(value_head=False)
+        reads = _model_reads(batch) + self.loss_settings.reads(value_head=False)
         reads += tuple(k for k in OPTIONAL_READS if k in batch)
         metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key=LOSS_MASK)
         return {f"actor/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
-        log_probs, entropy = self._log_probs_entropy(module, micro)
+        routing = routing_of(self.config, module, gradient=True)
+        log_probs, entropy = self._log_probs_entropy(module, micro, routing)
         counts = _with_budget_length(counts, micro, self.config)
         loss, metrics = ppo_loss(self.loss_settings, micro, log_probs, entropy, counts=counts)
         share = _padding_share(module, micro, self.config, self.share_prompts)
+        aux = routing.aux_loss() if routing is not None else None
+        if aux is not None:  # the micro-batch's share of the mini-batch's tokens weighs it
+            tokens = micro[LOSS_MASK].sum() / counts["num_tokens"] if counts else 1.0
+            loss = loss + aux_loss_coef(self.config, module) * tokens * aux
+            metrics["aux_loss"] = aux.detach()
         return loss, {**metrics, "padding_share": share}
 
 

@@ -1,0 +1,140 @@
+"""Mixture-of-experts policies (issue 53): the rollout records each token's experts, and the
+actor's passes replaying them compute the log-probs of the rollout's own forward; a routing
+flipped on purpose changes them; the load-balancing loss reaches the routers under replay."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcore.config.errors import ConfigError
+from rlcore.data.sequences import left_pad
+from rlcore.models import moe
+from rlcore.workers.reasoning.lm_actor import LMActor
+from rlcore.workers.reasoning.rollout import HFEngine
+from tests.lm_fixtures import SOLO, tiny_config
+
+CPU = torch.device("cpu")
+MOE = ["actor.model.tiny.num_experts=4", "actor.model.tiny.experts_per_token=2"]
+REPLAY = [*MOE, "rollout.routing_replay=true"]
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory):
+    """``(config, model_dirs)``: a tiny MoE model (4 experts, 2 a token), built once."""
+    from rlcore.prepare import prepare_models
+
+    root = tmp_path_factory.mktemp("tiny_moe")
+    config = tiny_config(root / "cache", root / "outputs", *REPLAY)
+    return config, prepare_models(config)
+
+
+def sampled(config, dirs, actor=None, rows=6, seed=1):
+    engine = HFEngine(config, dirs.actor, CPU, model=None if actor is None else actor.model)
+    prompts = [
+        engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4] for i in range(rows)
+    ]
+    ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    prompt_td = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[rows])
+    return engine, engine.generate(prompt_td, greedy=False, log_probs=True)
+
+
+def test_the_tiny_moe_routes_each_token_to_k_of_its_experts(tiny_moe):
+    config, dirs = tiny_moe
+    engine, batch = sampled(config, dirs)
+    layers = moe.routers(engine.model)
+    assert [type(r).__name__ for r in layers] == ["Qwen3MoeTopKRouter"]  # one layer (TINY)
+    routed = batch["routed_experts"]
+    assert routed.shape == (*batch["input_ids"].shape, 1, 2)
+    real = batch["attention_mask"].bool()
+    # every real token but the response's last has its two distinct experts recorded
+    last = real.long().cumsum(1) == real.sum(1, keepdim=True)
+    recorded = real & ~last
+    chosen = routed[recorded]
+    assert ((chosen >= 0) & (chosen < 4)).all()
+    assert (chosen[..., 0] != chosen[..., 1]).all()
+    # the rollout's own choice: its routers over the sequences as recorded, token by token
+    with moe.recording(engine.model) as calls:
+        engine.model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        )
+    again = calls[0][0].reshape(*batch["input_ids"].shape, 2)
+    same = (again.sort(-1).values == routed[:, :, 0].long().sort(-1).values).all(-1)
+    assert same[recorded].float().mean() > 0.95  # a near tie may flip between the two passes
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed", "shared"])
+def test_replayed_log_probs_equal_the_rollouts_own(tiny_moe, layout):
+    """The actor's old log-probs, replaying the recorded experts, equal what the rollout
+    recorded while sampling (its own forward, token by token with a key-value cache) in every
+    layout of the pass; a routing flipped on purpose changes the tokens after it."""
+    config, dirs = tiny_moe
+    extra = {
+        "padded": [],
+        "packed": ["actor.model.use_remove_padding=true"],
+        "shared": ["actor.model.share_group_prompts=true", "algorithm.group_size=2"],
+    }[layout]
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, *REPLAY, *extra)
+    actor = LMActor(SOLO, config, dirs.actor)
+    _, batch = sampled(config, dirs, actor)
+    if layout == "shared":  # rows in groups of two copies of one prompt, as a training batch
+        _, batch = sampled(config, dirs, actor, rows=3)
+        batch = batch[torch.arange(3).repeat_interleave(2)]
+        batch["rollout_log_probs"] = batch["rollout_log_probs"]  # (recorded per row anyway)
+    valid = batch["response_mask"].bool()
+    replayed = actor.compute_log_probs(batch)
+    assert torch.allclose(replayed[valid], batch["rollout_log_probs"][valid], atol=1e-5)
+    # a flipped routing: one prompt token's first expert moved to an expert it did not use
+    flipped = batch.clone()
+    row, column = 0, batch["input_ids"].shape[1] - batch["responses"].shape[1] - 1
+    used = flipped["routed_experts"][row, column, 0]
+    unused = next(e for e in range(4) if e not in used.tolist())
+    flipped["routed_experts"][row, column, 0, 0] = unused
+    changed = actor.compute_log_probs(flipped)
+    assert not torch.allclose(changed[row][valid[row]], replayed[row][valid[row]], atol=1e-5)
+    others = torch.arange(len(batch)) != row
+    if layout != "shared":
+        assert torch.equal(changed[others], replayed[others])
+
+
+def test_the_load_balancing_loss_is_transformers_and_reaches_the_routers(tiny_moe):
+    """Without replay, the loss over a padded pass is transformers' own (its
+    ``load_balancing_loss_func`` with the attention mask); with replay its gradient reaches the
+    router's weight."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    config, dirs = tiny_moe
+    actor = LMActor(SOLO, config, dirs.actor)
+    _, batch = sampled(config, dirs, actor)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    with torch.no_grad():
+        out = actor.model(**inputs, output_router_logits=True)
+    expected = load_balancing_loss_func(out.router_logits, 4, 2, batch["attention_mask"])
+    routing = moe.Routing(actor.model, replay=False, keep_logits=True)
+    with routing.call(batch["attention_mask"]):
+        actor.model(**inputs)
+    assert torch.allclose(routing.aux_loss(), expected, atol=1e-6)
+
+    routing = moe.Routing(actor.model, replay=True, keep_logits=True)
+    actor._log_probs_entropy(actor.model, batch, routing)
+    aux = routing.aux_loss()
+    assert aux is not None and aux.item() > 0
+    aux.backward()
+    router = moe.routers(actor.model)[0]
+    assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
+
+
+def test_routing_replay_refuses_a_dense_model_and_what_records_none(tmp_path):
+    with pytest.raises(ConfigError, match="the tiny model is dense"):
+        tiny_config(tmp_path, tmp_path, "rollout.routing_replay=true")
+    with pytest.raises(ConfigError, match="not built with actor.model.gradient_checkpointing"):
+        tiny_config(tmp_path, tmp_path, *REPLAY, "actor.model.gradient_checkpointing=true")
+    with pytest.raises(ConfigError, match="experts_per_token: 3, more than"):
+        tiny_config(
+            tmp_path,
+            tmp_path,
+            "actor.model.tiny.num_experts=2",
+            "actor.model.tiny.experts_per_token=3",
+        )
