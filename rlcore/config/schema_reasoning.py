@@ -95,6 +95,12 @@ class TinyLMConfig:
     num_layers: int = key(2, doc="decoder layers", range=">= 1")
     num_heads: int = key(4, doc="attention heads (2 key/value heads when divisible)", range=">= 1")
     intermediate_size: int = key(512, doc="MLP width", range=">= 1")
+
+
+@dataclass(kw_only=True, frozen=True)
+class TinyPolicyConfig(TinyLMConfig):
+    """The reasoning mode's tiny model: the dense shape, or a mixture of experts."""
+
     num_experts: int = key(
         0,
         doc="0 = a dense model; more: a mixture-of-experts model (Qwen3-MoE architecture) with "
@@ -179,7 +185,9 @@ class LMConfig:
         "(verl's key). Reasoning only; torch and fsdp2 backends; the model's LM head must be a "
         "plain linear layer whose logits its forward returns unchanged (checked when it loads)",
     )
-    tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
+    tiny: TinyPolicyConfig = section(
+        TinyPolicyConfig, doc="the tiny model's shape (when path is null)"
+    )
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
 

@@ -129,7 +129,7 @@ def test_the_load_balancing_loss_is_transformers_and_reaches_the_routers(tiny_mo
 def test_routing_replay_refuses_a_dense_model_and_what_records_none(tmp_path):
     with pytest.raises(ConfigError, match="the tiny model is dense"):
         tiny_config(tmp_path, tmp_path, "rollout.routing_replay=true")
-    with pytest.raises(ConfigError, match="not built with actor.model.gradient_checkpointing"):
+    with pytest.raises(ConfigError, match=r"not built with actor\.model\.gradient_checkpointing"):
         tiny_config(tmp_path, tmp_path, *REPLAY, "actor.model.gradient_checkpointing=true")
     with pytest.raises(ConfigError, match="experts_per_token: 3, more than"):
         tiny_config(
