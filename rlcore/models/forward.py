@@ -234,19 +234,24 @@ def response_log_probs(
     return logp, entropy, sums
 
 
-def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:
+def response_values(
+    model: Any, batch: Any, packed: bool = False, routing: Routing | None = None
+) -> torch.Tensor:
     """A value model's (one output per token) ``[B, R]`` float32 values of the response tokens:
     V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
-    in ``response_logits``."""
+    in ``response_logits``; ``routing``: an MoE value model's, keeping its router logits (the
+    policy's recorded experts are not the value model's to replay)."""
     if packed:
         rows = pack(batch, one_row_kernel(model))
-        return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
-    out = model(
-        input_ids=batch[INPUT_IDS],
-        attention_mask=batch[ATTENTION_MASK],
-        position_ids=batch[POSITION_IDS],
-        use_cache=False,
-    )
+        with _routed(routing, rows.valid, None):
+            return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
+    with _routed(routing, batch[ATTENTION_MASK], None):
+        out = model(
+            input_ids=batch[INPUT_IDS],
+            attention_mask=batch[ATTENTION_MASK],
+            position_ids=batch[POSITION_IDS],
+            use_cache=False,
+        )
     return out.logits[:, -batch[RESPONSES].shape[1] - 1 : -1, 0].float()
 
 

@@ -119,6 +119,10 @@ class Routing:
         self.replay, self.keep_logits = replay, keep_logits
         self._logits: list[torch.Tensor] = []  # per call and layer: [valid, E]
         self._chosen: list[torch.Tensor] = []  # the same tokens' experts [valid, k]
+        # under replay: the token-layer routings compared (valid tokens with a recorded choice)
+        # and those whose recorded experts are not the router's own choice
+        self.compared = 0
+        self.flipped = 0
 
     @contextlib.contextmanager
     def call(self, valid: torch.Tensor, chosen: torch.Tensor | None = None) -> Iterator[None]:
@@ -146,6 +150,10 @@ class Routing:
             indices = torch.topk(probs, router.top_k, dim=-1).indices
             if replay is not None:
                 given = replay.to(indices.device)
+                recorded = valid.to(given.device) & (given >= 0).all(-1)
+                own = indices.sort(-1).values != given.sort(-1).values
+                self.compared += int(recorded.sum())
+                self.flipped += int((own.any(-1) & recorded).sum())
                 indices = torch.where(given >= 0, given, indices)
             weights = probs.gather(1, indices)
             if renormalise:

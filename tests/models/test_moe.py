@@ -138,3 +138,50 @@ def test_routing_replay_refuses_a_dense_model_and_what_records_none(tmp_path):
             "actor.model.tiny.num_experts=2",
             "actor.model.tiny.experts_per_token=3",
         )
+
+
+def test_the_routing_mismatch_counts_the_flips_the_replay_overrode(tiny_moe):
+    """``rollout_corr/routing_mismatch``: the share of the recorded token-layer routings that
+    are not the training pass's own choice: none for the recorded batch itself (but near ties),
+    one more for each recorded routing moved on purpose to experts the router did not pick."""
+    config, dirs = tiny_moe
+    actor = LMActor(SOLO, config, dirs.actor)
+    _, batch = sampled(config, dirs, actor)
+    actor.compute_log_probs(batch)
+    compared, base = actor.routings
+    real = batch["attention_mask"].bool() & (batch["routed_experts"] >= 0).all(-1).all(-1)
+    assert compared == int(real.sum())  # one MoE layer: one routing per recorded token
+    moved = batch.clone()
+    rows = torch.arange(3)
+    column = batch["input_ids"].shape[1] - batch["responses"].shape[1] - 1  # a prompt token
+    own = moved["routed_experts"][rows, column, 0].long()
+    spare = [next(e for e in range(4) if e not in r.tolist()) for r in own]
+    moved["routed_experts"][rows, column, 0, 0] = torch.tensor(spare, dtype=torch.int16)
+    actor.routings = [0, 0]
+    actor.compute_log_probs(moved)
+    assert actor.routings == [compared, base + 3]
+
+
+def test_updates_weigh_the_load_balancing_loss_and_log_it(tiny_moe):
+    """The actor's update adds the routers' loss at the model config's weight (0.001) and logs
+    it as actor/aux_loss (the routing mismatch of the old log-probs' pass beside it); the
+    critic, an MoE value model too, as critic/aux_loss; a weight of 0 adds none."""
+    from rlcore.workers.reasoning.lm_actor import LMCritic, aux_loss_coef
+
+    config, dirs = tiny_moe
+    actor = LMActor(SOLO, config, dirs.actor)
+    assert aux_loss_coef(config, actor.model) == pytest.approx(0.001)
+    _, batch = sampled(config, dirs, actor, rows=8)
+    batch["loss_mask"] = batch["response_mask"].clone()
+    batch["old_log_probs"] = actor.compute_log_probs(batch)
+    gen = torch.Generator().manual_seed(0)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=gen)
+    batch["returns"] = torch.randn(batch["responses"].shape, generator=gen)
+    critic = LMCritic(SOLO, config, dirs.critic)
+    batch["values"] = critic.compute_values(batch)
+    metrics = actor.update(batch)
+    assert metrics["actor/aux_loss"] > 0
+    assert 0 <= metrics["rollout_corr/routing_mismatch"] < 0.05
+    assert critic.update(batch)["critic/aux_loss"] > 0
+    off = tiny_config(dirs.actor.parent, dirs.actor.parent, *REPLAY, "actor.router_aux_loss_coef=0")
+    assert "actor/aux_loss" not in LMActor(SOLO, off, dirs.actor).update(batch)
