@@ -409,23 +409,28 @@ def build_tiny_lm(
         return _tiny_moe(text, experts, experts_per_token, expert_intermediate_size)
     if vision is None:
         return Qwen2ForCausalLM(text)
+    return _tiny_llava(text, vision)
+
+
+def _tiny_llava(text: Any, vision: tuple[int, int, int]) -> torch.nn.Module:
+    """``build_tiny_lm``'s vision-language model around the language model of ``text``."""
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
     side, patch, channels = vision
     tower = CLIPVisionConfig(
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_hidden_layers=text.num_hidden_layers,
+        num_attention_heads=text.num_attention_heads,
         image_size=side,
         patch_size=patch,
         num_channels=channels,
-        projection_dim=hidden_size,
+        projection_dim=text.hidden_size,
     )
     config = LlavaConfig(
         vision_config=tower,
         text_config=text,
-        image_token_id=tokenizer.pad_token_id,  # (images enter as embeddings, never as ids)
+        image_token_id=text.pad_token_id,  # (images enter as embeddings, never as ids)
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
         tie_word_embeddings=True,
