@@ -33,14 +33,13 @@ from rlcore.scheduler.worker import WorkerContext
 from rlcore.workers.reasoning.lm_actor import LMActor
 from rlcore.workers.reasoning.rollout import HFEngine
 
-SOLO = WorkerContext(
-    component="bench", rank=0, world_size=1, local_rank=0, node=0, devices=(0,), device="cpu"
-)
 
-
-def measure(config, dirs, rows: int, seed: int) -> dict:
-    actor = LMActor(SOLO, config, dirs.actor)
-    engine = HFEngine(config, dirs.actor, torch.device("cpu"), model=None)
+def measure(config, dirs, rows: int, seed: int, device: str = "cpu") -> dict:
+    ctx = WorkerContext(
+        component="bench", rank=0, world_size=1, local_rank=0, node=0, devices=(0,), device=device
+    )
+    actor = LMActor(ctx, config, dirs.actor)
+    engine = HFEngine(config, dirs.actor, torch.device(device), model=None)
     engine.model.load_state_dict(actor.model.state_dict())  # the same weights, its own module
     prompts = load_prompt_set(config, engine.tokenizer, train=True, quiet=True)
     batch = prompt_batch(list(range(rows)), prompts, 1, engine.tokenizer.pad_token_id)
@@ -53,7 +52,7 @@ def measure(config, dirs, rows: int, seed: int) -> dict:
     compared, flipped = actor.routings
     out["routing_mismatch"] = flipped / max(compared, 1)
     free = sampled.exclude(ROUTED_EXPERTS)
-    plain = LMActor(SOLO, _without_replay(config), dirs.actor)
+    plain = LMActor(ctx, _without_replay(config), dirs.actor)
     plain.model.load_state_dict(actor.model.state_dict())
     own = plain.compute_log_probs(free).float()
     for name, logp in (("replay", replayed), ("no_replay", own)):
