@@ -14,6 +14,14 @@ def check_moe(config: ReasoningConfig) -> list[str]:
             f"actor.model.tiny.experts_per_token: {tiny.experts_per_token}, more than "
             f"actor.model.tiny.num_experts {tiny.num_experts}; route to at most that many"
         )
+    if tiny.num_experts and config.actor.model.path is None:
+        for who, section in (("actor", config.actor), ("critic", config.critic)):
+            if section.training_backend == "megatron":
+                problems.append(
+                    f"{who}.training_backend: megatron converts dense Qwen2/Llama models only; "
+                    "the tiny mixture-of-experts model (actor.model.tiny.num_experts) trains on "
+                    "the torch or fsdp2 backend"
+                )
     if not config.rollout.routing_replay:
         return problems
     if config.actor.model.path is None and not tiny.num_experts:
