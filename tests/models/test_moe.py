@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcore.config.errors import ConfigError
-from rlcore.data.sequences import left_pad
+from rlcore.data.sequences import left_pad, position_ids
 from rlcore.models import moe
 from rlcore.workers.reasoning.lm_actor import LMActor
 from rlcore.workers.reasoning.rollout import HFEngine
@@ -185,3 +185,53 @@ def test_updates_weigh_the_load_balancing_loss_and_log_it(tiny_moe):
     assert critic.update(batch)["critic/aux_loss"] > 0
     off = tiny_config(dirs.actor.parent, dirs.actor.parent, *REPLAY, "actor.router_aux_loss_coef=0")
     assert "actor/aux_loss" not in LMActor(SOLO, off, dirs.actor).update(batch)
+
+
+def test_fsdp2_on_two_ranks_updates_an_moe_like_one_rank(tiny_moe, tmp_path):
+    """FSDP2 on 2 gloo ranks (each MoE decoder layer, its experts and router, one unit), each
+    holding half the batch with its recorded experts and replaying them, end where one process
+    does on the whole batch: actor and critic. (Without the load-balancing loss: it is a
+    statistic of each micro-batch's tokens, as transformers and verl compute it, so another
+    split of the batch into micro-batches and ranks moves it.)"""
+    from rlcore.config import replace_keys
+    from rlcore.workers.reasoning.lm_actor import LMCritic
+    from tests.rank_pool import rank_pool
+    from tests.workers.test_lm_actor import rank_main, update_params
+
+    config, dirs = tiny_moe
+    config = tiny_config(
+        dirs.actor.parent,
+        dirs.actor.parent,
+        *REPLAY,
+        "actor.ppo_mini_batch_size=8",
+        "actor.ppo_epochs=2",
+        "actor.ppo_micro_batch_size=2",
+        "actor.router_aux_loss_coef=0",
+    )
+    config = replace_keys(
+        config, {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
+    )
+    actor = LMActor(SOLO, config, dirs.actor)
+    _, batch = sampled(config, dirs, actor, rows=8)
+    # responses of uneven lengths (as if ended early), so the ranks hold unequal tokens
+    width = batch["responses"].shape[1]
+    ends = torch.tensor([width, 3, 5, 2, 7, width, 1, 4])[:, None]
+    batch["response_mask"] = (torch.arange(width) < ends).long()
+    batch["attention_mask"][:, -width:] = batch["response_mask"]
+    batch["position_ids"] = position_ids(batch["attention_mask"])
+    assert batch["response_mask"][:4].sum() != batch["response_mask"][4:].sum()
+    batch["loss_mask"] = batch["response_mask"].clone()
+    batch["old_log_probs"] = actor.compute_log_probs(batch)
+    gen = torch.Generator().manual_seed(0)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=gen)
+    batch["returns"] = torch.randn(batch["responses"].shape, generator=gen)
+    batch["values"] = LMCritic(SOLO, config, dirs.critic).compute_values(batch) + 0.3
+    rank_pool(2).run(rank_main, str(tmp_path), config, dirs, batch)
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    for component_cls in (LMActor, LMCritic):
+        single, _ = update_params(component_cls, SOLO, config, dirs, batch)
+        ranks = [r[component_cls.__name__] for r in results]
+        assert all(0.4 < r["held"] < 0.6 for r in ranks)
+        for name, value in single.items():
+            assert torch.equal(ranks[0]["weights"][name], ranks[1]["weights"][name]), name
+            assert torch.allclose(ranks[0]["weights"][name], value, atol=1e-6), name
