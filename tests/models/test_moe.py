@@ -28,11 +28,16 @@ def tiny_moe(tmp_path_factory):
     return config, prepare_models(config)
 
 
-def sampled(config, dirs, actor=None, rows=6, seed=1):
+def sampled(config, dirs, actor=None, rows=6, seed=1, copies=1):
+    """A sampled batch of ``rows`` prompts of unequal lengths, each ``copies`` times in a row
+    (groups, as a training batch lays them out)."""
     engine = HFEngine(config, dirs.actor, CPU, model=None if actor is None else actor.model)
     prompts = [
-        engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4] for i in range(rows)
+        engine.tokenizer(f"What is {i} + {7 * i}?")["input_ids"][: 3 + i % 4]
+        for i in range(rows)
+        for _ in range(copies)
     ]
+    rows *= copies
     ids, mask = left_pad(prompts, engine.tokenizer.pad_token_id)
     torch.manual_seed(seed)
     prompt_td = TensorDict({"input_ids": ids, "attention_mask": mask}, batch_size=[rows])
@@ -78,11 +83,12 @@ def test_replayed_log_probs_equal_the_rollouts_own(tiny_moe, layout):
     }[layout]
     config = tiny_config(dirs.actor.parent, dirs.actor.parent, *REPLAY, *extra)
     actor = LMActor(SOLO, config, dirs.actor)
-    _, batch = sampled(config, dirs, actor)
-    if layout == "shared":  # rows in groups of two copies of one prompt, as a training batch
-        _, batch = sampled(config, dirs, actor, rows=3)
-        batch = batch[torch.arange(3).repeat_interleave(2)]
-        batch["rollout_log_probs"] = batch["rollout_log_probs"]  # (recorded per row anyway)
+    # shared: groups of 2 copies of a prompt, which the rollout prefills once a group too
+    engine, batch = sampled(config, dirs, actor, *((3, 1, 2) if layout == "shared" else ()))
+    if layout == "shared":  # (the rollout's prefill of one row a group was taken)
+        cut = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        prompts = (batch["input_ids"][:, :cut], batch["attention_mask"][:, :cut])
+        assert engine._shared_prompts(*prompts)
     valid = batch["response_mask"].bool()
     replayed = actor.compute_log_probs(batch)
     assert torch.allclose(replayed[valid], batch["rollout_log_probs"][valid], atol=1e-5)
