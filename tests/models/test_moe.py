@@ -241,3 +241,28 @@ def test_fsdp2_on_two_ranks_updates_an_moe_like_one_rank(tiny_moe, tmp_path):
         for name, value in single.items():
             assert torch.equal(ranks[0]["weights"][name], ranks[1]["weights"][name]), name
             assert torch.allclose(ranks[0]["weights"][name], value, atol=1e-6), name
+
+
+def test_batches_joined_by_dynamic_sampling_keep_each_tokens_experts():
+    """DAPO's rounds join generated batches of other prompt widths: the recorded experts are
+    left-padded with -1 like the tokens, so each still sits beside its token."""
+    from rlcore.data.sequences import concat_generated
+
+    def batch(width, fill):
+        return TensorDict(
+            {
+                "input_ids": torch.full((2, width), 5),
+                "attention_mask": torch.ones(2, width, dtype=torch.long),
+                "position_ids": torch.arange(width).expand(2, -1),
+                "routed_experts": torch.full((2, width, 1, 2), fill, dtype=torch.int16),
+            },
+            batch_size=[2],
+        )
+
+    joined = concat_generated([batch(3, 1), batch(5, 2)], pad_id=0)
+    assert joined["routed_experts"].shape == (4, 5, 1, 2)
+    assert (joined["routed_experts"][:2, :2] == -1).all()
+    assert (joined["routed_experts"][:2, 2:] == 1).all() and (
+        joined["routed_experts"][2:] == 2
+    ).all()
+    assert torch.equal(joined["attention_mask"][:2, :2], torch.zeros(2, 2, dtype=torch.long))
