@@ -5,7 +5,8 @@ One JSON line per check (the first describes the device).
     python benchmarks/gpu_check.py [--only CHECK ...] [--iterations 2] [--micro-batch 16]
 
 Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two default jobs with
-``cluster.device`` on the GPU), ``qwen_ddp``, ``qwen_ddp_fused`` (with
+``cluster.device`` on the GPU), ``moe`` (the tiny mixture-of-experts job, and routing replay's
+effect in bf16, ``benchmarks/moe_replay.py``), ``qwen_ddp``, ``qwen_ddp_fused`` (with
 ``actor.model.use_fused_kernels``) and ``qwen_fsdp2``
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
@@ -84,6 +85,7 @@ SMALL = {
 CHECKS = (
     "cartpole",
     "tiny_reasoning",
+    "moe",
     "generate",
     "generate_compiled",
     "decode_profile",
@@ -178,6 +180,36 @@ def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "seconds_per_stage",
     )
     return {"ok": True, **{k: summary[k] for k in keys}}
+
+
+def check_moe(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The tiny mixture-of-experts job (``reasoning/tiny_arith_moe_ppo``, routing replayed) on
+    the device, then routing replay's effect in bf16 there (``benchmarks/moe_replay.py``): the
+    routings the training pass would flip and the log-prob gap to the rollout's."""
+    from moe_replay import measure
+
+    from rlcore.config import load_config
+    from rlcore.placement import plan_for_config
+    from rlcore.prepare import prepare_models
+    from rlcore.runners.supervisor import build_runner
+
+    overrides = _common(out, args.device)
+    if args.small:
+        overrides += [
+            "runner.total_iterations=2",
+            "data.train_batch_size=16",
+            "actor.ppo_mini_batch_size=8",
+            "warmup.steps=5",
+            "warmup.stop_at_accuracy=null",
+        ]
+    config = load_config("reasoning/tiny_arith_moe_ppo", overrides)
+    summary = build_runner(config, plan_for_config(config)).run()
+    bf16 = ["actor.model.dtype=bfloat16", "actor.recompute_log_probs=true"]
+    replay_config = load_config("reasoning/tiny_arith_moe_ppo", [*overrides, *bf16])
+    rows = 16 if args.small else 128
+    replay = measure(replay_config, prepare_models(replay_config), rows, 1, args.device)
+    keys = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s")
+    return {"ok": True, **{k: summary[k] for k in keys}, "replay_bf16": replay}
 
 
 # one PPO iteration of the 0.5B config --------------------------------------------------------
@@ -852,6 +884,7 @@ def main() -> int:
     runs = {
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
+        "moe": check_moe,
         "generate": check_generate,
         "generate_compiled": lambda a, o: check_generate(a, o, COMPILED_VARIANTS),
         "decode_profile": check_decode_profile,

@@ -25,6 +25,10 @@ REF_LOG_PROBS = "ref_log_probs"
 """``[B, T]`` log-probs under the reference policy (the KL loss and the in-reward penalty)."""
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
 """``[B, T]`` log-probs the rollout engine recorded while sampling (rollout correction)."""
+ROUTED_EXPERTS = "routed_experts"
+"""``[B, P + R, layers, k]`` int16: the experts each token of ``input_ids`` was routed to in each
+MoE layer while the rollout generated it (routing replay; -1 where it recorded none: padding, the
+response's last token)."""
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 """``[B, T]`` rollout correction's importance weights on the policy loss's tokens."""
 SUM_PI_SQUARED = "sum_pi_squared"

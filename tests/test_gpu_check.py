@@ -37,6 +37,7 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
         "--only",
         "qwen_fsdp2",
         "generate",
+        "moe",
         "qwen_megatron",
         "maniskill",
         "maniskill_ppo",
@@ -72,6 +73,13 @@ def test_the_qwen_iteration_reports_every_stage_on_a_cpu_with_a_small_model(tmp_
     assert row["greedy_tokens_identical"] == 1.0
     for path in ("generate", "graph"):  # both record the log-probs a forward pass gives
         assert row["log_prob_error_vs_forward"][path]["max"] < 1e-4, path
+    # the tiny MoE job ran, and the bf16 replay measure (its figures: docs/moe.md)
+    row = rows["moe"]
+    assert row["ok"] and row["iterations"] == 2, row
+    replay = row["replay_bf16"]
+    assert 0 <= replay["routing_mismatch"] <= 1 and replay["sampled_tokens"] > 0
+    for way in ("replay", "no_replay"):
+        assert 0 <= replay[way]["max_abs_log_prob_gap"] < 1, way
     need_cuda = ("qwen_megatron", "maniskill", "maniskill_ppo", "maniskill_rgb_ppo")
     for check in (*need_cuda, "maniskill_lm_ppo"):  # these need CUDA
         assert rows[check]["ok"] is None and "skipped" in rows[check]

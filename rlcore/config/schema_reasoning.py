@@ -97,6 +97,30 @@ class TinyLMConfig:
     intermediate_size: int = key(512, doc="MLP width", range=">= 1")
 
 
+@dataclass(kw_only=True, frozen=True)
+class TinyPolicyConfig(TinyLMConfig):
+    """The reasoning mode's tiny model: the dense shape, or a mixture of experts."""
+
+    num_experts: int = key(
+        0,
+        doc="0 = a dense model; more: a mixture-of-experts model (Qwen3-MoE architecture) with "
+        "this many experts in every layer's MLP (docs/moe.md)",
+        range=">= 0",
+    )
+    experts_per_token: int = key(
+        2,
+        doc="with num_experts: the experts each token is routed to (transformers' "
+        "num_experts_per_tok)",
+        range=">= 1",
+    )
+    expert_intermediate_size: int | None = key(
+        None,
+        doc="with num_experts: one expert's MLP width; null = intermediate_size / "
+        "experts_per_token (a token's MLP compute as the dense model's)",
+        range=">= 1",
+    )
+
+
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -161,7 +185,9 @@ class LMConfig:
         "(verl's key). Reasoning only; torch and fsdp2 backends; the model's LM head must be a "
         "plain linear layer whose logits its forward returns unchanged (checked when it loads)",
     )
-    tiny: TinyLMConfig = section(TinyLMConfig, doc="the tiny model's shape (when path is null)")
+    tiny: TinyPolicyConfig = section(
+        TinyPolicyConfig, doc="the tiny model's shape (when path is null)"
+    )
     lora: LoraConfig = section(LoraConfig, doc="low-rank adapters instead of full fine-tuning")
 
 
@@ -216,6 +242,13 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "each chunk's softmax, entropy and their gradient in the fused log-probs; the first "
         "passes compile (minutes on a GPU for a 0.5B model). torch and fsdp2 backends (verl's "
         "key)",
+    )
+    router_aux_loss_coef: float | None = key(
+        None,
+        doc="a mixture-of-experts policy: the weight of its routers' load-balancing loss in the "
+        "actor's loss (logged as actor/aux_loss); null = the model config's "
+        "router_aux_loss_coef (0 if it has none); a dense model has none to weigh",
+        range=">= 0",
     )
 
 
@@ -428,6 +461,13 @@ class RolloutConfig(GroupKeys):
         doc="processes running tool calls side by side (each a Python process; each python "
         "tool call adds a sandbox of its own)",
         range="[1, 64]",
+    )
+    routing_replay: bool = key(
+        False,
+        doc="a mixture-of-experts policy: the rollout records the experts each token was routed "
+        "to in every MoE layer, and the actor's, the reference's and the old log-probs' passes "
+        "route each token to those instead of their routers' own choice (rollout routing "
+        "replay, verl's enable_rollout_routing_replay; docs/moe.md)",
     )
     interaction: str | None = key(
         None,

@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSE_MASK, RESPONSES
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    POSITION_IDS,
+    RESPONSE_MASK,
+    RESPONSES,
+    ROUTED_EXPERTS,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class Packed:
     # [B, R] flat index (row * width + column) of the position predicting each response token;
     # past a response's end, the position predicting its last token (a real one: finite)
     predictors: torch.Tensor
+    valid: torch.Tensor | None = None  # [rows * width] bool: a real token, not padding
+    # [rows * width, layers, k]: the batch's ROUTED_EXPERTS of each real token (-1 on padding)
+    routed: torch.Tensor | None = None
 
     @property
     def width(self) -> int:
@@ -94,7 +104,16 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
     j = torch.arange(response_width, device=device).expand(len(lengths), -1)
     j = torch.minimum(j, (ends - 1)[:, None])
     predictors = begin[:, None] + prompt_lengths[:, None] + j - 1
-    return Packed(input_ids.view(rows, width), positions.view(rows, width), predictors)
+    valid = torch.zeros(rows * width, dtype=torch.bool, device=device)
+    valid[destination] = True
+    routed = None
+    if ROUTED_EXPERTS in batch:
+        column = batch[ROUTED_EXPERTS]
+        routed = column.new_full((rows * width, *column.shape[2:]), -1)
+        routed[destination] = column[mask]
+    return Packed(
+        input_ids.view(rows, width), positions.view(rows, width), predictors, valid, routed
+    )
 
 
 def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:

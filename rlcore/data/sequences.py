@@ -28,6 +28,7 @@ from rlcore.columns import (
     RESPONSE_MASK,
     RESPONSES,
     ROLLOUT_LOG_PROBS,
+    ROUTED_EXPERTS,
 )
 
 
@@ -106,10 +107,17 @@ def concat_generated(batches: Sequence[Any], pad_id: int) -> Any:
         extra = full - batch[INPUT_IDS].shape[1]
         if extra:
             batch = batch.clone(recurse=False)
-            for key, fill in ((INPUT_IDS, pad_id), (ATTENTION_MASK, 0), (POSITION_IDS, 0)):
-                batch.set(
-                    key, torch.nn.functional.pad(batch[key], (extra, 0), value=fill), inplace=False
-                )
+            for key, fill in (
+                (INPUT_IDS, pad_id),
+                (ATTENTION_MASK, 0),
+                (POSITION_IDS, 0),
+                (ROUTED_EXPERTS, -1),
+            ):
+                if key in batch:  # (padded on the left along the token dimension)
+                    value = batch[key]
+                    spread = (0, 0) * (value.dim() - 2) + (extra, 0)
+                    padded_value = torch.nn.functional.pad(value, spread, value=fill)
+                    batch.set(key, padded_value, inplace=False)
         padded.append(batch)
     return torch.cat(padded)
 

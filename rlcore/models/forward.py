@@ -8,6 +8,7 @@ The batch's layout is ``rlcore.data.sequences``'; packing's is ``rlcore.data.pac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES, ROUTED_EXPERTS
 from rlcore.data.packing import pack, prompt_copies
 from rlcore.models.fused_head import HeadTargets, TokenStats, fused_head
+from rlcore.models.moe import Routing
 
 
 def one_row_kernel(model: Any) -> bool:
@@ -93,6 +95,26 @@ def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -
         )
 
 
+def _routed(
+    routing: Routing | None, valid: torch.Tensor, chosen: torch.Tensor | None
+) -> contextlib.AbstractContextManager[None]:
+    """Around one forward call of ``valid.numel()`` tokens: ``routing``'s (an MoE model's
+    replay and load-balancing logits), with ``chosen`` ``[..., layers, k]`` the batch's recorded
+    experts of those tokens where it replays."""
+    if routing is None:
+        return contextlib.nullcontext()
+    if not routing.replay:
+        return routing.call(valid)
+    if chosen is None:
+        raise RuntimeError(f"routing replay: the batch has no {ROUTED_EXPERTS} column")
+    return routing.call(valid, chosen.reshape(valid.numel(), *chosen.shape[-2:]))
+
+
+def _recorded(batch: Any, rows: Any, columns: slice) -> torch.Tensor | None:
+    """The batch's recorded experts of those rows and columns, where it has them."""
+    return batch[ROUTED_EXPERTS][rows, columns] if ROUTED_EXPERTS in batch else None
+
+
 def response_logits(
     model: Any,
     batch: Any,
@@ -100,15 +122,17 @@ def response_logits(
     packed: bool = False,
     share_prompts: bool = False,
     head: HeadTargets | None = None,
+    routing: Routing | None = None,
 ) -> torch.Tensor:
     """Logits ``[B, R, V]`` that predict each response token (the position before it). Where the
     model takes ``logits_to_keep`` (transformers' causal LMs), the output projection runs on
     those positions only, not on the prompt's. ``packed``: the sequences packed (``packing``),
     no padding computed; ``share_prompts``: each distinct prompt computed once
     (``shared_prompt_logits``); the same logits. ``head``: the model runs under ``fused_head``,
-    and these are its ``[B, R, k]`` outputs for the response tokens instead."""
+    and these are its ``[B, R, k]`` outputs for the response tokens instead. ``routing``: an MoE
+    model's routers replay the batch's recorded experts and keep their logits, for every call."""
     if share_prompts:
-        return shared_prompt_logits(model, batch, head)
+        return shared_prompt_logits(model, batch, head, routing)
     keeps = _keeps_logits(type(inner_model(model)))
     if packed:
         rows = pack(batch, one_row_kernel(model))
@@ -116,22 +140,26 @@ def response_logits(
         keep = {"logits_to_keep": columns} if keeps else {}
         if head is not None:
             head.aim(lambda hidden: rows.gather(hidden, columns), batch[RESPONSES])
-            return model(**rows.model_inputs(), **keep).logits
-        return rows.gather(model(**rows.model_inputs(), **keep).logits, columns)
+        with _routed(routing, rows.valid, rows.routed):
+            logits = model(**rows.model_inputs(), **keep).logits
+        return logits if head is not None else rows.gather(logits, columns)
     keep = {"logits_to_keep": response_length + 1} if keeps else {}
     if head is not None:
         head.aim(lambda hidden: hidden[:, -response_length - 1 : -1], batch[RESPONSES])
-    out = model(
-        input_ids=batch[INPUT_IDS],
-        attention_mask=batch[ATTENTION_MASK],
-        position_ids=batch[POSITION_IDS],
-        use_cache=False,
-        **keep,
-    )
+    with _routed(routing, batch[ATTENTION_MASK], _recorded(batch, slice(None), slice(None))):
+        out = model(
+            input_ids=batch[INPUT_IDS],
+            attention_mask=batch[ATTENTION_MASK],
+            position_ids=batch[POSITION_IDS],
+            use_cache=False,
+            **keep,
+        )
     return out.logits if head is not None else out.logits[:, -response_length - 1 : -1]
 
 
-def shared_prompt_logits(model: Any, batch: Any, head: HeadTargets | None = None) -> torch.Tensor:
+def shared_prompt_logits(
+    model: Any, batch: Any, head: HeadTargets | None = None, routing: Routing | None = None
+) -> torch.Tensor:
     """``response_logits`` of a batch in which rows share prompts (``prompt_copies``; as the
     full rows, when none do), each distinct prompt computed once.
 
@@ -145,13 +173,14 @@ def shared_prompt_logits(model: Any, batch: Any, head: HeadTargets | None = None
     width = batch[RESPONSES].shape[1]
     copies = prompt_copies(batch)
     if copies is None:
-        return response_logits(model, batch, width, head=head)
+        return response_logits(model, batch, width, head=head, routing=routing)
     firsts, copy_of = copies
     cut = batch[INPUT_IDS].shape[1] - width
     prompts = {k: batch[k][firsts, :cut] for k in ("input_ids", "attention_mask", "position_ids")}
     if head is not None:
         head.aim(lambda hidden: hidden[copy_of, -1:], batch[RESPONSES][:, :1])
-    out = model(**prompts, use_cache=True, logits_to_keep=1)
+    with _routed(routing, prompts["attention_mask"], _recorded(batch, firsts, slice(0, cut))):
+        out = model(**prompts, use_cache=True, logits_to_keep=1)
     first = out.logits if head is not None else out.logits[copy_of, -1:]
     if width == 1:
         return first
@@ -159,13 +188,15 @@ def shared_prompt_logits(model: Any, batch: Any, head: HeadTargets | None = None
     cache.batch_select_indices(copy_of)
     if head is not None:
         head.aim(lambda hidden: hidden, batch[RESPONSES][:, 1:])
-    rest = model(
-        input_ids=batch[INPUT_IDS][:, cut:-1],
-        attention_mask=batch[ATTENTION_MASK][:, :-1],
-        position_ids=batch[POSITION_IDS][:, cut:-1],
-        **cache_inputs(model, cache),
-        use_cache=True,
-    ).logits
+    responses = batch[ATTENTION_MASK][:, cut:-1]
+    with _routed(routing, responses, _recorded(batch, slice(None), slice(cut, -1))):
+        rest = model(
+            input_ids=batch[INPUT_IDS][:, cut:-1],
+            attention_mask=batch[ATTENTION_MASK][:, :-1],
+            position_ids=batch[POSITION_IDS][:, cut:-1],
+            **cache_inputs(model, cache),
+            use_cache=True,
+        ).logits
     return torch.cat([first, rest], dim=1)
 
 
@@ -177,19 +208,22 @@ def response_log_probs(
     share_prompts: bool = False,
     fused: bool = False,
     checkpoint: bool = False,
+    routing: Routing | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``(log_probs, entropy, sum_pi_squared)`` float32 ``[B, R]`` of the response tokens at
     ``stats.temperature`` (None where ``stats`` does not ask). ``fused``: computed inside the
     model's forward from its last hidden states and LM head (``fused_head``), no logits of the
     whole vocabulary kept; else from ``response_logits`` (``log_probs_and_entropy``,
-    ``checkpoint`` as there). The same values and gradients."""
+    ``checkpoint`` as there). The same values and gradients. ``routing``: as
+    ``response_logits``'."""
     width = batch[RESPONSES].shape[1]
     if fused:
         with fused_head(inner_model(model), stats) as head:
-            out = response_logits(model, batch, width, packed, share_prompts, head).unbind(-1)
+            out = response_logits(model, batch, width, packed, share_prompts, head, routing)
+        out = out.unbind(-1)
         entropy = out[1] if stats.entropy else None
         return out[0], entropy, (out[-1] if stats.sum_pi_squared else None)
-    logits = response_logits(model, batch, width, packed, share_prompts)
+    logits = response_logits(model, batch, width, packed, share_prompts, routing=routing)
     temperature, sums = stats.temperature, None
     if stats.sum_pi_squared:  # scaled once, for both (the whole softmax is taken anyway)
         logits, temperature = logits / temperature, 1.0
@@ -200,19 +234,24 @@ def response_log_probs(
     return logp, entropy, sums
 
 
-def response_values(model: Any, batch: Any, packed: bool = False) -> torch.Tensor:
+def response_values(
+    model: Any, batch: Any, packed: bool = False, routing: Routing | None = None
+) -> torch.Tensor:
     """A value model's (one output per token) ``[B, R]`` float32 values of the response tokens:
     V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
-    in ``response_logits``."""
+    in ``response_logits``; ``routing``: an MoE value model's, keeping its router logits (the
+    policy's recorded experts are not the value model's to replay)."""
     if packed:
         rows = pack(batch, one_row_kernel(model))
-        return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
-    out = model(
-        input_ids=batch[INPUT_IDS],
-        attention_mask=batch[ATTENTION_MASK],
-        position_ids=batch[POSITION_IDS],
-        use_cache=False,
-    )
+        with _routed(routing, rows.valid, None):
+            return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
+    with _routed(routing, batch[ATTENTION_MASK], None):
+        out = model(
+            input_ids=batch[INPUT_IDS],
+            attention_mask=batch[ATTENTION_MASK],
+            position_ids=batch[POSITION_IDS],
+            use_cache=False,
+        )
     return out.logits[:, -batch[RESPONSES].shape[1] - 1 : -1, 0].float()
 
 

@@ -372,8 +372,14 @@ def build_tiny_lm(
     intermediate_size: int,
     seed: int,
     vision: tuple[int, int, int] | None = None,
+    experts: int = 0,
+    experts_per_token: int = 2,
+    expert_intermediate_size: int | None = None,
 ) -> torch.nn.Module:
-    """A randomly initialised Qwen2-architecture causal LM sized for a CPU. With ``vision``
+    """A randomly initialised Qwen2-architecture causal LM sized for a CPU. With ``experts``: a
+    Qwen3-MoE-architecture one instead, every layer's MLP ``experts`` experts of width
+    ``expert_intermediate_size`` (default ``intermediate_size / experts_per_token``), each token
+    routed to ``experts_per_token`` of them (weights renormalised over those). With ``vision``
     (image side, patch side, channels): a LLaVA-architecture vision-language model around it, a
     CLIP vision tower of the LM's width, heads and layers over ``patch``-pixel patches of a
     ``side``-pixel square image, whose last layer's patch features (class token dropped) a
@@ -399,25 +405,32 @@ def build_tiny_lm(
         bos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
+    if experts:
+        return _tiny_moe(text, experts, experts_per_token, expert_intermediate_size)
     if vision is None:
         return Qwen2ForCausalLM(text)
+    return _tiny_llava(text, vision)
+
+
+def _tiny_llava(text: Any, vision: tuple[int, int, int]) -> torch.nn.Module:
+    """``build_tiny_lm``'s vision-language model around the language model of ``text``."""
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
     side, patch, channels = vision
     tower = CLIPVisionConfig(
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_hidden_layers=text.num_hidden_layers,
+        num_attention_heads=text.num_attention_heads,
         image_size=side,
         patch_size=patch,
         num_channels=channels,
-        projection_dim=hidden_size,
+        projection_dim=text.hidden_size,
     )
     config = LlavaConfig(
         vision_config=tower,
         text_config=text,
-        image_token_id=tokenizer.pad_token_id,  # (images enter as embeddings, never as ids)
+        image_token_id=text.pad_token_id,  # (images enter as embeddings, never as ids)
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
         tie_word_embeddings=True,
@@ -439,3 +452,31 @@ def load_policy_lm(path: str | Path) -> torch.nn.Module:
         str(path), dtype=torch.float32, trust_remote_code=False, use_safetensors=True
     )
     return _no_dropout(model)
+
+
+def _tiny_moe(dense: Any, experts: int, per_token: int, width: int | None) -> torch.nn.Module:
+    """``build_tiny_lm``'s mixture-of-experts model: the dense config's sizes and tokens."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if per_token > experts:
+        raise ConfigError(
+            f"actor.model.tiny.experts_per_token: {per_token}, more than num_experts {experts}"
+        )
+    config = Qwen3MoeConfig(
+        vocab_size=dense.vocab_size,
+        hidden_size=dense.hidden_size,
+        intermediate_size=dense.intermediate_size,
+        moe_intermediate_size=width or max(1, dense.intermediate_size // per_token),
+        num_hidden_layers=dense.num_hidden_layers,
+        num_attention_heads=dense.num_attention_heads,
+        num_key_value_heads=dense.num_key_value_heads,
+        max_position_embeddings=dense.max_position_embeddings,
+        tie_word_embeddings=True,
+        num_experts=experts,
+        num_experts_per_tok=per_token,
+        norm_topk_prob=True,
+        pad_token_id=dense.pad_token_id,
+        eos_token_id=dense.eos_token_id,
+        bos_token_id=dense.bos_token_id,
+    )
+    return Qwen3MoeForCausalLM(config)

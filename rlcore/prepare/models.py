@@ -74,7 +74,7 @@ def prepare_models(config: ReasoningConfig) -> ModelDirs:
 
 def _fingerprint(config: ReasoningConfig) -> str:
     shape = {
-        "tiny": dataclasses.asdict(config.actor.model.tiny),
+        "tiny": _tiny_shape(config),
         "synthetic": dataclasses.asdict(config.data.synthetic),
         "suffix": config.data.prompt_suffix,
         "chat": config.data.chat_template is True,  # (the synthetic prompts are text)
@@ -86,6 +86,16 @@ def _fingerprint(config: ReasoningConfig) -> str:
     if config.warmup.examples is not None:
         shape["examples"] = config.warmup.examples
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tiny_shape(config: ReasoningConfig) -> dict:
+    """The tiny model's keys in its fingerprint (a dense model's without the experts' keys, so
+    the dense models cached before those keys existed are found again)."""
+    shape = dataclasses.asdict(config.actor.model.tiny)
+    if not shape["num_experts"]:
+        for moe_only in ("num_experts", "experts_per_token", "expert_intermediate_size"):
+            del shape[moe_only]
+    return shape
 
 
 def cached_tiny_model(config: ReasoningConfig) -> Path | None:
@@ -121,6 +131,9 @@ def _tiny_model_dir(config: ReasoningConfig) -> Path:
         num_heads=tiny.num_heads,
         intermediate_size=tiny.intermediate_size,
         seed=syn.seed,
+        experts=tiny.num_experts,
+        experts_per_token=tiny.experts_per_token,
+        expert_intermediate_size=tiny.expert_intermediate_size,
     )
     if config.warmup.steps:
         warm = config.warmup

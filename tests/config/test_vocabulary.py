@@ -116,6 +116,12 @@ ADDED_SINCE = {
     "reasoning": {
         **ADDED_IN_BOTH_MODES,
         **ROLLOUT_CORRECTION,
+        # mixture-of-experts models (issue 53)
+        "actor.model.tiny.num_experts": 0,
+        "actor.model.tiny.experts_per_token": 2,
+        "actor.model.tiny.expert_intermediate_size": None,
+        "actor.router_aux_loss_coef": None,
+        "rollout.routing_replay": False,
         "reward.rules.max_timeout_share": 0.5,
         "reward.score_range": [-1e4, 1e4],
         "reward.rules.batch_timeout_s": 60.0,

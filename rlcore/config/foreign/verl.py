@@ -109,6 +109,7 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.rollout.name": _verl("rollout.backend", convert=_engine),
     "actor_rollout_ref.rollout.calculate_log_probs": _verl("rollout.calculate_log_probs"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": _verl("rollout.routing_replay"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
     "actor_rollout_ref.rollout.val_kwargs.n": _verl(
         "runner.val_n",

@@ -33,9 +33,11 @@ from rlcore.columns import (
     RESPONSE_MASK,
     RESPONSES,
     RETURNS,
+    ROUTED_EXPERTS,
     SUM_PI_SQUARED,
     VALUES,
 )
+from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.sections import UpdateConfig
 from rlcore.data.packing import padding_share
@@ -56,6 +58,7 @@ from rlcore.models.lm import (
     load_value_model,
     with_lora,
 )
+from rlcore.models.moe import Routing, is_moe, replay_refusal
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.workers.training.megatron_strategy import MegatronOptions
 from rlcore.workers.training.strategy import FsdpOptions
@@ -64,6 +67,63 @@ from rlcore.workers.training.trainer import TrainedComponent, Trainer, UpdateSiz
 # What a forward pass reads of the batch; an actor update adds the loss's columns
 # (``PPOLossSettings.reads``), a critic update the value loss's.
 MODEL_READS = (INPUT_IDS, ATTENTION_MASK, POSITION_IDS, RESPONSES, RESPONSE_MASK)
+
+
+def with_aux_loss(
+    config: ReasoningConfig,
+    model: Any,
+    routing: Routing | None,
+    loss: torch.Tensor,
+    metrics: dict[str, torch.Tensor],
+    micro: TensorDict,
+    counts: dict[str, int] | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``loss`` plus the routers' load-balancing loss (``aux_loss``, its weight
+    ``aux_loss_coef``) where ``routing`` kept their logits: weighed by the micro-batch's share
+    of the mini-batch's tokens, as the token-mean loss is, so the update's total counts it once."""
+    aux = routing.aux_loss() if routing is not None else None
+    if aux is None:
+        return loss, metrics
+    share = micro[LOSS_MASK].sum() / counts["num_tokens"] if counts else 1.0
+    loss = loss + aux_loss_coef(config, model) * share * aux
+    return loss, {**metrics, "aux_loss": aux.detach()}
+
+
+def _check_routing_replay(config: ReasoningConfig, model: Any) -> None:
+    """Refuse ``rollout.routing_replay`` for a model it cannot replay: a dense one, or one
+    whose routers do not choose the softmax's top k."""
+    if not config.rollout.routing_replay:
+        return
+    why = replay_refusal(model) if is_moe(model) else "a dense model (no MoE router)"
+    if why is not None:
+        raise ConfigError(
+            f"rollout.routing_replay: {type(inner_model(model)).__name__} has {why}; set "
+            "rollout.routing_replay=false"
+        )
+
+
+def _model_reads(batch: TensorDict) -> tuple[str, ...]:
+    """``MODEL_READS``, and the rollout's recorded experts where the batch has them."""
+    return MODEL_READS + ((ROUTED_EXPERTS,) if ROUTED_EXPERTS in batch else ())
+
+
+def routing_of(config: ReasoningConfig, model: Any, gradient: bool) -> Routing | None:
+    """What a pass of ``model`` does with its routers (None for a dense model): replays the
+    batch's recorded experts with ``rollout.routing_replay``; in a pass with ``gradient``,
+    keeps the router logits for the load-balancing loss when its weight is above 0."""
+    if not is_moe(model):
+        return None
+    keep = gradient and aux_loss_coef(config, model) > 0
+    return Routing(model, replay=config.rollout.routing_replay, keep_logits=keep)
+
+
+def aux_loss_coef(config: ReasoningConfig, model: Any) -> float:
+    """``actor.router_aux_loss_coef``, else the model config's ``router_aux_loss_coef``."""
+    if config.actor.router_aux_loss_coef is not None:
+        return config.actor.router_aux_loss_coef
+    return float(getattr(inner_model(model).config, "router_aux_loss_coef", 0.0) or 0.0)
+
+
 CRITIC_READS = (*MODEL_READS, LOSS_MASK, VALUES, RETURNS)
 
 
@@ -163,7 +223,12 @@ def _token_stats(owner: Any, entropy: bool, sum_pi_squared: bool = False) -> Tok
 
 
 def _response_log_probs(
-    config: ReasoningConfig, model: Any, micro: TensorDict, stats: TokenStats, checkpoint=False
+    config: ReasoningConfig,
+    model: Any,
+    micro: TensorDict,
+    stats: TokenStats,
+    checkpoint=False,
+    routing: Routing | None = None,
 ):
     model_config = config.actor.model
     return response_log_probs(
@@ -174,6 +239,7 @@ def _response_log_probs(
         share_prompts=model_config.share_group_prompts,
         fused=model_config.use_fused_kernels,
         checkpoint=checkpoint,
+        routing=routing if routing is not None else routing_of(config, model, gradient=False),
     )
 
 
@@ -215,15 +281,23 @@ def forward_in_parts(
 
 
 @torch.no_grad()
-def _forward_log_probs(owner: Any, batch: TensorDict, sum_pi_squared: bool = False) -> TensorDict:
+def _forward_log_probs(
+    owner: Any, batch: TensorDict, sum_pi_squared: bool = False, old: bool = False
+) -> TensorDict:
     """``log_probs`` ``[B, R]`` of the responses under ``owner``'s model (the actor's or the
     reference's) at the rollout's temperature, in forward-only micro-batches; with
-    ``sum_pi_squared``, also the sum of the squared token probabilities at each position."""
-    batch = batch.select(*MODEL_READS).to(owner.device)
+    ``sum_pi_squared``, also the sum of the squared token probabilities at each position.
+    ``old``: the actor's old log-probs, whose replayed routings are compared with its routers'
+    own choice (``owner.routings``, reported by the next update)."""
+    batch = batch.select(*_model_reads(batch)).to(owner.device)
 
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
         stats = _token_stats(owner, entropy=False, sum_pi_squared=sum_pi_squared)
-        logp, _, sums = _response_log_probs(owner.config, model, micro, stats)
+        routing = routing_of(owner.config, model, gradient=False)
+        logp, _, sums = _response_log_probs(owner.config, model, micro, stats, routing=routing)
+        if old and routing is not None and routing.replay:  # the actor's old log-probs
+            owner.routings[0] += routing.compared
+            owner.routings[1] += routing.flipped
         part = {} if sums is None else {SUM_PI_SQUARED: sums.cpu()}
         return {"log_probs": logp.cpu(), **part}
 
@@ -276,18 +350,23 @@ class LMActor(TrainedComponent):
         _check_causal_lm(config, self.model)
         self.loss_settings = config.algorithm.ppo_loss_settings()
         self.temperature = config.rollout.temperature
+        # routing replay: token-layer routings compared, and replayed against the router's
+        # own choice, in the old log-probs' passes since the last update
+        self.routings = [0, 0]
+        _check_routing_replay(config, self.model)
 
-    def _log_probs_entropy(self, module: Any, batch: TensorDict):
+    def _log_probs_entropy(self, module: Any, batch: TensorDict, routing: Routing | None = None):
         stats = _token_stats(self, entropy=True)
+        checkpoint = self.config.actor.entropy_checkpointing
         logp, entropy, _ = _response_log_probs(
-            self.config, module, batch, stats, checkpoint=self.config.actor.entropy_checkpointing
+            self.config, module, batch, stats, checkpoint, routing
         )
         return logp, entropy
 
     @dispatch(Dispatch.SHARD)
     def compute_log_probs(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` log-probs of the responses under the current policy."""
-        return _forward_log_probs(self, batch)["log_probs"]
+        return _forward_log_probs(self, batch, old=True)["log_probs"]
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
         """What a sync sends: every tensor, or with LoRA the adapters alone (the rollout holds
@@ -309,22 +388,29 @@ class LMActor(TrainedComponent):
         """``old_log_probs`` as ``compute_log_probs``, and ``sum_pi_squared``: the sum over the
         vocabulary of the squared token probabilities at each response position, ``[B, R]``
         (what the optimal token baselines read), from the same forward pass."""
-        out = _forward_log_probs(self, batch, sum_pi_squared=True)
+        out = _forward_log_probs(self, batch, sum_pi_squared=True, old=True)
         return out.rename_key_("log_probs", OLD_LOG_PROBS)
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        reads = MODEL_READS + self.loss_settings.reads(value_head=False)
+        reads = _model_reads(batch) + self.loss_settings.reads(value_head=False)
         reads += tuple(k for k in OPTIONAL_READS if k in batch)
         metrics = self.trainer.fit(batch.select(*reads), self._loss, mask_key=LOSS_MASK)
-        return {f"actor/{k}": v for k, v in metrics.items()}
+        out = {f"actor/{k}": v for k, v in metrics.items()}
+        compared, flipped = self.routings
+        if compared:  # the old log-probs' passes since the last update
+            out["rollout_corr/routing_mismatch"] = flipped / compared
+        self.routings = [0, 0]
+        return out
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
-        log_probs, entropy = self._log_probs_entropy(module, micro)
+        routing = routing_of(self.config, module, gradient=True)
+        log_probs, entropy = self._log_probs_entropy(module, micro, routing)
         counts = _with_budget_length(counts, micro, self.config)
         loss, metrics = ppo_loss(self.loss_settings, micro, log_probs, entropy, counts=counts)
         share = _padding_share(module, micro, self.config, self.share_prompts)
-        return loss, {**metrics, "padding_share": share}
+        metrics = {**metrics, "padding_share": share}
+        return with_aux_loss(self.config, module, routing, loss, metrics, micro, counts)
 
 
 class LMCritic(TrainedComponent):
@@ -352,8 +438,9 @@ class LMCritic(TrainedComponent):
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
 
-    def _values(self, module: Any, batch: TensorDict) -> torch.Tensor:
-        return response_values(module, batch, self.config.actor.model.use_remove_padding)
+    def _values(self, module: Any, batch: TensorDict, routing: Routing | None = None):
+        packed = self.config.actor.model.use_remove_padding
+        return response_values(module, batch, packed, routing)
 
     @dispatch(Dispatch.SHARD)
     @torch.no_grad()
@@ -376,8 +463,11 @@ class LMCritic(TrainedComponent):
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
         alg = self.config.algorithm
+        routing = None
+        if is_moe(module) and aux_loss_coef(self.config, module) > 0:
+            routing = Routing(module, replay=False, keep_logits=True)
         loss, metrics = value_loss(
-            self._values(module, micro),
+            self._values(module, micro, routing),
             micro[RETURNS],
             micro[VALUES],
             micro[LOSS_MASK],
@@ -386,11 +476,12 @@ class LMCritic(TrainedComponent):
             loss_agg_mode=alg.loss_agg_func,
             **_with_budget_length(counts, micro, self.config),
         )
-        return loss, {
+        out = {
             "vf_loss": loss.detach(),
             "vf_clipfrac": metrics["vf_clipfrac"],
             "padding_share": _padding_share(module, micro, self.config),
         }
+        return with_aux_loss(self.config, module, routing, loss, out, micro, counts)
 
 
 def reference_dtype(config: ReasoningConfig) -> str:

@@ -23,6 +23,7 @@ prefilled anew), and each token records the version that sampled it (``rollout_v
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -31,11 +32,18 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_MASK, ROLLOUT_VERSIONS
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    RESPONSE_MASK,
+    ROLLOUT_VERSIONS,
+    ROUTED_EXPERTS,
+)
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
 from rlcore.models.forward import cache_inputs, inner_model
 from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokenizer, with_lora
+from rlcore.models.moe import recording, routed_column
 from rlcore.scheduler.dispatch import Dispatch, dispatch
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.files.state_files import load_state, save_state
@@ -152,7 +160,8 @@ class HFEngine(RolloutBackend):
             return self._static_generate(prompts, greedy, validation, log_probs)
         config = self.generation_config(greedy, validation)
         recorder = SampledLogProbs(sampling(self.config, validation)[0])
-        return self._generate(prompts, config, recorder if log_probs else None)
+        routings = self.config.rollout.routing_replay and not validation
+        return self._generate(prompts, config, recorder if log_probs else None, routings)
 
     def sampler(self, greedy: bool, validation: bool, log_probs: bool) -> Sampler:
         temperature = sampling(self.config, validation)[0]
@@ -214,24 +223,45 @@ class HFEngine(RolloutBackend):
         return tokens, [row[:n].tolist() for row, n in zip(recorded, lengths, strict=True)]
 
     def _generate(
-        self, prompts: TensorDict, generation_config: Any, recorder: SampledLogProbs | None
+        self,
+        prompts: TensorDict,
+        generation_config: Any,
+        recorder: SampledLogProbs | None,
+        routings: bool = False,
     ) -> TensorDict:
+        """``generate_rows`` through transformers' ``generate``; with ``routings``, the experts
+        each token was routed to recorded (``ROUTED_EXPERTS``, routing replay)."""
         from transformers import LogitsProcessorList
 
         ids = prompts[INPUT_IDS].to(self.device)
         mask = prompts[ATTENTION_MASK].to(self.device)
-        with rollout_keys_only(self.model):
+        record = recording(self.model) if routings else contextlib.nullcontext([])
+        with rollout_keys_only(self.model), record as calls:
+            shared = self._shared_prompts(ids, mask)
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=generation_config,
                 logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
-                **self._shared_prompts(ids, mask),
+                **shared,
             )
         logp = None
         if recorder is not None:
             logp = recorder.finish(out[:, -1])
-        return self._laid_out(ids, mask, out[:, ids.shape[1] :], logp)
+        routed = None
+        if routings:
+            # the calls: a prompt prefill (one row per group where prompts are shared), then
+            # one column a step
+            rows = len(ids)
+            heads = rows // self.config.algorithm.group_size if shared else rows
+            counts = [len(c) for c in calls[0]]
+            shapes = [
+                (heads if i == 0 else rows, n // (heads if i == 0 else rows))
+                for i, n in enumerate(counts)
+            ]
+            width = ids.shape[1] + self.config.data.max_response_length
+            routed = routed_column(calls, shapes, rows, width)
+        return self._laid_out(ids, mask, out[:, ids.shape[1] :], logp, routed)
 
     def _laid_out(
         self,
@@ -239,6 +269,7 @@ class HFEngine(RolloutBackend):
         mask: torch.Tensor,
         responses: torch.Tensor,
         recorded: torch.Tensor | None,
+        routed: torch.Tensor | None = None,
     ) -> TensorDict:
         """The generated batch (``generated_layout``) of prompts and responses that may be
         shorter than ``data.max_response_length`` (every row ended early), on the CPU."""
@@ -254,6 +285,8 @@ class HFEngine(RolloutBackend):
             logp[:, : recorded.shape[1]] = recorded
         pad = self.tokenizer.pad_token_id
         generated = generated_layout(ids, mask, responses, self.eos_ids, pad, logp)
+        if routed is not None:
+            generated[ROUTED_EXPERTS] = routed
         return TensorDict({k: v.cpu() for k, v in generated.items()}, batch_size=[len(ids)])
 
     def _shared_prompts(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
