@@ -28,7 +28,8 @@ verdict to the claim's other checks (``held`` null when it has none).
 A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
 run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
 instead of running it again when it was on this machine, with the same command, at a commit
-whose code (everything but the docs, the ledger and this script) is the working tree's.
+whose code is the working tree's: the package, the configs, the examples and the scripts the
+command runs (``code_paths``), comment lines and the docs aside.
 
     .venv/bin/python benchmarks/claims.py --all --log runs.jsonl --resume runs.jsonl
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -49,14 +51,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims_ledger import ROOT, Claim, load
 
 TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
-# what a run's figures depend on: a logged run counts again while none of it changed
-CODE_PATHS = ("rlcore", "configs", "examples", "benchmarks", "tests/models", "pyproject.toml")
-NOT_CODE = (
-    ":(exclude)benchmarks/claims.py",
-    ":(exclude)benchmarks/claims.yaml",
-    ":(exclude)benchmarks/claims_ledger.py",
-    ":(exclude,glob)**/*.md",
-)
+# what every run's figures depend on; with the scripts its command names (``code_paths``), a
+# logged run counts again while none of it changed (the docs and comment lines aside)
+CODE_PATHS = ("rlcore", "configs", "examples", "pyproject.toml")
+NOT_CODE = (":(exclude,glob)**/*.md",)
+_SCRIPT = re.compile(r"(?:benchmarks|tests|examples)/[\w/]+\.py")
+_IMPORT = re.compile(r"^\s*(?:from|import)\s+(\w+)", re.M)
+
+
+def code_paths(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``CODE_PATHS`` and the scripts ``command`` runs: each ``.py`` path it names, and the
+    modules of ``benchmarks/`` those import, and theirs (``from embodied import ...``)."""
+    found: list[str] = []
+    todo = [m for arg in command for m in _SCRIPT.findall(arg)]
+    while todo:
+        path = todo.pop()
+        if path in found or not (ROOT / path).is_file():
+            continue
+        found.append(path)
+        for name in _IMPORT.findall((ROOT / path).read_text()):
+            if (ROOT / "benchmarks" / f"{name}.py").is_file():
+                todo.append(f"benchmarks/{name}.py")
+    return CODE_PATHS + tuple(sorted(found))
 
 
 def last_json(stdout: str, select: dict) -> dict | None:
@@ -162,18 +178,17 @@ def head_commit() -> str:
     return done.stdout.strip()
 
 
-def same_code(commit: str, known: dict) -> bool:
-    """The code at ``commit`` is the working tree's (the docs, the ledger, this script and
-    comment lines aside)."""
-    if commit not in known:
+def same_code(commit: str, paths: tuple[str, ...], known: dict) -> bool:
+    """``paths`` at ``commit`` are the working tree's (the docs and comment lines aside)."""
+    if (commit, paths) not in known:
         done = subprocess.run(
             # (a change of comment lines alone, '#', changes no run)
-            ["git", "diff", "--quiet", "-I", r"^\s*#", commit, "--", *CODE_PATHS, *NOT_CODE],
+            ["git", "diff", "--quiet", "-I", r"^\s*#", commit, "--", *paths, *NOT_CODE],
             cwd=ROOT,
             capture_output=True,
         )
-        known[commit] = done.returncode == 0
-    return known[commit]
+        known[commit, paths] = done.returncode == 0
+    return known[commit, paths]
 
 
 def logged_runs(path: Path, here: dict) -> dict:
@@ -183,7 +198,9 @@ def logged_runs(path: Path, here: dict) -> dict:
         return runs
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        if row["machine"] == here and not row["error"] and same_code(row["commit"], known):
+        if row["machine"] != here or row["error"]:
+            continue
+        if same_code(row["commit"], code_paths(row["command"]), known):
             runs[row["name"], row["seed"]] = row
     return runs
 

@@ -157,18 +157,20 @@ def check_cartpole(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"ok": True, **{k: summary[k] for k in keys}}
 
 
+# a reasoning job's iterations and batch with --small
+SMALL_REASONING = [
+    "runner.total_iterations=2",
+    "data.train_batch_size=16",
+    "actor.ppo_mini_batch_size=8",
+]
+
+
 def check_tiny_reasoning(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
     from rlcore.runners.supervisor import build_runner
 
-    overrides = _common(out, args.device)
-    if args.small:
-        overrides += [
-            "runner.total_iterations=2",
-            "data.train_batch_size=16",
-            "actor.ppo_mini_batch_size=8",
-        ]
+    overrides = _common(out, args.device) + (SMALL_REASONING if args.small else [])
     config = load_config("reasoning/tiny_arith_ppo", overrides)
     summary = build_runner(config, plan_for_config(config)).run()
     keys = (
@@ -194,14 +196,8 @@ def check_moe(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rlcore.runners.supervisor import build_runner
 
     overrides = _common(out, args.device)
-    if args.small:
-        overrides += [
-            "runner.total_iterations=2",
-            "data.train_batch_size=16",
-            "actor.ppo_mini_batch_size=8",
-            "warmup.steps=5",
-            "warmup.stop_at_accuracy=null",
-        ]
+    if args.small:  # (and the tiny MoE's warm-up cut short: it is built for this check)
+        overrides += [*SMALL_REASONING, "warmup.steps=5", "warmup.stop_at_accuracy=null"]
     config = load_config("reasoning/tiny_arith_moe_ppo", overrides)
     summary = build_runner(config, plan_for_config(config)).run()
     bf16 = ["actor.model.dtype=bfloat16", "actor.recompute_log_probs=true"]

@@ -205,3 +205,24 @@ def test_a_speed_is_judged_only_on_its_machine(tmp_path):
     ledger.write_text(ledger.read_text().replace("machine: box", "machine: other"))
     with pytest.raises(ValueError, match="names machine 'other', not one of machines: box"):
         cl.load(ledger)
+
+
+def test_a_logged_run_depends_on_the_scripts_its_command_runs():
+    """``--resume`` keeps a run while its code is unchanged: the package, configs and examples,
+    and the scripts the command names with the benchmark modules they import (found here by
+    reading them), not every other benchmark."""
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    paths = claims.code_paths(["{python}", "benchmarks/card_shape.py", "--seeds", "1"])
+    assert paths == (*claims.CODE_PATHS, "benchmarks/card_shape.py", "benchmarks/embodied.py")
+    inline = claims.code_paths(["{python}", "benchmarks/gpu_check.py"])  # imports in a function
+    assert "benchmarks/moe_replay.py" in inline
+    policy = [
+        "{python}",
+        "examples/embodied/main.py",
+        "actor.model.cls=tests/models/user_policies.py:X",
+    ]
+    assert "tests/models/user_policies.py" in claims.code_paths(policy)
+    shell = ["bash", "-c", "{python} examples/reasoning/train_reward_model.py && {python} x.py"]
+    assert "examples/reasoning/train_reward_model.py" in claims.code_paths(shell)

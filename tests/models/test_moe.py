@@ -202,18 +202,11 @@ def test_fsdp2_on_two_ranks_updates_an_moe_like_one_rank(tiny_moe, tmp_path):
     from rlcore.config import replace_keys
     from rlcore.workers.reasoning.lm_actor import LMCritic
     from tests.rank_pool import rank_pool
-    from tests.workers.test_lm_actor import rank_main, update_params
+    from tests.workers.test_lm_actor import TWO_EPOCHS, rank_main, update_params
 
     config, dirs = tiny_moe
-    config = tiny_config(
-        dirs.actor.parent,
-        dirs.actor.parent,
-        *REPLAY,
-        "actor.ppo_mini_batch_size=8",
-        "actor.ppo_epochs=2",
-        "actor.ppo_micro_batch_size=2",
-        "actor.router_aux_loss_coef=0",
-    )
+    no_aux = "actor.router_aux_loss_coef=0"
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, *REPLAY, *TWO_EPOCHS, no_aux)
     config = replace_keys(
         config, {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
     )

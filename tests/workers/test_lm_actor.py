@@ -224,14 +224,12 @@ def rank_main(rank, out, config, dirs, batch):
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
 
 
+# the update the rank tests compare: one mini-batch of 8, micro-batches of 2, 2 epochs
+TWO_EPOCHS = ("actor.ppo_mini_batch_size=8", "actor.ppo_epochs=2", "actor.ppo_micro_batch_size=2")
+
+
 def backend_config(dirs, backend):
-    config = tiny_config(
-        dirs.actor.parent,
-        dirs.actor.parent,
-        "actor.ppo_mini_batch_size=8",
-        "actor.ppo_epochs=2",
-        "actor.ppo_micro_batch_size=2",
-    )
+    config = tiny_config(dirs.actor.parent, dirs.actor.parent, *TWO_EPOCHS)
     changes = {"actor.training_backend": backend, "critic.training_backend": backend}
     if backend == "fsdp2-tokens":
         changes = {"actor.training_backend": "fsdp2", "critic.training_backend": "fsdp2"}
