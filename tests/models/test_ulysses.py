@@ -1,0 +1,131 @@
+"""Ulysses sequence parallelism (issue 53): a packed batch of unequal lengths split over 2 and
+4 gloo ranks gives the log-probs, entropies and gradients of one rank."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+
+from rlcore.data.sequences import position_ids
+from rlcore.models import ulysses
+from rlcore.models.forward import response_log_probs
+from rlcore.models.fused_head import TokenStats
+from tests.rank_pool import rank_pool
+
+
+def tiny_model(seed=0, lora=False):
+    """A tiny Qwen2 model; with ``lora``, under peft's adapters (their B matrices drawn, so
+    every adapter weight has a gradient)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    if not lora:
+        return model
+    from types import SimpleNamespace
+
+    from rlcore.models.lm import with_lora
+
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj")
+    model = with_lora(model, SimpleNamespace(rank=4, alpha=8.0, target_modules=targets))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return model
+
+
+def packed_batch(seed=0):
+    """6 rows: left-padded prompts of 2-7 tokens, responses of 1-5 of 5 columns."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts, responses = [2, 7, 4, 3, 6, 5], [5, 1, 3, 4, 2, 5]
+    width_p, width_r = max(prompts), 5
+    ids = torch.randint(1, 64, (6, width_p + width_r), generator=gen)
+    mask = torch.zeros(6, width_p + width_r, dtype=torch.long)
+    response_mask = torch.zeros(6, width_r, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        mask[i, width_p - p : width_p + r] = 1
+        response_mask[i, :r] = 1
+    ids = ids * mask
+    return TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": position_ids(mask),
+            "responses": ids[:, width_p:],
+            "response_mask": response_mask,
+        },
+        batch_size=[6],
+    )
+
+
+def weighted_loss(logp, entropy, batch):
+    weights = torch.linspace(-1, 1, logp.numel()).reshape(logp.shape)
+    mask = batch["response_mask"]
+    return (logp * weights * mask).sum() + 0.1 * (entropy * mask).sum()
+
+
+def reference(lora=False):
+    model, batch = tiny_model(lora=lora), packed_batch()
+    stats = TokenStats(temperature=0.7, chunk_size=None, entropy=True)
+    logp, entropy, _ = response_log_probs(model, batch, stats, packed=True)
+    weighted_loss(logp, entropy, batch).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logp.detach(), entropy.detach(), grads
+
+
+def split_main(rank, out, size, lora=False):
+    """This rank's part of the split pass, its gradients summed over the group."""
+    group = dist.group.WORLD
+    model, batch = tiny_model(lora=lora), packed_batch()
+    logp, entropy = ulysses.packed_log_probs(model, batch, group, temperature=0.7)
+    weighted_loss(logp, entropy, batch).backward()
+    grads = {}
+    for name, p in model.named_parameters():  # each rank's gradient is its own tokens' part
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+            grads[name] = p.grad
+    torch.save((logp.detach(), entropy.detach(), grads), os.path.join(out, f"rank{rank}.pt"))
+
+
+@pytest.mark.parametrize(("size", "lora"), [(2, False), (4, False), (2, True)])
+def test_a_split_pass_computes_what_one_rank_does(tmp_path, size, lora):
+    logp, entropy, grads = reference(lora)
+    rank_pool(size).run(split_main, str(tmp_path), size, lora)
+    for rank in range(size):
+        got_logp, got_entropy, got_grads = torch.load(tmp_path / f"rank{rank}.pt")
+        valid = packed_batch()["response_mask"].bool()
+        assert torch.allclose(got_logp[valid], logp[valid], atol=1e-5), rank
+        assert torch.allclose(got_entropy[valid], entropy[valid], atol=1e-5), rank
+        assert got_grads.keys() == grads.keys()
+        assert not lora or all("lora_" in name for name in grads)  # (the base is frozen)
+        for name, grad in grads.items():
+            assert torch.allclose(got_grads[name], grad, atol=1e-5), (rank, name)
+
+
+def test_the_mask_keeps_packed_sequences_apart_and_causal():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0]])
+    mask = ulysses.block_causal(positions)[0, 0]
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0],
+            [0, 0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 1, 0],
+            [0, 0, 0, 0, 0, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(mask, expected)
