@@ -20,6 +20,7 @@ forward a sum, backward the gradient as it is, since every rank then computes th
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,23 @@ class _Pass:
     group: Any
     size: int
     rank: int
-    positions: torch.Tensor  # [rows, width]: the full rows' positions (0 starts a sequence)
+    # per row, the [start, end) columns of each packed sequence (and one of the padding after)
+    segments: list[list[tuple[int, int]]]
+
+
+def segments(positions: torch.Tensor, valid: torch.Tensor) -> list[list[tuple[int, int]]]:
+    """Per row of ``positions`` ``[rows, W]``, the ``[start, end)`` columns of each packed
+    sequence (a real token, ``valid``, at position 0 starts one) and of each run of padding
+    (attended within itself: its outputs are never read)."""
+    out = []
+    for row, real in zip(positions.tolist(), valid.tolist(), strict=True):
+        starts = [
+            c
+            for c, (p, v) in enumerate(zip(row, real, strict=True))
+            if (v and p == 0) or (c > 0 and v != real[c - 1]) or c == 0
+        ]
+        out.append(list(itertools.pairwise([*starts, len(row)])))
+    return out
 
 
 _active: _Pass | None = None
@@ -66,16 +83,6 @@ def _sequence_for_heads(t: torch.Tensor, sp: _Pass) -> torch.Tensor:
     return got.transpose(0, 1).reshape(b, hp * sp.size, s, d)
 
 
-def block_causal(positions: torch.Tensor) -> torch.Tensor:
-    """``[rows, 1, W, W]`` bool: a token attends to the tokens of its own packed sequence (a
-    position of 0 starts one) up to itself."""
-    sequence = (positions == 0).long().cumsum(-1)
-    same = sequence[:, :, None] == sequence[:, None, :]
-    width = positions.shape[-1]
-    causal = torch.ones(width, width, dtype=torch.bool, device=positions.device).tril()
-    return (same & causal)[:, None]
-
-
 def attention(
     module: Any,
     query: torch.Tensor,
@@ -95,8 +102,23 @@ def attention(
     if groups > 1:
         key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     q, k, v = (_heads_for_sequence(t, sp) for t in (query, key, value))
-    mask = block_causal(sp.positions).to(q.device)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    # causal within each packed sequence: one kernel call a sequence, no mask (a [W, W] mask
+    # would be kept for the backward pass, as large as the attention it spares)
+    rows = []
+    for b, spans in enumerate(sp.segments):
+        parts = [
+            F.scaled_dot_product_attention(
+                q[b : b + 1, :, s:e],
+                k[b : b + 1, :, s:e],
+                v[b : b + 1, :, s:e],
+                dropout_p=dropout,
+                is_causal=True,
+                scale=scaling,
+            )
+            for s, e in spans
+        ]
+        rows.append(torch.cat(parts, dim=2))
+    out = torch.cat(rows, dim=0)
     return _sequence_for_heads(out, sp).transpose(1, 2).contiguous(), None
 
 
@@ -137,10 +159,10 @@ def padded(t: torch.Tensor, size: int, fill: int = 0) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def sharded(model: Any, group: Any, positions: torch.Tensor) -> Iterator[None]:
+def sharded(model: Any, group: Any, positions: torch.Tensor, valid: torch.Tensor) -> Iterator[None]:
     """Within it, ``model`` attends across ``group``'s ranks: each calls it on its own
-    ``columns`` of the packed rows, whose full ``positions`` (padded as the inputs) it is
-    given."""
+    ``columns`` of the packed rows, whose full ``positions`` and ``valid`` (real tokens, not
+    padding) it is given, padded as the inputs."""
     from rlcore.models.forward import inner_model
 
     global _active
@@ -149,7 +171,7 @@ def sharded(model: Any, group: Any, positions: torch.Tensor) -> Iterator[None]:
     base = inner_model(model)  # (under peft or data parallel: the transformers model)
     before = base.config._attn_implementation
     base.set_attn_implementation(NAME)
-    _active = _Pass(group, size, rank, positions)
+    _active = _Pass(group, size, rank, segments(positions, valid))
     try:
         yield
     finally:
@@ -192,8 +214,9 @@ def packed_log_probs(
     rows = pack(batch)
     inputs = rows.model_inputs()
     ids, positions = padded(inputs["input_ids"], size), padded(inputs["position_ids"], size)
+    valid = padded(rows.valid.view(ids.shape[0], -1), size, fill=False)
     mine = columns(ids.shape[1], size, rank)
-    with sharded(model, group, positions):
+    with sharded(model, group, positions, valid):
         logits = model(
             input_ids=ids[:, mine],
             position_ids=positions[:, mine],
@@ -201,10 +224,15 @@ def packed_log_probs(
             use_cache=False,
         ).logits
     row, column = rows.predictors // rows.width, rows.predictors % rows.width
-    here = (column >= mine.start) & (column < mine.stop)
-    local = (column - mine.start).clamp(0, logits.shape[1] - 1)
-    picked = logits[row, local] / temperature  # [B, R, V]: this rank's predictions are right
-    logp = across_group(token_log_probs(picked, batch[RESPONSES]) * here, group)
+    here = (column >= mine.start) & (column < mine.stop)  # [B, R]: predicted on this rank
+    picked = logits[row[here], column[here] - mine.start] / temperature  # [n, V]
+    logp = torch.zeros(here.shape, dtype=torch.float32, device=logits.device)
+    logp = logp.index_put(
+        (here.nonzero(as_tuple=True)), token_log_probs(picked, batch[RESPONSES][here])
+    )
+    logp = across_group(logp, group)
     if not entropy:
         return logp, None
-    return logp, across_group(entropy_from_logits(picked.float()) * here, group)
+    spread = torch.zeros(here.shape, dtype=torch.float32, device=logits.device)
+    spread = spread.index_put(here.nonzero(as_tuple=True), entropy_from_logits(picked.float()))
+    return logp, across_group(spread, group)

@@ -114,18 +114,12 @@ def test_a_split_pass_computes_what_one_rank_does(tmp_path, size, lora):
             assert torch.allclose(got_grads[name], grad, atol=1e-5), (rank, name)
 
 
-def test_the_mask_keeps_packed_sequences_apart_and_causal():
-    positions = torch.tensor([[0, 1, 2, 0, 1, 0]])
-    mask = ulysses.block_causal(positions)[0, 0]
-    expected = torch.tensor(
-        [
-            [1, 0, 0, 0, 0, 0],
-            [1, 1, 0, 0, 0, 0],
-            [1, 1, 1, 0, 0, 0],
-            [0, 0, 0, 1, 0, 0],
-            [0, 0, 0, 1, 1, 0],
-            [0, 0, 0, 0, 0, 1],
-        ],
-        dtype=torch.bool,
-    )
-    assert torch.equal(mask, expected)
+def test_each_packed_sequence_and_each_run_of_padding_is_attended_apart():
+    """Sequences start at a real token of position 0 (two 1-token sequences stay two); the
+    padding after them is one span."""
+    positions = torch.tensor([[0, 1, 2, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5, 0, 0]])
+    valid = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    assert ulysses.segments(positions, valid) == [
+        [(0, 3), (3, 4), (4, 5), (5, 8)],
+        [(0, 6), (6, 8)],
+    ]
