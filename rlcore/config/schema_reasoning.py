@@ -243,6 +243,16 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "passes compile (minutes on a GPU for a 0.5B model). torch and fsdp2 backends (verl's "
         "key)",
     )
+    ulysses_sequence_parallel_size: int = key(
+        1,
+        doc="Ulysses sequence parallelism: the actor's ranks in groups of this many, each group "
+        "computing on the same rows, each rank on a slice of every packed sequence, attention "
+        "by two all-to-alls (one rank's activations of a long response divided by it; "
+        "docs/backends.md). Divides the actor's ranks and the model's attention heads; needs "
+        "actor.model.use_remove_padding; the torch backend (verl's key; the reference "
+        "computes whole)",
+        range=">= 1",
+    )
     router_aux_loss_coef: float | None = key(
         None,
         doc="a mixture-of-experts policy: the weight of its routers' load-balancing loss in the "
@@ -268,6 +278,11 @@ class CriticConfig(TrainedKeys):
         doc="the critic's own model directory or hub id (as actor.model.path); null = start "
         "from the actor's weights",
         path=True,
+    )
+    ulysses_sequence_parallel_size: int = key(
+        1,
+        doc="as actor.ulysses_sequence_parallel_size, for the critic's ranks (verl's key)",
+        range=">= 1",
     )
     ppo_epochs: int | None = key(
         None, doc="critic passes per batch; null = actor.ppo_epochs", range=">= 1"

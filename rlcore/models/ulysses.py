@@ -236,3 +236,28 @@ def packed_log_probs(
     spread = torch.zeros(here.shape, dtype=torch.float32, device=logits.device)
     spread = spread.index_put(here.nonzero(as_tuple=True), entropy_from_logits(picked.float()))
     return logp, across_group(spread, group)
+
+
+def packed_values(model: Any, batch: Any, group: Any) -> torch.Tensor:
+    """A value model's ``[B, R]`` float32 values of the response tokens (read where each token is
+    predicted, as ``rlcore.models.forward.response_values``) from a packed pass split over
+    ``group``, on every rank."""
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    from rlcore.data.packing import pack
+
+    rows = pack(batch)
+    inputs = rows.model_inputs()
+    ids, positions = padded(inputs["input_ids"], size), padded(inputs["position_ids"], size)
+    valid = padded(rows.valid.view(ids.shape[0], -1), size, fill=False)
+    mine = columns(ids.shape[1], size, rank)
+    with sharded(model, group, positions, valid):
+        out = model(
+            input_ids=ids[:, mine], position_ids=positions[:, mine], attention_mask=None
+        ).logits[..., 0]
+    row, column = rows.predictors // rows.width, rows.predictors % rows.width
+    here = (column >= mine.start) & (column < mine.stop)
+    values = torch.zeros(here.shape, dtype=torch.float32, device=out.device)
+    values = values.index_put(
+        here.nonzero(as_tuple=True), out[row[here], column[here] - mine.start].float()
+    )
+    return across_group(values, group)

@@ -122,6 +122,8 @@ ADDED_SINCE = {
         "actor.model.tiny.expert_intermediate_size": None,
         "actor.router_aux_loss_coef": None,
         "rollout.routing_replay": False,
+        "actor.ulysses_sequence_parallel_size": 1,
+        "critic.ulysses_sequence_parallel_size": 1,
         "reward.rules.max_timeout_share": 0.5,
         "reward.score_range": [-1e4, 1e4],
         "reward.rules.batch_timeout_s": 60.0,

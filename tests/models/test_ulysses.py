@@ -123,3 +123,53 @@ def test_each_packed_sequence_and_each_run_of_padding_is_attended_apart():
         [(0, 3), (3, 4), (4, 5), (5, 8)],
         [(0, 6), (6, 8)],
     ]
+
+
+def sp_update_main(rank, out, config, dirs, batch):
+    """Both components' updates on this rank's half of the batch, the two ranks one Ulysses
+    group (tests/workers/test_lm_actor.py's rank_main)."""
+    from tests.workers.test_lm_actor import rank_main
+
+    calls, trade = [], ulysses._heads_for_sequence  # (counted: the split really runs)
+    ulysses._heads_for_sequence = lambda t, sp: calls.append(sp.size) or trade(t, sp)
+    try:
+        rank_main(rank, out, config, dirs, batch)
+    finally:
+        ulysses._heads_for_sequence = trade
+    torch.save(calls, os.path.join(out, f"calls{rank}.pt"))
+
+
+def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path):
+    """actor and critic with ulysses_sequence_parallel_size 2 on 2 gloo ranks (one group: both
+    compute on the whole batch, each on half of every packed row), over 2 epochs of micro-batches,
+    end where one process does on the whole batch, packed, without the split."""
+    from rlcore.config import replace_keys
+    from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
+    from tests.lm_fixtures import SOLO
+    from tests.workers.test_lm_actor import TWO_EPOCHS, make_batch, update_params
+
+    _, dirs = tiny_lm
+    from tests.lm_fixtures import tiny_config
+
+    base = tiny_config(
+        dirs.actor.parent, dirs.actor.parent, *TWO_EPOCHS, "actor.model.use_remove_padding=true"
+    )
+    split = replace_keys(
+        base,
+        {"actor.ulysses_sequence_parallel_size": 2, "critic.ulysses_sequence_parallel_size": 2},
+    )
+    batch = make_batch(base, dirs)
+    batch["old_log_probs"] = LMActor(SOLO, base, dirs.actor).compute_log_probs(batch)
+    batch["values"] = LMCritic(SOLO, base, dirs.actor).compute_values(batch) + 0.3
+    rank_pool(2).run(sp_update_main, str(tmp_path), split, dirs, batch)
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    calls = [torch.load(tmp_path / f"calls{r}.pt") for r in (0, 1)]
+    assert calls[0] and set(calls[0]) == {2} and len(calls[0]) == len(calls[1])
+    for component_cls in (LMActor, LMCritic):
+        single, _ = update_params(component_cls, SOLO, base, dirs, batch)
+        ranks = [r[component_cls.__name__]["weights"] for r in results]
+        start = component_cls(SOLO, base, dirs.actor).weights()
+        assert any(not torch.equal(v, start[k]) for k, v in single.items())  # it did update
+        for name, value in single.items():
+            assert torch.equal(ranks[0][name], ranks[1][name]), f"ranks disagree on {name}"
+            assert torch.allclose(ranks[0][name], value, atol=1e-6), f"{name} differs"

@@ -54,3 +54,42 @@ def check_moe(config: ReasoningConfig) -> list[str]:
                 "rollout.routing_replay=false, or change that key"
             )
     return problems
+
+
+def check_sequence_parallel(config: ReasoningConfig) -> list[str]:
+    """Ulysses sequence parallelism where it is built: packed passes on the torch backend, none
+    of the passes that compute otherwise."""
+    problems = []
+    model, rollout = config.actor.model, config.rollout
+    for who, section in (("actor", config.actor), ("critic", config.critic)):
+        size = section.ulysses_sequence_parallel_size
+        if size == 1:
+            continue
+        key = f"{who}.ulysses_sequence_parallel_size"
+        refused = (
+            (
+                "actor.model.use_remove_padding",
+                not model.use_remove_padding,
+                "false (it splits packed rows)",
+            ),
+            (
+                f"{who}.training_backend",
+                section.training_backend != "torch",
+                f"{section.training_backend} (built on the torch backend)",
+            ),
+            ("actor.model.use_fused_kernels", model.use_fused_kernels, "true"),
+            ("actor.model.share_group_prompts", model.share_group_prompts, "true"),
+            ("actor.model.gradient_checkpointing", model.gradient_checkpointing, "true"),
+            ("rollout.routing_replay", rollout.routing_replay, "true"),
+            (
+                "algorithm.adv_type",
+                config.algorithm.adv_type.endswith("optimal_token_baseline"),
+                f"{config.algorithm.adv_type} (its sum of squared probabilities is not split)",
+            ),
+        )
+        problems += [
+            f"{key}: {size}, not built with {name} {what}; set {key}=1, or change that key"
+            for name, on, what in refused
+            if on
+        ]
+    return problems

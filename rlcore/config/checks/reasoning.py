@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from rlcore.config.checks.algorithm import check_gdpo
-from rlcore.config.checks.moe import check_moe
+from rlcore.config.checks.moe import check_moe, check_sequence_parallel
 from rlcore.config.checks.run import check_update_sizes
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import ENTROPY_CHUNK_SIZE
@@ -32,6 +32,7 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_tools(config),
         *_static_decode(config),
         *check_moe(config),
+        *check_sequence_parallel(config),
     ]
 
 

@@ -110,6 +110,24 @@ VERL_ALIASES: dict[str, Alias] = {
     "actor_rollout_ref.rollout.calculate_log_probs": _verl("rollout.calculate_log_probs"),
     "actor_rollout_ref.rollout.temperature": _verl("rollout.temperature"),
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": _verl("rollout.routing_replay"),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": _verl(
+        "actor.ulysses_sequence_parallel_size"
+    ),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": _verl(
+        "actor.ulysses_sequence_parallel_size",
+        note="one key for the actor and reference",
+        yields="the actor's: the reference computes whole",
+    ),
+    "critic.ulysses_sequence_parallel_size": _verl("critic.ulysses_sequence_parallel_size"),
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": _verl(
+        "actor.ulysses_sequence_parallel_size"
+    ),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": _verl(
+        "actor.ulysses_sequence_parallel_size",
+        note="one key for the actor and reference",
+        yields="the actor's: the reference computes whole",
+    ),
+    "critic.fsdp.ulysses_sequence_parallel_size": _verl("critic.ulysses_sequence_parallel_size"),
     "actor_rollout_ref.rollout.top_p": _verl("rollout.top_p"),
     "actor_rollout_ref.rollout.val_kwargs.n": _verl(
         "runner.val_n",

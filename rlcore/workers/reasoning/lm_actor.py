@@ -42,6 +42,7 @@ from rlcore.config.schema import ReasoningConfig
 from rlcore.config.sections import UpdateConfig
 from rlcore.data.packing import padding_share
 from rlcore.data.sequences import token_budget_split, trim_padding
+from rlcore.models import ulysses
 from rlcore.models.forward import (
     check_packing,
     inner_model,
@@ -87,6 +88,12 @@ def with_aux_loss(
     share = micro[LOSS_MASK].sum() / counts["num_tokens"] if counts else 1.0
     loss = loss + aux_loss_coef(config, model) * share * aux
     return loss, {**metrics, "aux_loss": aux.detach()}
+
+
+def check_sequence_split(model: Any, size: int, key: str) -> None:
+    """Refuse a Ulysses split of ``size`` ranks that ``model``'s attention heads do not allow."""
+    if size > 1 and (why := ulysses.refusal(inner_model(model).config, size)) is not None:
+        raise ConfigError(f"{key}: {size}, but {why}; choose a size that divides them")
 
 
 def _check_routing_replay(config: ReasoningConfig, model: Any) -> None:
@@ -141,6 +148,13 @@ def _trainer(
     options); ``updates``: the run's updates of the component; ``budget``: its
     micro-batches' token budget (None: ``update``'s micro-batch size)."""
     group = config.algorithm.group_size
+    size, world = section.ulysses_sequence_parallel_size, getattr(ctx, "world_size", 1)
+    if world % size:
+        who = "actor" if section is config.actor else "critic"
+        raise ConfigError(
+            f"{who}.ulysses_sequence_parallel_size: {size} does not divide the {who}'s {world} "
+            "ranks; give it a divisor of them (cluster.component_placement places the ranks)"
+        )
     if config.actor.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if section.use_torch_compile:
@@ -165,6 +179,7 @@ def _trainer(
         max_skipped_steps=config.runner.max_skipped_steps,
         split=_splitter(budget),
         cut=trim_padding,
+        sequence_parallel=section.ulysses_sequence_parallel_size,
     )
 
 
@@ -222,6 +237,12 @@ def _token_stats(owner: Any, entropy: bool, sum_pi_squared: bool = False) -> Tok
     )
 
 
+def sequence_group(owner: Any) -> Any:
+    """The Ulysses group ``owner``'s passes are split over (None: each rank computes whole)."""
+    trainer = getattr(owner, "trainer", None)
+    return getattr(trainer.strategy, "sp_group", None) if trainer is not None else None
+
+
 def _response_log_probs(
     config: ReasoningConfig,
     model: Any,
@@ -229,8 +250,14 @@ def _response_log_probs(
     stats: TokenStats,
     checkpoint=False,
     routing: Routing | None = None,
+    sp_group: Any = None,
 ):
     model_config = config.actor.model
+    if sp_group is not None:  # (the config refuses what it does not split: fused, shared, ...)
+        logp, entropy = ulysses.packed_log_probs(
+            model, micro, sp_group, stats.temperature, stats.entropy
+        )
+        return logp, entropy, None
     return response_log_probs(
         model,
         micro,
@@ -294,7 +321,8 @@ def _forward_log_probs(
     def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
         stats = _token_stats(owner, entropy=False, sum_pi_squared=sum_pi_squared)
         routing = routing_of(owner.config, model, gradient=False)
-        logp, _, sums = _response_log_probs(owner.config, model, micro, stats, routing=routing)
+        sp = sequence_group(owner)
+        logp, _, sums = _response_log_probs(owner.config, model, micro, stats, False, routing, sp)
         if old and routing is not None and routing.replay:  # the actor's old log-probs
             owner.routings[0] += routing.compared
             owner.routings[1] += routing.flipped
@@ -354,12 +382,14 @@ class LMActor(TrainedComponent):
         # own choice, in the old log-probs' passes since the last update
         self.routings = [0, 0]
         _check_routing_replay(config, self.model)
+        size = config.actor.ulysses_sequence_parallel_size
+        check_sequence_split(self.model, size, "actor.ulysses_sequence_parallel_size")
 
     def _log_probs_entropy(self, module: Any, batch: TensorDict, routing: Routing | None = None):
         stats = _token_stats(self, entropy=True)
         checkpoint = self.config.actor.entropy_checkpointing
         logp, entropy, _ = _response_log_probs(
-            self.config, module, batch, stats, checkpoint, routing
+            self.config, module, batch, stats, checkpoint, routing, sequence_group(self)
         )
         return logp, entropy
 
@@ -437,8 +467,12 @@ class LMCritic(TrainedComponent):
         )
         self.model, self.device = self.trainer.model, self.trainer.device
         _check_packing(config, self.model)
+        size = config.critic.ulysses_sequence_parallel_size
+        check_sequence_split(self.model, size, "critic.ulysses_sequence_parallel_size")
 
     def _values(self, module: Any, batch: TensorDict, routing: Routing | None = None):
+        if (sp := sequence_group(self)) is not None:
+            return ulysses.packed_values(module, batch, sp)
         packed = self.config.actor.model.use_remove_padding
         return response_values(module, batch, packed, routing)
 

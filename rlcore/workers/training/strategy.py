@@ -205,6 +205,40 @@ class DistributedDataParallel(SingleProcess):
         return tensor
 
 
+class SequenceParallelDDP(DistributedDataParallel):
+    """DDP over a component's ranks grouped ``sequence_parallel`` at a time (Ulysses,
+    ``rlcore.models.ulysses``): the ranks of a group (consecutive) compute on the same rows, each
+    on its slice of every packed row, so the data-parallel size is ``world / sequence_parallel``.
+    As under Megatron's tensor parallelism, ``local_batch`` gathers the rows the dispatch gave
+    the group's ranks, and counts and metrics are reduced over the data-parallel group (ranks of
+    one position in their groups). Gradients: each rank's are its own tokens' part, DDP averages
+    them over every rank, and the loss scale (the whole world) makes that average their sum."""
+
+    name = "ddp+sp"
+
+    def __init__(self, group: Any, rank: int, world_size: int, sequence_parallel: int) -> None:
+        super().__init__(group, rank, world_size)
+        ranks = dist.get_process_group_ranks(group)
+        size = sequence_parallel
+        # every rank creates every group, in the same order (torch's rule for new_group)
+        sequences = [dist.new_group(ranks[i : i + size]) for i in range(0, len(ranks), size)]
+        data = [dist.new_group(ranks[i::size]) for i in range(size)]
+        self.sp_size, self.sp_group = size, sequences[rank // size]
+        self.dp_group = data[rank % size]
+        self.world_size = world_size // size  # data-parallel: the trainer's rows and means
+        self.loss_scale = float(world_size)
+
+    def local_batch(self, batch: Any) -> tuple[Any, slice]:
+        parts: list[Any] = [None] * self.sp_size
+        dist.all_gather_object(parts, batch.cpu(), group=self.sp_group)
+        start = sum(len(part) for part in parts[: dist.get_rank(self.sp_group)])
+        return torch.cat(parts).to(batch.device), slice(start, start + len(batch))
+
+    def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.dp_group)
+        return tensor
+
+
 @dataclass(frozen=True)
 class FsdpOptions:
     """FSDP2's mixed precision and offload (the ``fsdp`` config section, as torch dtypes)."""
@@ -345,13 +379,19 @@ BACKENDS = ("torch", "fsdp2", "megatron")
 
 
 def make_strategy(
-    ctx: Any, backend: str = "torch", fsdp: FsdpOptions | None = None, megatron: Any = None
+    ctx: Any,
+    backend: str = "torch",
+    fsdp: FsdpOptions | None = None,
+    megatron: Any = None,
+    sequence_parallel: int = 1,
 ) -> Strategy:
     """``backend`` torch: DDP over the component's group when it has several ranks, else a single
     process. fsdp2: ``fully_shard`` over the group, with ``fsdp``'s mixed precision and
     offload; on one rank over a group of one (``one_rank_group``): nothing is sharded, and the
     arithmetic is a single process's unless ``fsdp`` casts. megatron: ``megatron``'s
-    ``MegatronOptions`` (tensor-parallel size, seed)."""
+    ``MegatronOptions`` (tensor-parallel size, seed). ``sequence_parallel`` above 1: DDP over
+    groups of that many ranks computing on the same rows (``SequenceParallelDDP``; torch
+    backend)."""
     if backend not in BACKENDS:
         raise ValueError(f"training backend {backend!r}: built are {', '.join(BACKENDS)}")
     world = getattr(ctx, "world_size", 1)
@@ -365,6 +405,13 @@ def make_strategy(
     if backend == "fsdp2":
         group = getattr(ctx, "group", None) or one_rank_group(device)
         return FullyShardedDataParallel(group, getattr(ctx, "rank", 0), world, device, fsdp)
+    if sequence_parallel > 1:
+        if backend != "torch" or world % sequence_parallel:
+            raise ValueError(
+                f"sequence parallel over {sequence_parallel} ranks: built on the torch backend "
+                f"over a multiple of that many ranks (here {backend}, {world} ranks)"
+            )
+        return SequenceParallelDDP(ctx.group, ctx.rank, world, sequence_parallel)
     if world == 1:
         return SingleProcess()
     return DistributedDataParallel(ctx.group, ctx.rank, world)

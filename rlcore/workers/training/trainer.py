@@ -108,8 +108,9 @@ class Trainer:
         max_skipped_steps: int | None = None,
         split: Callable[[TensorDict], list[torch.Tensor]] | None = None,
         cut: Callable[[TensorDict], TensorDict] | None = None,
+        sequence_parallel: int = 1,
     ) -> None:
-        self.strategy: Strategy = make_strategy(ctx, backend, fsdp, megatron)
+        self.strategy: Strategy = make_strategy(ctx, backend, fsdp, megatron, sequence_parallel)
         self.component = getattr(ctx, "component", "model")
         self.global_rank = getattr(ctx, "rank", 0)  # names this rank's files
         self.max_skipped_steps = max_skipped_steps
