@@ -249,7 +249,7 @@ class ReasoningActorConfig(UpdateConfig, ActorKeys):
         "computing on the same rows, each rank on a slice of every packed sequence, attention "
         "by two all-to-alls (one rank's activations of a long response divided by it; "
         "docs/backends.md). Divides the actor's ranks and the model's attention heads; needs "
-        "actor.model.use_remove_padding; the torch backend (verl's key; the reference "
+        "actor.model.use_remove_padding; the torch or fsdp2 backend (verl's key; the reference "
         "computes whole)",
         range=">= 1",
     )

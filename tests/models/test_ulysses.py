@@ -139,10 +139,12 @@ def sp_update_main(rank, out, config, dirs, batch):
     torch.save(calls, os.path.join(out, f"calls{rank}.pt"))
 
 
-def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path):
+@pytest.mark.parametrize("backend", ["torch", "fsdp2"])
+def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path, backend):
     """actor and critic with ulysses_sequence_parallel_size 2 on 2 gloo ranks (one group: both
     compute on the whole batch, each on half of every packed row), over 2 epochs of micro-batches,
-    end where one process does on the whole batch, packed, without the split."""
+    end where one process does on the whole batch, packed, without the split: under DDP, and
+    under FSDP2 (each rank holding half the weights)."""
     from rlcore.config import replace_keys
     from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
     from tests.lm_fixtures import SOLO
@@ -154,10 +156,9 @@ def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path)
     base = tiny_config(
         dirs.actor.parent, dirs.actor.parent, *TWO_EPOCHS, "actor.model.use_remove_padding=true"
     )
-    split = replace_keys(
-        base,
-        {"actor.ulysses_sequence_parallel_size": 2, "critic.ulysses_sequence_parallel_size": 2},
-    )
+    changes = {f"{c}.ulysses_sequence_parallel_size": 2 for c in ("actor", "critic")}
+    changes |= {f"{c}.training_backend": backend for c in ("actor", "critic")}
+    split = replace_keys(base, changes)
     batch = make_batch(base, dirs)
     batch["old_log_probs"] = LMActor(SOLO, base, dirs.actor).compute_log_probs(batch)
     batch["values"] = LMCritic(SOLO, base, dirs.actor).compute_values(batch) + 0.3

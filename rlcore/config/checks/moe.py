@@ -57,8 +57,8 @@ def check_moe(config: ReasoningConfig) -> list[str]:
 
 
 def check_sequence_parallel(config: ReasoningConfig) -> list[str]:
-    """Ulysses sequence parallelism where it is built: packed passes on the torch backend, none
-    of the passes that compute otherwise."""
+    """Ulysses sequence parallelism where it is built: packed passes on the torch and fsdp2
+    backends, none of the passes that compute otherwise."""
     problems = []
     model, rollout = config.actor.model, config.rollout
     for who, section in (("actor", config.actor), ("critic", config.critic)):
@@ -74,8 +74,8 @@ def check_sequence_parallel(config: ReasoningConfig) -> list[str]:
             ),
             (
                 f"{who}.training_backend",
-                section.training_backend != "torch",
-                f"{section.training_backend} (built on the torch backend)",
+                section.training_backend == "megatron",
+                "megatron (its own context parallelism is not mapped)",
             ),
             ("actor.model.use_fused_kernels", model.use_fused_kernels, "true"),
             ("actor.model.share_group_prompts", model.share_group_prompts, "true"),

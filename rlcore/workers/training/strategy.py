@@ -205,21 +205,18 @@ class DistributedDataParallel(SingleProcess):
         return tensor
 
 
-class SequenceParallelDDP(DistributedDataParallel):
-    """DDP over a component's ranks grouped ``sequence_parallel`` at a time (Ulysses,
+class _SequenceGroups:
+    """A component's ranks grouped ``sequence_parallel`` at a time (Ulysses,
     ``rlcore.models.ulysses``): the ranks of a group (consecutive) compute on the same rows, each
     on its slice of every packed row, so the data-parallel size is ``world / sequence_parallel``.
     As under Megatron's tensor parallelism, ``local_batch`` gathers the rows the dispatch gave
     the group's ranks, and counts and metrics are reduced over the data-parallel group (ranks of
-    one position in their groups). Gradients: each rank's are its own tokens' part, DDP averages
-    them over every rank, and the loss scale (the whole world) makes that average their sum."""
+    one position in their groups). Gradients: each rank's are its own tokens' part; DDP and
+    FSDP2 average them over every rank, and the loss scale (the whole world) makes that average
+    their sum."""
 
-    name = "ddp+sp"
-
-    def __init__(self, group: Any, rank: int, world_size: int, sequence_parallel: int) -> None:
-        super().__init__(group, rank, world_size)
+    def _split(self, group: Any, rank: int, world_size: int, size: int) -> None:
         ranks = dist.get_process_group_ranks(group)
-        size = sequence_parallel
         # every rank creates every group, in the same order (torch's rule for new_group)
         sequences = [dist.new_group(ranks[i : i + size]) for i in range(0, len(ranks), size)]
         data = [dist.new_group(ranks[i::size]) for i in range(size)]
@@ -237,6 +234,16 @@ class SequenceParallelDDP(DistributedDataParallel):
     def all_reduce(self, tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
         dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.dp_group)
         return tensor
+
+
+class SequenceParallelDDP(_SequenceGroups, DistributedDataParallel):
+    """DDP with Ulysses groups (``_SequenceGroups``)."""
+
+    name = "ddp+sp"
+
+    def __init__(self, group: Any, rank: int, world_size: int, sequence_parallel: int) -> None:
+        DistributedDataParallel.__init__(self, group, rank, world_size)
+        self._split(group, rank, world_size, sequence_parallel)
 
 
 @dataclass(frozen=True)
@@ -375,6 +382,24 @@ def _repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
+class SequenceParallelFSDP(_SequenceGroups, FullyShardedDataParallel):
+    """FSDP2 over the whole group with Ulysses groups (``_SequenceGroups``)."""
+
+    name = "fsdp2+sp"
+
+    def __init__(
+        self,
+        group: Any,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        fsdp: FsdpOptions | None,
+        sequence_parallel: int,
+    ) -> None:
+        FullyShardedDataParallel.__init__(self, group, rank, world_size, device, fsdp)
+        self._split(group, rank, world_size, sequence_parallel)
+
+
 BACKENDS = ("torch", "fsdp2", "megatron")
 
 
@@ -389,13 +414,21 @@ def make_strategy(
     process. fsdp2: ``fully_shard`` over the group, with ``fsdp``'s mixed precision and
     offload; on one rank over a group of one (``one_rank_group``): nothing is sharded, and the
     arithmetic is a single process's unless ``fsdp`` casts. megatron: ``megatron``'s
-    ``MegatronOptions`` (tensor-parallel size, seed). ``sequence_parallel`` above 1: DDP over
-    groups of that many ranks computing on the same rows (``SequenceParallelDDP``; torch
-    backend)."""
+    ``MegatronOptions`` (tensor-parallel size, seed). ``sequence_parallel`` above 1: DDP or
+    FSDP2 over groups of that many ranks computing on the same rows (``_SequenceGroups``)."""
     if backend not in BACKENDS:
         raise ValueError(f"training backend {backend!r}: built are {', '.join(BACKENDS)}")
     world = getattr(ctx, "world_size", 1)
     device = ctx.torch_device if ctx is not None else torch.device("cpu")
+    if sequence_parallel > 1:
+        if backend == "megatron" or world % sequence_parallel:
+            raise ValueError(
+                f"sequence parallel over {sequence_parallel} ranks: built on the torch and "
+                f"fsdp2 backends over a multiple of that many ranks (here {backend}, {world})"
+            )
+        if backend == "fsdp2":
+            return SequenceParallelFSDP(ctx.group, ctx.rank, world, device, fsdp, sequence_parallel)
+        return SequenceParallelDDP(ctx.group, ctx.rank, world, sequence_parallel)
     if backend == "megatron":
         from rlcore.workers.training.megatron_strategy import MegatronOptions, MegatronParallel
 
@@ -405,13 +438,6 @@ def make_strategy(
     if backend == "fsdp2":
         group = getattr(ctx, "group", None) or one_rank_group(device)
         return FullyShardedDataParallel(group, getattr(ctx, "rank", 0), world, device, fsdp)
-    if sequence_parallel > 1:
-        if backend != "torch" or world % sequence_parallel:
-            raise ValueError(
-                f"sequence parallel over {sequence_parallel} ranks: built on the torch backend "
-                f"over a multiple of that many ranks (here {backend}, {world} ranks)"
-            )
-        return SequenceParallelDDP(ctx.group, ctx.rank, world, sequence_parallel)
     if world == 1:
         return SingleProcess()
     return DistributedDataParallel(ctx.group, ctx.rank, world)
