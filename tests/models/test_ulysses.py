@@ -128,33 +128,49 @@ def test_each_packed_sequence_and_each_run_of_padding_is_attended_apart():
 def sp_update_main(rank, out, config, dirs, batch):
     """Both components' updates on this rank's half of the batch, the two ranks one Ulysses
     group (tests/workers/test_lm_actor.py's rank_main)."""
-    from tests.workers.test_lm_actor import rank_main
+    from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
+    from tests.workers.test_lm_actor import gloo_rank
 
     calls, trade = [], ulysses._heads_for_sequence  # (counted: the split really runs)
     ulysses._heads_for_sequence = lambda t, sp: calls.append(sp.size) or trade(t, sp)
+    ctx, shard = gloo_rank(rank, batch)
     try:
-        rank_main(rank, out, config, dirs, batch)
+        result = {c.__name__: updated(c, ctx, config, dirs, shard) for c in (LMActor, LMCritic)}
     finally:
         ulysses._heads_for_sequence = trade
-    torch.save(calls, os.path.join(out, f"calls{rank}.pt"))
+    torch.save((result, calls), os.path.join(out, f"rank{rank}.pt"))
 
 
-@pytest.mark.parametrize("backend", ["torch", "fsdp2"])
-def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path, backend):
+def updated(component_cls, ctx, config, dirs, batch):
+    """The component's whole weights after one update on ``batch`` (LoRA's adapters drawn
+    from one seed in every process)."""
+    torch.manual_seed(0)
+    component = component_cls(ctx, config, dirs.actor)
+    component.update(batch)
+    return {k: v.detach().clone() for k, v in component.weights().items()}
+
+
+@pytest.mark.parametrize(("backend", "lora"), [("torch", False), ("fsdp2", False), ("torch", True)])
+def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path, backend, lora):
     """actor and critic with ulysses_sequence_parallel_size 2 on 2 gloo ranks (one group: both
     compute on the whole batch, each on half of every packed row), over 2 epochs of micro-batches,
-    end where one process does on the whole batch, packed, without the split: under DDP, and
-    under FSDP2 (each rank holding half the weights)."""
+    end where one process does on the whole batch, packed, without the split: under DDP, under
+    FSDP2 (each rank holding half the weights), and with LoRA (the adapters train)."""
     from rlcore.config import replace_keys
     from rlcore.workers.reasoning.lm_actor import LMActor, LMCritic
     from tests.lm_fixtures import SOLO
-    from tests.workers.test_lm_actor import TWO_EPOCHS, make_batch, update_params
+    from tests.workers.test_lm_actor import TWO_EPOCHS, make_batch
 
     _, dirs = tiny_lm
     from tests.lm_fixtures import tiny_config
 
+    adapters = ["actor.model.lora.rank=4", "actor.model.lora.alpha=8"] if lora else []
     base = tiny_config(
-        dirs.actor.parent, dirs.actor.parent, *TWO_EPOCHS, "actor.model.use_remove_padding=true"
+        dirs.actor.parent,
+        dirs.actor.parent,
+        *TWO_EPOCHS,
+        "actor.model.use_remove_padding=true",
+        *adapters,
     )
     changes = {f"{c}.ulysses_sequence_parallel_size": 2 for c in ("actor", "critic")}
     changes |= {f"{c}.training_backend": backend for c in ("actor", "critic")}
@@ -163,12 +179,12 @@ def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path,
     batch["old_log_probs"] = LMActor(SOLO, base, dirs.actor).compute_log_probs(batch)
     batch["values"] = LMCritic(SOLO, base, dirs.actor).compute_values(batch) + 0.3
     rank_pool(2).run(sp_update_main, str(tmp_path), split, dirs, batch)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
-    calls = [torch.load(tmp_path / f"calls{r}.pt") for r in (0, 1)]
+    results, calls = zip(*(torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)), strict=True)
     assert calls[0] and set(calls[0]) == {2} and len(calls[0]) == len(calls[1])
     for component_cls in (LMActor, LMCritic):
-        single, _ = update_params(component_cls, SOLO, base, dirs, batch)
-        ranks = [r[component_cls.__name__]["weights"] for r in results]
+        single = updated(component_cls, SOLO, base, dirs, batch)
+        ranks = [r[component_cls.__name__] for r in results]
+        torch.manual_seed(0)  # (as `updated` draws the adapters)
         start = component_cls(SOLO, base, dirs.actor).weights()
         assert any(not torch.equal(v, start[k]) for k, v in single.items())  # it did update
         for name, value in single.items():
