@@ -6,8 +6,9 @@ One JSON line per check (the first describes the device).
 
 Checks (``--only`` picks some): ``cartpole`` and ``tiny_reasoning`` (the two default jobs with
 ``cluster.device`` on the GPU), ``moe`` (the tiny mixture-of-experts job, and routing replay's
-effect in bf16, ``benchmarks/moe_replay.py``), ``qwen_ddp``, ``qwen_ddp_fused`` (with
-``actor.model.use_fused_kernels``) and ``qwen_fsdp2``
+effect in bf16, ``benchmarks/moe_replay.py``), ``ulysses`` (sequence parallelism's activation
+memory on 2 ranks, ``benchmarks/ulysses_memory.py``; 2 GPUs on a GPU machine), ``qwen_ddp``,
+``qwen_ddp_fused`` (with ``actor.model.use_fused_kernels``) and ``qwen_fsdp2``
 (``reasoning/qwen2.5-0.5b_gsm8k_ppo`` with a randomly initialised Qwen2.5-0.5B-architecture model,
 since no weights can be downloaded, on the synthetic arithmetic prompts; the torch backend with
 bf16 weights, and FSDP2 on one rank with fp32 weights cast to bf16 for the passes),
@@ -86,6 +87,7 @@ CHECKS = (
     "cartpole",
     "tiny_reasoning",
     "moe",
+    "ulysses",
     "generate",
     "generate_compiled",
     "decode_profile",
@@ -206,6 +208,21 @@ def check_moe(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     replay = measure(replay_config, prepare_models(replay_config), rows, 1, args.device)
     keys = ("val_accuracy_before", "val_accuracy_after", "iterations", "wall_s")
     return {"ok": True, **{k: summary[k] for k in keys}, "replay_bf16": replay}
+
+
+def check_ulysses(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Ulysses sequence parallelism on 2 ranks (``benchmarks/ulysses_memory.py``): the
+    activations a rank keeps for the backward pass against one rank's, and both losses. On a GPU
+    machine it needs 2 GPUs (NCCL: one device a rank)."""
+    from ulysses_memory import measure
+
+    if args.device == "cuda" and torch.cuda.device_count() < 2:
+        return {"ok": None, "skipped": "needs 2 GPUs (NCCL: one device a rank); this has 1"}
+    length = 256 if args.small else 4096
+    shape = {"rows": 2, "length": length, "layers": 4, "hidden": 128, "heads": 4, "vocab": 1024}
+    row = measure(argparse.Namespace(ranks=2, device=args.device, **shape))
+    same = abs(row["loss_split"] - row["loss_alone"]) <= 1e-5 * abs(row["loss_alone"])
+    return {"ok": same, **row}
 
 
 # one PPO iteration of the 0.5B config --------------------------------------------------------
@@ -881,6 +898,7 @@ def main() -> int:
         "cartpole": check_cartpole,
         "tiny_reasoning": check_tiny_reasoning,
         "moe": check_moe,
+        "ulysses": check_ulysses,
         "generate": check_generate,
         "generate_compiled": lambda a, o: check_generate(a, o, COMPILED_VARIANTS),
         "decode_profile": check_decode_profile,

@@ -94,6 +94,7 @@ def alone(args: argparse.Namespace) -> tuple[float, float]:
     from rlcore.models.fused_head import TokenStats
 
     model, batch = model_and_batch(args)
+    model, batch = model.to(args.device), batch.to(args.device)
     stats = TokenStats(temperature=1.0, chunk_size=None, entropy=False)
     with SavedBytes(model) as saved:
         logp, _, _ = response_log_probs(model, batch, stats, packed=True)
@@ -107,13 +108,15 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    backend, device = ("nccl", f"cuda:{rank}") if args.device == "cuda" else ("gloo", "cpu")
+    dist.init_process_group(backend, rank=rank, world_size=args.ranks)
     model, batch = model_and_batch(args)
+    model, batch = model.to(device), batch.to(device)
     with SavedBytes(model) as saved:
         logp, _ = ulysses.packed_log_probs(model, batch, dist.group.WORLD, entropy=False)
     loss = -logp.sum()
     loss.backward()
-    Path(out, f"rank{rank}.json").write_text(json.dumps([saved.mib, float(loss)]))
+    Path(out, f"rank{rank}.json").write_text(json.dumps([saved.mib, float(loss.detach())]))
     dist.destroy_process_group()
 
 
@@ -126,7 +129,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: NCCL, one GPU a rank"
+    )
     args = parser.parse_args()
+    print(json.dumps(measure(args)))
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """``main``'s measurement of ``args`` (its options) as a dict."""
     torch.set_num_threads(1)
     single_mib, single_loss = alone(args)
     with socket.socket() as s:
@@ -136,22 +147,18 @@ def main() -> None:
         mp.spawn(rank_main, args=(args, port, out), nprocs=args.ranks)
         ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(args.ranks)]
     per_rank = [round(mib, 2) for mib, _ in ranks]
-    print(
-        json.dumps(
-            {
-                "ranks": args.ranks,
-                "rows": args.rows,
-                "length": args.length,
-                "layers": args.layers,
-                "hidden": args.hidden,
-                "alone_activation_mib": round(single_mib, 2),
-                "per_rank_activation_mib": per_rank,
-                "reduction": round(1 - max(per_rank) / single_mib, 4),
-                "loss_alone": single_loss,
-                "loss_split": ranks[0][1],
-            }
-        )
-    )
+    return {
+        "ranks": args.ranks,
+        "rows": args.rows,
+        "length": args.length,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "alone_activation_mib": round(single_mib, 2),
+        "per_rank_activation_mib": per_rank,
+        "reduction": round(1 - max(per_rank) / single_mib, 4),
+        "loss_alone": single_loss,
+        "loss_split": ranks[0][1],
+    }
 
 
 if __name__ == "__main__":
