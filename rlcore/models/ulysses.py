@@ -199,6 +199,36 @@ def across_group(t: torch.Tensor, group: Any) -> torch.Tensor:
     return _SumAcross.apply(t, group)
 
 
+def _split_pass(model: Any, batch: Any, group: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's part of a packed pass of ``batch`` split over ``group``: the model's outputs
+    at the positions predicting the response tokens that lie in its columns ``[n, ...]``, and
+    which those are (``[B, R]`` bool)."""
+    from rlcore.data.packing import pack
+
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    rows = pack(batch)
+    inputs = rows.model_inputs()
+    ids, positions = padded(inputs["input_ids"], size), padded(inputs["position_ids"], size)
+    valid = padded(rows.valid.view(ids.shape[0], -1), size, fill=False)
+    mine = columns(ids.shape[1], size, rank)
+    with sharded(model, group, positions, valid):
+        out = model(
+            input_ids=ids[:, mine],
+            position_ids=positions[:, mine],
+            attention_mask=None,
+            use_cache=False,
+        ).logits
+    row, column = rows.predictors // rows.width, rows.predictors % rows.width
+    here = (column >= mine.start) & (column < mine.stop)  # [B, R]: predicted on this rank
+    return out[row[here], column[here] - mine.start], here
+
+
+def _gathered(part: torch.Tensor, here: torch.Tensor, group: Any) -> torch.Tensor:
+    """``[B, R]`` float32 of every rank's ``part`` (its values where ``here``), on every rank."""
+    full = torch.zeros(here.shape, dtype=torch.float32, device=part.device)
+    return across_group(full.index_put(here.nonzero(as_tuple=True), part.float()), group)
+
+
 def packed_log_probs(
     model: Any, batch: Any, group: Any, temperature: float = 1.0, entropy: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -207,57 +237,19 @@ def packed_log_probs(
     having computed its ``1/P`` of the columns."""
     from rlcore.algorithms.stats import entropy_from_logits
     from rlcore.columns import RESPONSES
-    from rlcore.data.packing import pack
     from rlcore.models.forward import token_log_probs
 
-    size, rank = dist.get_world_size(group), dist.get_rank(group)
-    rows = pack(batch)
-    inputs = rows.model_inputs()
-    ids, positions = padded(inputs["input_ids"], size), padded(inputs["position_ids"], size)
-    valid = padded(rows.valid.view(ids.shape[0], -1), size, fill=False)
-    mine = columns(ids.shape[1], size, rank)
-    with sharded(model, group, positions, valid):
-        logits = model(
-            input_ids=ids[:, mine],
-            position_ids=positions[:, mine],
-            attention_mask=None,
-            use_cache=False,
-        ).logits
-    row, column = rows.predictors // rows.width, rows.predictors % rows.width
-    here = (column >= mine.start) & (column < mine.stop)  # [B, R]: predicted on this rank
-    picked = logits[row[here], column[here] - mine.start] / temperature  # [n, V]
-    logp = torch.zeros(here.shape, dtype=torch.float32, device=logits.device)
-    logp = logp.index_put(
-        (here.nonzero(as_tuple=True)), token_log_probs(picked, batch[RESPONSES][here])
-    )
-    logp = across_group(logp, group)
+    logits, here = _split_pass(model, batch, group)
+    picked = logits / temperature  # [n, V]
+    logp = _gathered(token_log_probs(picked, batch[RESPONSES][here]), here, group)
     if not entropy:
         return logp, None
-    spread = torch.zeros(here.shape, dtype=torch.float32, device=logits.device)
-    spread = spread.index_put(here.nonzero(as_tuple=True), entropy_from_logits(picked.float()))
-    return logp, across_group(spread, group)
+    return logp, _gathered(entropy_from_logits(picked.float()), here, group)
 
 
 def packed_values(model: Any, batch: Any, group: Any) -> torch.Tensor:
     """A value model's ``[B, R]`` float32 values of the response tokens (read where each token is
     predicted, as ``rlcore.models.forward.response_values``) from a packed pass split over
     ``group``, on every rank."""
-    size, rank = dist.get_world_size(group), dist.get_rank(group)
-    from rlcore.data.packing import pack
-
-    rows = pack(batch)
-    inputs = rows.model_inputs()
-    ids, positions = padded(inputs["input_ids"], size), padded(inputs["position_ids"], size)
-    valid = padded(rows.valid.view(ids.shape[0], -1), size, fill=False)
-    mine = columns(ids.shape[1], size, rank)
-    with sharded(model, group, positions, valid):
-        out = model(
-            input_ids=ids[:, mine], position_ids=positions[:, mine], attention_mask=None
-        ).logits[..., 0]
-    row, column = rows.predictors // rows.width, rows.predictors % rows.width
-    here = (column >= mine.start) & (column < mine.stop)
-    values = torch.zeros(here.shape, dtype=torch.float32, device=out.device)
-    values = values.index_put(
-        here.nonzero(as_tuple=True), out[row[here], column[here] - mine.start].float()
-    )
-    return across_group(values, group)
+    out, here = _split_pass(model, batch, group)
+    return _gathered(out[..., 0], here, group)
