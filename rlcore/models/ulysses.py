@@ -36,7 +36,6 @@ NAME = "rlcore_ulysses"
 class _Pass:
     group: Any
     size: int
-    rank: int
     # per row, the [start, end) columns of each packed sequence (and one of the padding after)
     segments: list[list[tuple[int, int]]]
 
@@ -123,7 +122,8 @@ def attention(
 
 
 def _no_mask(*args: Any, **kwargs: Any) -> None:
-    """The mask interface's entry: none (``attention`` builds it from the full positions)."""
+    """The mask interface's entry: none (``attention`` keeps each packed sequence apart by
+    calling the kernel a sequence at a time)."""
     return None
 
 
@@ -167,11 +167,11 @@ def sharded(model: Any, group: Any, positions: torch.Tensor, valid: torch.Tensor
 
     global _active
     _register()
-    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    size = dist.get_world_size(group)
     base = inner_model(model)  # (under peft or data parallel: the transformers model)
     before = base.config._attn_implementation
     base.set_attn_implementation(NAME)
-    _active = _Pass(group, size, rank, segments(positions, valid))
+    _active = _Pass(group, size, segments(positions, valid))
     try:
         yield
     finally:

@@ -259,3 +259,15 @@ def test_batches_joined_by_dynamic_sampling_keep_each_tokens_experts():
         joined["routed_experts"][2:] == 2
     ).all()
     assert torch.equal(joined["attention_mask"][:2, :2], torch.zeros(2, 2, dtype=torch.long))
+
+
+def test_a_sequence_split_of_a_folders_moe_is_refused_at_the_start(tiny_moe):
+    """Ulysses' split passes keep no router logits: an MoE model from a folder (which the
+    config cannot see) is refused when the component starts, naming the key."""
+    from rlcore.workers.reasoning.lm_actor import check_sequence_split
+
+    config, dirs = tiny_moe
+    actor = LMActor(SOLO, config, dirs.actor)
+    with pytest.raises(ConfigError, match=r"actor\.ulysses_sequence_parallel_size: 2, not built"):
+        check_sequence_split(actor.model, 2, "actor.ulysses_sequence_parallel_size")
+    check_sequence_split(actor.model, 1, "actor.ulysses_sequence_parallel_size")  # no split

@@ -190,3 +190,15 @@ def test_two_ranks_of_one_sequence_group_update_like_one_rank(tiny_lm, tmp_path,
         for name, value in single.items():
             assert torch.equal(ranks[0][name], ranks[1][name]), f"ranks disagree on {name}"
             assert torch.allclose(ranks[0][name], value, atol=1e-6), f"{name} differs"
+
+
+def test_a_split_is_refused_where_it_would_change_what_is_computed(tmp_path):
+    """A mixture-of-experts model (its load-balancing loss is not split), unpacked passes."""
+    from rlcore.config.errors import ConfigError
+    from tests.lm_fixtures import tiny_config
+
+    split = ["actor.ulysses_sequence_parallel_size=2", "actor.model.use_remove_padding=true"]
+    with pytest.raises(ConfigError, match=r"not built with actor\.model\.tiny\.num_experts 4"):
+        tiny_config(tmp_path, tmp_path, *split, "actor.model.tiny.num_experts=4")
+    with pytest.raises(ConfigError, match=r"not built with actor\.model\.use_remove_padding"):
+        tiny_config(tmp_path, tmp_path, "actor.ulysses_sequence_parallel_size=2")

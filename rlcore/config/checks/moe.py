@@ -82,6 +82,12 @@ def check_sequence_parallel(config: ReasoningConfig) -> list[str]:
             ("actor.model.gradient_checkpointing", model.gradient_checkpointing, "true"),
             ("rollout.routing_replay", rollout.routing_replay, "true"),
             (
+                "actor.model.tiny.num_experts",
+                model.path is None and model.tiny.num_experts > 0,
+                f"{model.tiny.num_experts} (a mixture of experts' load-balancing loss is not "
+                "split)",
+            ),
+            (
                 "algorithm.adv_type",
                 config.algorithm.adv_type.endswith("optimal_token_baseline"),
                 f"{config.algorithm.adv_type} (its sum of squared probabilities is not split)",

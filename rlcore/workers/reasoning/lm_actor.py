@@ -91,8 +91,17 @@ def with_aux_loss(
 
 
 def check_sequence_split(model: Any, size: int, key: str) -> None:
-    """Refuse a Ulysses split of ``size`` ranks that ``model``'s attention heads do not allow."""
-    if size > 1 and (why := ulysses.refusal(inner_model(model).config, size)) is not None:
+    """Refuse a Ulysses split of ``size`` ranks that ``model``'s attention heads do not allow,
+    or of a mixture-of-experts model (the split passes keep no router logits: its
+    load-balancing loss would be dropped)."""
+    if size == 1:
+        return
+    if is_moe(model):
+        raise ConfigError(
+            f"{key}: {size}, not built for a mixture-of-experts model (its load-balancing loss "
+            f"is not split); set {key}=1"
+        )
+    if (why := ulysses.refusal(inner_model(model).config, size)) is not None:
         raise ConfigError(f"{key}: {size}, but {why}; choose a size that divides them")
 
 
@@ -266,7 +275,7 @@ def _response_log_probs(
         share_prompts=model_config.share_group_prompts,
         fused=model_config.use_fused_kernels,
         checkpoint=checkpoint,
-        routing=routing if routing is not None else routing_of(config, model, gradient=False),
+        routing=routing,
     )
 
 
