@@ -138,13 +138,20 @@ def main() -> None:
 
 def measure(args: argparse.Namespace) -> dict:
     """``main``'s measurement of ``args`` (its options) as a dict."""
+    from rlcore.procpool import forkserver_context
+
     torch.set_num_threads(1)
     single_mib, single_loss = alone(args)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # the ranks forked by rlcore's fork server, which imported torch and rlcore once, not
+    # spawned (each a new interpreter importing them again: about 3 CPU-s a rank here)
+    forkserver_context(("rlcore.models.ulysses",))
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(rank_main, args=(args, port, out), nprocs=args.ranks)
+        mp.start_processes(
+            rank_main, args=(args, port, out), nprocs=args.ranks, start_method="forkserver"
+        )
         ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(args.ranks)]
     per_rank = [round(mib, 2) for mib, _ in ranks]
     return {
