@@ -29,6 +29,11 @@ ROUTED_EXPERTS = "routed_experts"
 """``[B, P + R, layers, k]`` int16: the experts each token of ``input_ids`` was routed to in each
 MoE layer while the rollout generated it (routing replay; -1 where it recorded none: padding, the
 response's last token)."""
+PIXEL_VALUES = "pixel_values"
+"""``[B, images, C, H, W]`` float: the images of each row's prompt as the model's image processor
+makes them (resized, normalised), in the order of the prompt's image placeholders; a
+vision-language model's every pass over ``input_ids`` splices their features in at those
+placeholders (``rlcore.models.forward``)."""
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 """``[B, T]`` rollout correction's importance weights on the policy loss's tokens."""
 SUM_PI_SQUARED = "sum_pi_squared"

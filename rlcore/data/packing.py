@@ -24,6 +24,7 @@ import torch
 from rlcore.columns import (
     ATTENTION_MASK,
     INPUT_IDS,
+    PIXEL_VALUES,
     POSITION_IDS,
     RESPONSE_MASK,
     RESPONSES,
@@ -43,6 +44,9 @@ class Packed:
     valid: torch.Tensor | None = None  # [rows * width] bool: a real token, not padding
     # [rows * width, layers, k]: the batch's ROUTED_EXPERTS of each real token (-1 on padding)
     routed: torch.Tensor | None = None
+    # [B]: the batch's rows in the order their sequences lie in the packed rows, read row by row
+    # (the order in which a model meets their image placeholders)
+    order: torch.Tensor | None = None
 
     @property
     def width(self) -> int:
@@ -111,18 +115,24 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
         column = batch[ROUTED_EXPERTS]
         routed = column.new_full((rows * width, *column.shape[2:]), -1)
         routed[destination] = column[mask]
+    order = torch.argsort(begin)
     return Packed(
-        input_ids.view(rows, width), positions.view(rows, width), predictors, valid, routed
+        input_ids.view(rows, width), positions.view(rows, width), predictors, valid, routed, order
     )
 
 
 def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(firsts, copy_of)`` when some of ``batch``'s rows hold the same prompt (the same prompt
-    columns of ``input_ids``, ``attention_mask`` and ``position_ids``: a group's responses):
+    columns of ``input_ids``, ``attention_mask`` and ``position_ids``, and the same images where
+    the batch has ``pixel_values``: a group's responses):
     ``firsts`` the row of each distinct prompt, ``copy_of`` ``[B]`` the index into ``firsts``
     of each row's prompt. None when every row's prompt is its own."""
     cut = batch[INPUT_IDS].shape[1] - batch[RESPONSES].shape[1]
-    keys = torch.cat([batch[k][:, :cut] for k in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS)], dim=1)
+    parts = [batch[k][:, :cut] for k in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS)]
+    if PIXEL_VALUES in batch:  # the same placeholders with other images: another prompt
+        _, image = torch.unique(batch[PIXEL_VALUES].flatten(1), dim=0, return_inverse=True)
+        parts.append(image[:, None].to(parts[0].dtype))
+    keys = torch.cat(parts, dim=1)
     distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)
     if len(distinct) == len(keys):
         return None

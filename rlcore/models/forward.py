@@ -16,7 +16,14 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS, POSITION_IDS, RESPONSES, ROUTED_EXPERTS
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    PIXEL_VALUES,
+    POSITION_IDS,
+    RESPONSES,
+    ROUTED_EXPERTS,
+)
 from rlcore.data.packing import pack, prompt_copies
 from rlcore.models.fused_head import HeadTargets, TokenStats, fused_head
 from rlcore.models.moe import Routing
@@ -115,6 +122,17 @@ def _recorded(batch: Any, rows: Any, columns: slice) -> torch.Tensor | None:
     return batch[ROUTED_EXPERTS][rows, columns] if ROUTED_EXPERTS in batch else None
 
 
+def _images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The image inputs of a vision-language model's call over ``rows`` of ``batch`` (every
+    row, in order, when None): ``pixel_values`` ``[images, C, H, W]``, each row's images in
+    turn, as the model meets their placeholders in the call's ``input_ids`` read row by row.
+    None where the batch has no images."""
+    if PIXEL_VALUES not in batch:
+        return {}
+    pixels = batch[PIXEL_VALUES] if rows is None else batch[PIXEL_VALUES][rows]
+    return {"pixel_values": pixels.flatten(0, 1)}
+
+
 def response_logits(
     model: Any,
     batch: Any,
@@ -141,7 +159,7 @@ def response_logits(
         if head is not None:
             head.aim(lambda hidden: rows.gather(hidden, columns), batch[RESPONSES])
         with _routed(routing, rows.valid, rows.routed):
-            logits = model(**rows.model_inputs(), **keep).logits
+            logits = model(**rows.model_inputs(), **_images(batch, rows.order), **keep).logits
         return logits if head is not None else rows.gather(logits, columns)
     keep = {"logits_to_keep": response_length + 1} if keeps else {}
     if head is not None:
@@ -152,6 +170,7 @@ def response_logits(
             attention_mask=batch[ATTENTION_MASK],
             position_ids=batch[POSITION_IDS],
             use_cache=False,
+            **_images(batch),
             **keep,
         )
     return out.logits if head is not None else out.logits[:, -response_length - 1 : -1]
@@ -180,7 +199,7 @@ def shared_prompt_logits(
     if head is not None:
         head.aim(lambda hidden: hidden[copy_of, -1:], batch[RESPONSES][:, :1])
     with _routed(routing, prompts["attention_mask"], _recorded(batch, firsts, slice(0, cut))):
-        out = model(**prompts, use_cache=True, logits_to_keep=1)
+        out = model(**prompts, **_images(batch, firsts), use_cache=True, logits_to_keep=1)
     first = out.logits if head is not None else out.logits[copy_of, -1:]
     if width == 1:
         return first
@@ -244,13 +263,15 @@ def response_values(
     if packed:
         rows = pack(batch, one_row_kernel(model))
         with _routed(routing, rows.valid, None):
-            return rows.gather(model(**rows.model_inputs()).logits[..., 0]).float()
+            out = model(**rows.model_inputs(), **_images(batch, rows.order))
+            return rows.gather(out.logits[..., 0]).float()
     with _routed(routing, batch[ATTENTION_MASK], None):
         out = model(
             input_ids=batch[INPUT_IDS],
             attention_mask=batch[ATTENTION_MASK],
             position_ids=batch[POSITION_IDS],
             use_cache=False,
+            **_images(batch),
         )
     return out.logits[:, -batch[RESPONSES].shape[1] - 1 : -1, 0].float()
 

@@ -203,8 +203,11 @@ def _split_pass(model: Any, batch: Any, group: Any) -> tuple[torch.Tensor, torch
     """This rank's part of a packed pass of ``batch`` split over ``group``: the model's outputs
     at the positions predicting the response tokens that lie in its columns ``[n, ...]``, and
     which those are (``[B, R]`` bool)."""
+    from rlcore.columns import PIXEL_VALUES
     from rlcore.data.packing import pack
 
+    if PIXEL_VALUES in batch:  # (each rank would need the features of its columns' images)
+        raise NotImplementedError("Ulysses sequence parallelism: prompts with images")
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     rows = pack(batch)
     inputs = rows.model_inputs()

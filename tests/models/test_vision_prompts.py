@@ -1,0 +1,129 @@
+"""Images in reasoning prompts (issue 54): every training pass over a batch with
+``pixel_values`` (padded, packed, each distinct prompt once) gives each row the log-probs that
+transformers' own forward of that row alone, with its images, gives."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcore.columns import PIXEL_VALUES, RESPONSE_MASK
+from rlcore.data.packing import prompt_copies
+from rlcore.data.sequences import joined_layout, left_pad
+from rlcore.models.forward import response_log_probs
+from rlcore.models.fused_head import TokenStats
+
+VOCAB, IMAGE_TOKEN, SIDE, PATCH = 48, 47, 8, 4
+PER_IMAGE = (SIDE // PATCH) ** 2  # placeholders an image takes (the class token dropped)
+
+
+@pytest.fixture(scope="module")
+def llava():
+    """A tiny LLaVA (CLIP tower, Qwen2 language model), float32, random weights."""
+    from transformers import (
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        Qwen2Config,
+    )
+
+    torch.manual_seed(0)
+    text = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+    )
+    tower = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=SIDE,
+        patch_size=PATCH,
+        projection_dim=32,
+    )
+    config = LlavaConfig(
+        vision_config=tower,
+        text_config=text,
+        image_token_id=IMAGE_TOKEN,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    return LlavaForConditionalGeneration(config).eval()
+
+
+def image_batch(images_per_row=2):
+    """Six rows: 0 and 1 one prompt (the same text and images: a group), 2 and 3 the same text
+    and response with other images, 4 and 5 prompts of their own; prompts and responses of
+    unequal lengths, each image's placeholders somewhere in its prompt."""
+    g = torch.Generator().manual_seed(1)
+
+    def prompt(length):
+        text = torch.randint(1, IMAGE_TOKEN, (length,), generator=g).tolist()
+        for _ in range(images_per_row):
+            at = int(torch.randint(0, len(text) + 1, (1,), generator=g))
+            text[at:at] = [IMAGE_TOKEN] * PER_IMAGE
+        return text
+
+    def images():
+        return torch.randn(images_per_row, 3, SIDE, SIDE, generator=g)
+
+    shared, same_text = (prompt(5), images()), prompt(3)
+    rows = [shared, shared, (same_text, images()), (same_text, images())]
+    rows += [(prompt(7), images()), (prompt(2), images())]
+    lengths = [3, 3, 4, 4, 2, 5]
+    responses = [torch.randint(1, IMAGE_TOKEN, (n,), generator=g) for n in lengths]
+    responses[3] = responses[2]
+    ids, mask = left_pad([p for p, _ in rows], pad_id=0)
+    width = max(lengths)
+    padded = torch.zeros(len(rows), width, dtype=torch.long)
+    response_mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(responses):
+        padded[i, : len(r)], response_mask[i, : len(r)] = r, 1
+    columns = joined_layout(ids, mask, padded, response_mask, response_mask.clone())
+    columns[PIXEL_VALUES] = torch.stack([pixels for _, pixels in rows])
+    batch = TensorDict(columns, batch_size=[len(rows)])
+    return batch, [p for p, _ in rows], responses
+
+
+def alone(model, prompt, pixels, response):
+    """transformers' forward of one prompt and response, unpadded, with its images."""
+    ids = torch.tensor([*prompt, *response.tolist()])[None]
+    logits = model(input_ids=ids, pixel_values=pixels).logits[0].float()
+    start = len(prompt) - 1
+    picked = logits[start : start + len(response)].log_softmax(-1)
+    return picked.gather(-1, response[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["logits", "fused-head"])
+@pytest.mark.parametrize("layout", ["padded", "packed", "shared-prompts"])
+def test_each_rows_log_probs_are_its_own_forward_with_its_images(llava, layout, fused):
+    batch, prompts, responses = image_batch()
+    stats = TokenStats(temperature=1.0, entropy=False)
+    with torch.no_grad():
+        logp, _, _ = response_log_probs(
+            llava,
+            batch,
+            stats,
+            packed=layout == "packed",
+            share_prompts=layout == "shared-prompts",
+            fused=fused,
+        )
+        for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            expected = alone(llava, prompt, batch[PIXEL_VALUES][row], response)
+            got = logp[row][batch[RESPONSE_MASK][row].bool()]
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    # rows 2 and 3: the same text and response, other images, other log-probs (the images count)
+    assert (logp[2] - logp[3]).abs().max() > 1e-3
+
+
+def test_rows_share_a_prompt_only_with_the_same_images():
+    batch, _, _ = image_batch()
+    firsts, copy_of = prompt_copies(batch)
+    assert sorted(firsts.tolist()) == [0, 2, 3, 4, 5]  # five distinct prompts, 1 is 0's copy
+    distinct = copy_of.tolist()
+    assert distinct[0] == distinct[1] and len(set(distinct)) == 5
