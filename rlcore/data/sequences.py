@@ -24,6 +24,7 @@ from rlcore.columns import (
     ATTENTION_MASK,
     INPUT_IDS,
     LOSS_MASK,
+    PIXEL_VALUES,
     POSITION_IDS,
     RESPONSE_MASK,
     RESPONSES,
@@ -137,6 +138,8 @@ def trim_padding(batch: Any) -> Any:
         return batch
     out = batch.clone(recurse=False)
     for key, value in batch.items():
+        if key == PIXEL_VALUES:  # (a row's images, whatever their count)
+            continue
         if isinstance(value, torch.Tensor) and value.dim() > 1:
             if value.shape[1] == full:
                 out.set(key, value[:, left : full - right], inplace=False)

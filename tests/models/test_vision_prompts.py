@@ -6,13 +6,23 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcore.columns import PIXEL_VALUES, RESPONSE_MASK
+from rlcore.columns import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    PIXEL_VALUES,
+    RESPONSE_MASK,
+    RESPONSES,
+    ROLLOUT_LOG_PROBS,
+)
+from rlcore.config import replace_keys
 from rlcore.data.packing import prompt_copies
-from rlcore.data.sequences import joined_layout, left_pad
+from rlcore.data.sequences import joined_layout, left_pad, trim_padding
 from rlcore.models.forward import response_log_probs
 from rlcore.models.fused_head import TokenStats
+from rlcore.workers.reasoning.rollout import HFEngine
 
-VOCAB, IMAGE_TOKEN, SIDE, PATCH = 48, 47, 8, 4
+# the vocabulary of the tiny reasoning model's tokenizer (279 ids), and a placeholder beyond it
+VOCAB, IMAGE_TOKEN, SIDE, PATCH = 280, 279, 8, 4
 PER_IMAGE = (SIDE // PATCH) ** 2  # placeholders an image takes (the class token dropped)
 
 
@@ -56,7 +66,7 @@ def llava():
     return LlavaForConditionalGeneration(config).eval()
 
 
-def image_batch(images_per_row=2):
+def image_batch(images_per_row=2, width=None):
     """Six rows: 0 and 1 one prompt (the same text and images: a group), 2 and 3 the same text
     and response with other images, 4 and 5 prompts of their own; prompts and responses of
     unequal lengths, each image's placeholders somewhere in its prompt."""
@@ -79,7 +89,7 @@ def image_batch(images_per_row=2):
     responses = [torch.randint(1, IMAGE_TOKEN, (n,), generator=g) for n in lengths]
     responses[3] = responses[2]
     ids, mask = left_pad([p for p, _ in rows], pad_id=0)
-    width = max(lengths)
+    width = width or max(lengths)
     padded = torch.zeros(len(rows), width, dtype=torch.long)
     response_mask = torch.zeros(len(rows), width, dtype=torch.long)
     for i, r in enumerate(responses):
@@ -127,3 +137,69 @@ def test_rows_share_a_prompt_only_with_the_same_images():
     assert sorted(firsts.tolist()) == [0, 2, 3, 4, 5]  # five distinct prompts, 1 is 0's copy
     distinct = copy_of.tolist()
     assert distinct[0] == distinct[1] and len(set(distinct)) == 5
+
+
+@pytest.mark.parametrize(
+    ("share", "favoured"),
+    [(False, False), (True, False), (False, True)],
+    ids=["prefill-each", "prefill-each-group-once", "placeholder-favoured"],
+)
+def test_the_engine_samples_from_the_images_and_records_the_passes_log_probs(
+    llava, tiny_lm, share, favoured
+):
+    """Groups of 2 rows (a prompt and its images twice), sampled; with
+    ``actor.model.share_group_prompts`` each group's prompt and images are prefilled once. The
+    recorded log-probs are those a training pass computes with the images (1e-5), not with
+    others; no response holds an image placeholder, even where the model favours it (its logit
+    raised by 30)."""
+    config, dirs = tiny_lm
+    config = replace_keys(
+        config, {"algorithm.group_size": 2, "actor.model.share_group_prompts": share}
+    )
+    engine = HFEngine(config, dirs.actor, torch.device("cpu"), model=llava)
+    stats = TokenStats(temperature=config.rollout.temperature, entropy=False)
+    batch, _, _ = image_batch()
+    groups = torch.tensor([0, 0, 4, 4, 5, 5])  # (rows 0, 4, 5: prompts of unequal lengths)
+    prompts = TensorDict(
+        {
+            INPUT_IDS: batch[INPUT_IDS][groups, : -batch[RESPONSES].shape[1]],
+            ATTENTION_MASK: batch[ATTENTION_MASK][groups, : -batch[RESPONSES].shape[1]],
+            PIXEL_VALUES: batch[PIXEL_VALUES][groups],
+        },
+        batch_size=[len(groups)],
+    )
+
+    def raise_placeholder(module, inputs, logits):
+        raised = torch.zeros(logits.shape[-1])
+        raised[IMAGE_TOKEN] = 30.0
+        return logits + raised
+
+    hook = llava.lm_head.register_forward_hook(raise_placeholder) if favoured else None
+    torch.manual_seed(3)
+    try:
+        out = engine.generate(prompts, greedy=False, log_probs=True)
+        with torch.no_grad():
+            logp, _, _ = response_log_probs(llava, out, stats, packed=True)
+    finally:
+        if hook is not None:
+            hook.remove()
+    assert (out[RESPONSES] != IMAGE_TOKEN).all()
+    torch.testing.assert_close(out[PIXEL_VALUES], prompts[PIXEL_VALUES], atol=0, rtol=0)
+    real = out[RESPONSE_MASK].bool()
+    torch.testing.assert_close(logp[real], out[ROLLOUT_LOG_PROBS][real], atol=1e-5, rtol=0)
+    if favoured:  # (the placeholder took nearly all the probability the passes compute)
+        assert logp[real].max() < -20
+        return
+    with torch.no_grad():
+        out[PIXEL_VALUES] = torch.roll(out[PIXEL_VALUES], 2, 0)  # each group another's images
+        other, _, _ = response_log_probs(llava, out, stats, packed=True)
+    assert (other[real] - logp[real]).abs().max() > 1e-3
+
+
+def test_cutting_padding_columns_leaves_the_images_whole():
+    """Responses padded to 6 columns, the longest 5: the last column is cut from every
+    ``[B, R]`` tensor, not from ``pixel_values`` ``[B, 6, ...]`` (6 images a row)."""
+    batch, _, _ = image_batch(images_per_row=6, width=6)
+    cut = trim_padding(batch)
+    assert cut[RESPONSES].shape[1] == 5
+    torch.testing.assert_close(cut[PIXEL_VALUES], batch[PIXEL_VALUES], atol=0, rtol=0)

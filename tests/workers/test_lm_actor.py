@@ -705,7 +705,9 @@ def test_rollout_micro_batches_keep_groups_whole_to_share_their_prompts(tiny_lm,
     monkeypatch.setattr(
         engine,
         "_shared_prompts",
-        lambda i, m: calls.append((len(i), bool(shared(i, m)))) or shared(i, m),
+        lambda i, m, *images: (
+            calls.append((len(i), bool(shared(i, m, *images)))) or shared(i, m, *images)
+        ),
     )
     got = worker._in_parts(prompts, greedy=True)
     assert calls == [(3, True)] * 4

@@ -10,6 +10,7 @@ from typing import Protocol
 import torch
 from tensordict import TensorDict
 
+from rlcore.columns import PIXEL_VALUES
 from rlcore.workers.reasoning.agent_loop import AgentLoop, Sampler
 
 
@@ -44,6 +45,10 @@ class RolloutBackend(Protocol):
         with self.generating():
             if self.agent is None:
                 return self.generate_rows(prompts, greedy, validation, log_probs)
+            if PIXEL_VALUES in prompts:  # (its turns pass token ids alone)
+                raise NotImplementedError(
+                    "rollout.tools / rollout.interaction: prompts with images"
+                )
             return self.agent.run(prompts, self.sampler(greedy, validation, log_probs), log_probs)
 
     def generating(self) -> AbstractContextManager[None]:

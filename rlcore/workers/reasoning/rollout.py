@@ -35,6 +35,7 @@ from tensordict import TensorDict
 from rlcore.columns import (
     ATTENTION_MASK,
     INPUT_IDS,
+    PIXEL_VALUES,
     RESPONSE_MASK,
     ROLLOUT_VERSIONS,
     ROUTED_EXPERTS,
@@ -157,6 +158,7 @@ class HFEngine(RolloutBackend):
         self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
     ) -> TensorDict:
         if self.decoder is not None:
+            _no_images(prompts, "rollout.hf.static_cache")
             return self._static_generate(prompts, greedy, validation, log_probs)
         config = self.generation_config(greedy, validation)
         recorder = SampledLogProbs(sampling(self.config, validation)[0])
@@ -235,15 +237,21 @@ class HFEngine(RolloutBackend):
 
         ids = prompts[INPUT_IDS].to(self.device)
         mask = prompts[ATTENTION_MASK].to(self.device)
+        pixels = prompts[PIXEL_VALUES].to(self.device) if PIXEL_VALUES in prompts else None
+        images, processors = {}, [recorder] if recorder is not None else []
+        if pixels is not None:
+            images = {"pixel_values": pixels.flatten(0, 1)}
+            processors.append(NoPlaceholder(inner_model(self.model).config.image_token_id))
         record = recording(self.model) if routings else contextlib.nullcontext([])
         with rollout_keys_only(self.model), record as calls:
-            shared = self._shared_prompts(ids, mask)
+            shared = self._shared_prompts(ids, mask, pixels)
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=generation_config,
-                logits_processor=LogitsProcessorList([recorder] if recorder is not None else []),
+                logits_processor=LogitsProcessorList(processors),
                 **shared,
+                **({} if shared else images),  # (a shared prefill has read them)
             )
         logp = None
         if recorder is not None:
@@ -261,7 +269,10 @@ class HFEngine(RolloutBackend):
             ]
             width = ids.shape[1] + self.config.data.max_response_length
             routed = routed_column(calls, shapes, rows, width)
-        return self._laid_out(ids, mask, out[:, ids.shape[1] :], logp, routed)
+        generated = self._laid_out(ids, mask, out[:, ids.shape[1] :], logp, routed)
+        if pixels is not None:  # (every later pass reads the images too)
+            generated[PIXEL_VALUES] = prompts[PIXEL_VALUES]
+        return generated
 
     def _laid_out(
         self,
@@ -289,14 +300,18 @@ class HFEngine(RolloutBackend):
             generated[ROUTED_EXPERTS] = routed
         return TensorDict({k: v.cpu() for k, v in generated.items()}, batch_size=[len(ids)])
 
-    def _shared_prompts(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+    def _shared_prompts(
+        self, ids: torch.Tensor, mask: torch.Tensor, pixels: torch.Tensor | None = None
+    ) -> dict[str, Any]:
         """With ``actor.model.share_group_prompts``, when the rows are groups of
         ``algorithm.group_size`` copies of one prompt (a training batch, as ``prompt_batch``
         lays it out): a key-value cache holding each group's prompt but its last token,
         computed once and repeated for the group, from which ``generate`` goes on (it computes
         only the columns the cache lacks). The same distribution, and on the tiny model the same
         tokens, for a prefill of one row per group (measured: 64 prompts x 4, 0.167 -> 0.111 s a
-        generate call). Otherwise nothing: a full prefill."""
+        generate call). Otherwise nothing: a full prefill. ``pixels``: the rows' images, which
+        a group's rows share too; the cached prompt holds them (its last token, the one left to
+        ``generate``, is then not an image's)."""
         group = self.config.algorithm.group_size
         if not self.config.actor.model.share_group_prompts or group == 1:
             return {}
@@ -309,6 +324,16 @@ class HFEngine(RolloutBackend):
             and torch.equal(mask.reshape(-1, group, width), heads[1][:, None].expand(-1, group, -1))
         ):
             return {}  # not groups (validation prompts): a full prefill
+        images = {}
+        if pixels is not None:
+            last_is_image = heads[0][:, -1] == inner_model(self.model).config.image_token_id
+            same = torch.equal(
+                pixels.unflatten(0, (-1, group)),
+                pixels[::group, None].expand(-1, group, *pixels.shape[1:]),
+            )
+            if bool(last_is_image.any()) or not same:
+                return {}
+            images = {"pixel_values": pixels[::group].flatten(0, 1)}
         from transformers import DynamicCache
 
         cache = DynamicCache(config=inner_model(self.model).config)
@@ -318,9 +343,18 @@ class HFEngine(RolloutBackend):
             position_ids=position_ids(heads[1][:, :-1]),
             use_cache=True,
             **cache_inputs(self.model, cache),
+            **images,
         )
         cache.batch_repeat_interleave(group)
         return cache_inputs(self.model, cache)
+
+
+def _no_images(prompts: TensorDict, path: str) -> None:
+    """Refuse prompts with images on a generation path that cannot pass them to the model."""
+    if PIXEL_VALUES in prompts:
+        raise NotImplementedError(
+            f"{path}: prompts with images (the hf engine's generate takes them)"
+        )
 
 
 class PartialBatch:
@@ -387,6 +421,21 @@ class SampledLogProbs:
         if not self.steps:
             return torch.zeros(len(last_tokens), 0, device=last_tokens.device)
         return torch.stack(self.steps, dim=1)
+
+
+class NoPlaceholder:
+    """A logits processor that never lets the image placeholder token be sampled: a response
+    holding one would read as an image slot with no image in every later pass. Placed after
+    ``SampledLogProbs``, which records the log-probs over the whole vocabulary, as the training
+    passes compute them (the placeholder's probability, near 0 in a trained model, is left out
+    of the sampling as top-p's tail is)."""
+
+    def __init__(self, token_id: int) -> None:
+        self.token_id = token_id
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores[:, self.token_id] = -torch.inf
+        return scores
 
 
 class RolloutWorker:
@@ -496,6 +545,7 @@ class RolloutWorker:
     def begin_partial(self, prompts: TensorDict, version: int, key: int) -> None:
         """This rank's ``prompts`` to generate in segments under ``key``, from ``version``."""
         check_weight_version(self.rank, self.version, version)
+        _no_images(prompts, "rollout.partial_rollout")
         keep = prompts[ATTENTION_MASK].bool()
         contexts = [row[m].tolist() for row, m in zip(prompts[INPUT_IDS], keep, strict=True)]
         self.partial[key] = PartialBatch(prompts, contexts)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS
+from rlcore.columns import ATTENTION_MASK, INPUT_IDS, PIXEL_VALUES
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import generated_layout
@@ -130,6 +130,8 @@ class SGLangEngine(RolloutBackend):
     def generate_rows(
         self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
     ) -> TensorDict:
+        if PIXEL_VALUES in prompts:  # (SGLang takes images as image_data: not passed yet)
+            raise NotImplementedError("rollout.backend sglang: prompts with images")
         ids, mask = prompts[INPUT_IDS].cpu(), prompts[ATTENTION_MASK].cpu()
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         outputs = self.engine.generate(
