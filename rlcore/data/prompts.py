@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlcore.data.answers import extract_gsm8k_answer, parse_number
+from rlcore.data.images import ImageError, ImageInputs, decode_image
 from rlcore.log import say
 
 READERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
@@ -104,12 +107,20 @@ def _row(
                 "layout); give every row its answer or drop it"
             )
         source = row.get("data_source")
-        return {
+        out = {
             "prompt": messages,
             "answer": str(answer),  # (verl's ground truth is the answer itself: no '####')
             "source": None if source is None else str(source),
             "extra": row.get("extra_info"),
         }
+        if row.get("images"):  # (decoded once, here: each later batch reuses them)
+            where = f"{path}: row {number}"
+            try:
+                base = Path(path).expanduser().parent
+                out["images"] = [decode_image(cell, base, where) for cell in row["images"]]
+            except ImageError as error:
+                raise DataError(str(error)) from None
+        return out
     for field in (prompt_key, answer_key):
         if field not in row:
             have = ", ".join(sorted(row))
@@ -183,6 +194,7 @@ class PromptSet:
     dropped: int
     sources: list[str | None] | None = None
     extras: list[Any] | None = None  # verl's extra_info, for a custom reward written as verl's
+    images: list[torch.Tensor] | None = None  # each prompt's [images, C, H, W] pixels
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -198,11 +210,32 @@ class PromptSet:
         max_length: int,
         what: str,
         tools: list[dict[str, Any]] | None = None,
+        images: ImageInputs | None = None,
     ) -> PromptSet:
         """``chat_template``: None = chat messages through the tokenizer's template, text as
         written (+ ``suffix``); True = both through it; False = neither (a chat prompt's last
         user turn as its text). Chat messages, as verl's preprocessing wrote them, take no
-        ``suffix``."""
+        ``suffix``. Rows with ``images`` (``rlcore.data.images``) need the model's ``images``:
+        each ``<image>`` marker becomes its placeholder tokens (counted in ``max_length``)."""
+        pictured = [i for i, row in enumerate(rows) if row.get("images")]
+        if pictured and images is None:
+            raise DataError(
+                f"{what}: prompts with images (row {pictured[0]} has "
+                f"{len(rows[pictured[0]]['images'])}), but the model reads text only; "
+                "set actor.model.path to a vision-language (LLaVA-family) model folder"
+            )
+        if pictured and len(pictured) < len(rows):
+            plain = next(i for i in range(len(rows)) if i not in set(pictured))
+            raise DataError(
+                f"{what}: row {plain} has no image where row {pictured[0]} has; "
+                "give every prompt its images, or split the files"
+            )
+        counts = {len(rows[i]["images"]) for i in pictured}
+        if len(counts) > 1:
+            raise DataError(
+                f"{what}: rows with {sorted(counts)} images; every prompt needs the same number "
+                "of images (a batch stacks them)"
+            )
         texts, templated = [], []
         for row in rows:
             prompt = row["prompt"]
@@ -239,6 +272,17 @@ class PromptSet:
                 encoded = tokenizer([texts[i] for i in at], add_special_tokens=not use)
                 for i, row_ids in zip(at, encoded["input_ids"], strict=True):
                     ids[i] = row_ids
+        pixels: list[torch.Tensor] | None = None
+        if pictured:
+            assert images is not None
+            try:
+                ids = [
+                    images.expand(row_ids, len(row["images"]), f"{what}: row {i}")
+                    for i, (row_ids, row) in enumerate(zip(ids, rows, strict=True))
+                ]
+            except ImageError as error:
+                raise DataError(str(error)) from None
+            pixels = [images.pixels(row["images"]) for row in rows]
         kept = [i for i, row_ids in enumerate(ids) if len(row_ids) <= max_length]
         if not kept:
             raise DataError(
@@ -253,4 +297,5 @@ class PromptSet:
             dropped=len(rows) - len(kept),
             sources=sources if any(s is not None for s in sources) else None,
             extras=extras if any(e is not None for e in extras) else None,
+            images=None if pixels is None else [pixels[i] for i in kept],
         )

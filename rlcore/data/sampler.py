@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS
+from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS, PIXEL_VALUES
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
@@ -223,6 +223,8 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
     for key, column in (("sources", prompts.sources), ("extras", prompts.extras)):
         if column is not None:
             batch[key] = NonTensorStack(*[column[i] for i in rows for _ in range(repeat)])
+    if prompts.images is not None:
+        batch[PIXEL_VALUES] = torch.stack([prompts.images[i] for i in rows for _ in range(repeat)])
     return batch
 
 
