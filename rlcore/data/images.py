@@ -95,6 +95,17 @@ class ImageInputs:
         processor = AutoImageProcessor.from_pretrained(str(folder))
         return cls(processor, int(token_id), patches + int(full))
 
+    @classmethod
+    def of_tokenizer(cls, tokenizer: Any) -> ImageInputs | None:
+        """The image inputs of the folder ``tokenizer`` was loaded from
+        (``rlcore.models.lm.load_tokenizer``), None when that model reads text only."""
+        import json
+
+        config = Path(getattr(tokenizer, "name_or_path", "") or "") / "config.json"
+        if not config.is_file() or "vision_config" not in json.loads(config.read_text()):
+            return None
+        return cls.of_folder(config.parent, tokenizer)
+
     def pixels(self, images: list[Any]) -> torch.Tensor:
         """``[images, C, H, W]`` float32: ``images`` (PIL) as the processor makes them."""
         out = self.processor(images=images, return_tensors="pt")["pixel_values"]

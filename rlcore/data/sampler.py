@@ -13,9 +13,11 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS, PIXEL_VALUES
+from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
 from rlcore.data.arith import arithmetic_problems
+from rlcore.data.images import ImageInputs
 from rlcore.data.prompts import DataError, PromptSet, load_prompt_rows
 from rlcore.data.sequences import left_pad
 from rlcore.log import say
@@ -119,6 +121,7 @@ def _built_prompt_set(
         if len(readable) < len(math_rows):
             kept = {id(row) for row in readable}
             rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
+    images = ImageInputs.of_tokenizer(tokenizer) if any(r.get("images") for r in rows) else None
     prompts = PromptSet.build(
         rows,
         tokenizer,
@@ -127,7 +130,10 @@ def _built_prompt_set(
         max_length=data.max_prompt_length,
         what=what,
         tools=tools,
+        images=images,
     )
+    if prompts.images is not None:
+        check_image_settings(config, what)
     if prompts.dropped and not quiet:
         say(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
@@ -200,6 +206,27 @@ def _readable_math_rows(
     if not kept:
         raise DataError(f"{what}: math-verify reads none of the reference answers: {named}")
     return kept
+
+
+def check_image_settings(config: ReasoningConfig, what: str) -> None:
+    """Refuse, by key, the settings whose code does not carry a prompt's images yet."""
+    adv_type = config.algorithm.adv_type
+    refused = [
+        (config.derived.critic_model, f"algorithm.adv_type {adv_type} (a critic's values)"),
+        (config.rollout.backend != "hf", f"rollout.backend {config.rollout.backend}"),
+        (config.rollout.hf.static_cache, "rollout.hf.static_cache"),
+        (config.rollout.partial_rollout, "rollout.partial_rollout"),
+        (config.rollout.multi_turn, "rollout.tools / rollout.interaction"),
+        (config.actor.training_backend == "megatron", "actor.training_backend megatron"),
+        (config.actor.ulysses_sequence_parallel_size > 1, "actor.ulysses_sequence_parallel_size"),
+    ]
+    named = [name for on, name in refused if on]
+    if named:
+        raise ConfigError(
+            f"{what}: prompts with images, and {', '.join(named)}, which does not pass images "
+            "to the model yet; with images: a critic-free estimator (grpo, rloo, ...), the hf "
+            "engine without static cache, one-turn whole rollouts, the torch backend"
+        )
 
 
 def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) -> TensorDict:

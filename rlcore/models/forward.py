@@ -133,6 +133,14 @@ def _images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Ten
     return {"pixel_values": pixels.flatten(0, 1)}
 
 
+def check_images(model: Any, batch: Any) -> None:
+    """A vision-language model given image placeholders without the images would embed the
+    placeholders as text, silently: refused."""
+    token = getattr(getattr(inner_model(model), "config", None), "image_token_id", None)
+    if token is not None and PIXEL_VALUES not in batch and bool((batch[INPUT_IDS] == token).any()):
+        raise RuntimeError(f"the batch's prompts hold image placeholders but no {PIXEL_VALUES}")
+
+
 def response_logits(
     model: Any,
     batch: Any,
@@ -149,6 +157,7 @@ def response_logits(
     (``shared_prompt_logits``); the same logits. ``head``: the model runs under ``fused_head``,
     and these are its ``[B, R, k]`` outputs for the response tokens instead. ``routing``: an MoE
     model's routers replay the batch's recorded experts and keep their logits, for every call."""
+    check_images(model, batch)
     if share_prompts:
         return shared_prompt_logits(model, batch, head, routing)
     keeps = _keeps_logits(type(inner_model(model)))
@@ -260,6 +269,7 @@ def response_values(
     V(s_t) for token t is read where that token is predicted, as the logits are. ``packed``: as
     in ``response_logits``; ``routing``: an MoE value model's, keeping its router logits (the
     policy's recorded experts are not the value model's to replay)."""
+    check_images(model, batch)
     if packed:
         rows = pack(batch, one_row_kernel(model))
         with _routed(routing, rows.valid, None):

@@ -245,11 +245,16 @@ def compile_layers(model: Any) -> int:
 
 
 def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+    """A model folder as a causal LM: a vision-language model (its config has a
+    ``vision_config``) through ``AutoModelForImageTextToText``, which reads a batch's
+    ``pixel_values`` at its image placeholders."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     _quiet_transformers()
     check_no_custom_code(Path(path))
-    model = AutoModelForCausalLM.from_pretrained(
+    described = json.loads((Path(path) / "config.json").read_text())
+    auto = AutoModelForImageTextToText if "vision_config" in described else AutoModelForCausalLM
+    model = auto.from_pretrained(
         str(path), dtype=DTYPES[dtype], trust_remote_code=False, use_safetensors=True
     )
     model.config.use_cache = True

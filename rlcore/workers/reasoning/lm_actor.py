@@ -29,6 +29,7 @@ from rlcore.columns import (
     INPUT_IDS,
     LOSS_MASK,
     OLD_LOG_PROBS,
+    PIXEL_VALUES,
     POSITION_IDS,
     RESPONSE_MASK,
     RESPONSES,
@@ -119,8 +120,9 @@ def _check_routing_replay(config: ReasoningConfig, model: Any) -> None:
 
 
 def _model_reads(batch: TensorDict) -> tuple[str, ...]:
-    """``MODEL_READS``, and the rollout's recorded experts where the batch has them."""
-    return MODEL_READS + ((ROUTED_EXPERTS,) if ROUTED_EXPERTS in batch else ())
+    """``MODEL_READS``, and the rollout's recorded experts and the prompts' images where the
+    batch has them."""
+    return MODEL_READS + tuple(k for k in (ROUTED_EXPERTS, PIXEL_VALUES) if k in batch)
 
 
 def routing_of(config: ReasoningConfig, model: Any, gradient: bool) -> Routing | None:
@@ -489,7 +491,7 @@ class LMCritic(TrainedComponent):
     @torch.no_grad()
     def compute_values(self, batch: TensorDict) -> torch.Tensor:
         """``[B, R]`` values of the response tokens (0 past each response's end)."""
-        batch = batch.select(*MODEL_READS).to(self.device)
+        batch = batch.select(*_model_reads(batch)).to(self.device)
 
         def run(model: Any, micro: TensorDict) -> dict[str, torch.Tensor]:
             values = self._values(model, micro) * micro[RESPONSE_MASK]

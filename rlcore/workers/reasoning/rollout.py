@@ -42,7 +42,7 @@ from rlcore.columns import (
 )
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
-from rlcore.models.forward import cache_inputs, inner_model
+from rlcore.models.forward import cache_inputs, check_images, inner_model
 from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.models.moe import recording, routed_column
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -235,6 +235,7 @@ class HFEngine(RolloutBackend):
         each token was routed to recorded (``ROUTED_EXPERTS``, routing replay)."""
         from transformers import LogitsProcessorList
 
+        check_images(self.model, prompts)
         ids = prompts[INPUT_IDS].to(self.device)
         mask = prompts[ATTENTION_MASK].to(self.device)
         pixels = prompts[PIXEL_VALUES].to(self.device) if PIXEL_VALUES in prompts else None
