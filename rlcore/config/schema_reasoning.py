@@ -41,6 +41,12 @@ class SyntheticConfig:
     seed: int = key(
         0, doc="the generator's seed: the same seed gives the same problems", range=">= 0"
     )
+    images: bool = key(
+        False,
+        doc="the visual task: two one-digit numbers drawn into a 16-pixel image, the question "
+        "naming only the operation (rlcore/data/visual_arith.py); the tiny model is then a "
+        "vision-language model (digits must be 1)",
+    )
 
 
 @dataclass(kw_only=True, frozen=True)

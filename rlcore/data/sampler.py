@@ -67,20 +67,60 @@ def load_prompt_set(
     tools: list[dict[str, Any]] | None = None,
     quiet: bool = False,
     keep: bool = False,
+    images: ImageInputs | None = None,
 ) -> PromptSet:
     """``data.train_files`` / ``data.val_files`` tokenised, or the synthetic task when empty;
     ``tools``: the function schemas a chat template lists for the model (``rollout.tools``).
     ``DataError`` when fewer training prompts are usable than ``data.train_batch_size``. What it
     reads and drops is said, unless ``quiet``. ``keep``: the set is also kept for the next call
-    that would build the same one (a start's preflight, then its run), which takes it."""
+    that would build the same one (a start's preflight, then its run), which takes it.
+    ``images``: how the model takes the prompts' images (else those of the tokenizer's folder,
+    ``ImageInputs.of_tokenizer``)."""
     key = _kept_key(config, tokenizer, train, tools)
     kept = _kept.pop(train, None)
     if kept is not None and kept[0] == key and not keep:
         return kept[1]
-    prompts = _built_prompt_set(config, tokenizer, train, tools, quiet)
+    prompts = _built_prompt_set(config, tokenizer, train, tools, quiet, images)
     if keep:
         _kept[train] = (key, prompts)
     return prompts
+
+
+def synthetic_rows(syn: Any, train: bool) -> list[dict[str, Any]]:
+    """The synthetic task's training or validation rows (``data.synthetic``), the latter
+    disjoint from the former; with ``images``, the visual task's, each with its image."""
+    if syn.images:
+        from PIL import Image
+
+        from rlcore.data.visual_arith import visual_problems
+
+        train_rows = visual_problems(syn.num_train, operations=syn.operations, seed=syn.seed)
+        exclude = {r["key"] for r in train_rows}
+        rows = (
+            train_rows
+            if train
+            else visual_problems(
+                syn.num_val, operations=syn.operations, seed=syn.seed + 1, exclude=exclude
+            )
+        )
+        return [
+            {
+                "prompt": r["question"],
+                "answer": r["answer"].removeprefix("#### "),
+                "images": [Image.fromarray(r["image"])],
+            }
+            for r in rows
+        ]
+    make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
+        n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
+    )
+    train_rows = make(syn.num_train, syn.seed)
+    rows = (
+        train_rows
+        if train
+        else make(syn.num_val, syn.seed + 1, {r["question"] for r in train_rows})
+    )
+    return [{"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows]
 
 
 def _built_prompt_set(
@@ -89,6 +129,7 @@ def _built_prompt_set(
     train: bool,
     tools: list[dict[str, Any]] | None,
     quiet: bool,
+    images: ImageInputs | None = None,
 ) -> PromptSet:
     data = config.data
     what = "data.train_files" if train else "data.val_files"
@@ -100,18 +141,7 @@ def _built_prompt_set(
     else:  # errors and notes name the task the prompts come from, not empty file keys
         what = f"data.synthetic ({'training' if train else 'validation'} problems)"
         syn = data.synthetic
-        make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
-            n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
-        )
-        train_rows = make(syn.num_train, syn.seed)
-        rows = (
-            train_rows
-            if train
-            else make(syn.num_val, syn.seed + 1, {r["question"] for r in train_rows})
-        )
-        rows = [
-            {"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows
-        ]
+        rows = synthetic_rows(syn, train)
     if not train and data.val_max_samples is not None:
         rows = rows[: data.val_max_samples]
     kinds = _scorers(rows, config.reward.kind, what)
@@ -121,7 +151,8 @@ def _built_prompt_set(
         if len(readable) < len(math_rows):
             kept = {id(row) for row in readable}
             rows = [r for r, k in zip(rows, kinds, strict=True) if k != "math" or id(r) in kept]
-    images = ImageInputs.of_tokenizer(tokenizer) if any(r.get("images") for r in rows) else None
+    if images is None and any(r.get("images") for r in rows):
+        images = ImageInputs.of_tokenizer(tokenizer)
     prompts = PromptSet.build(
         rows,
         tokenizer,

@@ -332,11 +332,14 @@ def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:
     return _no_dropout(model)
 
 
-def train_tiny_tokenizer(corpus: list[str], vocab_size: int = 512, tools: bool = False) -> Any:
+def train_tiny_tokenizer(
+    corpus: list[str], vocab_size: int = 512, tools: bool = False, images: bool = False
+) -> Any:
     """A byte-level BPE tokenizer trained on ``corpus``, digits split one per token (so numbers
     are read digit by digit), with an end-of-text token that also pads; ``tools``: the tool
-    tags as special tokens and a chat template that renders tool messages."""
-    specials = SPECIALS + (TOOL_SPECIALS if tools else ())
+    tags as special tokens and a chat template that renders tool messages; ``images``: the
+    image placeholder ``<image>`` as a special token."""
+    specials = SPECIALS + (TOOL_SPECIALS if tools else ()) + (("<image>",) if images else ())
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -377,6 +380,7 @@ def build_tiny_lm(
     intermediate_size: int,
     seed: int,
     vision: tuple[int, int, int] | None = None,
+    image_token: int | None = None,
     experts: int = 0,
     experts_per_token: int = 2,
     expert_intermediate_size: int | None = None,
@@ -388,7 +392,8 @@ def build_tiny_lm(
     (image side, patch side, channels): a LLaVA-architecture vision-language model around it, a
     CLIP vision tower of the LM's width, heads and layers over ``patch``-pixel patches of a
     ``side``-pixel square image, whose last layer's patch features (class token dropped) a
-    two-layer projection maps into the LM's embedding space."""
+    two-layer projection maps into the LM's embedding space; ``image_token`` its placeholder
+    (None: the pad token, for an LM policy that passes images as embeddings, never as ids)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     _quiet_transformers()
@@ -414,10 +419,12 @@ def build_tiny_lm(
         return _tiny_moe(text, experts, experts_per_token, expert_intermediate_size)
     if vision is None:
         return Qwen2ForCausalLM(text)
-    return _tiny_llava(text, vision)
+    return _tiny_llava(text, vision, image_token)
 
 
-def _tiny_llava(text: Any, vision: tuple[int, int, int]) -> torch.nn.Module:
+def _tiny_llava(
+    text: Any, vision: tuple[int, int, int], image_token: int | None = None
+) -> torch.nn.Module:
     """``build_tiny_lm``'s vision-language model around the language model of ``text``."""
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
@@ -435,7 +442,7 @@ def _tiny_llava(text: Any, vision: tuple[int, int, int]) -> torch.nn.Module:
     config = LlavaConfig(
         vision_config=tower,
         text_config=text,
-        image_token_id=text.pad_token_id,  # (images enter as embeddings, never as ids)
+        image_token_id=text.pad_token_id if image_token is None else image_token,
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
         tie_word_embeddings=True,

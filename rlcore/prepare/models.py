@@ -22,7 +22,9 @@ from typing import Any
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.arith import arithmetic_problems, expression_of
+from rlcore.data.images import MARKER, ImageInputs
 from rlcore.data.sampler import load_prompt_set
+from rlcore.data.visual_arith import SIDE, visual_problems
 from rlcore.log import say
 from rlcore.models.hub import local_model_dir
 from rlcore.models.lm import build_tiny_lm, check_model_dir, check_positions, train_tiny_tokenizer
@@ -73,9 +75,12 @@ def prepare_models(config: ReasoningConfig) -> ModelDirs:
 
 
 def _fingerprint(config: ReasoningConfig) -> str:
+    synthetic = dataclasses.asdict(config.data.synthetic)
+    if not synthetic["images"]:  # (the text task's caches from before the key stay valid)
+        del synthetic["images"]
     shape = {
         "tiny": _tiny_shape(config),
-        "synthetic": dataclasses.asdict(config.data.synthetic),
+        "synthetic": synthetic,
         "suffix": config.data.prompt_suffix,
         "chat": config.data.chat_template is True,  # (the synthetic prompts are text)
         "warmup": {k: v for k, v in dataclasses.asdict(config.warmup).items() if k != "cache_dir"},
@@ -108,22 +113,43 @@ def _tiny_cache_dir(config: ReasoningConfig) -> Path:
     return Path(config.warmup.cache_dir).expanduser() / f"tiny-{_fingerprint(config)}"
 
 
+TINY_PATCH = 4  # the tiny vision-language model's patch side: a 16-pixel image is 16 tokens
+
+
+def _tiny_image_inputs(image_token: int) -> ImageInputs:
+    """How the tiny vision-language model takes the visual task's images: a CLIP image
+    processor that keeps their size and maps [0, 255] to [-1, 1], one placeholder a patch."""
+    from transformers import CLIPImageProcessor
+
+    processor = CLIPImageProcessor(
+        size={"shortest_edge": SIDE},
+        crop_size={"height": SIDE, "width": SIDE},
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+    )
+    return ImageInputs(processor, image_token, (SIDE // TINY_PATCH) ** 2)
+
+
 def _tiny_model_dir(config: ReasoningConfig) -> Path:
     directory = _tiny_cache_dir(config)
     if (directory / "config.json").is_file():
         say(f"tiny model: cached at {directory}")
         return directory
     syn = config.data.synthetic
-    rows = arithmetic_problems(
-        syn.num_train, digits=syn.digits, operations=syn.operations, seed=syn.seed
-    )
+    if syn.images:
+        rows = visual_problems(syn.num_train, operations=syn.operations, seed=syn.seed)
+    else:
+        rows = arithmetic_problems(
+            syn.num_train, digits=syn.digits, operations=syn.operations, seed=syn.seed
+        )
     suffix = config.data.prompt_suffix
     tools = bool(config.rollout.tools)
-    corpus = [row["question"] + suffix + " " + row["answer"] for row in rows]
+    corpus = [row["question"].replace(MARKER, "") + suffix + " " + row["answer"] for row in rows]
     if tools:  # the calls' JSON too, so that BPE merges its fixed parts
         corpus += [calculator_call(expression_of(r["question"])) for r in rows[:2000]]
-    tokenizer = train_tiny_tokenizer(corpus, tools=tools)
+    tokenizer = train_tiny_tokenizer(corpus, tools=tools, images=syn.images)
     tiny = config.actor.model.tiny
+    image_token = tokenizer.convert_tokens_to_ids(MARKER) if syn.images else None
     model = build_tiny_lm(
         tokenizer,
         hidden_size=tiny.hidden_size,
@@ -131,10 +157,13 @@ def _tiny_model_dir(config: ReasoningConfig) -> Path:
         num_heads=tiny.num_heads,
         intermediate_size=tiny.intermediate_size,
         seed=syn.seed,
+        vision=(SIDE, TINY_PATCH, 3) if syn.images else None,
+        image_token=image_token,
         experts=tiny.num_experts,
         experts_per_token=tiny.experts_per_token,
         expert_intermediate_size=tiny.expert_intermediate_size,
     )
+    images = _tiny_image_inputs(image_token) if image_token is not None else None
     if config.warmup.steps:
         warm = config.warmup
         taught = rows[: warm.examples] if warm.examples is not None else rows
@@ -143,16 +172,25 @@ def _tiny_model_dir(config: ReasoningConfig) -> Path:
             if tools
             else sft_examples(taught, tokenizer, suffix, config.data.chat_template is True)
         )
+        pixels = None
+        if images is not None:  # each marker made the image's placeholders, and its pixels
+            from PIL import Image
+
+            examples = [(images.expand(p, 1, "warm-up"), t) for p, t in examples]
+            pixels = [images.pixels([Image.fromarray(r["image"])]) for r in taught]
         say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
         stop = None
         if warm.stop_at_accuracy is not None:
-            val = load_prompt_set(config, tokenizer, train=False)
+            val = load_prompt_set(config, tokenizer, train=False, images=images)
             stop = accuracy_reached(model, tokenizer, val, config)
-        losses = supervised_warmup(model, tokenizer.pad_token_id, examples, config, syn.seed, stop)
+        pad = tokenizer.pad_token_id
+        losses = supervised_warmup(model, pad, examples, config, syn.seed, stop, pixels)
         say(f"tiny model: warmed up for {len(losses)} steps")
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    if images is not None:
+        images.processor.save_pretrained(staging)
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)  # atomic: a crash mid-save leaves no half-written cache entry
     say(f"tiny model: saved to {directory}")

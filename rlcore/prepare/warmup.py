@@ -82,10 +82,14 @@ def greedy_accuracy(model: Any, tokenizer: Any, prompts: Any, config: ReasoningC
     """Share of ``prompts`` (a ``PromptSet``) answered right by greedy decoding, scored by the
     GSM8K rule (``reward.rules.gsm8k_mode``) as the synthetic task's answers are written."""
     ids, mask = left_pad(prompts.prompts, tokenizer.pad_token_id)
+    images = {}
+    if prompts.images is not None:  # (the visual task: each prompt's image)
+        images = {"pixel_values": torch.cat(prompts.images)}
     with evaluating(model):
         out = model.generate(
             input_ids=ids,
             attention_mask=mask,
+            **images,
             do_sample=False,
             max_new_tokens=config.data.max_response_length,
             pad_token_id=tokenizer.pad_token_id,
@@ -104,9 +108,11 @@ def supervised_warmup(
     config: ReasoningConfig,
     seed: int,
     stop: Any = None,
+    pixels: list[torch.Tensor] | None = None,
 ) -> list[float]:
     """At most ``warmup.steps`` AdamW steps of next-token loss on the targets only; returns the
-    losses. ``stop(step)``, asked every ``warmup.check_every`` steps, ends it when True."""
+    losses. ``stop(step)``, asked every ``warmup.check_every`` steps, ends it when True.
+    ``pixels``: each example's ``[images, C, H, W]`` (a vision-language model's)."""
     warm = config.warmup
     generator = torch.Generator().manual_seed(seed)
     # A constant learning rate: the warm-up is meant to stop part-way (the model answers in the
@@ -122,7 +128,10 @@ def supervised_warmup(
             break
         picked = torch.randint(len(examples), (warm.batch_size,), generator=generator)
         ids, labels, mask = _right_padded([examples[i] for i in picked.tolist()], pad_id)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        images = {}
+        if pixels is not None:
+            images = {"pixel_values": torch.cat([pixels[i] for i in picked.tolist()])}
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, **images).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -124,6 +124,8 @@ ADDED_SINCE = {
         "rollout.routing_replay": False,
         "actor.ulysses_sequence_parallel_size": 1,
         "critic.ulysses_sequence_parallel_size": 1,
+        # the visual arithmetic task (issue 54)
+        "data.synthetic.images": False,
         "reward.rules.max_timeout_share": 0.5,
         "reward.score_range": [-1e4, 1e4],
         "reward.rules.batch_timeout_s": 60.0,

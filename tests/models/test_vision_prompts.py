@@ -281,3 +281,43 @@ def test_a_grpo_run_trains_on_prompts_with_images(vlm_run_files, tmp_path):
     with_critic = load_config("reasoning/tiny_arith_ppo", [*overrides, "algorithm.adv_type=gae"])
     with pytest.raises(ConfigError, match=r"prompts with images, and algorithm\.adv_type gae"):
         build_runner(with_critic, plan_for_config(with_critic))
+
+
+def test_the_visual_task_builds_its_vision_language_model_and_trains(tmp_path):
+    """``reasoning/tiny_visual_arith_grpo``, shrunk: the tiny LLaVA built and warmed up on the
+    images (its folder loads as any LLaVA folder: 16 placeholders an image), two iterations."""
+    from rlcore.config import load_config
+    from rlcore.data.images import ImageInputs
+    from rlcore.models.lm import load_tokenizer
+    from rlcore.placement import plan_for_config
+    from rlcore.prepare import prepare_models
+    from rlcore.runners.supervisor import build_runner
+
+    shrunk = [
+        "actor.model.tiny.hidden_size=32",
+        "actor.model.tiny.num_layers=1",
+        "actor.model.tiny.num_heads=2",
+        "actor.model.tiny.intermediate_size=64",
+        "data.synthetic.num_train=256",
+        "data.synthetic.num_val=8",
+        "data.train_batch_size=4",
+        "actor.ppo_mini_batch_size=4",
+        "actor.ppo_micro_batch_size=8",
+        "warmup.steps=3",
+        "warmup.stop_at_accuracy=null",
+        f"warmup.cache_dir={tmp_path / 'cache'}",
+        f"runner.output_dir={tmp_path / 'out'}",
+        "runner.total_iterations=2",
+        "runner.val_every=0",
+        "runner.progress=false",
+        "runner.torch_threads=1",
+        "logger.tensorboard=false",
+    ]
+    config = load_config("reasoning/tiny_visual_arith_grpo", shrunk)
+    dirs = prepare_models(config)
+    inputs = ImageInputs.of_folder(dirs.actor, load_tokenizer(dirs.actor))
+    assert inputs.tokens_per_image == 16
+    summary = build_runner(config, plan_for_config(config)).run()
+    assert summary["iterations"] == 2 and summary["val_prompts"] == 8
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.digits: 2; the visual task"):
+        load_config("reasoning/tiny_visual_arith_grpo", [*shrunk, "data.synthetic.digits=2"])

@@ -33,7 +33,41 @@ def check_reasoning(config: ReasoningConfig) -> list[str]:
         *_static_decode(config),
         *check_moe(config),
         *check_sequence_parallel(config),
+        *_visual_task(config),
     ]
+
+
+def _visual_task(config: ReasoningConfig) -> list[str]:
+    """``data.synthetic.images``: the synthetic task (no prompt files) drawn as images, read by
+    the tiny vision-language model; one-digit numbers, a dense model, no tools."""
+    data = config.data
+    if not data.synthetic.images:
+        return []
+    problems = []
+    if data.train_files or data.val_files:
+        problems.append(
+            "data.synthetic.images: the synthetic task is not read (data.train_files / "
+            "val_files are set); leave it out, or the files"
+        )
+    if data.synthetic.digits != 1:
+        problems.append(
+            f"data.synthetic.digits: {data.synthetic.digits}; the visual task draws one-digit "
+            "numbers (data.synthetic.images): set it to 1"
+        )
+    if config.actor.model.path is not None:
+        problems.append(
+            "data.synthetic.images: the visual task's images are read by the tiny "
+            "vision-language model built here (actor.model.path null); with a model folder, "
+            "give prompt files with images (docs/reasoning.md)"
+        )
+    if config.actor.model.tiny.num_experts:
+        problems.append(
+            "actor.model.tiny.num_experts: the tiny vision-language model is dense; set it to 0 "
+            "with data.synthetic.images"
+        )
+    if config.rollout.tools:
+        problems.append("rollout.tools: the visual task has no tool trajectories to warm up on")
+    return problems
 
 
 def _static_decode(config: ReasoningConfig) -> list[str]:
