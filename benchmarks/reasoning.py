@@ -19,12 +19,16 @@ iteration (torch's ``FlopCounterMode``; the seconds of such a run are not compar
 slows every operation). ``curve``: at each validation, ``[iteration, response tokens
 generated so far, val/accuracy, seconds since the run started]`` (to compare recipes at equal
 generated tokens, e.g. ``--config reasoning/tiny_arith_dapo`` against the PPO default, or to
-read the time to an accuracy; the seconds include validation).
+read the time to an accuracy; the seconds include validation). ``--blank-images``: the visual
+task's images (``data.synthetic.images``) all black in the run's prompts, training and
+validation, its model built and warmed up on the real ones: the control that the policy reads
+the image (its accuracy should stay where it starts).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -91,11 +95,34 @@ class CurveRunner(ReasoningRunner):
         return metrics
 
 
+@contextlib.contextmanager
+def blank_images():
+    """Inside, the synthetic task's prompt sets have black images of the same size."""
+    from PIL import Image
+
+    from rlcore.data import sampler
+
+    drawn = sampler.synthetic_rows
+
+    def blank(syn, train):
+        rows = drawn(syn, train)
+        for row in rows:
+            row["images"] = [Image.new("RGB", image.size) for image in row.get("images", [])]
+        return rows
+
+    sampler.synthetic_rows = blank
+    try:
+        yield
+    finally:
+        sampler.synthetic_rows = drawn
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="reasoning/tiny_arith_ppo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--count-flops", action="store_true")
+    parser.add_argument("--blank-images", action="store_true")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     flops = count_flops_per_stage() if args.count_flops else None
@@ -112,7 +139,9 @@ def main() -> None:
                     "logger.tensorboard=false",
                 ],
             )
-            runner = CurveRunner(config, plan_for_config(config), prepare_models(config))
+            models = prepare_models(config)  # (built on the real images)
+            with blank_images() if args.blank_images else contextlib.nullcontext():
+                runner = CurveRunner(config, plan_for_config(config), models)
             summary = runner.run()
             row = {
                 "config": args.config,
