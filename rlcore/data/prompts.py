@@ -217,25 +217,7 @@ class PromptSet:
         user turn as its text). Chat messages, as verl's preprocessing wrote them, take no
         ``suffix``. Rows with ``images`` (``rlcore.data.images``) need the model's ``images``:
         each ``<image>`` marker becomes its placeholder tokens (counted in ``max_length``)."""
-        pictured = [i for i, row in enumerate(rows) if row.get("images")]
-        if pictured and images is None:
-            raise DataError(
-                f"{what}: prompts with images (row {pictured[0]} has "
-                f"{len(rows[pictured[0]]['images'])}), but the model reads text only; "
-                "set actor.model.path to a vision-language (LLaVA-family) model folder"
-            )
-        if pictured and len(pictured) < len(rows):
-            plain = next(i for i in range(len(rows)) if i not in set(pictured))
-            raise DataError(
-                f"{what}: row {plain} has no image where row {pictured[0]} has; "
-                "give every prompt its images, or split the files"
-            )
-        counts = {len(rows[i]["images"]) for i in pictured}
-        if len(counts) > 1:
-            raise DataError(
-                f"{what}: rows with {sorted(counts)} images; every prompt needs the same number "
-                "of images (a batch stacks them)"
-            )
+        pictured = _pictured(rows, images, what)
         texts, templated = [], []
         for row in rows:
             prompt = row["prompt"]
@@ -272,17 +254,10 @@ class PromptSet:
                 encoded = tokenizer([texts[i] for i in at], add_special_tokens=not use)
                 for i, row_ids in zip(at, encoded["input_ids"], strict=True):
                     ids[i] = row_ids
-        pixels: list[torch.Tensor] | None = None
+        pixels = None
         if pictured:
             assert images is not None
-            try:
-                ids = [
-                    images.expand(row_ids, len(row["images"]), f"{what}: row {i}")
-                    for i, (row_ids, row) in enumerate(zip(ids, rows, strict=True))
-                ]
-            except ImageError as error:
-                raise DataError(str(error)) from None
-            pixels = [images.pixels(row["images"]) for row in rows]
+            ids, pixels = _with_images(ids, rows, images, what)
         kept = [i for i, row_ids in enumerate(ids) if len(row_ids) <= max_length]
         if not kept:
             raise DataError(
@@ -299,3 +274,42 @@ class PromptSet:
             extras=extras if any(e is not None for e in extras) else None,
             images=None if pixels is None else [pixels[i] for i in kept],
         )
+
+
+def _pictured(rows: list[dict[str, Any]], images: ImageInputs | None, what: str) -> bool:
+    """Whether ``rows`` have images; refuses images for a text-only model, rows without them
+    beside rows with them, and rows of different image counts."""
+    pictured = [i for i, row in enumerate(rows) if row.get("images")]
+    if pictured and images is None:
+        raise DataError(
+            f"{what}: prompts with images (row {pictured[0]} has "
+            f"{len(rows[pictured[0]]['images'])}), but the model reads text only; "
+            "set actor.model.path to a vision-language (LLaVA-family) model folder"
+        )
+    if pictured and len(pictured) < len(rows):
+        plain = next(i for i in range(len(rows)) if i not in set(pictured))
+        raise DataError(
+            f"{what}: row {plain} has no image where row {pictured[0]} has; "
+            "give every prompt its images, or split the files"
+        )
+    counts = {len(rows[i]["images"]) for i in pictured}
+    if len(counts) > 1:
+        raise DataError(
+            f"{what}: rows with {sorted(counts)} images; every prompt needs the same number "
+            "of images (a batch stacks them)"
+        )
+    return bool(pictured)
+
+
+def _with_images(
+    ids: list[list[int]], rows: list[dict[str, Any]], images: ImageInputs, what: str
+) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Each prompt's ids with its markers made the model's placeholders, and its pixels."""
+    try:
+        ids = [
+            images.expand(row_ids, len(row["images"]), f"{what}: row {i}")
+            for i, (row_ids, row) in enumerate(zip(ids, rows, strict=True))
+        ]
+    except ImageError as error:
+        raise DataError(str(error)) from None
+    return ids, [images.pixels(row["images"]) for row in rows]

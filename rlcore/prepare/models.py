@@ -165,27 +165,7 @@ def _tiny_model_dir(config: ReasoningConfig) -> Path:
     )
     images = _tiny_image_inputs(image_token) if image_token is not None else None
     if config.warmup.steps:
-        warm = config.warmup
-        taught = rows[: warm.examples] if warm.examples is not None else rows
-        examples = (
-            tool_examples(taught, tokenizer, suffix)
-            if tools
-            else sft_examples(taught, tokenizer, suffix, config.data.chat_template is True)
-        )
-        pixels = None
-        if images is not None:  # each marker made the image's placeholders, and its pixels
-            from PIL import Image
-
-            examples = [(images.expand(p, 1, "warm-up"), t) for p, t in examples]
-            pixels = [images.pixels([Image.fromarray(r["image"])]) for r in taught]
-        say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
-        stop = None
-        if warm.stop_at_accuracy is not None:
-            val = load_prompt_set(config, tokenizer, train=False, images=images)
-            stop = accuracy_reached(model, tokenizer, val, config)
-        pad = tokenizer.pad_token_id
-        losses = supervised_warmup(model, pad, examples, config, syn.seed, stop, pixels)
-        say(f"tiny model: warmed up for {len(losses)} steps")
+        _warm_up(config, model, tokenizer, rows, images)
     staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -195,3 +175,35 @@ def _tiny_model_dir(config: ReasoningConfig) -> Path:
     staging.rename(directory)  # atomic: a crash mid-save leaves no half-written cache entry
     say(f"tiny model: saved to {directory}")
     return directory
+
+
+def _warm_up(
+    config: ReasoningConfig,
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    images: ImageInputs | None,
+) -> None:
+    """``warmup.steps`` supervised steps on the task's ``rows`` (stopping early at
+    ``warmup.stop_at_accuracy``); ``images``: the visual task's, each prompt's image read."""
+    warm, syn, suffix = config.warmup, config.data.synthetic, config.data.prompt_suffix
+    taught = rows[: warm.examples] if warm.examples is not None else rows
+    examples = (
+        tool_examples(taught, tokenizer, suffix)
+        if config.rollout.tools
+        else sft_examples(taught, tokenizer, suffix, config.data.chat_template is True)
+    )
+    pixels = None
+    if images is not None:  # each marker made the image's placeholders, and its pixels
+        from PIL import Image
+
+        examples = [(images.expand(p, 1, "warm-up"), t) for p, t in examples]
+        pixels = [images.pixels([Image.fromarray(r["image"])]) for r in taught]
+    say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
+    stop = None
+    if warm.stop_at_accuracy is not None:
+        val = load_prompt_set(config, tokenizer, train=False, images=images)
+        stop = accuracy_reached(model, tokenizer, val, config)
+    pad = tokenizer.pad_token_id
+    losses = supervised_warmup(model, pad, examples, config, syn.seed, stop, pixels)
+    say(f"tiny model: warmed up for {len(losses)} steps")
