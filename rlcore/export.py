@@ -361,10 +361,10 @@ def _load_lm_policy(folder: Path, spec: Any, described: dict, state: dict) -> An
     """An exported LM policy: its language model from ``folder``, the rest from ``state``."""
     from types import SimpleNamespace
 
-    from rlcore.models.lm import load_policy_lm, load_tokenizer
+    from rlcore.models.lm import load_causal_lm, load_tokenizer
     from rlcore.models.lm_policy import LMPolicy
 
-    lm = load_policy_lm(folder)
+    lm = load_causal_lm(folder, "float32")
     tokenizer = None if described["tokens"] == "characters" else load_tokenizer(folder)
     section = SimpleNamespace(
         path=str(folder), action_bins=described["action_bins"], lora=SimpleNamespace(rank=0)

@@ -312,4 +312,6 @@ def _with_images(
         ]
     except ImageError as error:
         raise DataError(str(error)) from None
-    return ids, [images.pixels(row["images"]) for row in rows]
+    counts = [len(row["images"]) for row in rows]  # (one processor call: faster than a row's)
+    pixels = images.pixels([image for row in rows for image in row["images"]])
+    return ids, list(pixels.split(counts))

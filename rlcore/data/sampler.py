@@ -90,37 +90,26 @@ def synthetic_rows(syn: Any, train: bool) -> list[dict[str, Any]]:
     """The synthetic task's training or validation rows (``data.synthetic``), the latter
     disjoint from the former; with ``images``, the visual task's, each with its image."""
     if syn.images:
-        from PIL import Image
-
         from rlcore.data.visual_arith import visual_problems
 
-        train_rows = visual_problems(syn.num_train, operations=syn.operations, seed=syn.seed)
-        exclude = {r["key"] for r in train_rows}
-        rows = (
-            train_rows
-            if train
-            else visual_problems(
-                syn.num_val, operations=syn.operations, seed=syn.seed + 1, exclude=exclude
-            )
+        make = lambda n, seed, exclude=None: visual_problems(  # noqa: E731
+            n, operations=syn.operations, seed=seed, exclude=exclude
         )
-        return [
-            {
-                "prompt": r["question"],
-                "answer": r["answer"].removeprefix("#### "),
-                "images": [Image.fromarray(r["image"])],
-            }
-            for r in rows
-        ]
-    make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
-        n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
-    )
+        key = "key"  # (the drawing's numbers, operation and offsets)
+    else:
+        make = lambda n, seed, exclude=None: arithmetic_problems(  # noqa: E731
+            n, digits=syn.digits, operations=syn.operations, seed=seed, exclude=exclude
+        )
+        key = "question"
     train_rows = make(syn.num_train, syn.seed)
-    rows = (
-        train_rows
-        if train
-        else make(syn.num_val, syn.seed + 1, {r["question"] for r in train_rows})
-    )
-    return [{"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows]
+    rows = train_rows if train else make(syn.num_val, syn.seed + 1, {r[key] for r in train_rows})
+    out = [{"prompt": r["question"], "answer": r["answer"].removeprefix("#### ")} for r in rows]
+    if syn.images:
+        from PIL import Image
+
+        for row, problem in zip(out, rows, strict=True):
+            row["images"] = [Image.fromarray(problem["image"])]
+    return out
 
 
 def _built_prompt_set(

@@ -450,22 +450,6 @@ def _tiny_llava(
     return _no_dropout(LlavaForConditionalGeneration(config))
 
 
-def load_policy_lm(path: str | Path) -> torch.nn.Module:
-    """A model folder as an LM policy's backbone, float32: a vision-language model (its config
-    has a ``vision_config``) through ``AutoModelForImageTextToText``, else a causal LM."""
-    described = json.loads((Path(path) / "config.json").read_text())
-    if "vision_config" not in described:
-        return load_causal_lm(path, "float32")
-    from transformers import AutoModelForImageTextToText
-
-    _quiet_transformers()
-    check_no_custom_code(Path(path))
-    model = AutoModelForImageTextToText.from_pretrained(
-        str(path), dtype=torch.float32, trust_remote_code=False, use_safetensors=True
-    )
-    return _no_dropout(model)
-
-
 def _tiny_moe(dense: Any, experts: int, per_token: int, width: int | None) -> torch.nn.Module:
     """``build_tiny_lm``'s mixture-of-experts model: the dense config's sizes and tokens."""
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM

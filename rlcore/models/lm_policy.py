@@ -100,10 +100,10 @@ class LMPolicy(nn.Module):
             stats = TINY_PIXEL_STATS
         else:
             from rlcore.models.hub import local_model_dir
-            from rlcore.models.lm import load_policy_lm, load_tokenizer
+            from rlcore.models.lm import load_causal_lm, load_tokenizer
 
             folder = local_model_dir(lm.path, f"{KEY}.path")
-            self.lm, self.tokenizer = load_policy_lm(folder), load_tokenizer(folder)
+            self.lm, self.tokenizer = load_causal_lm(folder, "float32"), load_tokenizer(folder)
             stats = _pixel_stats(folder)
         if self.image_shape is not None:
             vision_problem(self.lm.config, lm.path)  # (checked before start too)

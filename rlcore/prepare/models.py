@@ -198,7 +198,7 @@ def _warm_up(
         from PIL import Image
 
         examples = [(images.expand(p, 1, "warm-up"), t) for p, t in examples]
-        pixels = [images.pixels([Image.fromarray(r["image"])]) for r in taught]
+        pixels = list(images.pixels([Image.fromarray(r["image"]) for r in taught]).split(1))
     say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
     stop = None
     if warm.stop_at_accuracy is not None:
