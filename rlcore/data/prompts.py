@@ -95,6 +95,28 @@ def _row(
     answer_format: str,
     verl: bool,
 ) -> dict[str, Any]:
+    """A row's prompt, answer, source and extra (``_fields``), and its ``images`` decoded, in
+    either layout (decoded once, here: each later batch reuses them)."""
+    out = _fields(path, number, row, prompt_key, answer_key, answer_format, verl)
+    if row.get("images"):
+        where = f"{path}: row {number}"
+        try:
+            base = Path(path).expanduser().parent
+            out["images"] = [decode_image(cell, base, where) for cell in row["images"]]
+        except ImageError as error:
+            raise DataError(str(error)) from None
+    return out
+
+
+def _fields(
+    path: str,
+    number: int,
+    row: dict[str, Any],
+    prompt_key: str,
+    answer_key: str,
+    answer_format: str,
+    verl: bool,
+) -> dict[str, Any]:
     if verl:
         field = prompt_key if prompt_key in row else "prompt"
         messages = _messages(path, number, field, row.get(field))
@@ -107,20 +129,12 @@ def _row(
                 "layout); give every row its answer or drop it"
             )
         source = row.get("data_source")
-        out = {
+        return {
             "prompt": messages,
             "answer": str(answer),  # (verl's ground truth is the answer itself: no '####')
             "source": None if source is None else str(source),
             "extra": row.get("extra_info"),
         }
-        if row.get("images"):  # (decoded once, here: each later batch reuses them)
-            where = f"{path}: row {number}"
-            try:
-                base = Path(path).expanduser().parent
-                out["images"] = [decode_image(cell, base, where) for cell in row["images"]]
-            except ImageError as error:
-                raise DataError(str(error)) from None
-        return out
     for field in (prompt_key, answer_key):
         if field not in row:
             have = ", ".join(sorted(row))

@@ -120,6 +120,17 @@ def test_parquet_and_jsonl_rows_give_placeholders_and_the_processors_pixels(vlm_
             expected = (torch.tensor(array).permute(2, 0, 1) / 255.0 - MEAN) / STD
             torch.testing.assert_close(pixels, expected[None], atol=1e-6, rtol=0)
     assert from_parquet.prompts == from_jsonl.prompts
+    # rlcore's own layout (data.prompt_key / answer_key) reads an images field as well
+    own = tmp_path / "own.jsonl"
+    lines = [
+        {"prompt": row["prompt"][0]["content"], "answer": f"#### {i}", "images": row["images"]}
+        for i, row in enumerate(rows)
+    ]
+    own.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    from_own = built(own, tokenizer, folder)
+    assert from_own.prompts == from_jsonl.prompts
+    for mine, theirs in zip(from_own.images, from_jsonl.images, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=0, rtol=0)
     batch = prompt_batch([2, 0], from_parquet, repeat=2, pad_id=tokenizer.pad_token_id)
     assert batch[PIXEL_VALUES].shape == (4, 1, 3, SIDE, SIDE)
     for row, source in enumerate([2, 2, 0, 0]):
