@@ -50,6 +50,8 @@ def decode_image(cell: Any, base: Path, where: str) -> Any:
             if not path.is_file():
                 raise ImageError(f"{where}: the image {source} does not exist ({path})")
             return Image.open(path).convert("RGB")
+    except Image.DecompressionBombError as error:  # (PIL's pixel limit: a flood of memory)
+        raise ImageError(f"{where}: an image too large to decode: {error}") from None
     except (UnidentifiedImageError, OSError) as error:
         raise ImageError(f"{where}: an image that does not decode: {error}") from None
     raise ImageError(f"{where}: an image cell of type {type(cell).__name__} (bytes, path, image)")
@@ -92,7 +94,7 @@ class ImageInputs:
                 f"{folder}: its tokenizer does not read {MARKER} as the image placeholder "
                 f"(token {token_id} of its config); add {MARKER} to it as that token"
             )
-        processor = AutoImageProcessor.from_pretrained(str(folder))
+        processor = AutoImageProcessor.from_pretrained(str(folder), trust_remote_code=False)
         return cls(processor, int(token_id), patches + int(full))
 
     @classmethod

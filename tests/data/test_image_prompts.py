@@ -137,7 +137,7 @@ def test_parquet_and_jsonl_rows_give_placeholders_and_the_processors_pixels(vlm_
         torch.testing.assert_close(batch[PIXEL_VALUES][row], from_parquet.images[source])
 
 
-def test_bad_image_rows_are_refused_naming_the_file_and_row(vlm_folder, tmp_path):
+def test_bad_image_rows_are_refused_naming_the_file_and_row(vlm_folder, tmp_path, monkeypatch):
     folder, tokenizer, _ = vlm_folder
     _, images = pictures(3)
     two_markers = verl_rows(images, ("<image>", "<image> and <image>", "<image>"))
@@ -154,6 +154,13 @@ def test_bad_image_rows_are_refused_naming_the_file_and_row(vlm_folder, tmp_path
         PromptSet.build(
             rows, tokenizer, suffix="", chat_template=False, max_length=64, what="data.train_files"
         )
+    # an image over PIL's pixel limit (a decompression bomb; the limit lowered to 8x8 / 2 here)
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 16)
+    with pytest.raises(DataError, match=r"row 0: an image too large to decode"):
+        built(as_parquet(tmp_path, verl_rows(images)), tokenizer, folder)
+    monkeypatch.undo()
     # the image's placeholders count in the length limit: 4 of them make each prompt too long
     with pytest.raises(DataError, match=r"every prompt is longer than data\.max_prompt_length=4"):
         built(as_parquet(tmp_path, verl_rows(images)), tokenizer, folder, max_length=4)
