@@ -6,6 +6,9 @@
   tokenizer, ``generation_config.json`` with the run's sampling settings and stop tokens) that
   ``transformers.AutoModelForCausalLM.from_pretrained(OUT)`` (and so vLLM or SGLang) loads; with
   a critic, ``OUT/critic`` likewise (``AutoModelForTokenClassification``, one label: the value).
+  A vision-language policy loads with ``AutoModelForImageTextToText``, its image processor beside
+  it (``AutoImageProcessor.from_pretrained(OUT)``: the pixels the run computed); its critic, which
+  transformers has no class for, stays in the checkpoint.
 - **Embodied**: OUT holds ``policy.json`` (spaces, network, observation normalisation) and
   ``policy.safetensors``; ``rlcore.load_policy(OUT)`` returns the policy as a callable module,
   observations in, actions out (the mode of the distribution unless ``deterministic=False``).
@@ -90,7 +93,14 @@ def export(
 def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     from transformers import GenerationConfig
 
-    from rlcore.models.lm import load_causal_lm, load_tokenizer, load_value_model, with_lora
+    from rlcore.data.images import ImageInputs
+    from rlcore.models.lm import (
+        load_causal_lm,
+        load_tokenizer,
+        load_value_model,
+        vision_tower,
+        with_lora,
+    )
     from rlcore.prepare import prepare_models
 
     # The architecture and tokenizer of the run's models (the tiny one from its cache, rebuilt
@@ -119,7 +129,15 @@ def _export_language_models(config: Any, checkpoint: Path, out: Path) -> None:
     )
     actor.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    if (checkpoint / "critic").is_dir():
+    vision = vision_tower(actor) is not None
+    if vision:  # the image processor the run made its pixels with, beside the model
+        ImageInputs.of_folder(dirs.actor, tokenizer).processor.save_pretrained(out)
+    if (checkpoint / "critic").is_dir() and vision:
+        say(
+            "the critic of a vision-language run is not exported (transformers has no "
+            "token-classification class for it); its weights stay in the checkpoint"
+        )
+    elif (checkpoint / "critic").is_dir():
         critic = with_lora(load_value_model(dirs.critic, dtype), lora, value_head=True)
         _load_exactly(critic, checkpoint / "critic")  # as LMCritic builds it
         if lora.rank:

@@ -191,6 +191,14 @@ class LMConfig:
         "(verl's key). Reasoning only; torch and fsdp2 backends; the model's LM head must be a "
         "plain linear layer whose logits its forward returns unchanged (checked when it loads)",
     )
+    freeze_vision_tower: bool = key(
+        True,
+        doc="a vision-language model: its vision encoder's weights stay as loaded (no gradient, "
+        "no optimiser state) while the projection into the language model and the language "
+        "model train, in the actor and the critic; false = the encoder trains too. With LoRA "
+        "the adapters go into the language model only, either way. A text model has no "
+        "encoder to freeze (verl's actor.freeze_vision_tower)",
+    )
     tiny: TinyPolicyConfig = section(
         TinyPolicyConfig, doc="the tiny model's shape (when path is null)"
     )

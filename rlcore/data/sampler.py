@@ -230,22 +230,29 @@ def _readable_math_rows(
 
 def check_image_settings(config: ReasoningConfig, what: str) -> None:
     """Refuse, by key, the settings whose code does not carry a prompt's images yet."""
-    adv_type = config.algorithm.adv_type
+    critic = config.derived.critic_model
     refused = [
-        (config.derived.critic_model, f"algorithm.adv_type {adv_type} (a critic's values)"),
         (config.rollout.backend != "hf", f"rollout.backend {config.rollout.backend}"),
         (config.rollout.hf.static_cache, "rollout.hf.static_cache"),
         (config.rollout.partial_rollout, "rollout.partial_rollout"),
         (config.rollout.multi_turn, "rollout.tools / rollout.interaction"),
         (config.actor.training_backend == "megatron", "actor.training_backend megatron"),
         (config.actor.ulysses_sequence_parallel_size > 1, "actor.ulysses_sequence_parallel_size"),
+        (
+            critic and config.critic.training_backend == "megatron",
+            "critic.training_backend megatron",
+        ),
+        (
+            critic and config.critic.ulysses_sequence_parallel_size > 1,
+            "critic.ulysses_sequence_parallel_size",
+        ),
     ]
     named = [name for on, name in refused if on]
     if named:
         raise ConfigError(
             f"{what}: prompts with images, and {', '.join(named)}, which does not pass images "
-            "to the model yet; with images: a critic-free estimator (grpo, rloo, ...), the hf "
-            "engine without static cache, one-turn whole rollouts, the torch backend"
+            "to the model yet; with images: the hf engine without static cache, one-turn whole "
+            "rollouts, the torch, ddp or fsdp2 backends without sequence parallelism"
         )
 
 

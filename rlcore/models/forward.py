@@ -73,7 +73,11 @@ def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -
     parameter = next(model.parameters())
     generator = torch.Generator().manual_seed(0)
     lengths = (5, 3)
-    sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
+    vocab = config.get_text_config().vocab_size  # (a vision-language model's: its LM's)
+    sequences = [torch.randint(0, vocab, (n,), generator=generator) for n in lengths]
+    image = getattr(config, "image_token_id", None)
+    if image is not None:  # (text alone: no images to give)
+        sequences = [s.masked_fill(s == image, 0) for s in sequences]
     positions = torch.cat([torch.arange(n) for n in lengths])
     packed = (
         model(
@@ -135,8 +139,13 @@ def _images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Ten
 
 def check_images(model: Any, batch: Any) -> None:
     """A vision-language model given image placeholders without the images would embed the
-    placeholders as text, silently: refused."""
+    placeholders as text, silently, and a text model given images would ignore them (a critic
+    folder of its own, ``critic.model_path``): refused."""
     token = getattr(getattr(inner_model(model), "config", None), "image_token_id", None)
+    if token is None and PIXEL_VALUES in batch:
+        raise RuntimeError(
+            f"{type(inner_model(model)).__name__} is a text model, given prompts with images"
+        )
     if token is not None and PIXEL_VALUES not in batch and bool((batch[INPUT_IDS] == token).any()):
         raise RuntimeError(f"the batch's prompts hold image placeholders but no {PIXEL_VALUES}")
 

@@ -226,6 +226,7 @@ def decoder_layers(model: Any) -> Any:
 
     inner = inner_model(model)
     base = getattr(inner, "model", inner)
+    base = getattr(base, "language_model", base)  # (a vision-language model's)
     return getattr(base, "layers", None)
 
 
@@ -261,18 +262,51 @@ def load_causal_lm(path: str | Path, dtype: str) -> torch.nn.Module:
     return _no_dropout(model)
 
 
+VISION_TOWERS = ("vision_tower", "visual")  # LLaVA's, Qwen2-VL's (its merger inside)
+
+
+def vision_tower(model: Any) -> tuple[str, torch.nn.Module] | None:
+    """A vision-language model's vision encoder (the outermost module named as transformers'
+    LLaVA and Qwen2-VL families name it) and its qualified name; None for a text model."""
+    for name, module in model.named_modules():
+        if name.rpartition(".")[2] in VISION_TOWERS:
+            return name, module
+    return None
+
+
+def freeze_vision(model: torch.nn.Module, freeze: bool) -> torch.nn.Module:
+    """``model`` with its vision encoder's weights out of training when ``freeze`` (no gradient
+    and so no optimiser state: ``actor.model.freeze_vision_tower``); the projection into the
+    language model and the language model train."""
+    tower = vision_tower(model)
+    if freeze and tower is not None:
+        tower[1].requires_grad_(False)
+    return model
+
+
 def with_lora(
-    model: torch.nn.Module, lora: Any, value_head: bool = False, key: str = "actor.model.lora"
+    model: torch.nn.Module,
+    lora: Any,
+    value_head: bool = False,
+    key: str = "actor.model.lora",
+    language_only: bool = True,
 ) -> torch.nn.Module:
     """``model`` with peft's LoRA adapters on ``lora.target_modules`` (rank ``lora.rank``, scale
     ``alpha / rank``, no dropout): only the adapters train, and for a value model its head too;
-    ``model`` itself unchanged when ``lora.rank`` is 0. ``key``: the config section ``lora``
-    is, named when a target is not in the model (``check_lora_targets``)."""
+    ``model`` itself unchanged when ``lora.rank`` is 0. ``language_only``: in a vision-language
+    model the adapters go into the language model only (its vision encoder's layers bear the
+    same names; the reasoning mode's rule), else into every layer so named (the embodied LM
+    policy's).
+    ``key``: the config section ``lora`` is, named when a target is not in the model
+    (``check_lora_targets``)."""
     if not lora.rank:
         return model
     from peft import LoraConfig, get_peft_model
 
-    check_lora_targets(model, lora.target_modules, f"{key}.target_modules")
+    tower = vision_tower(model) if language_only else None
+    check_lora_targets(model, lora.target_modules, f"{key}.target_modules", tower)
+    # peft's rule: a module is excluded when its name is one of these or ends in "." + one
+    excluded = [f"{tower[0]}.{n}" for n, _ in tower[1].named_modules() if n] if tower else None
 
     config = LoraConfig(
         r=lora.rank,
@@ -282,25 +316,29 @@ def with_lora(
         bias="none",
         task_type="TOKEN_CLS" if value_head else "CAUSAL_LM",
         modules_to_save=["score"] if value_head else None,
+        exclude_modules=excluded,
     )
     with warnings.catch_warnings():  # peft asks transformers a question it has renamed
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated")
         return get_peft_model(model, config)
 
 
-def check_lora_targets(model: torch.nn.Module, targets: Any, key: str) -> None:
-    """Every name of ``targets`` ends the name of one of ``model``'s modules (peft's rule);
-    ``ConfigError`` naming ``key``, the names missing and some the model has, if not. peft
-    refuses only when no name matches, and otherwise trains fewer layers than were named."""
-    names = [n for n, _ in model.named_modules()]
+def check_lora_targets(
+    model: torch.nn.Module, targets: Any, key: str, tower: tuple[str, Any] | None = None
+) -> None:
+    """Every name of ``targets`` ends the name of one of ``model``'s modules (peft's rule),
+    outside its vision encoder ``tower`` (``vision_tower``) where it has one; ``ConfigError``
+    naming ``key``, the names missing and some the model has, if not. peft refuses only when no
+    name matches, and otherwise trains fewer layers than were named."""
+    inside = f"{tower[0]}." if tower else None
+    modules = [
+        (n, m) for n, m in model.named_modules() if not (inside and (n + ".").startswith(inside))
+    ]
+    names = [n for n, _ in modules]
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
         kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
-        adaptable = (
-            n
-            for n, m in model.named_modules()
-            if isinstance(m, kinds) or type(m).__name__ == "Conv1D"
-        )
+        adaptable = (n for n, m in modules if isinstance(m, kinds) or type(m).__name__ == "Conv1D")
         have = sorted({n.rsplit(".", 1)[-1] for n in adaptable})
         more = ", ..." if len(have) > 12 else ""
         raise ConfigError(
@@ -315,14 +353,24 @@ def is_adapter(name: str) -> bool:
 
 
 def load_value_model(path: str | Path, dtype: str) -> torch.nn.Module:
-    """The critic: the causal LM's trunk with a scalar head per token (``num_labels=1``)."""
+    """The critic: the causal LM's trunk with a scalar head per token (``num_labels=1``); a
+    vision-language folder's trunk, vision encoder included (``VisionValueModel``)."""
     from transformers import AutoModelForTokenClassification
 
     _quiet_transformers()
     check_no_custom_code(Path(path))
-    model = AutoModelForTokenClassification.from_pretrained(
-        str(path), num_labels=1, dtype=DTYPES[dtype], trust_remote_code=False, use_safetensors=True
-    )
+    if "vision_config" in json.loads((Path(path) / "config.json").read_text()):
+        from rlcore.models.vision_value import VisionValueModel
+
+        model = VisionValueModel(load_causal_lm(path, dtype))  # (transformers has no class)
+    else:
+        model = AutoModelForTokenClassification.from_pretrained(
+            str(path),
+            num_labels=1,
+            dtype=DTYPES[dtype],
+            trust_remote_code=False,
+            use_safetensors=True,
+        )
     # A zero head starts every value at 0: the first advantages are the returns themselves,
     # not returns minus noise from a random projection.
     head = model.score if hasattr(model, "score") else model.classifier

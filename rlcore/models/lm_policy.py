@@ -112,7 +112,7 @@ class LMPolicy(nn.Module):
         if lm.lora.rank:  # the adapters go into the LM's layers in place; its weights freeze
             from rlcore.models.lm import with_lora
 
-            with_lora(self.lm, lm.lora, key=f"{KEY}.lora")
+            with_lora(self.lm, lm.lora, key=f"{KEY}.lora", language_only=False)
         self.lm.config.use_cache = False
         self.tokens_of: dict[str, list[int]] = {}  # an instruction's tokens (a tokenizer's)
         rows = self.lm.get_input_embeddings().weight.shape[0]

@@ -205,7 +205,7 @@ def _check_lora_targets(path: str, setting: str, lora: Any) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from rlcore.models.lm import check_lora_targets
+    from rlcore.models.lm import check_lora_targets, vision_tower
 
     folder = local_model_dir(path, setting, download=False)
     if folder is None:
@@ -219,7 +219,8 @@ def _check_lora_targets(path: str, setting: str, lora: Any) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return
     key = setting.removesuffix(".path") + ".lora"  # (actor.model.lora, actor.model.lm.lora)
-    check_lora_targets(model, lora.target_modules, f"{key}.target_modules")
+    tower = vision_tower(model) if key == "actor.model.lora" else None  # (as with_lora's)
+    check_lora_targets(model, lora.target_modules, f"{key}.target_modules", tower)
 
 
 def _check_megatron_models(config: ReasoningConfig) -> None:

@@ -126,6 +126,7 @@ ADDED_SINCE = {
         "critic.ulysses_sequence_parallel_size": 1,
         # the visual arithmetic task (issue 54)
         "data.synthetic.images": False,
+        "actor.model.freeze_vision_tower": True,
         "reward.rules.max_timeout_share": 0.5,
         "reward.score_range": [-1e4, 1e4],
         "reward.rules.batch_timeout_s": 60.0,

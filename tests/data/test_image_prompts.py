@@ -164,3 +164,67 @@ def test_bad_image_rows_are_refused_naming_the_file_and_row(vlm_folder, tmp_path
     # the image's placeholders count in the length limit: 4 of them make each prompt too long
     with pytest.raises(DataError, match=r"every prompt is longer than data\.max_prompt_length=4"):
         built(as_parquet(tmp_path, verl_rows(images)), tokenizer, folder, max_length=4)
+
+
+def test_geometry3k_prepared_in_verls_layout_loads_with_its_images(vlm_folder, tmp_path):
+    """examples/reasoning/prepare_geo3k.py over a local copy in the hub's file layout (a problem
+    without its marker gets one in front): verl's columns, the images' bytes unchanged, and the
+    rows load as prompts with the processor's pixels of those images."""
+    import io
+
+    import datasets
+    import pyarrow.parquet as pq
+
+    from examples.reasoning.prepare_geo3k import INSTRUCTION, main
+
+    folder, tokenizer, image_token = vlm_folder
+    arrays, images = pictures(4)
+    encoded = []
+    for image in images:
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    features = datasets.Features(
+        {
+            "images": datasets.Sequence(datasets.Image()),
+            "problem": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+        }
+    )
+    local = tmp_path / "geometry3k"
+    (local / "data").mkdir(parents=True)
+    problems = {
+        "train": ["<image>Find x.", "Find the area."],
+        "test": ["<image>Find y.", "<image>z"],
+    }
+    for split, start in (("train", 0), ("test", 2)):
+        rows = [
+            {"images": [{"bytes": encoded[start + i]}], "problem": p, "answer": f"{start + i}"}
+            for i, p in enumerate(problems[split])
+        ]
+        table = datasets.Dataset.from_list(rows, features=features)
+        table.to_parquet(str(local / "data" / f"{split}-00000-of-00001.parquet"))
+    assert (
+        main(["--local_dataset_path", str(local), "--local_save_dir", str(tmp_path / "out")]) == 0
+    )
+
+    written = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert [r["data_source"] for r in written] == ["hiyouga/geometry3k"] * 2
+    assert [r["prompt"][0]["content"] for r in written] == [
+        f"<image>Find x. {INSTRUCTION}",
+        f"<image>Find the area. {INSTRUCTION}",  # (the marker put in front)
+    ]
+    assert [r["reward_model"]["ground_truth"] for r in written] == ["0", "1"]
+    assert [r["images"][0]["bytes"] for r in written] == encoded[:2]
+    assert written[1]["extra_info"] == {
+        "split": "train",
+        "index": 1,
+        "answer": "1",
+        "question": "Find the area.",
+    }
+    prompts = built(tmp_path / "out" / "test.parquet", tokenizer, folder, max_length=512)
+    assert prompts.answers == ["2", "3"]
+    for pixels, array in zip(prompts.images, arrays[2:], strict=True):
+        expected = (torch.tensor(array).permute(2, 0, 1) / 255.0 - MEAN) / STD
+        torch.testing.assert_close(pixels, expected[None], atol=1e-6, rtol=0)
+    assert all(ids.count(image_token) == (SIDE // PATCH) ** 2 for ids in prompts.prompts)

@@ -21,6 +21,7 @@ from rlcore.data.sequences import joined_layout, left_pad, trim_padding
 from rlcore.models.forward import response_log_probs
 from rlcore.models.fused_head import TokenStats
 from rlcore.workers.reasoning.rollout import HFEngine
+from tests.runners.test_reasoning import length_reward
 
 # the vocabulary of the tiny reasoning model's tokenizer (279 ids), and a placeholder beyond it
 VOCAB, IMAGE_TOKEN, SIDE, PATCH = 280, 279, 8, 4
@@ -130,6 +131,57 @@ def test_each_rows_log_probs_are_its_own_forward_with_its_images(llava, layout, 
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     # rows 2 and 3: the same text and response, other images, other log-probs (the images count)
     assert (logp[2] - logp[3]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_a_vision_language_critics_values_are_its_trunks_of_each_row_alone(llava, packed):
+    """The critic of image prompts: the model's trunk (vision tower, projection, language model)
+    over each row alone with its images, times the value head, read where each response token
+    is predicted."""
+    from rlcore.models.forward import response_values
+    from rlcore.models.vision_value import VisionValueModel
+
+    critic = VisionValueModel(llava)
+    torch.nn.init.normal_(critic.score.weight, generator=torch.Generator().manual_seed(2))
+    batch, prompts, responses = image_batch()
+    with torch.no_grad():
+        values = response_values(critic, batch, packed)
+        for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            ids = torch.tensor([*prompt, *response.tolist()])[None]
+            hidden = llava.model(input_ids=ids, pixel_values=batch[PIXEL_VALUES][row])
+            at = len(prompt) - 1
+            expected = hidden.last_hidden_state[0, at : at + len(response)] @ critic.score.weight[0]
+            expected = expected + critic.score.bias
+            got = values[row][batch[RESPONSE_MASK][row].bool()]
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_the_vision_tower_freezes_and_lora_adapts_the_language_model_only(llava):
+    import copy
+    from types import SimpleNamespace
+
+    from rlcore.models.lm import freeze_vision, vision_tower, with_lora
+    from rlcore.models.vision_value import VisionValueModel
+
+    llava = copy.deepcopy(llava)  # (peft adapts a model in place)
+    name, _ = vision_tower(llava)
+    assert name == "model.vision_tower"
+    critic = freeze_vision(VisionValueModel(llava), True)
+    trained = {n for n, p in critic.named_parameters() if p.requires_grad}
+    assert trained and not any(n.startswith("model.vision_tower.") for n in trained)
+    assert any(n.startswith("model.multi_modal_projector.") for n in trained)
+    assert any(n.startswith("model.language_model.") for n in trained) and "score.weight" in trained
+    # CLIP's attention has q_proj and v_proj too: LoRA puts adapters in the language model's
+    lora = SimpleNamespace(rank=2, alpha=4.0, target_modules=["q_proj", "v_proj"])
+    adapted = with_lora(critic, lora, value_head=True)
+    adapters = [n for n, _ in adapted.named_parameters() if "lora_" in n]
+    assert len(adapters) == 2 * 2 * 2  # 2 layers x 2 targets x (A, B)
+    assert all(".language_model." in n for n in adapters)
+    # fc1 is a layer of CLIP's MLP only: named for the language model, refused by key
+    with pytest.raises(ConfigError, match=r"actor\.model\.lora\.target_modules: fc1 not in"):
+        with_lora(
+            VisionValueModel(llava), SimpleNamespace(rank=2, alpha=4.0, target_modules=["fc1"])
+        )
 
 
 def test_rows_share_a_prompt_only_with_the_same_images():
@@ -247,13 +299,22 @@ def vlm_run_files(llava, tiny_lm, tmp_path_factory):
     return root / "model", *files
 
 
-def test_a_grpo_run_trains_on_prompts_with_images(vlm_run_files, tmp_path):
-    """Two GRPO iterations of a LLaVA folder on verl-layout image prompts, in one process: the
-    rollout, the reference's and the old log-probs' passes and the update each read the images
-    (a pass handed placeholders without them raises). A critic is refused by name."""
+def test_a_ppo_run_with_a_vision_language_critic_trains_and_exports(vlm_run_files, tmp_path):
+    """Two PPO iterations of a LLaVA folder on verl-layout image prompts, in one process: the
+    rollout, the reference's and the old log-probs' passes, the critic's values and both
+    updates each read the images (a pass handed placeholders without them raises). The vision
+    towers stay as loaded (actor.model.freeze_vision_tower's default), the rest trains. The
+    export loads with transformers, its image processor beside it, and answers the validation
+    prompts as the trained policy does."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText
+
+    from rlcore.cli import main
     from rlcore.config import load_config
+    from rlcore.data.sampler import prompt_batch
+    from rlcore.data.sequences import response_mask
     from rlcore.placement import plan_for_config
     from rlcore.runners.supervisor import build_runner
+    from rlcore.workers.files.weights_file import read_trained_weights
 
     model, train, val = vlm_run_files
     overrides = [
@@ -261,13 +322,18 @@ def test_a_grpo_run_trains_on_prompts_with_images(vlm_run_files, tmp_path):
         "warmup.steps=0",
         f"data.train_files=[{train}]",
         f"data.val_files=[{val}]",
+        *length_reward(tmp_path),  # (a random model is never right: a signal for the critic)
         "data.train_batch_size=4",
-        "algorithm.adv_type=grpo",
-        "algorithm.group_size=2",
+        "algorithm.adv_type=gae",
+        "algorithm.group_size=1",
         "algorithm.use_kl_loss=true",
-        "actor.ppo_mini_batch_size=4",
+        "actor.ppo_mini_batch_size=2",
         "actor.ppo_micro_batch_size=2",
+        "actor.optim.lr=0.01",
+        "critic.optim.lr=0.01",
         "runner.total_iterations=2",
+        "runner.checkpoint_every=2",
+        "runner.run_name=r",
         "runner.val_every=0",
         "runner.progress=false",
         "runner.torch_threads=1",
@@ -277,10 +343,62 @@ def test_a_grpo_run_trains_on_prompts_with_images(vlm_run_files, tmp_path):
     config = load_config("reasoning/tiny_arith_ppo", overrides)
     summary = build_runner(config, plan_for_config(config)).run()
     assert summary["iterations"] == 2
-    assert 0 <= summary["val_accuracy_after"] <= 1
-    with_critic = load_config("reasoning/tiny_arith_ppo", [*overrides, "algorithm.adv_type=gae"])
-    with pytest.raises(ConfigError, match=r"prompts with images, and algorithm\.adv_type gae"):
-        build_runner(with_critic, plan_for_config(with_critic))
+
+    base = AutoModelForImageTextToText.from_pretrained(model).state_dict()
+    checkpoint = tmp_path / "r" / "checkpoints" / "iter_000002"
+    for part in ("actor", "critic"):
+        saved = read_trained_weights(checkpoint / part, None)
+        tower = {k: v for k, v in saved.items() if ".vision_tower." in k}
+        projector = {k: v for k, v in saved.items() if ".multi_modal_projector." in k}
+        assert tower and projector, part
+        # the critic's trunk is the policy model's "model" (its keys are the policy's)
+        for key, value in tower.items():
+            assert torch.equal(value, base[key]), (part, key)
+        assert any(not torch.equal(v, base[k]) for k, v in projector.items()), part
+
+    out = tmp_path / "hf"
+    assert main(["export", str(tmp_path / "r"), str(out)]) == 0
+    again = load_config("reasoning/tiny_arith_ppo", [*overrides, "runner.resume=auto"])
+    resumed = build_runner(again, plan_for_config(again))
+    rows = list(range(len(resumed.val_set)))
+    prompts = prompt_batch(rows, resumed.val_set, 1, resumed.tokenizer.pad_token_id)
+    resumed.sync()
+    trained = resumed.rollout.generate(prompts, resumed.version, greedy=True)
+    resumed.close()
+
+    exported = AutoModelForImageTextToText.from_pretrained(out)
+    processor = AutoImageProcessor.from_pretrained(out)
+    images = [image for row in _parquet_images(val) for image in row]
+    pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+    torch.testing.assert_close(pixels, prompts[PIXEL_VALUES].flatten(0, 1), atol=0, rtol=0)
+    width = prompts[INPUT_IDS].shape[1]
+    answers = exported.generate(
+        input_ids=prompts[INPUT_IDS],
+        attention_mask=prompts[ATTENTION_MASK],
+        pixel_values=pixels,
+        do_sample=False,
+    )[:, width:]
+    eos = exported.generation_config.eos_token_id
+    mask = response_mask(answers, eos if isinstance(eos, list) else [eos])
+    for row in rows:
+        mine = answers[row][mask[row].bool()].tolist()
+        theirs = trained[RESPONSES][row][trained[RESPONSE_MASK][row].bool()].tolist()
+        assert mine == theirs, row
+    assert not (out / "critic").exists()
+
+
+def _parquet_images(path):
+    """Each row's images of a verl-layout parquet file, decoded (PIL)."""
+    import io
+
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    table = pq.read_table(path).to_pylist()
+    return [
+        [Image.open(io.BytesIO(cell["bytes"])).convert("RGB") for cell in row["images"]]
+        for row in table
+    ]
 
 
 def test_the_visual_task_builds_its_vision_language_model_and_trains(tmp_path):

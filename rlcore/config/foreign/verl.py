@@ -280,6 +280,7 @@ VERL_ALIASES: dict[str, Alias] = {
         "runner.output_dir",
         note="a run is written to OUTPUT_DIR/RUN_NAME (RUN_NAME: trainer.experiment_name)",
     ),
+    "actor_rollout_ref.actor.freeze_vision_tower": _verl("actor.model.freeze_vision_tower"),
     "actor_rollout_ref.model.lora_rank": _verl("actor.model.lora.rank"),
     "actor_rollout_ref.model.lora_alpha": _verl("actor.model.lora.alpha"),
     "actor_rollout_ref.model.lora.rank": _verl("actor.model.lora.rank"),  # (verl 0.9)

@@ -55,6 +55,7 @@ from rlcore.models.fused_head import TokenStats, check_fused_head
 from rlcore.models.lm import (
     compile_layers,
     enable_gradient_checkpointing,
+    freeze_vision,
     is_adapter,
     load_causal_lm,
     load_value_model,
@@ -369,9 +370,9 @@ class LMActor(TrainedComponent):
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config
         self.lora = config.actor.model.lora.rank > 0
-        model = with_lora(
-            load_causal_lm(model_dir, config.actor.model.dtype), config.actor.model.lora
-        )
+        lm = config.actor.model
+        model = load_causal_lm(model_dir, lm.dtype)
+        model = with_lora(freeze_vision(model, lm.freeze_vision_tower), lm.lora)
         self.share_prompts = config.actor.model.share_group_prompts
         # the actor starts updating after critic.critic_warmup iterations
         updates = config.derived.iterations - config.critic.critic_warmup
@@ -459,11 +460,9 @@ class LMCritic(TrainedComponent):
 
     def __init__(self, ctx: Any, config: ReasoningConfig, model_dir: Path) -> None:
         self.config = config
-        model = with_lora(
-            load_value_model(model_dir, config.actor.model.dtype),
-            config.actor.model.lora,
-            value_head=True,
-        )
+        lm = config.actor.model
+        model = load_value_model(model_dir, lm.dtype)
+        model = with_lora(freeze_vision(model, lm.freeze_vision_tower), lm.lora, value_head=True)
         self.update_sizes = config.derived.critic_update
         self.budget = config.derived.critic_token_budget
         self.trainer = _trainer(
@@ -503,7 +502,8 @@ class LMCritic(TrainedComponent):
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        metrics = self.trainer.fit(batch.select(*CRITIC_READS), self._loss, LOSS_MASK)
+        reads = CRITIC_READS + tuple(k for k in (PIXEL_VALUES,) if k in batch)
+        metrics = self.trainer.fit(batch.select(*reads), self._loss, LOSS_MASK)
         return {f"critic/{k}": v for k, v in metrics.items()}
 
     def _loss(self, module: Any, micro: TensorDict, counts: dict[str, int]):
