@@ -34,6 +34,13 @@ PIXEL_VALUES = "pixel_values"
 makes them (resized, normalised), in the order of the prompt's image placeholders; a
 vision-language model's every pass over ``input_ids`` splices their features in at those
 placeholders (``rlcore.models.forward``)."""
+IMAGE_GRID = "image_grid_thw"
+"""``[B, images, 3]`` long, beside ``pixel_values`` for a model whose images are grids of patches
+of any size (Qwen2-VL's family): each image's (frames, rows, columns) of patches; its
+``pixel_values`` are then ``[B, images, patches, D]``, each image's ``frames x rows x columns``
+patches first and zeros after (the batch's largest image sets ``patches``)."""
+IMAGE_COLUMNS = (PIXEL_VALUES, IMAGE_GRID)
+"""A row's images, whatever their count: no token column (trimming and packing leave them)."""
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 """``[B, T]`` rollout correction's importance weights on the policy loss's tokens."""
 SUM_PI_SQUARED = "sum_pi_squared"

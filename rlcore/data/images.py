@@ -7,9 +7,12 @@ image once ``datasets`` decodes it), and marks where each one goes with the text
 the chat prompt. Here a cell may also be a path (relative to the data file, as a jsonl file
 would give it). Each marker becomes the model's image placeholder token repeated as many times
 as the model turns an image into tokens (a LLaVA-family model: one per patch of its vision
-tower's square input, ``vision_feature_select_strategy`` "default" dropping the class token),
-so the token budgets count the image's tokens; the images themselves go through the model
-folder's image processor (resized and normalised), one ``[images, C, H, W]`` tensor a prompt.
+tower's square input, ``vision_feature_select_strategy`` "default" dropping the class token; a
+Qwen2-VL-family model: one per merged block of the image's grid of patches, which its size
+sets, between its vision start and end tokens), so the token budgets count the image's
+tokens; the images themselves go through the model folder's image processor (resized and
+normalised), one ``[images, C, H, W]`` tensor a prompt (Qwen2-VL's: ``[images, patches, D]``
+and each image's grid, rlcore/columns.py's ``IMAGE_GRID``).
 """
 
 from __future__ import annotations
@@ -57,19 +60,29 @@ def decode_image(cell: Any, base: Path, where: str) -> Any:
     raise ImageError(f"{where}: an image cell of type {type(cell).__name__} (bytes, path, image)")
 
 
+GRID_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's text for one image
+
+
 @dataclass(frozen=True)
 class ImageInputs:
     """How a model folder takes images: its image processor, its placeholder token, and how
-    many placeholders an image takes (``tokens_per_image``)."""
+    many placeholders an image takes: ``tokens_per_image`` each (a LLaVA-family model's fixed
+    square input), or with ``merge`` > 0 (Qwen2-VL's family, images of any size as grids of
+    patches) each image's ``frames x rows x columns / merge**2``. ``marker``: the text an
+    image's ``<image>`` becomes before tokenising (``<image>`` itself for LLaVA, whose tokenizer
+    reads it as the placeholder; Qwen2-VL's vision start, placeholder and end tokens)."""
 
     processor: Any
     token_id: int
     tokens_per_image: int
+    merge: int = 0
+    marker: str = MARKER
 
     @classmethod
     def of_folder(cls, folder: str | Path, tokenizer: Any) -> ImageInputs:
         """A LLaVA-family folder's (its config's ``vision_config``, ``image_token_id`` and
-        feature strategy, its ``preprocessor_config.json``)."""
+        feature strategy, its ``preprocessor_config.json``), or a Qwen2-VL-family one's (its
+        ``vision_start_token_id`` and ``spatial_merge_size``)."""
         import json
 
         from transformers import AutoImageProcessor
@@ -82,10 +95,12 @@ class ImageInputs:
                 f"{folder}: not a vision-language model folder (its config.json has no "
                 "vision_config and image_token_id); prompts with images need one"
             )
+        if "vision_start_token_id" in config:
+            return cls._grid(folder, config, tokenizer)
         if "image_size" not in vision or "patch_size" not in vision:
             raise ImageError(
                 f"{folder}: a {config.get('model_type')} model, whose vision tower takes no fixed "
-                "square image; rlcore reads LLaVA-family models' images"
+                "square image; rlcore reads LLaVA-family and Qwen2-VL-family models' images"
             )
         patches = (vision["image_size"] // vision["patch_size"]) ** 2
         full = config.get("vision_feature_select_strategy", "default") == "full"
@@ -98,6 +113,23 @@ class ImageInputs:
         return cls(processor, int(token_id), patches + int(full))
 
     @classmethod
+    def _grid(cls, folder: str | Path, config: dict[str, Any], tokenizer: Any) -> ImageInputs:
+        from transformers import AutoImageProcessor
+
+        ids = (config["vision_start_token_id"], config["image_token_id"])
+        ids += (config.get("vision_end_token_id"),)
+        names = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+        read = tuple(tokenizer.convert_tokens_to_ids(n) for n in names)
+        if read != ids:
+            raise ImageError(
+                f"{folder}: its tokenizer reads {', '.join(names)} as tokens {read}, its config "
+                f"names {ids} (vision_start_token_id, image_token_id, vision_end_token_id)"
+            )
+        processor = AutoImageProcessor.from_pretrained(str(folder), trust_remote_code=False)
+        merge = int(config["vision_config"].get("spatial_merge_size", 2))
+        return cls(processor, int(ids[1]), 0, merge, GRID_MARKER)
+
+    @classmethod
     def of_tokenizer(cls, tokenizer: Any) -> ImageInputs | None:
         """The image inputs of the folder ``tokenizer`` was loaded from
         (``rlcore.models.lm.load_tokenizer``), None when that model reads text only."""
@@ -108,21 +140,34 @@ class ImageInputs:
             return None
         return cls.of_folder(config.parent, tokenizer)
 
-    def pixels(self, images: list[Any]) -> torch.Tensor:
-        """``[images, C, H, W]`` float32: ``images`` (PIL) as the processor makes them."""
-        out = self.processor(images=images, return_tensors="pt")["pixel_values"]
-        return out.float()
+    def pixels(self, images: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``images`` (PIL) as the processor makes them, float32: ``([images, C, H, W], None)``,
+        or for a grid model ``([images, patches, D], [images, 3])``, each image's patches first
+        and zeros after (as ``IMAGE_GRID`` says in rlcore/columns.py), and its grid."""
+        out = self.processor(images=images, return_tensors="pt")
+        if not self.merge:
+            return out["pixel_values"].float(), None
+        grids = out["image_grid_thw"].long()
+        each = out["pixel_values"].float().split(grids.prod(-1).tolist())
+        return torch.nn.utils.rnn.pad_sequence(list(each), batch_first=True), grids
 
-    def expand(self, ids: list[int], images: int, where: str) -> list[int]:
-        """``ids`` with each placeholder token repeated ``tokens_per_image`` times; there must be
-        one placeholder for each of the row's ``images``."""
+    def placeholders(self, grids: torch.Tensor | None, images: int) -> list[int]:
+        """How many placeholder tokens each of ``images`` images takes (``grids``: theirs)."""
+        if grids is None:
+            return [self.tokens_per_image] * images
+        return (grids.prod(-1) // self.merge**2).tolist()
+
+    def expand(self, ids: list[int], counts: list[int], where: str) -> list[int]:
+        """``ids`` with the i-th placeholder token repeated ``counts[i]`` times; there must be
+        one placeholder for each image."""
         found = ids.count(self.token_id)
-        if found != images:
+        if found != len(counts):
             raise ImageError(
-                f"{where}: {images} image(s) but {found} {MARKER} marker(s) in the prompt; "
+                f"{where}: {len(counts)} image(s) but {found} {MARKER} marker(s) in the prompt; "
                 f"write one {MARKER} where each image goes"
             )
         out: list[int] = []
+        at = iter(counts)
         for token in ids:
-            out.extend([token] * self.tokens_per_image if token == self.token_id else [token])
+            out.extend([token] * next(at) if token == self.token_id else [token])
         return out

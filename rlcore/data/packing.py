@@ -23,6 +23,7 @@ import torch
 
 from rlcore.columns import (
     ATTENTION_MASK,
+    IMAGE_COLUMNS,
     INPUT_IDS,
     PIXEL_VALUES,
     POSITION_IDS,
@@ -130,7 +131,8 @@ def prompt_copies(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     cut = batch[INPUT_IDS].shape[1] - batch[RESPONSES].shape[1]
     parts = [batch[k][:, :cut] for k in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS)]
     if PIXEL_VALUES in batch:  # the same placeholders with other images: another prompt
-        _, image = torch.unique(batch[PIXEL_VALUES].flatten(1), dim=0, return_inverse=True)
+        images = [batch[k].flatten(1).float() for k in IMAGE_COLUMNS if k in batch]
+        _, image = torch.unique(torch.cat(images, 1), dim=0, return_inverse=True)
         parts.append(image[:, None].to(parts[0].dtype))
     keys = torch.cat(parts, dim=1)
     distinct, copy_of = torch.unique(keys, dim=0, return_inverse=True)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rlcore.data.answers import extract_gsm8k_answer, parse_number
-from rlcore.data.images import ImageError, ImageInputs, decode_image
+from rlcore.data.images import MARKER, ImageError, ImageInputs, decode_image
 from rlcore.log import say
 
 READERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
@@ -209,6 +209,7 @@ class PromptSet:
     sources: list[str | None] | None = None
     extras: list[Any] | None = None  # verl's extra_info, for a custom reward written as verl's
     images: list[torch.Tensor] | None = None  # each prompt's [images, C, H, W] pixels
+    grids: list[torch.Tensor] | None = None  # each prompt's [images, 3] (a grid model's, else None)
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -260,6 +261,8 @@ class PromptSet:
             else t
             for t, use in zip(texts, templated, strict=True)
         ]
+        if pictured and images is not None and images.marker != MARKER:
+            texts = [t.replace(MARKER, images.marker) for t in texts]  # (Qwen2-VL's tokens)
         # The chat template already holds any special tokens the model wants.
         ids: list[list[int]] = [[] for _ in texts]
         for use in (True, False):
@@ -268,10 +271,10 @@ class PromptSet:
                 encoded = tokenizer([texts[i] for i in at], add_special_tokens=not use)
                 for i, row_ids in zip(at, encoded["input_ids"], strict=True):
                     ids[i] = row_ids
-        pixels = None
+        pixels = grids = None
         if pictured:
             assert images is not None
-            ids, pixels = _with_images(ids, rows, images, what)
+            ids, pixels, grids = _with_images(ids, rows, images, what)
         kept = [i for i, row_ids in enumerate(ids) if len(row_ids) <= max_length]
         if not kept:
             raise DataError(
@@ -287,6 +290,7 @@ class PromptSet:
             sources=sources if any(s is not None for s in sources) else None,
             extras=extras if any(e is not None for e in extras) else None,
             images=None if pixels is None else [pixels[i] for i in kept],
+            grids=None if grids is None else [grids[i] for i in kept],
         )
 
 
@@ -298,7 +302,7 @@ def _pictured(rows: list[dict[str, Any]], images: ImageInputs | None, what: str)
         raise DataError(
             f"{what}: prompts with images (row {pictured[0]} has "
             f"{len(rows[pictured[0]]['images'])}), but the model reads text only; "
-            "set actor.model.path to a vision-language (LLaVA-family) model folder"
+            "set actor.model.path to a vision-language (LLaVA- or Qwen2-VL-family) model folder"
         )
     if pictured and len(pictured) < len(rows):
         plain = next(i for i in range(len(rows)) if i not in set(pictured))
@@ -317,15 +321,17 @@ def _pictured(rows: list[dict[str, Any]], images: ImageInputs | None, what: str)
 
 def _with_images(
     ids: list[list[int]], rows: list[dict[str, Any]], images: ImageInputs, what: str
-) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Each prompt's ids with its markers made the model's placeholders, and its pixels."""
+) -> tuple[list[list[int]], list[torch.Tensor], list[torch.Tensor] | None]:
+    """Each prompt's ids with its markers made the model's placeholders, its pixels, and its
+    images' grids (a grid model's; None otherwise)."""
+    counts = [len(row["images"]) for row in rows]  # (one processor call: faster than a row's)
+    pixels, grids = images.pixels([image for row in rows for image in row["images"]])
+    each = list(grids.split(counts)) if grids is not None else [None] * len(rows)
     try:
         ids = [
-            images.expand(row_ids, len(row["images"]), f"{what}: row {i}")
-            for i, (row_ids, row) in enumerate(zip(ids, rows, strict=True))
+            images.expand(row_ids, images.placeholders(grid, n), f"{what}: row {i}")
+            for i, (row_ids, grid, n) in enumerate(zip(ids, each, counts, strict=True))
         ]
     except ImageError as error:
         raise DataError(str(error)) from None
-    counts = [len(row["images"]) for row in rows]  # (one processor call: faster than a row's)
-    pixels = images.pixels([image for row in rows for image in row["images"]])
-    return ids, list(pixels.split(counts))
+    return ids, list(pixels.split(counts)), None if grids is None else each

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from rlcore.columns import ANSWERS, ATTENTION_MASK, INDEX, INPUT_IDS, PIXEL_VALUES
+from rlcore.columns import ANSWERS, ATTENTION_MASK, IMAGE_GRID, INDEX, INPUT_IDS, PIXEL_VALUES
 from rlcore.config.errors import ConfigError
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.answers import math_verify_seconds, scorer_of, unreadable_math_answers
@@ -153,7 +153,7 @@ def _built_prompt_set(
         images=images,
     )
     if prompts.images is not None:
-        check_image_settings(config, what)
+        check_image_settings(config, what, grids=prompts.grids is not None)
     if prompts.dropped and not quiet:
         say(
             f"{what}: dropped {prompts.dropped} of {len(rows)} prompts longer than "
@@ -228,10 +228,14 @@ def _readable_math_rows(
     return kept
 
 
-def check_image_settings(config: ReasoningConfig, what: str) -> None:
-    """Refuse, by key, the settings whose code does not carry a prompt's images yet."""
+def check_image_settings(config: ReasoningConfig, what: str, grids: bool = False) -> None:
+    """Refuse, by key, the settings whose code does not carry a prompt's images yet; ``grids``:
+    a grid model's images (Qwen2-VL's 3-D positions, not packed or shared yet)."""
     critic = config.derived.critic_model
+    model = config.actor.model
     refused = [
+        (grids and model.use_remove_padding, "actor.model.use_remove_padding (Qwen2-VL's)"),
+        (grids and model.share_group_prompts, "actor.model.share_group_prompts (Qwen2-VL's)"),
         (config.rollout.backend != "hf", f"rollout.backend {config.rollout.backend}"),
         (config.rollout.hf.static_cache, "rollout.hf.static_cache"),
         (config.rollout.partial_rollout, "rollout.partial_rollout"),
@@ -252,7 +256,8 @@ def check_image_settings(config: ReasoningConfig, what: str) -> None:
         raise ConfigError(
             f"{what}: prompts with images, and {', '.join(named)}, which does not pass images "
             "to the model yet; with images: the hf engine without static cache, one-turn whole "
-            "rollouts, the torch, ddp or fsdp2 backends without sequence parallelism"
+            "rollouts, the torch, ddp or fsdp2 backends without sequence parallelism (and for "
+            "Qwen2-VL's images, padded rows: each prompt computed with each response)"
         )
 
 
@@ -279,6 +284,8 @@ def prompt_batch(rows: list[int], prompts: PromptSet, repeat: int, pad_id: int) 
             batch[key] = NonTensorStack(*[column[i] for i in rows for _ in range(repeat)])
     if prompts.images is not None:
         batch[PIXEL_VALUES] = torch.stack([prompts.images[i] for i in rows for _ in range(repeat)])
+    if prompts.grids is not None:
+        batch[IMAGE_GRID] = torch.stack([prompts.grids[i] for i in rows for _ in range(repeat)])
     return batch
 
 

@@ -22,9 +22,9 @@ from torch.nn.utils.rnn import pad_sequence
 
 from rlcore.columns import (
     ATTENTION_MASK,
+    IMAGE_COLUMNS,
     INPUT_IDS,
     LOSS_MASK,
-    PIXEL_VALUES,
     POSITION_IDS,
     RESPONSE_MASK,
     RESPONSES,
@@ -138,7 +138,7 @@ def trim_padding(batch: Any) -> Any:
         return batch
     out = batch.clone(recurse=False)
     for key, value in batch.items():
-        if key == PIXEL_VALUES:  # (a row's images, whatever their count)
+        if key in IMAGE_COLUMNS:  # (a row's images, whatever their count)
             continue
         if isinstance(value, torch.Tensor) and value.dim() > 1:
             if value.shape[1] == full:

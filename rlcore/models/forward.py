@@ -18,6 +18,7 @@ import torch.utils.checkpoint
 
 from rlcore.columns import (
     ATTENTION_MASK,
+    IMAGE_GRID,
     INPUT_IDS,
     PIXEL_VALUES,
     POSITION_IDS,
@@ -129,12 +130,35 @@ def _recorded(batch: Any, rows: Any, columns: slice) -> torch.Tensor | None:
 def _images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The image inputs of a vision-language model's call over ``rows`` of ``batch`` (every
     row, in order, when None): ``pixel_values`` ``[images, C, H, W]``, each row's images in
-    turn, as the model meets their placeholders in the call's ``input_ids`` read row by row.
-    None where the batch has no images."""
+    turn, as the model meets their placeholders in the call's ``input_ids`` read row by row;
+    for a grid model (``IMAGE_GRID``), each image's patches in turn ``[patches, D]`` and
+    ``image_grid_thw`` ``[images, 3]``. None where the batch has no images."""
     if PIXEL_VALUES not in batch:
         return {}
     pixels = batch[PIXEL_VALUES] if rows is None else batch[PIXEL_VALUES][rows]
-    return {"pixel_values": pixels.flatten(0, 1)}
+    if IMAGE_GRID not in batch:
+        return {"pixel_values": pixels.flatten(0, 1)}
+    grid = (batch[IMAGE_GRID] if rows is None else batch[IMAGE_GRID][rows]).flatten(0, 1)
+    each = zip(pixels.flatten(0, 1), grid.prod(-1).tolist(), strict=True)
+    return {"pixel_values": torch.cat([image[:n] for image, n in each]), "image_grid_thw": grid}
+
+
+def image_inputs(model: Any, batch: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``_images`` of a call over every row of ``batch`` whose tokens are ``ids``; for a grid
+    model also which of them are image placeholders (``mm_token_type_ids``, from which, the
+    grids and the attention mask Qwen2-VL computes its 3-D positions)."""
+    out = _images(batch)
+    if IMAGE_GRID in batch:
+        token = inner_model(model).config.image_token_id
+        out["mm_token_type_ids"] = (ids == token).int()
+    return out
+
+
+def _not_grids(batch: Any, setting: str) -> None:
+    """Qwen2-VL's 3-D positions are computed for padded rows only, so far (the config check
+    refuses ``setting`` with them before the start)."""
+    if IMAGE_GRID in batch:
+        raise RuntimeError(f"{setting} with a grid model's images (Qwen2-VL's): not built yet")
 
 
 def check_images(model: Any, batch: Any) -> None:
@@ -168,9 +192,11 @@ def response_logits(
     model's routers replay the batch's recorded experts and keep their logits, for every call."""
     check_images(model, batch)
     if share_prompts:
+        _not_grids(batch, "actor.model.share_group_prompts")
         return shared_prompt_logits(model, batch, head, routing)
     keeps = _keeps_logits(type(inner_model(model)))
     if packed:
+        _not_grids(batch, "actor.model.use_remove_padding")
         rows = pack(batch, one_row_kernel(model))
         columns = rows.kept_columns() if keeps else None
         keep = {"logits_to_keep": columns} if keeps else {}
@@ -186,12 +212,18 @@ def response_logits(
         out = model(
             input_ids=batch[INPUT_IDS],
             attention_mask=batch[ATTENTION_MASK],
-            position_ids=batch[POSITION_IDS],
+            position_ids=_positions(batch),
             use_cache=False,
-            **_images(batch),
+            **image_inputs(model, batch, batch[INPUT_IDS]),
             **keep,
         )
     return out.logits if head is not None else out.logits[:, -response_length - 1 : -1]
+
+
+def _positions(batch: Any) -> torch.Tensor | None:
+    """The padded rows' ``position_ids``; None for a grid model's images, whose 3-D positions
+    the model computes (from the placeholders, the grids and the attention mask)."""
+    return None if IMAGE_GRID in batch else batch[POSITION_IDS]
 
 
 def shared_prompt_logits(
@@ -280,6 +312,7 @@ def response_values(
     policy's recorded experts are not the value model's to replay)."""
     check_images(model, batch)
     if packed:
+        _not_grids(batch, "actor.model.use_remove_padding")
         rows = pack(batch, one_row_kernel(model))
         with _routed(routing, rows.valid, None):
             out = model(**rows.model_inputs(), **_images(batch, rows.order))
@@ -288,9 +321,9 @@ def response_values(
         out = model(
             input_ids=batch[INPUT_IDS],
             attention_mask=batch[ATTENTION_MASK],
-            position_ids=batch[POSITION_IDS],
+            position_ids=_positions(batch),
             use_cache=False,
-            **_images(batch),
+            **image_inputs(model, batch, batch[INPUT_IDS]),
         )
     return out.logits[:, -batch[RESPONSES].shape[1] - 1 : -1, 0].float()
 

@@ -197,8 +197,10 @@ def _warm_up(
     if images is not None:  # each marker made the image's placeholders, and its pixels
         from PIL import Image
 
-        examples = [(images.expand(p, 1, "warm-up"), t) for p, t in examples]
-        pixels = list(images.pixels([Image.fromarray(r["image"]) for r in taught]).split(1))
+        count = images.placeholders(None, 1)  # (the tiny LLaVA's: a fixed count)
+        examples = [(images.expand(p, count, "warm-up"), t) for p, t in examples]
+        drawn = images.pixels([Image.fromarray(r["image"]) for r in taught])[0]
+        pixels = list(drawn.split(1))
     say(f"tiny model: up to {warm.steps} warm-up steps on {len(examples)} problems")
     stop = None
     if warm.stop_at_accuracy is not None:

@@ -300,12 +300,12 @@ def vlm_run_files(llava, tiny_lm, tmp_path_factory):
 
 
 def test_a_ppo_run_with_a_vision_language_critic_trains_and_exports(vlm_run_files, tmp_path):
-    """Two PPO iterations of a LLaVA folder on verl-layout image prompts, in one process: the
-    rollout, the reference's and the old log-probs' passes, the critic's values and both
-    updates each read the images (a pass handed placeholders without them raises). The vision
-    towers stay as loaded (actor.model.freeze_vision_tower's default), the rest trains. The
-    export loads with transformers, its image processor beside it, and answers the validation
-    prompts as the trained policy does."""
+    """Two PPO iterations of a LLaVA folder on verl-layout image prompts, in one process (the
+    actor under FSDP2): the rollout, the reference's and the old log-probs' passes, the critic's
+    values and both updates each read the images (a pass handed placeholders without them
+    raises). The vision towers stay as loaded (actor.model.freeze_vision_tower's default), the
+    rest trains. The export loads with transformers, its image processor beside it, and
+    answers the validation prompts as the trained policy does."""
     from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
     from rlcore.cli import main
@@ -329,6 +329,7 @@ def test_a_ppo_run_with_a_vision_language_critic_trains_and_exports(vlm_run_file
         "algorithm.use_kl_loss=true",
         "actor.ppo_mini_batch_size=2",
         "actor.ppo_micro_batch_size=2",
+        "actor.training_backend=fsdp2",  # (one rank: FSDP2's wrapping, frozen weights in it)
         "actor.optim.lr=0.01",
         "critic.optim.lr=0.01",
         "runner.total_iterations=2",
@@ -344,10 +345,11 @@ def test_a_ppo_run_with_a_vision_language_critic_trains_and_exports(vlm_run_file
     summary = build_runner(config, plan_for_config(config)).run()
     assert summary["iterations"] == 2
 
-    base = AutoModelForImageTextToText.from_pretrained(model).state_dict()
+    loaded = AutoModelForImageTextToText.from_pretrained(model)
+    base = loaded.state_dict()
     checkpoint = tmp_path / "r" / "checkpoints" / "iter_000002"
-    for part in ("actor", "critic"):
-        saved = read_trained_weights(checkpoint / part, None)
+    for part in ("actor", "critic"):  # (the actor's FSDP2 shards read into the model's shapes)
+        saved = read_trained_weights(checkpoint / part, loaded)
         tower = {k: v for k, v in saved.items() if ".vision_tower." in k}
         projector = {k: v for k, v in saved.items() if ".multi_modal_projector." in k}
         assert tower and projector, part
@@ -403,7 +405,8 @@ def _parquet_images(path):
 
 def test_the_visual_task_builds_its_vision_language_model_and_trains(tmp_path):
     """``reasoning/tiny_visual_arith_grpo``, shrunk: the tiny LLaVA built and warmed up on the
-    images (its folder loads as any LLaVA folder: 16 placeholders an image), two iterations."""
+    images (its folder loads as any LLaVA folder: 16 placeholders an image), two iterations
+    through LoRA adapters."""
     from rlcore.config import load_config
     from rlcore.data.images import ImageInputs
     from rlcore.models.lm import load_tokenizer
@@ -423,6 +426,7 @@ def test_the_visual_task_builds_its_vision_language_model_and_trains(tmp_path):
         "actor.ppo_micro_batch_size=8",
         "warmup.steps=3",
         "warmup.stop_at_accuracy=null",
+        "actor.model.lora.rank=4",  # (adapters in the language model; the reference: them off)
         f"warmup.cache_dir={tmp_path / 'cache'}",
         f"runner.output_dir={tmp_path / 'out'}",
         "runner.total_iterations=2",

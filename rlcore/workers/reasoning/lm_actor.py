@@ -26,10 +26,10 @@ from rlcore.algorithms import (
 from rlcore.algorithms.loss import OPTIONAL_READS
 from rlcore.columns import (
     ATTENTION_MASK,
+    IMAGE_COLUMNS,
     INPUT_IDS,
     LOSS_MASK,
     OLD_LOG_PROBS,
-    PIXEL_VALUES,
     POSITION_IDS,
     RESPONSE_MASK,
     RESPONSES,
@@ -123,7 +123,7 @@ def _check_routing_replay(config: ReasoningConfig, model: Any) -> None:
 def _model_reads(batch: TensorDict) -> tuple[str, ...]:
     """``MODEL_READS``, and the rollout's recorded experts and the prompts' images where the
     batch has them."""
-    return MODEL_READS + tuple(k for k in (ROUTED_EXPERTS, PIXEL_VALUES) if k in batch)
+    return MODEL_READS + tuple(k for k in (ROUTED_EXPERTS, *IMAGE_COLUMNS) if k in batch)
 
 
 def routing_of(config: ReasoningConfig, model: Any, gradient: bool) -> Routing | None:
@@ -502,7 +502,7 @@ class LMCritic(TrainedComponent):
 
     @dispatch(Dispatch.SHARD_REDUCED)
     def update(self, batch: TensorDict) -> dict[str, float]:
-        reads = CRITIC_READS + tuple(k for k in (PIXEL_VALUES,) if k in batch)
+        reads = CRITIC_READS + tuple(k for k in IMAGE_COLUMNS if k in batch)
         metrics = self.trainer.fit(batch.select(*reads), self._loss, LOSS_MASK)
         return {f"critic/{k}": v for k, v in metrics.items()}
 

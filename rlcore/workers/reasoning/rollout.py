@@ -34,6 +34,8 @@ from tensordict import TensorDict
 
 from rlcore.columns import (
     ATTENTION_MASK,
+    IMAGE_COLUMNS,
+    IMAGE_GRID,
     INPUT_IDS,
     PIXEL_VALUES,
     RESPONSE_MASK,
@@ -42,7 +44,7 @@ from rlcore.columns import (
 )
 from rlcore.config.schema import ReasoningConfig
 from rlcore.data.sequences import generated_layout, left_pad, position_ids, response_mask
-from rlcore.models.forward import cache_inputs, check_images, inner_model
+from rlcore.models.forward import cache_inputs, check_images, image_inputs, inner_model
 from rlcore.models.lm import evaluating, is_adapter, load_causal_lm, load_tokenizer, with_lora
 from rlcore.models.moe import recording, routed_column
 from rlcore.scheduler.dispatch import Dispatch, dispatch
@@ -239,13 +241,15 @@ class HFEngine(RolloutBackend):
         ids = prompts[INPUT_IDS].to(self.device)
         mask = prompts[ATTENTION_MASK].to(self.device)
         pixels = prompts[PIXEL_VALUES].to(self.device) if PIXEL_VALUES in prompts else None
-        images, processors = {}, [recorder] if recorder is not None else []
+        processors = [recorder] if recorder is not None else []
+        images = image_inputs(self.model, prompts.to(self.device), ids)
         if pixels is not None:
-            images = {"pixel_values": pixels.flatten(0, 1)}
             processors.append(NoPlaceholder(inner_model(self.model).config.image_token_id))
         record = recording(self.model) if routings else contextlib.nullcontext([])
         with rollout_keys_only(self.model), record as calls:
-            shared = self._shared_prompts(ids, mask, pixels)
+            # (a grid model's images are not shared: the config check refuses it)
+            grids = IMAGE_GRID in prompts
+            shared = {} if grids else self._shared_prompts(ids, mask, pixels)
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
@@ -271,8 +275,9 @@ class HFEngine(RolloutBackend):
             width = ids.shape[1] + self.config.data.max_response_length
             routed = routed_column(calls, shapes, rows, width)
         generated = self._laid_out(ids, mask, out[:, ids.shape[1] :], logp, routed)
-        if pixels is not None:  # (every later pass reads the images too)
-            generated[PIXEL_VALUES] = prompts[PIXEL_VALUES]
+        for key in IMAGE_COLUMNS:  # (every later pass reads the images too)
+            if key in prompts:
+                generated[key] = prompts[key]
         return generated
 
     def _laid_out(
