@@ -164,6 +164,7 @@ SMALL_REASONING = [
     "runner.total_iterations=2",
     "data.train_batch_size=16",
     "actor.ppo_mini_batch_size=8",
+    "data.synthetic.num_val=16",  # (the before and after validations: the run's largest cost)
 ]
 
 

@@ -48,6 +48,8 @@ class Packed:
     # [B]: the batch's rows in the order their sequences lie in the packed rows, read row by row
     # (the order in which a model meets their image placeholders)
     order: torch.Tensor | None = None
+    # [3, rows, width]: a model's 3-D positions (Qwen2-VL's) of the packed tokens, when given
+    spatial: torch.Tensor | None = None
 
     @property
     def width(self) -> int:
@@ -55,10 +57,14 @@ class Packed:
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """Keyword arguments of the model's forward: no attention mask, so the positions mark
-        where each sequence starts."""
+        where each sequence starts (with ``spatial``, transformers' packed form of 3-D
+        positions: ``[4, rows, width]``, the restarting text positions first)."""
+        positions = self.position_ids
+        if self.spatial is not None:
+            positions = torch.cat([positions[None], self.spatial])
         return {
             "input_ids": self.input_ids,
-            "position_ids": self.position_ids,
+            "position_ids": positions,
             "attention_mask": None,
             "use_cache": False,
         }
@@ -79,10 +85,13 @@ class Packed:
         return outputs[rows, cols]
 
 
-def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
+def pack(
+    batch: Any, one_row: bool = False, pad_id: int = 0, spatial: torch.Tensor | None = None
+) -> Packed:
     """``batch``'s sequences (its prompt and response tokens, by ``attention_mask``, with the
-    positions of its ``position_ids``) packed into rows. Every row of ``batch`` has at least one
-    prompt token: the first response token's prediction reads the prompt's last position."""
+    positions of its ``position_ids``, and ``spatial``'s ``[3, B, L]`` 3-D positions where
+    given) packed into rows. Every row of ``batch`` has at least one prompt token: the first
+    response token's prediction reads the prompt's last position."""
     mask = batch[ATTENTION_MASK].bool()
     response_width = batch[RESPONSES].shape[1]
     prompt_lengths = mask[:, : mask.shape[1] - response_width].sum(-1)
@@ -117,8 +126,19 @@ def pack(batch: Any, one_row: bool = False, pad_id: int = 0) -> Packed:
         routed = column.new_full((rows * width, *column.shape[2:]), -1)
         routed[destination] = column[mask]
     order = torch.argsort(begin)
+    packed_spatial = None
+    if spatial is not None:
+        packed_spatial = spatial.new_zeros((3, rows * width))
+        packed_spatial[:, destination] = spatial[:, mask]
+        packed_spatial = packed_spatial.view(3, rows, width)
     return Packed(
-        input_ids.view(rows, width), positions.view(rows, width), predictors, valid, routed, order
+        input_ids.view(rows, width),
+        positions.view(rows, width),
+        predictors,
+        valid,
+        routed,
+        order,
+        packed_spatial,
     )
 
 

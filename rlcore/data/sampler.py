@@ -230,11 +230,10 @@ def _readable_math_rows(
 
 def check_image_settings(config: ReasoningConfig, what: str, grids: bool = False) -> None:
     """Refuse, by key, the settings whose code does not carry a prompt's images yet; ``grids``:
-    a grid model's images (Qwen2-VL's 3-D positions, not packed or shared yet)."""
+    a grid model's images (Qwen2-VL's 3-D positions, not for a prompt computed once yet)."""
     critic = config.derived.critic_model
     model = config.actor.model
     refused = [
-        (grids and model.use_remove_padding, "actor.model.use_remove_padding (Qwen2-VL's)"),
         (grids and model.share_group_prompts, "actor.model.share_group_prompts (Qwen2-VL's)"),
         (config.rollout.backend != "hf", f"rollout.backend {config.rollout.backend}"),
         (config.rollout.hf.static_cache, "rollout.hf.static_cache"),
@@ -257,7 +256,7 @@ def check_image_settings(config: ReasoningConfig, what: str, grids: bool = False
             f"{what}: prompts with images, and {', '.join(named)}, which does not pass images "
             "to the model yet; with images: the hf engine without static cache, one-turn whole "
             "rollouts, the torch, ddp or fsdp2 backends without sequence parallelism (and for "
-            "Qwen2-VL's images, padded rows: each prompt computed with each response)"
+            "Qwen2-VL's images, each prompt computed with each response)"
         )
 
 

@@ -25,7 +25,7 @@ from rlcore.columns import (
     RESPONSES,
     ROUTED_EXPERTS,
 )
-from rlcore.data.packing import pack, prompt_copies
+from rlcore.data.packing import Packed, pack, prompt_copies
 from rlcore.models.fused_head import HeadTargets, TokenStats, fused_head
 from rlcore.models.moe import Routing
 
@@ -80,10 +80,13 @@ def check_packing(model: Any, setting: str = "actor.model.use_remove_padding") -
     if image is not None:  # (text alone: no images to give)
         sequences = [s.masked_fill(s == image, 0) for s in sequences]
     positions = torch.cat([torch.arange(n) for n in lengths])
+    positions = positions[None]
+    if spatial_positions(model):  # (transformers' packed form: the text positions, then 3-D)
+        positions = positions[None].expand(4, -1, -1)
     packed = (
         model(
             input_ids=torch.cat(sequences)[None].to(parameter.device),
-            position_ids=positions[None].to(parameter.device),
+            position_ids=positions.to(parameter.device),
             attention_mask=None,
             use_cache=False,
         )
@@ -155,10 +158,32 @@ def image_inputs(model: Any, batch: Any, ids: torch.Tensor) -> dict[str, torch.T
 
 
 def _not_grids(batch: Any, setting: str) -> None:
-    """Qwen2-VL's 3-D positions are computed for padded rows only, so far (the config check
-    refuses ``setting`` with them before the start)."""
+    """Qwen2-VL's 3-D positions are computed for padded and packed rows, not yet for a prompt
+    computed once (the config check refuses ``setting`` with them before the start)."""
     if IMAGE_GRID in batch:
         raise RuntimeError(f"{setting} with a grid model's images (Qwen2-VL's): not built yet")
+
+
+def spatial_positions(model: Any) -> bool:
+    """Whether ``model`` takes 3-D positions (Qwen2-VL's family: its trunk's ``get_rope_index``)."""
+    return hasattr(getattr(inner_model(model), "model", None), "get_rope_index")
+
+
+def _pack(model: Any, batch: Any) -> Packed:
+    """``pack`` for ``model``: with 3-D positions, those of each padded row (the model's own
+    ``get_rope_index``, from the placeholders, the rows' image grids and the padding) packed
+    beside the text positions, as transformers' packed form of them wants."""
+    spatial = None
+    if spatial_positions(model):
+        inner = inner_model(model)
+        ids = batch[INPUT_IDS]
+        grid = batch[IMAGE_GRID] if IMAGE_GRID in batch else None
+        types = (ids == getattr(inner.config, "image_token_id", -1)).int()
+        grid = None if grid is None else grid.flatten(0, 1)
+        spatial, _ = inner.model.get_rope_index(
+            ids, types, image_grid_thw=grid, attention_mask=batch[ATTENTION_MASK]
+        )
+    return pack(batch, one_row_kernel(model), spatial=spatial)
 
 
 def check_images(model: Any, batch: Any) -> None:
@@ -196,8 +221,7 @@ def response_logits(
         return shared_prompt_logits(model, batch, head, routing)
     keeps = _keeps_logits(type(inner_model(model)))
     if packed:
-        _not_grids(batch, "actor.model.use_remove_padding")
-        rows = pack(batch, one_row_kernel(model))
+        rows = _pack(model, batch)
         columns = rows.kept_columns() if keeps else None
         keep = {"logits_to_keep": columns} if keeps else {}
         if head is not None:
@@ -312,8 +336,7 @@ def response_values(
     policy's recorded experts are not the value model's to replay)."""
     check_images(model, batch)
     if packed:
-        _not_grids(batch, "actor.model.use_remove_padding")
-        rows = pack(batch, one_row_kernel(model))
+        rows = _pack(model, batch)
         with _routed(routing, rows.valid, None):
             out = model(**rows.model_inputs(), **_images(batch, rows.order))
             return rows.gather(out.logits[..., 0]).float()

@@ -169,7 +169,8 @@ def alone(model, ids, pixels, grid, image):
     )
 
 
-def test_log_probs_and_values_of_each_row_are_transformers_own_forward_of_it(qwen2_vl):
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_log_probs_and_values_of_each_row_are_transformers_own_forward_of_it(qwen2_vl, packed):
     from transformers import Qwen2VLForConditionalGeneration
 
     from rlcore.models.vision_value import VisionValueModel
@@ -182,8 +183,8 @@ def test_log_probs_and_values_of_each_row_are_transformers_own_forward_of_it(qwe
     batch, prompts, responses, lengths = image_batch(qwen2_vl)
     stats = TokenStats(temperature=1.0, entropy=False)
     with torch.no_grad():
-        logp, _, _ = response_log_probs(model, batch, stats)
-        values = response_values(critic, batch)
+        logp, _, _ = response_log_probs(model, batch, stats, packed=packed)
+        values = response_values(critic, batch, packed)
         for row, n in enumerate(lengths):
             prompt = prompts.prompts[row]
             ids = [*prompt, *responses[row, :n].tolist()]
@@ -208,15 +209,16 @@ def test_log_probs_and_values_of_each_row_are_transformers_own_forward_of_it(qwe
     for key in (PIXEL_VALUES, IMAGE_GRID):
         swapped[key] = batch[key][[0, 2, 1, 3]]
     with torch.no_grad():
-        other, _, _ = response_log_probs(model, swapped, stats)
+        other, _, _ = response_log_probs(model, swapped, stats, packed=packed)
     assert (other[1] - logp[1]).abs().max() > 1e-4
     torch.testing.assert_close(other[0], logp[0], atol=0, rtol=0)
 
 
 def test_a_ppo_run_with_a_qwen2_vl_folder_trains(qwen2_vl, tmp_path):
     """Two PPO iterations (a vision-language critic) of the Qwen2-VL folder on verl-layout
-    parquet with images of four sizes: generation and every pass read the grids; packing is
-    refused by key before the start."""
+    parquet with images of four sizes, the sequences packed (its check passes on the model):
+    generation and every pass read the grids; a group's prompt computed once is refused by key
+    before the start."""
     from rlcore.config import load_config
     from rlcore.placement import plan_for_config
     from rlcore.runners.supervisor import build_runner
@@ -232,6 +234,7 @@ def test_a_ppo_run_with_a_qwen2_vl_folder_trains(qwen2_vl, tmp_path):
         "actor.ppo_mini_batch_size=2",
         "actor.ppo_micro_batch_size=2",
         "algorithm.use_kl_loss=true",
+        "actor.model.use_remove_padding=true",
         "runner.total_iterations=2",
         "runner.val_every=0",
         "runner.progress=false",
@@ -242,8 +245,10 @@ def test_a_ppo_run_with_a_qwen2_vl_folder_trains(qwen2_vl, tmp_path):
     config = load_config("reasoning/tiny_arith_ppo", overrides)
     summary = build_runner(config, plan_for_config(config)).run()
     assert summary["iterations"] == 2
-    packed = load_config(
-        "reasoning/tiny_arith_ppo", [*overrides, "actor.model.use_remove_padding=true"]
+    shared = ["algorithm.adv_type=grpo", "algorithm.group_size=2"]
+    shared += ["actor.model.use_remove_padding=false"]
+    shared = load_config(
+        "reasoning/tiny_arith_ppo", [*overrides, *shared, "actor.model.share_group_prompts=true"]
     )
-    with pytest.raises(ConfigError, match=r"actor\.model\.use_remove_padding \(Qwen2-VL's\)"):
-        build_runner(packed, plan_for_config(packed))
+    with pytest.raises(ConfigError, match=r"actor\.model\.share_group_prompts \(Qwen2-VL's\)"):
+        build_runner(shared, plan_for_config(shared))
