@@ -177,9 +177,8 @@ def _pack(model: Any, batch: Any) -> Packed:
     if spatial_positions(model):
         inner = inner_model(model)
         ids = batch[INPUT_IDS]
-        grid = batch[IMAGE_GRID] if IMAGE_GRID in batch else None
         types = (ids == getattr(inner.config, "image_token_id", -1)).int()
-        grid = None if grid is None else grid.flatten(0, 1)
+        grid = batch[IMAGE_GRID].flatten(0, 1) if IMAGE_GRID in batch else None
         spatial, _ = inner.model.get_rope_index(
             ids, types, image_grid_thw=grid, attention_mask=batch[ATTENTION_MASK]
         )
