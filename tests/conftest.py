@@ -160,6 +160,23 @@ class RaySession:
             self.cluster = None
 
 
+@pytest.fixture
+def fake_engines(monkeypatch):
+    """SGLang engines started by the rollout adapter are tests/workers/fake_sglang.py's (sglang
+    has no CPU build); the list of those started."""
+    from rlcore.workers.reasoning import sglang_engine
+    from tests.workers import fake_sglang
+
+    started: list[fake_sglang.Engine] = []
+
+    def start(**server_args):
+        started.append(fake_sglang.Engine(**server_args))
+        return started[-1]
+
+    monkeypatch.setattr(sglang_engine, "start_engine", start)
+    return started
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """This worker's local Ray; inside it, a run that ends cleanly keeps its processes for the

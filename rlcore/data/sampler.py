@@ -235,7 +235,6 @@ def check_image_settings(config: ReasoningConfig, what: str, grids: bool = False
     model = config.actor.model
     refused = [
         (grids and model.share_group_prompts, "actor.model.share_group_prompts (Qwen2-VL's)"),
-        (config.rollout.backend != "hf", f"rollout.backend {config.rollout.backend}"),
         (config.rollout.hf.static_cache, "rollout.hf.static_cache"),
         (config.rollout.partial_rollout, "rollout.partial_rollout"),
         (config.rollout.multi_turn, "rollout.tools / rollout.interaction"),

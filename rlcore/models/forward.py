@@ -130,7 +130,7 @@ def _recorded(batch: Any, rows: Any, columns: slice) -> torch.Tensor | None:
     return batch[ROUTED_EXPERTS][rows, columns] if ROUTED_EXPERTS in batch else None
 
 
-def _images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def batch_images(batch: Any, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The image inputs of a vision-language model's call over ``rows`` of ``batch`` (every
     row, in order, when None): ``pixel_values`` ``[images, C, H, W]``, each row's images in
     turn, as the model meets their placeholders in the call's ``input_ids`` read row by row;
@@ -150,7 +150,7 @@ def image_inputs(model: Any, batch: Any, ids: torch.Tensor) -> dict[str, torch.T
     """``_images`` of a call over every row of ``batch`` whose tokens are ``ids``; for a grid
     model also which of them are image placeholders (``mm_token_type_ids``, from which, the
     grids and the attention mask Qwen2-VL computes its 3-D positions)."""
-    out = _images(batch)
+    out = batch_images(batch)
     if IMAGE_GRID in batch:
         token = inner_model(model).config.image_token_id
         out["mm_token_type_ids"] = (ids == token).int()
@@ -226,7 +226,7 @@ def response_logits(
         if head is not None:
             head.aim(lambda hidden: rows.gather(hidden, columns), batch[RESPONSES])
         with _routed(routing, rows.valid, rows.routed):
-            logits = model(**rows.model_inputs(), **_images(batch, rows.order), **keep).logits
+            logits = model(**rows.model_inputs(), **batch_images(batch, rows.order), **keep).logits
         return logits if head is not None else rows.gather(logits, columns)
     keep = {"logits_to_keep": response_length + 1} if keeps else {}
     if head is not None:
@@ -272,7 +272,7 @@ def shared_prompt_logits(
     if head is not None:
         head.aim(lambda hidden: hidden[copy_of, -1:], batch[RESPONSES][:, :1])
     with _routed(routing, prompts["attention_mask"], _recorded(batch, firsts, slice(0, cut))):
-        out = model(**prompts, **_images(batch, firsts), use_cache=True, logits_to_keep=1)
+        out = model(**prompts, **batch_images(batch, firsts), use_cache=True, logits_to_keep=1)
     first = out.logits if head is not None else out.logits[copy_of, -1:]
     if width == 1:
         return first
@@ -337,7 +337,7 @@ def response_values(
     if packed:
         rows = _pack(model, batch)
         with _routed(routing, rows.valid, None):
-            out = model(**rows.model_inputs(), **_images(batch, rows.order))
+            out = model(**rows.model_inputs(), **batch_images(batch, rows.order))
             return rows.gather(out.logits[..., 0]).float()
     with _routed(routing, batch[ATTENTION_MASK], None):
         out = model(

@@ -252,3 +252,16 @@ def test_a_ppo_run_with_a_qwen2_vl_folder_trains(qwen2_vl, tmp_path):
     )
     with pytest.raises(ConfigError, match=r"actor\.model\.share_group_prompts \(Qwen2-VL's\)"):
         build_runner(shared, plan_for_config(shared))
+
+
+def test_sglang_generates_from_the_grids_as_the_hf_engine(qwen2_vl, tmp_path, fake_engines):
+    """Qwen2-VL's images through the SGLang adapter (processor_output: the pixels and the grid
+    of each request): greedy answers equal the hf engine's."""
+    from tests.models.test_vision_prompts import sglang_image_engines
+
+    model, _, train, val = qwen2_vl
+    sglang, hf, prompts = sglang_image_engines(model, train, val, tmp_path)
+    ours, theirs = sglang.generate(prompts, greedy=True), hf.generate(prompts, greedy=True)
+    assert int(ours["response_mask"].sum()) > len(prompts)
+    for key in ("input_ids", "responses", "response_mask", PIXEL_VALUES, IMAGE_GRID):
+        assert torch.equal(ours[key], theirs[key]), key

@@ -443,3 +443,48 @@ def test_the_visual_task_builds_its_vision_language_model_and_trains(tmp_path):
     assert summary["iterations"] == 2 and summary["val_prompts"] == 8
     with pytest.raises(ConfigError, match=r"data\.synthetic\.digits: 2; the visual task"):
         load_config("reasoning/tiny_visual_arith_grpo", [*shrunk, "data.synthetic.digits=2"])
+
+
+def sglang_image_engines(model, train, val, tmp_path):
+    """The fake SGLang engine (tests/workers/fake_sglang.py: 0.5.21's signatures) and the hf
+    engine over ``model``'s folder, and the validation prompts (with their images) as a batch."""
+    from rlcore.config import load_config
+    from rlcore.data.sampler import load_prompt_set, prompt_batch
+    from rlcore.workers.reasoning.sglang_engine import SGLangEngine
+    from tests.lm_fixtures import unchecked
+
+    config = load_config(
+        "reasoning/tiny_arith_ppo",
+        [
+            f"actor.model.path={model}",
+            "warmup.steps=0",
+            f"data.train_files=[{train}]",
+            f"data.val_files=[{val}]",
+            f"runner.output_dir={tmp_path}",
+        ],
+    )
+    config = unchecked(config, {"rollout.backend": "sglang"})
+    cpu = torch.device("cpu")
+    sglang = SGLangEngine(config, model, cpu, rank=0, tp_size=1, collocated=False)
+    hf = HFEngine(config, model, cpu)
+    prompts = load_prompt_set(config, hf.tokenizer, train=False, quiet=True)
+    batch = prompt_batch(list(range(len(prompts))), prompts, 1, hf.tokenizer.pad_token_id)
+    return sglang, hf, batch
+
+
+def test_sglang_generates_from_the_images_as_the_hf_engine(vlm_run_files, tmp_path, fake_engines):
+    """The SGLang adapter hands each request's images in SGLang's processor_output format (the
+    fake reads them as the model does): greedy answers equal the hf engine's, the images ride
+    on with the batch, and the placeholder is kept from being sampled by a logit bias, even
+    where the model favours it above everything."""
+    sglang, hf, prompts = sglang_image_engines(*vlm_run_files, tmp_path)
+    ours, theirs = sglang.generate(prompts, greedy=True), hf.generate(prompts, greedy=True)
+    for key in (INPUT_IDS, ATTENTION_MASK, RESPONSES, RESPONSE_MASK, PIXEL_VALUES):
+        assert torch.equal(ours[key], theirs[key]), key
+    (fake,) = fake_engines
+    for model in (fake.model, hf.model):
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
+        model.lm_head.bias.data[IMAGE_TOKEN] = 1e4
+    ours, theirs = sglang.generate(prompts, greedy=True), hf.generate(prompts, greedy=True)
+    assert (ours[RESPONSES] != IMAGE_TOKEN).all()
+    assert torch.equal(ours[RESPONSES], theirs[RESPONSES])

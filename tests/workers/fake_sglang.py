@@ -11,6 +11,11 @@ their behaviour is the documented one, computed with a transformers model:
   that ended it (``stop_token_ids``) or at ``max_new_tokens``; temperature 0 is greedy; with
   ``return_logprob``, ``meta_info["output_token_logprobs"]`` holds ``(log-prob, id, None)`` per
   generated token, the log-softmax of the logits over the temperature (SGLang's default).
+- ``generate(..., image_data=[[item], ...])``: a vision-language model's request with its images
+  in SGLang's ``processor_output`` format (the item a processor's output: ``input_ids``, which
+  must be the request's, ``pixel_values``, for Qwen2-VL ``image_grid_thw``), read as the model's
+  forward reads them; ``sampling_params["logit_bias"]`` ({token id as a string: bias}) is added
+  to the logits before sampling.
 - ``update_weights_from_tensor``: loads the named tensors into the model (unknown names raise).
 - ``release_memory_occupation``: with ``enable_memory_saver``, the weights are gone (zeroed
   here, as the real engine frees them) until a ``resume_memory_occupation`` and a new update;
@@ -19,10 +24,12 @@ their behaviour is the documented one, computed with a transformers model:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from tests.workers.sglang_api import load
 
@@ -36,7 +43,9 @@ class Engine:
             raise TypeError(f"ServerArgs.__init__() got unexpected keyword arguments {unknown}")
         self.server_args = kwargs
         dtype = getattr(torch, kwargs.get("dtype", "float32"))
-        self.model = AutoModelForCausalLM.from_pretrained(kwargs["model_path"], dtype=dtype)
+        config = json.loads((Path(kwargs["model_path"]) / "config.json").read_text())
+        auto = AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
+        self.model = auto.from_pretrained(kwargs["model_path"], dtype=dtype)
         self.model.eval()
         self.generator = torch.Generator().manual_seed(kwargs.get("random_seed") or 0)
         self.released = False
@@ -83,10 +92,30 @@ class Engine:
             raise RuntimeError("generate while the engine's memory is released")
         if prompt is not None or not isinstance(input_ids[0], list):
             raise NotImplementedError("the fake takes a batch of token id lists only")
-        return [self._one(ids, sampling_params, return_logprob) for ids in input_ids]
+        images = image_data or [None] * len(input_ids)
+        return [
+            self._one(ids, sampling_params, return_logprob, self._read(ids, items))
+            for ids, items in zip(input_ids, images, strict=True)
+        ]
+
+    def _read(self, ids: list[int], items: Any) -> dict[str, Any]:
+        """A request's ``processor_output`` item as the model's image inputs."""
+        if items is None:
+            return {}
+        (item,) = items  # (one processor output covers a request's images)
+        if item.get("format") != "processor_output":
+            raise NotImplementedError("the fake reads the processor_output format only")
+        if item["input_ids"].tolist() != [ids]:
+            raise ValueError("a processor output's input_ids are not its request's")
+        inputs = {"pixel_values": item["pixel_values"]}
+        if "image_grid_thw" in item:
+            inputs["image_grid_thw"] = item["image_grid_thw"]
+        return inputs
 
     @torch.no_grad()
-    def _one(self, ids: list[int], params: dict, return_logprob: bool) -> dict[str, Any]:
+    def _one(
+        self, ids: list[int], params: dict, return_logprob: bool, images: dict[str, Any]
+    ) -> dict[str, Any]:
         temperature = params.get("temperature", 1.0)
         if params.get("top_p", 1.0) != 1.0 or params.get("top_k", -1) not in (-1, 0):
             raise NotImplementedError("the fake samples without top-p / top-k")
@@ -99,9 +128,17 @@ class Engine:
         if any(params.get(k, v) != v for k, v in neutral.items()):
             raise NotImplementedError(f"the fake samples with {neutral} only")
         stops = set(params.get("stop_token_ids") or [])
+        bias = params.get("logit_bias") or {}
+        image = getattr(self.model.config, "image_token_id", None)
         tokens, out, logprobs = list(ids), [], []
         for _ in range(params["max_new_tokens"]):
-            logits = self.model(torch.tensor([tokens])).logits[0, -1].float()
+            call = torch.tensor([tokens])
+            extra = {}
+            if "image_grid_thw" in images:  # (Qwen2-VL's 3-D positions from the placeholders)
+                extra["mm_token_type_ids"] = (call == image).int()
+            logits = self.model(call, **images, **extra).logits[0, -1].float()
+            for token, value in bias.items():
+                logits[int(token)] += value
             if temperature == 0:
                 token = int(logits.argmax())
             else:

@@ -14,7 +14,6 @@ from tensordict import NonTensorStack, TensorDict
 
 from rlcore.config.errors import ConfigError
 from rlcore.data.sequences import left_pad
-from rlcore.workers.reasoning import sglang_engine
 from rlcore.workers.reasoning.lm_actor import LMActor
 from rlcore.workers.reasoning.rollout import HFEngine
 from rlcore.workers.reasoning.sglang_engine import SGLANG_VERSION, SGLangEngine
@@ -54,18 +53,6 @@ def sglang_config(dirs, tmp_path, *overrides):
     machine with no GPU and no sglang (tested below)."""
     config = tiny_config(dirs.actor.parent, tmp_path, *overrides)
     return unchecked(config, {"rollout.backend": "sglang"})
-
-
-@pytest.fixture
-def fake_engines(monkeypatch):
-    started: list[fake_sglang.Engine] = []
-
-    def start(**server_args):
-        started.append(fake_sglang.Engine(**server_args))
-        return started[-1]
-
-    monkeypatch.setattr(sglang_engine, "start_engine", start)
-    return started
 
 
 def prompts_td(engine, n=6):

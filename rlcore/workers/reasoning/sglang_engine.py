@@ -9,6 +9,14 @@ parameters; asked for, each sampled token's log-prob comes back, which SGLang co
 temperature over the whole vocabulary before top-p/top-k (its default, without
 ``SGLANG_RETURN_ORIGINAL_LOGPROB``), as the actor computes old log-probs.
 
+Prompts with images go in as SGLang takes a Hugging Face processor's output (its
+``processor_output`` image format): each request's token ids, whose image placeholders are
+already repeated as the model's processor repeats them, and one item of its pixels (and
+Qwen2-VL's grids), which SGLang does not process again. A logit bias keeps the placeholder
+from being sampled, as the hf engine's ``NoPlaceholder`` does; whether SGLang's returned
+log-probs see that bias is its own (the placeholder's share of the probability, which the
+training passes count, vanishes either way).
+
 Weights are pushed, not copied in place: the engine's parameters live in its own scheduler
 processes. Every weight sync hands the engine one bucket at a time
 (``update_weights_from_tensor``, which passes CUDA tensors to those processes by IPC), whatever
@@ -35,10 +43,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlcore.columns import ATTENTION_MASK, INPUT_IDS, PIXEL_VALUES
+from rlcore.columns import ATTENTION_MASK, IMAGE_COLUMNS, INPUT_IDS, PIXEL_VALUES
 from rlcore.config.schema import ReasoningConfig
 from rlcore.config.schema_reasoning import SGLANG_VERSION
 from rlcore.data.sequences import generated_layout
+from rlcore.models.forward import batch_images
 from rlcore.models.lm import load_tokenizer
 from rlcore.scheduler.worker import rank_seed
 from rlcore.workers.reasoning.agent_loop import AgentLoop, Sampler
@@ -47,6 +56,9 @@ from rlcore.workers.reasoning.sampling import sampling
 
 Layout = list[tuple[str, tuple[int, ...], str, int]]
 __all__ = ["SGLANG_VERSION", "SGLangEngine", "start_engine"]
+
+
+NEVER = -1e9  # a logit bias that no logit outweighs: the token is never sampled
 
 
 def start_engine(**server_args: Any) -> Any:
@@ -130,14 +142,15 @@ class SGLangEngine(RolloutBackend):
     def generate_rows(
         self, prompts: TensorDict, greedy: bool, validation: bool, log_probs: bool
     ) -> TensorDict:
-        if PIXEL_VALUES in prompts:  # (SGLang takes images as image_data: not passed yet)
-            raise NotImplementedError("rollout.backend sglang: prompts with images")
         ids, mask = prompts[INPUT_IDS].cpu(), prompts[ATTENTION_MASK].cpu()
         requests = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+        params, images = self.sampling_params(greedy, validation), {}
+        if PIXEL_VALUES in prompts:
+            images = {"image_data": self._image_data(prompts.cpu(), requests)}
+            # the placeholder is never sampled (as the hf engine's NoPlaceholder)
+            params["logit_bias"] = {str(self.image_token): NEVER}
         outputs = self.engine.generate(
-            input_ids=requests,
-            sampling_params=self.sampling_params(greedy, validation),
-            return_logprob=log_probs,
+            input_ids=requests, sampling_params=params, return_logprob=log_probs, **images
         )
         width, pad = self.config.data.max_response_length, self.tokenizer.pad_token_id
         responses = torch.full((len(requests), width), pad, dtype=ids.dtype)
@@ -152,7 +165,29 @@ class SGLangEngine(RolloutBackend):
         generated = generated_layout(
             ids, mask, responses, self.eos_ids, pad, logp if log_probs else None
         )
+        for key in IMAGE_COLUMNS:  # (every later pass reads the images too)
+            if key in prompts:
+                generated[key] = prompts[key]
         return TensorDict(generated, batch_size=[len(requests)])
+
+    def _image_data(self, prompts: TensorDict, requests: list[list[int]]) -> list[list[Any]]:
+        """Each request's images as SGLang takes a Hugging Face processor's output (its
+        ``processor_output`` format: the request's token ids, the placeholders already repeated
+        as the processor repeats them, beside the pixels and, for Qwen2-VL, the grids), one item
+        a request covering all its images: SGLang's own processor is not run on them again."""
+        out = []
+        for row, request in enumerate(requests):
+            inputs = batch_images(prompts, torch.tensor([row]))
+            item = {"format": "processor_output", "input_ids": torch.tensor([request]), **inputs}
+            out.append([item])
+        return out
+
+    @property
+    def image_token(self) -> int:
+        import json
+
+        config = json.loads((self.model_dir / "config.json").read_text())
+        return int(config.get("image_token_id", config.get("image_token_index")))
 
     def sampler(self, greedy: bool, validation: bool, log_probs: bool) -> Sampler:
         return functools.partial(
