@@ -488,3 +488,29 @@ def test_sglang_generates_from_the_images_as_the_hf_engine(vlm_run_files, tmp_pa
     ours, theirs = sglang.generate(prompts, greedy=True), hf.generate(prompts, greedy=True)
     assert (ours[RESPONSES] != IMAGE_TOKEN).all()
     assert torch.equal(ours[RESPONSES], theirs[RESPONSES])
+
+
+@pytest.mark.parametrize("freeze", [True, False], ids=["tower-frozen", "tower-trained"])
+def test_ddp_updates_a_vision_language_model_with_its_tower_frozen_or_trained(llava, freeze):
+    """DDP (one gloo rank: the reducer's bookkeeping is a rank's own) over the LLaVA: two steps
+    update it, frozen or not. A trained CLIP tower has weights no loss reaches (its
+    post-layernorm reads only the pooled output LLaVA drops), which DDP is told to expect."""
+    import copy
+
+    from rlcore.models.lm import freeze_vision
+    from rlcore.workers.training.strategy import DistributedDataParallel, one_rank_group
+
+    model = freeze_vision(copy.deepcopy(llava).train(), freeze)
+    ddp = DistributedDataParallel(one_rank_group(torch.device("cpu")), 0, 1).wrap(model)
+    batch, _, _ = image_batch()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    for _ in range(2):
+        out = ddp(input_ids=batch[INPUT_IDS], pixel_values=batch[PIXEL_VALUES].flatten(0, 1))
+        out.logits.float().square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    tower = {n for n in before if n.startswith("model.vision_tower.")}
+    assert any(n.startswith("model.language_model.") for n in moved)
+    assert bool(moved & tower) == (not freeze)

@@ -195,7 +195,12 @@ class DistributedDataParallel(SingleProcess):
         self.loss_scale = float(world_size)
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        return nn.parallel.DistributedDataParallel(model, process_group=self.group)
+        # A vision-language model's trained vision tower has weights no loss reaches (LLaVA's
+        # CLIP post-layernorm, which only its unused pooled output reads; the layers after
+        # vision_feature_layer), which DDP's reducer would wait for: it is told to look for them
+        return nn.parallel.DistributedDataParallel(
+            model, process_group=self.group, find_unused_parameters=_trained_tower(model)
+        )
 
     def no_sync(self, module: nn.Module) -> contextlib.AbstractContextManager:
         return module.no_sync()
@@ -441,6 +446,15 @@ def make_strategy(
     if world == 1:
         return SingleProcess()
     return DistributedDataParallel(ctx.group, ctx.rank, world)
+
+
+def _trained_tower(model: nn.Module) -> bool:
+    """Whether ``model`` has a vision tower with weights in training
+    (``actor.model.freeze_vision_tower`` false)."""
+    from rlcore.models.lm import vision_tower
+
+    tower = vision_tower(model)
+    return tower is not None and any(p.requires_grad for p in tower[1].parameters())
 
 
 def one_rank_group(device: torch.device) -> Any:
