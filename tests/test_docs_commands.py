@@ -45,6 +45,8 @@ RUN_FOR_REAL = {  # (one CartPole run: docs/embodied.md's with 32 envs takes as 
     ".venv/bin/python examples/embodied/main.py runner.seed=2 env.num_envs=16": "CartPole, ~3 s",
     "python examples/reasoning/prepare_gsm8k.py --local_dataset_path ~/gsm8k --local_save_dir "
     "~/data/gsm8k": "from a 4-row GSM8K copy the test writes at ~/gsm8k",
+    "python examples/reasoning/prepare_geo3k.py --local_dataset_path ~/geometry3k "
+    "--local_save_dir ~/data/geo3k": "from a 4-row Geometry3K copy the test writes",
 }
 NO_QWEN = "Qwen2.5-0.5B-Instruct is not on this machine (nor the hub: tests run offline)"
 NO_SMOLLM2 = "SmolLM2-135M-Instruct is downloaded by prepare_smollm2.py (not run here)"
@@ -95,6 +97,11 @@ NOT_RUN = {
     "examples/reasoning/prepare_gsm8k.py --local_dataset_path DIR --local_save_dir OUT": (
         "a synopsis, of prepare_gsm8k.py's own command (run here)"
     ),
+    "rlcore reasoning --config reasoning/tiny_arith_ppo actor.model.path=A_VLM_FOLDER "
+    "data.train_files=~/data/geo3k/train.parquet data.val_files=~/data/geo3k/test.parquet "
+    "reward.kind=math algorithm.adv_type=grpo algorithm.group_size=5": "A_VLM_FOLDER stands "
+    "for the reader's vision-language model (runs of such folders on verl-layout image files: "
+    "tests/models/test_vision_prompts.py, test_qwen2_vl.py)",
 }
 SUPPLIED = {  # the reader's own files that commands name: copies of shipped ones
     "path/to/mine.yaml": "configs/reasoning/tiny_arith_ppo.yaml",
@@ -183,6 +190,32 @@ def _small_gsm8k(folder: Path) -> None:
     datasets.DatasetDict(splits).save_to_disk(str(folder))
 
 
+def _small_geo3k(folder: Path) -> None:
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    def rows(first: int) -> list[dict]:
+        image = Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8))
+        return [
+            {"images": [image], "problem": f"<image>Find x{a}.", "answer": str(a)}
+            for a in range(first, first + 2)
+        ]
+
+    features = datasets.Features(
+        {
+            "images": datasets.Sequence(datasets.Image()),
+            "problem": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+        }
+    )
+    splits = {
+        split: datasets.Dataset.from_list(rows(first), features=features)
+        for split, first in (("train", 1), ("test", 7))
+    }
+    datasets.DatasetDict(splits).save_to_disk(str(folder))
+
+
 def run_printed(command: str, monkeypatch, extra: tuple[str, ...] = ()) -> int:
     """``command`` as a shell would start it, in this process: its exit status."""
     argv = shlex.split(command)
@@ -217,6 +250,8 @@ def test_a_printed_command_runs_as_printed(command, fresh_clone, monkeypatch, ca
         monkeypatch.setattr("rlcore.runners.preflight.preflight", lambda *args: None)
     if "~/gsm8k" in command:
         _small_gsm8k(fresh_clone / "home" / "gsm8k")
+    if "~/geometry3k" in command:
+        _small_geo3k(fresh_clone / "home" / "geometry3k")
     starts = _is_entry_point(command) and "--help" not in command.split()
     real = command in RUN_FOR_REAL or not starts
     dry = () if real or DRY_RUN in command.split() else (DRY_RUN,)
@@ -229,7 +264,7 @@ def test_a_printed_command_runs_as_printed(command, fresh_clone, monkeypatch, ca
         assert summary["steps_to_threshold"] is not None, summary
     elif starts:
         assert "dry run: the config and placement are valid" in out
-    if "prepare_gsm8k" in command:
+    if "prepare_gsm8k" in command or "prepare_geo3k" in command:
         assert err.count(" 2 rows") == 2, err  # train.parquet and test.parquet
 
 
