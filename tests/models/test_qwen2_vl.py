@@ -27,9 +27,6 @@ def qwen2_vl(tiny_lm, tmp_path_factory):
     """A tiny Qwen2-VL folder (random weights; the tiny tokenizer with Qwen2-VL's three vision
     tokens; its image processor) and verl-layout parquet files of prompts, each with one image
     of one of ``SIDES``."""
-    import datasets
-    import numpy as np
-    from PIL import Image
     from transformers import (
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
@@ -78,26 +75,9 @@ def qwen2_vl(tiny_lm, tmp_path_factory):
     Qwen2VLImageProcessor(
         patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=64, max_pixels=256
     ).save_pretrained(root / "model")
-    rng = np.random.default_rng(0)
-    files = []
-    for name, count in (("train", 16), ("val", 4)):
-        rows = [
-            {
-                "data_source": "openai/gsm8k",
-                "prompt": [{"role": "user", "content": f"<image>What is {i} + 1?"}],
-                "images": [
-                    Image.fromarray(rng.integers(0, 256, (*SIDES[i % 4], 3), dtype=np.uint8))
-                ],
-                "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
-            }
-            for i in range(count)
-        ]
-        path = root / f"{name}.parquet"
-        datasets.Dataset.from_list(rows).cast_column(
-            "images", datasets.Sequence(datasets.Image())
-        ).to_parquet(str(path))
-        files.append(path)
-    return root / "model", tokenizer, *files
+    from tests.models.test_vision_prompts import verl_image_files
+
+    return root / "model", tokenizer, *verl_image_files(root, lambda i: SIDES[i % 4])
 
 
 def grid_prompts(qwen2_vl, file=None):

@@ -262,9 +262,6 @@ def test_cutting_padding_columns_leaves_the_images_whole():
 def vlm_run_files(llava, tiny_lm, tmp_path_factory):
     """The tiny LLaVA as a model folder (the tiny tokenizer with ``<image>`` as the placeholder,
     a CLIP image processor), and verl-layout parquet files of prompts with an 8x8 image each."""
-    import datasets
-    import numpy as np
-    from PIL import Image
     from transformers import CLIPImageProcessor
 
     from rlcore.models.lm import load_tokenizer
@@ -279,6 +276,17 @@ def vlm_run_files(llava, tiny_lm, tmp_path_factory):
     side = {"shortest_edge": SIDE}
     crop = {"height": SIDE, "width": SIDE}
     CLIPImageProcessor(size=side, crop_size=crop).save_pretrained(root / "model")
+    return root / "model", *verl_image_files(root, lambda i: (SIDE, SIDE))
+
+
+def verl_image_files(root, side_of):
+    """verl-layout parquet files ``root/train.parquet`` (16 rows) and ``root/val.parquet`` (4)
+    of prompts "<image>What is i + 1?", each with one random image of ``side_of(i)`` (height,
+    width) pixels."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
     rng = np.random.default_rng(0)
     files = []
     for name, count in (("train", 16), ("val", 4)):
@@ -286,7 +294,7 @@ def vlm_run_files(llava, tiny_lm, tmp_path_factory):
             {
                 "data_source": "openai/gsm8k",
                 "prompt": [{"role": "user", "content": f"<image>What is {i} + 1?"}],
-                "images": [Image.fromarray(rng.integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8))],
+                "images": [Image.fromarray(rng.integers(0, 256, (*side_of(i), 3), dtype=np.uint8))],
                 "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
             }
             for i in range(count)
@@ -296,7 +304,7 @@ def vlm_run_files(llava, tiny_lm, tmp_path_factory):
             "images", datasets.Sequence(datasets.Image())
         ).to_parquet(str(path))
         files.append(path)
-    return root / "model", *files
+    return files
 
 
 def test_a_ppo_run_with_a_vision_language_critic_trains_and_exports(vlm_run_files, tmp_path):
