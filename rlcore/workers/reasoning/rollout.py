@@ -240,9 +240,11 @@ class HFEngine(RolloutBackend):
         check_images(self.model, prompts)
         ids = prompts[INPUT_IDS].to(self.device)
         mask = prompts[ATTENTION_MASK].to(self.device)
-        pixels = prompts[PIXEL_VALUES].to(self.device) if PIXEL_VALUES in prompts else None
+        # the image columns moved once (the grid model's inputs and a shared prefill read them)
+        on_device = prompts.select(*(k for k in IMAGE_COLUMNS if k in prompts)).to(self.device)
+        pixels = on_device.get(PIXEL_VALUES, None)
         processors = [recorder] if recorder is not None else []
-        images = image_inputs(self.model, prompts.to(self.device), ids)
+        images = image_inputs(self.model, on_device, ids)
         if pixels is not None:
             processors.append(NoPlaceholder(inner_model(self.model).config.image_token_id))
         record = recording(self.model) if routings else contextlib.nullcontext([])
