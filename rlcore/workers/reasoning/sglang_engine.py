@@ -182,8 +182,9 @@ class SGLangEngine(RolloutBackend):
             out.append([item])
         return out
 
-    @property
+    @functools.cached_property
     def image_token(self) -> int:
+        """The model's image placeholder (its config, read once)."""
         import json
 
         config = json.loads((self.model_dir / "config.json").read_text())
