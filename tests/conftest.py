@@ -122,28 +122,14 @@ def no_process_group_left_behind():
 
 
 @pytest.fixture(scope="session")
-def tiny_lm(tmp_path_factory, worker_id):
-    """``(config, model_dirs)``: the tiny reasoning model, built once for the session: under
-    pytest-xdist once for all its workers (2.5 CPU-s a build), the first to ask building it in a
-    folder they share while the other waits on its lock, then each copying it into a cache of
-    its own (where tests build their variants: two workers building one into the same folder
-    could replace it under the other's feet)."""
-    import fcntl
-    import shutil
-
+def tiny_lm(tmp_path_factory):
+    """``(config, model_dirs)``: the tiny reasoning model, built once for the session."""
     from rlcore.prepare import prepare_models
     from tests.lm_fixtures import tiny_config
 
     root = tmp_path_factory.mktemp("tiny_lm")
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if worker_id != "master" else root  # (all the session's workers')
-    with open(shared / "tiny_lm.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when closed)
-        built = prepare_models(tiny_config(shared / "tiny_lm_cache", root / "outputs"))
     config = tiny_config(root / "cache", root / "outputs")
-    for folder in {built.actor, built.critic}:
-        shutil.copytree(folder, root / "cache" / folder.name, dirs_exist_ok=True)
-    return config, prepare_models(config)  # (found in the cache)
+    return config, prepare_models(config)
 
 
 class RaySession:
