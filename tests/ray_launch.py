@@ -49,14 +49,15 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # the signals whose being ignored a new process inherits from the raylet (tests/forked.py's)
 INHERITED = (*FORWARDED, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCHLD)
 
-# what a worker of the suite's runs imports, bar Ray (those installed: Megatron is an extra)
+# what a worker of the suite's runs imports, bar Ray (those installed), and not Megatron: no run
+# on a Ray worker here trains with it (the placement refuses it on CPU slots), and its import is
+# 3.2 CPU-s of this process's 8.9
 PRELOAD = (
     "torch",
     "torch.distributed",
     "torch._dynamo",
     "torch.distributed.checkpoint",
     "transformers",
-    "megatron.core",
     "gymnasium",
     "tensordict",
     "rlcore.scheduler.worker",
