@@ -7,6 +7,7 @@ problem is one line that names the full key path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import types
 import typing
@@ -26,10 +27,17 @@ class _Invalid(Exception):
     """A value that cannot be used; the message is the problem."""
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, evaluated once per schema class (a config's validation
+    asked it of every section, each time: a fifth of a load's CPU). Not to be changed."""
+    return typing.get_type_hints(cls)
+
+
 def schema_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
     """Every key of ``cls`` as ``(dotted path, field, type)``, sections included, depth first
     (the ``derived`` section is not keys: nothing sets it)."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for field in dataclasses.fields(cls):
         if is_derived(field):
             continue
@@ -43,10 +51,15 @@ def schema_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses
 def schema_defaults(cls: type) -> dict[str, Any]:
     """Every key's default in ``cls`` by dotted path, as a config holds it, each section's own
     defaults applied (``section(defaults=)``); required keys are left out."""
+    return dict(_schema_defaults(cls))  # (the values are frozen: the copy is the caller's)
+
+
+@functools.cache
+def _schema_defaults(cls: type) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     def visit(section: type, prefix: str, defaults: dict[str, Any]) -> None:
-        hints = typing.get_type_hints(section)
+        hints = _hints(section)
         for field in dataclasses.fields(section):
             if is_derived(field):
                 continue
@@ -127,7 +140,7 @@ def _build(
         ctx.problems.append(f"{where}: expected a section of keys, got {data!r}")
         return None
     problems_before = len(ctx.problems)
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if not is_derived(f)}
     derived = {f.name for f in dataclasses.fields(cls) if is_derived(f)}
     for name in data:
