@@ -3,6 +3,7 @@ ones below it, and no modules import each other in a cycle. Read from the source
 lazy imports inside functions included."""
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlcore"
@@ -32,6 +33,7 @@ def layer(module: str) -> int:
     return next(i for i, names in enumerate(LAYERS) if top in names)
 
 
+@functools.cache  # (parsing the package is 1.3 CPU-s; four tests read it: not to be changed)
 def imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
