@@ -36,6 +36,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlcore.data.local_copy import local_splits
+from rlcore.data.prompts import DataError
+
 DATA_SOURCE = "hiyouga/geometry3k"
 MARKER = "<image>"
 INSTRUCTION = (
@@ -72,32 +75,10 @@ def verl_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
 
 def load_local_geo3k(path: Path) -> dict[str, Any]:
     """``{"train": Dataset, "test": Dataset}`` from a local copy (see the module docstring)."""
-    import datasets
-
-    if (path / "dataset_dict.json").is_file():
-        splits = dict(datasets.load_from_disk(str(path)))
-    else:
-        files = {
-            split: sorted(str(f) for f in path.rglob(f"{split}-*.parquet"))
-            for split in ("train", "test")
-        }
-        missing = [split for split, found in files.items() if not found]
-        if missing:
-            raise SystemExit(
-                f"prepare_geo3k: {path} holds neither a datasets folder (dataset_dict.json) nor "
-                f"Geometry3K's {' and '.join(missing)}-*.parquet files"
-            )
-        splits = dict(datasets.load_dataset("parquet", data_files=files))
-    for split in ("train", "test"):
-        if split not in splits:
-            raise SystemExit(f"prepare_geo3k: {path} has no {split} split")
-        columns = set(splits[split].column_names)
-        if not {"images", "problem", "answer"} <= columns:
-            raise SystemExit(
-                f"prepare_geo3k: {path}'s {split} split has columns {sorted(columns)}; "
-                "Geometry3K's are images, problem and answer"
-            )
-    return {split: splits[split] for split in ("train", "test")}
+    try:
+        return local_splits(path, "Geometry3K", columns=("images", "problem", "answer"))
+    except DataError as error:
+        raise SystemExit(f"prepare_geo3k: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

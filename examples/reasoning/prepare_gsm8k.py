@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.data.answers import extract_gsm8k_answer
+from rlcore.data.local_copy import local_splits
+from rlcore.data.prompts import DataError
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -52,21 +54,10 @@ def verl_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
 
 def load_local_gsm8k(path: Path) -> dict[str, Any]:
     """``{"train": Dataset, "test": Dataset}`` from a local copy (see the module docstring)."""
-    import datasets
-
-    if (path / "dataset_dict.json").is_file():
-        return dict(datasets.load_from_disk(str(path)))
-    files = {
-        split: sorted(str(f) for f in path.rglob(f"{split}-*.parquet"))
-        for split in ("train", "test")
-    }
-    missing = [split for split, found in files.items() if not found]
-    if missing:
-        raise SystemExit(
-            f"prepare_gsm8k: {path} holds neither a datasets folder (dataset_dict.json) nor "
-            f"GSM8K's {' and '.join(missing)}-*.parquet files"
-        )
-    return dict(datasets.load_dataset("parquet", data_files=files))
+    try:
+        return local_splits(path, "GSM8K", columns=("question", "answer"))
+    except DataError as error:
+        raise SystemExit(f"prepare_gsm8k: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
