@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rlcore.config.errors import ConfigError, Problems
 from rlcore.config.foreign.key_lists import RLINF_KEYS
 from rlcore.config.foreign.rlinf import RLINF_ALIASES, RLINF_FIXED, SPLITS
-from rlcore.config.foreign.translate import ABSENT, leaf_items, paths_in, pop_key
+from rlcore.config.foreign.translate import ABSENT, keys_at_hand, leaf_items, pop_key
 
 # RLinf's keys read here rather than renamed one to one
 IN_CONTEXT = frozenset(
@@ -102,10 +102,10 @@ def rlinf_in_context(cfg: DictConfig, own: DictConfig) -> list[str]:
             said += read(cfg, own)
     with problems.gathered():
         said += _critic_switch(cfg, mode)
-    present = paths_in(cfg)  # (the loop only removes keys)
+    may_hold = keys_at_hand(cfg)  # (the loop only removes keys)
     for path, (accepted, line, refusal) in RLINF_FIXED.items():
         # (rollout.backend in reasoning mode: the reasoning rollout's engine, rlcore's key)
-        if path not in present or (path == "rollout.backend" and mode != "embodied"):
+        if not may_hold(path) or (path == "rollout.backend" and mode != "embodied"):
             continue
         value = pop_key(cfg, path)
         if value is ABSENT:

@@ -7,6 +7,7 @@ disagree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hydra.core.override_parser.types import Override, OverrideType
@@ -32,16 +33,16 @@ def rename_aliases(cfg: DictConfig, own: DictConfig) -> list[str]:
     said: list[str] = []
     problems = Problems()
     by_alias: dict[str, tuple[str, Any]] = {}  # target -> (the alias that set it, its value)
-    present = paths_in(cfg)
+    may_hold = keys_at_hand(cfg)
     for path, alias in ALIASES.items():
-        if path not in present:  # (most: read from the paths at hand, not looked up)
+        if not may_hold(path):  # (most: read from the paths at hand, not looked up)
             continue
         value = pop_key(cfg, path)
         if value is ABSENT:
             continue
         with problems.gathered():
             said.append(_rename(cfg, own, path, alias, value, by_alias))
-        present = paths_in(cfg)  # (a rename writes keys, which an alias may name)
+        may_hold = keys_at_hand(cfg)  # (a rename writes keys, which an alias may name)
     problems.raise_any()
     return said
 
@@ -303,21 +304,25 @@ def leaf_items(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return items
 
 
-def paths_in(cfg: DictConfig) -> frozenset[str]:
-    """The dotted path of every section and key in ``cfg`` (lists not entered), values not
-    resolved: a set to test the hundreds of foreign keys against, where ``OmegaConf.select``
-    of each was a third of a config's load."""
-    found: set[str] = set()
+def keys_at_hand(cfg: DictConfig) -> Callable[[str], bool]:
+    """A test of whether ``cfg`` may hold a dotted path, read from its paths as they stand
+    (``leaf_items`` of the unresolved tree, each leaf's sections too): for the hundreds of
+    foreign keys looked for in every load, where an ``OmegaConf.select`` of each was a third of
+    the load. False only where the path surely is not there: under a list or an interpolation
+    (which ``select`` goes through) it says True and ``select`` decides."""
+    present: set[str] = set()
+    opaque: set[str] = set()
+    for path, value in leaf_items(OmegaConf.to_container(cfg, resolve=False)):
+        parts = path.split(".")
+        present.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        if isinstance(value, list) or (isinstance(value, str) and "${" in value):
+            opaque.add(path)
 
-    def walk(tree: dict, prefix: str) -> None:
-        for name, value in tree.items():
-            path = f"{prefix}{name}"
-            found.add(path)
-            if isinstance(value, dict):
-                walk(value, f"{path}.")
+    def may_hold(path: str) -> bool:
+        parts = path.split(".")
+        return path in present or any(".".join(parts[:i]) in opaque for i in range(1, len(parts)))
 
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
-    return frozenset(found)
+    return may_hold
 
 
 def pop_key(cfg: DictConfig, path: str) -> Any:

@@ -10,6 +10,7 @@ from rlcore.config.errors import ConfigError
 from rlcore.config.foreign import ALIASES
 from rlcore.config.foreign.translate import (
     drop_derived_keys,
+    keys_at_hand,
     rename_aliases,
     set_alias,
     verl_custom_reward,
@@ -145,3 +146,28 @@ def test_drop_derived_keys_accepts_what_the_mode_does_and_refuses_the_rest():
     ]
     with pytest.raises(ConfigError, match=r"^algorithm.loss_type: actor_critic; reasoning mode"):
         run(drop_derived_keys, {**tree, "mode": "reasoning"})
+
+
+def test_keys_at_hand_says_no_only_where_select_finds_nothing():
+    """Its "no" is a promise (the alias passes skip those paths unlooked-up): every path that
+    ``OmegaConf.select`` finds, through a section written as an interpolation or a list
+    included, it may hold; the paths that are not there and have nothing opaque above them,
+    it does not."""
+    cfg = OmegaConf.create(
+        {
+            "other": {"x": 1, "deep": {"y": None}},
+            "linked": "${other}",  # (select goes through it: linked.x is 1)
+            "rows": [{"z": 2}],
+            "empty": {},
+            "missing": "???",
+        }
+    )
+    may_hold = keys_at_hand(cfg)
+    found = ["other", "other.x", "other.deep", "other.deep.y", "linked.x", "linked.deep.y"]
+    found += ["rows.0.z", "empty", "missing"]
+    for path in found:
+        assert may_hold(path), path
+    assert OmegaConf.select(cfg, "linked.x") == 1 and OmegaConf.select(cfg, "rows.0.z") == 2
+    for path in ("nowhere", "other.nowhere", "other.x.below", "empty.nowhere", "other.deep.q"):
+        assert OmegaConf.select(cfg, path, default="absent") == "absent", path
+        assert not may_hold(path), path
