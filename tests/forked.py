@@ -68,10 +68,8 @@ PRELOAD = [
         "torch.distributed.checkpoint",
         "torch.utils.tensorboard",
         "transformers",
-        "megatron.core",
         "gymnasium",
         "hydra",
-        "ray",
         "rlcore.cli",
         "rlcore.runners.embodied",
         "rlcore.runners.reasoning",
@@ -79,6 +77,11 @@ PRELOAD = [
         "rlcore.runners.supervisor",
         "rlcore.workers.reasoning.lm_actor",
         "rlcore.workers.embodied.embodied_actor",
+        # the Ray workers' launch process is forked here: what it needs is in, Ray is not
+        # (tests/ray_launch.py, whose import in this server forks it)
+        "tests.ray_launch",
+        "megatron.core",
+        "ray",
     )
     if find_spec(name.split(".")[0]) is not None
 ]

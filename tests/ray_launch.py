@@ -16,19 +16,19 @@ killed by the same signal). The worker registers with its raylet under its own p
 knows a starting worker by its startup token and signals the pid that registered); killing
 this process (as a raylet does to a worker that never registers) kills the worker too.
 
-The launch process is a new interpreter that imports ``PRELOAD`` once (torch and the libraries
-and rlcore modules a worker imports, never Ray: Ray's C++ core reads its settings from the
-environment, the worker's job id among them, when it is loaded, so each worker loads it
-itself) and forks each worker; it runs no torch operation and starts no thread. A child is set
-up as tests/forked.py sets up a new process, and falls back to Ray's own way (its
-``setup_worker.py`` exec'd in place, with the same arguments) for what a fork could not
-reproduce: a runtime environment that wraps the command or names another interpreter or entry
-point, interpreter options, no launch process, or an environment that changes a variable read
-when the preloaded modules were imported (tests/forked.py's rule; Ray's own variables are not
-among them here). ``OMP_NUM_THREADS``: the launch process imports torch under 1, as Ray sets it
-for a worker of at most one CPU before anything imports torch; a worker whose environment or
-Ray (for a worker of more CPUs) says another number gets torch's threads set to it, as a new
-process would have them.
+The launch process is forked by the pytest worker's fork server (tests/forked.py) while that
+imports its modules, once ``PRELOAD`` is in (torch and the libraries and rlcore modules a worker
+imports) and before Ray is: Ray's C++ core reads its settings from the environment, the
+worker's job id among them, when it is loaded, so each worker loads it itself. It forks each
+worker; it runs no torch operation and starts no thread. A child is set up as tests/forked.py
+sets up a new process, and falls back to Ray's own way (its ``setup_worker.py`` exec'd in place,
+with the same arguments) for what a fork could not reproduce: a runtime environment that wraps
+the command or names another interpreter or entry point, interpreter options, no launch process,
+or an environment that changes a variable read when the preloaded modules were imported
+(tests/forked.py's rule; Ray's own variables are not among them here). ``OMP_NUM_THREADS``: a
+worker whose environment or Ray (which sets 1 for a worker of at most one CPU, before anything
+imports torch, and another number for one of more CPUs) says a number gets torch's threads set
+to it, as a new process would have them.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 INHERITED = (*FORWARDED, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCHLD)
 
 # what a worker of the suite's runs imports, bar Ray (those installed), and not Megatron: no run
-# on a Ray worker here trains with it (the placement refuses it on CPU slots), and its import is
-# 3.2 CPU-s of this process's 8.9
+# on a Ray worker here trains with it (the placement refuses it on CPU slots); the fork server
+# imports these (most are its own too), forks the launch process, then imports Megatron and Ray
 PRELOAD = (
     "torch",
     "torch.distributed",
@@ -185,36 +185,40 @@ def _run_worker() -> None:
 _service: dict[str, Any] = {}
 
 
+def _folder(pytest_worker: int) -> str:
+    """The folder of a pytest worker's launch process: its socket, its pid, its log."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"rlcore-ray-launch-{pytest_worker}")
+
+
 def serve() -> str:
-    """This pytest worker's launch socket, its launch process started on first call (it ends
-    when this process does: it reads the end of a pipe that only this process holds)."""
+    """This pytest worker's launch socket. The launch process is forked by the worker's fork
+    server (tests/forked.py) in the middle of its imports, once ``PRELOAD`` is in and before
+    Ray is (``_fork_launcher``): a new interpreter importing the same took 6.9 CPU-s a pytest
+    worker. It ends when the fork server does, which ends with the pytest worker."""
     if "path" not in _service:
         import atexit
         import shutil
-        import subprocess
-        import tempfile
+        from pathlib import Path
 
-        folder = tempfile.mkdtemp(prefix="rlcore-ray-launch-")
-        atexit.register(shutil.rmtree, folder, True)  # (the socket and the launcher's log)
-        path = os.path.join(folder, "socket")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(64)
-        # its output to a file of its own: it holds no stream of this process, whose end the
-        # pytest-xdist controller waits for (its workers' are the controller's channel)
-        with open(os.path.join(folder, "launcher.log"), "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--launcher", str(listener.fileno())],
-                pass_fds=(listener.fileno(),),
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=log,
-                env={**os.environ, THREADS_ENV: "1"},
-                start_new_session=True,  # (a Ctrl-C to the pytest worker's group: by its pipe)
-            )
-        listener.close()
-        _service.update(path=path, process=process)
+        from tests import forked
+
+        folder = _folder(os.getpid())
+        atexit.register(shutil.rmtree, folder, True)  # (the socket, the pid and the log)
+        forked.server_environment()  # (the server started and its imports done: it forked)
+        pid, log = Path(folder, "pid"), Path(folder, "launcher.log")
+        if not pid.exists():
+            said = log.read_text() if log.exists() else "(no log)"
+            raise RuntimeError(f"the fork server started no launch process: {said}")
+        _service.update(path=os.path.join(folder, "socket"), pid=int(pid.read_text()))
     return _service["path"]
+
+
+def launcher_pid() -> int:
+    """The pid of this pytest worker's launch process (the parent of the workers it forks)."""
+    serve()
+    return _service["pid"]
 
 
 @contextlib.contextmanager
@@ -232,16 +236,83 @@ def launching() -> Iterator[dict[str, str]]:
         os.environ.pop(LAUNCH_ENV, None)
 
 
-def _launcher(listener_fd: int) -> None:
-    """The launch process: import ``PRELOAD``, then fork a worker for each request, one at a
-    time (a fork takes milliseconds), and tell each asking process how its worker ended."""
-    import select
+def _in_fork_server() -> dict[str, Any] | None:
+    """The local variables of multiprocessing's fork server's ``main`` where this module is
+    imported by it (as one of its preloaded modules), else None."""
+    import multiprocessing.forkserver as server
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is server.main.__code__:
+            return frame.f_locals
+        frame = frame.f_back
+    return None
+
+
+def _fork_launcher() -> None:
+    """In a pytest worker's fork server, importing this module (tests/forked.py names it among
+    the server's imports, before Ray's): import ``PRELOAD`` (mostly in already), bind the launch
+    socket, fork the launch process, write its pid beside the socket and go on with the
+    server's imports. Nothing where this module is imported elsewhere, or under
+    RLCORE_TESTS_RAY_FRESH=1; where Ray is in already, no launch process (``serve`` says so)."""
+    server = _in_fork_server()
+    if server is None or os.environ.get("RLCORE_TESTS_RAY_FRESH"):
+        return
     from importlib.util import find_spec
 
-    before = dict(os.environ)
-    for name in PRELOAD:
-        if find_spec(name.split(".")[0]) is not None:
-            __import__(name)
+    folder = _folder(os.getppid())  # (the server is the pytest worker's child)
+    os.makedirs(folder, exist_ok=True)
+    log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        if "ray" in sys.modules:
+            os.write(log, b"Ray was imported before tests.ray_launch in the fork server\n")
+            return
+        # the environment before any import: as the pytest worker gave it (proc(5): the file
+        # keeps a process's environment as it was at its start)
+        with open("/proc/self/environ", "rb") as f:
+            items = (item.decode().partition("=") for item in f.read().split(b"\0") if item)
+            before = {key: value for key, _, value in items}
+        for name in PRELOAD:
+            if find_spec(name.split(".")[0]) is not None:
+                __import__(name)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(os.path.join(folder, "socket"))
+        listener.listen(64)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                # none of the server's own descriptors (its clients' socket, the pytest
+                # worker's pipe), and a session of its own (a Ctrl-C to the pytest worker's
+                # group is not for it); its output to its log: it holds no stream of the pytest
+                # worker, whose end the pytest-xdist controller waits for
+                for fd in (server.get("listener_fd"), server.get("alive_r")):
+                    if isinstance(fd, int):
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+                os.setsid()
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                _launcher(listener, before, os.getppid())
+            finally:
+                os._exit(1)
+        listener.close()
+        with open(os.path.join(folder, "pid.part"), "w") as f:
+            f.write(str(pid))
+        os.replace(os.path.join(folder, "pid.part"), os.path.join(folder, "pid"))
+    except Exception as error:  # (an error here would end the fork server: serve() says it)
+        os.write(log, f"{type(error).__name__}: {error}\n".encode())
+    finally:
+        os.close(log)
+
+
+def _launcher(listener: socket.socket, before: dict[str, str], parent: int) -> None:
+    """The launch process: fork a worker for each request, one at a time (a fork takes
+    milliseconds), and tell each asking process how its worker ended; end when ``parent`` (the
+    fork server) does."""
+    import select
+
     from tests import forked
 
     forked._server["env"] = dict(os.environ)
@@ -252,12 +323,10 @@ def _launcher(listener_fd: int) -> None:
     ray_here = "ray._raylet" in sys.modules
     read_on_import = tuple(p for p in forked.IMPORT_TIME_ENV if ray_here or p != "RAY_")
     read_later = (*forked.RUN_TIME_ENV, THREADS_ENV)
-    listener = socket.socket(fileno=listener_fd)
-    alive = sys.stdin.fileno()
     asking: dict[int, socket.socket] = {}  # child pid -> the connection of the process that asked
     while True:
-        readable, _, _ = select.select([listener, alive, *asking.values()], [], [], 0.2)
-        if alive in readable:  # the pytest worker is gone: so is this, without a teardown
+        readable, _, _ = select.select([listener, *asking.values()], [], [], 0.2)
+        if os.getppid() != parent:  # the fork server is gone: so is this, without a teardown
             os._exit(0)
         if listener in readable:
             conn, _ = listener.accept()
@@ -335,8 +404,7 @@ def _fork(
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run-worker"]:
         _run_worker()
-    elif sys.argv[1:2] == ["--launcher"]:
-        sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        _launcher(int(sys.argv[2]))
     else:
         _client()
+else:
+    _fork_launcher()
