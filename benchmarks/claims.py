@@ -191,17 +191,31 @@ def same_code(commit: str, paths: tuple[str, ...], known: dict) -> bool:
     return known[commit, paths]
 
 
+# what a ``--log`` line holds (``main`` writes them)
+RUN_KEYS = frozenset({"name", "seed", "values", "error", "machine", "commit", "command"})
+
+
 def logged_runs(path: Path, here: dict) -> dict:
-    """The runs of ``path`` (a ``--log`` file) that count here: (name, seed) -> its row."""
-    runs, known = {}, {}
+    """The runs of ``path`` (a ``--log`` file) that count here: (name, seed) -> its row. A line
+    that is no run of this script (another benchmark's output appended to the file, a line cut
+    short by a crash) is skipped, and the count of such lines said on stderr."""
+    runs, known, foreign = {}, {}, 0
     if not path.exists():
         return runs
     for line in path.read_text().splitlines():
-        row = json.loads(line)
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or not row.keys() >= RUN_KEYS:
+            foreign += 1
+            continue
         if row["machine"] != here or row["error"]:
             continue
         if same_code(row["commit"], code_paths(row["command"]), known):
             runs[row["name"], row["seed"]] = row
+    if foreign:
+        print(f"{path}: {foreign} line(s) that are no run of claims.py, skipped", file=sys.stderr)
     return runs
 
 

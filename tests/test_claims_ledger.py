@@ -3,6 +3,7 @@ entry still points at text the docs hold (issue 55). Text scanning only: no run 
 benchmarks/claims.py reruns the entries."""
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -226,3 +227,32 @@ def test_a_logged_run_depends_on_the_scripts_its_command_runs():
     assert "tests/models/user_policies.py" in claims.code_paths(policy)
     shell = ["bash", "-c", "{python} examples/reasoning/train_reward_model.py && {python} x.py"]
     assert "examples/reasoning/train_reward_model.py" in claims.code_paths(shell)
+
+
+def test_resume_skips_log_lines_that_are_no_run_and_says_how_many(tmp_path, capsys):
+    """A log file that another benchmark's output was appended to (or a line a crash cut short)
+    still resumes: those lines are skipped and counted on stderr, the runs read as before."""
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    here, other = {"cpus": 2}, {"cpus": 64}
+    run = {
+        "name": "a",
+        "seed": 1,
+        "values": [1.0],
+        "error": "",
+        "machine": here,
+        "commit": claims.head_commit(),
+        "command": ["{python}", "examples/embodied/main.py"],
+    }
+    lines = [
+        json.dumps(run),
+        json.dumps({"config": "x", "val_accuracy_after": 0.5}),  # another benchmark's line
+        json.dumps({**run, "seed": 2, "machine": other}),  # another machine's: not counted
+        json.dumps({**run, "seed": 3})[:40],  # cut short
+    ]
+    log = tmp_path / "runs.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    runs = claims.logged_runs(log, here)
+    assert list(runs) == [("a", 1)] and runs["a", 1]["values"] == [1.0]
+    assert "2 line(s) that are no run of claims.py, skipped" in capsys.readouterr().err
