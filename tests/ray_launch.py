@@ -262,6 +262,11 @@ def _fork_launcher() -> None:
 
     folder = _folder(os.getppid())  # (the server is the pytest worker's child)
     os.makedirs(folder, exist_ok=True)
+    # what a pytest worker of the same pid left (killed before its exit functions ran): its
+    # socket would refuse the bind, its pid name a process long gone
+    for name in ("socket", "pid", "pid.part"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(folder, name))
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         if "ray" in sys.modules:
@@ -294,7 +299,7 @@ def _fork_launcher() -> None:
                 os.dup2(null, 0)
                 os.dup2(log, 1)
                 os.dup2(log, 2)
-                _launcher(listener, before, os.getppid())
+                _launcher(listener, before, os.getppid(), folder)
             finally:
                 os._exit(1)
         listener.close()
@@ -307,11 +312,13 @@ def _fork_launcher() -> None:
         os.close(log)
 
 
-def _launcher(listener: socket.socket, before: dict[str, str], parent: int) -> None:
+def _launcher(listener: socket.socket, before: dict[str, str], parent: int, folder: str) -> None:
     """The launch process: fork a worker for each request, one at a time (a fork takes
     milliseconds), and tell each asking process how its worker ended; end when ``parent`` (the
-    fork server) does."""
+    fork server) does, removing ``folder`` (a pytest worker that never asked for it has no
+    exit function to)."""
     import select
+    import shutil
 
     from tests import forked
 
@@ -327,6 +334,7 @@ def _launcher(listener: socket.socket, before: dict[str, str], parent: int) -> N
     while True:
         readable, _, _ = select.select([listener, *asking.values()], [], [], 0.2)
         if os.getppid() != parent:  # the fork server is gone: so is this, without a teardown
+            shutil.rmtree(folder, ignore_errors=True)
             os._exit(0)
         if listener in readable:
             conn, _ = listener.accept()
