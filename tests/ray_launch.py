@@ -205,12 +205,14 @@ def serve() -> str:
         from tests import forked
 
         folder = _folder(os.getpid())
-        atexit.register(shutil.rmtree, folder, True)  # (the socket, the pid and the log)
         forked.server_environment()  # (the server started and its imports done: it forked)
+        if not _own_folder(folder):
+            raise RuntimeError(f"{folder}: not a folder of this user's alone; no launch socket")
+        atexit.register(shutil.rmtree, folder, True)  # (the socket, the pid and the log)
         pid, log = Path(folder, "pid"), Path(folder, "launcher.log")
         if not pid.exists():
             said = log.read_text() if log.exists() else "(no log)"
-            raise RuntimeError(f"the fork server started no launch process: {said}")
+            raise RuntimeError(f"the fork server started no launch process in {folder}: {said}")
         _service.update(path=os.path.join(folder, "socket"), pid=int(pid.read_text()))
     return _service["path"]
 
@@ -249,6 +251,22 @@ def _in_fork_server() -> dict[str, Any] | None:
     return None
 
 
+def _own_folder(folder: str) -> bool:
+    """Whether ``folder`` (a name anyone may take in the shared temporary folder) is a folder of
+    this user's that no one else may write to: else no launch socket goes there."""
+    import stat
+
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
 def _fork_launcher() -> None:
     """In a pytest worker's fork server, importing this module (tests/forked.py names it among
     the server's imports, before Ray's): import ``PRELOAD`` (mostly in already), bind the launch
@@ -261,10 +279,12 @@ def _fork_launcher() -> None:
     from importlib.util import find_spec
 
     folder = _folder(os.getppid())  # (the server is the pytest worker's child)
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if not _own_folder(folder):
+        return
     # what a pytest worker of the same pid left (killed before its exit functions ran): its
     # socket would refuse the bind, its pid name a process long gone
-    for name in ("socket", "pid", "pid.part"):
+    for name in ("socket", "pid"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(folder, name))
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -299,13 +319,15 @@ def _fork_launcher() -> None:
                 os.dup2(null, 0)
                 os.dup2(log, 1)
                 os.dup2(log, 2)
+                os.close(null)  # (not left open in the workers it forks)
+                os.close(log)
                 _launcher(listener, before, os.getppid(), folder)
             finally:
                 os._exit(1)
         listener.close()
-        with open(os.path.join(folder, "pid.part"), "w") as f:
+        # (read by serve() once the server's imports are done, so never half written)
+        with open(os.path.join(folder, "pid"), "w") as f:
             f.write(str(pid))
-        os.replace(os.path.join(folder, "pid.part"), os.path.join(folder, "pid"))
     except Exception as error:  # (an error here would end the fork server: serve() says it)
         os.write(log, f"{type(error).__name__}: {error}\n".encode())
     finally:

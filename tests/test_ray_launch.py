@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.ray_launch import launcher_pid
+from tests.ray_launch import _own_folder, launcher_pid
 
 pytestmark = [
     pytest.mark.usefixtures("local_ray"),
@@ -75,3 +75,19 @@ def test_a_forked_worker_starts_as_one_that_ray_starts(threads):
     assert seen["forked"]["sees"] == seen["real"]["sees"]
     # a new process's torch: as many threads as the variable says (Ray sets 1 where none is)
     assert seen["forked"]["sees"]["threads"] == int(threads or 1)
+
+
+def test_the_launch_socket_goes_only_into_a_folder_of_this_users_alone(tmp_path):
+    """Its folder's name in the shared temporary folder is predictable (the pytest worker's
+    pid): one that others may write to, or a link planted under that name, takes no socket."""
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert _own_folder(str(mine))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert not _own_folder(str(shared))
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    assert not _own_folder(str(link))
+    assert not _own_folder(str(tmp_path / "missing"))
