@@ -8,10 +8,10 @@ module sits next to main.py, which Python puts on its path). To use a short name
 decorate a factory with ``rlcore.envs.register_env("point_reach")`` in a module you import.
 
 The rest is the default job's (embodied/cartpole_ppo, the design card's shared trunk): over seeds
-1-6 it ends at -3.9 to -5.0 (median -4.7), a trunk per head (``actor.model.shared_backbone=false``)
-at -3.9 to -5.1 (median -4.6). The env declares no reward threshold,
-so the run trains all 50k steps; ``env.solved_threshold=-8`` would end it at the first eval
-past -8 (the default job's ``runner.stop_at_threshold``).
+1-6 it ends at -3.9 to -5.0 (median -4.7) on one machine, -3.9 to -5.5 (median -4.8) on another,
+a trunk per head (``actor.model.shared_backbone=false``) at -3.9 to -5.1 (median -4.6). The env
+declares no reward threshold, so the run trains all 50k steps; ``env.solved_threshold=-8`` would
+end it at the first eval past -8 (the default job's ``runner.stop_at_threshold``).
 """
 
 import gymnasium as gym
