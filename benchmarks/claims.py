@@ -27,11 +27,18 @@ verdict to the claim's other checks (``held`` null when it has none).
 
 A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
 run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
-instead of running it again when it was on this machine, with the same command, at a commit
-whose code is the working tree's: the package, the configs, the examples and the scripts the
-command runs (``code_paths``), comment lines and the docs aside.
+instead of running it again when it ran the same command at a commit whose code is the working
+tree's: the package, the configs, the examples and the scripts the command runs
+(``code_paths``), comment lines and the docs aside. A run of another machine counts too (an
+accuracy is judged everywhere), except for a claim whose speed this machine judges: that one
+runs here. The sittings' log is ``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the
+repository, so that what one sitting ran counts in the next on whatever machine it gets, and
+``--status`` reads it without running anything: per claim, held / drifted / partial (some seeds
+logged) / none.
 
-    .venv/bin/python benchmarks/claims.py --all --log runs.jsonl --resume runs.jsonl
+    .venv/bin/python benchmarks/claims.py --all --log benchmarks/claims_runs.jsonl \
+        --resume benchmarks/claims_runs.jsonl
+    .venv/bin/python benchmarks/claims.py --status
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims_ledger import ROOT, Claim, load
 
+# the log of the sittings that ran the ledger, kept with the repository (``--status`` reads it)
+RUNS = ROOT / "benchmarks" / "claims_runs.jsonl"
 TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
 # what every run's figures depend on; with the scripts its command names (``code_paths``), a
 # logged run counts again while none of it changed (the docs and comment lines aside)
@@ -153,19 +162,25 @@ def figures(claim: Claim, stdout: str) -> tuple[list[float | None], str]:
     return values, f"no figure at {', '.join(missing)} in the JSON line" if missing else ""
 
 
-def judged(claim: Claim, here: str | None) -> list[bool]:
-    """Per check: whether this machine judges it (a speed only on the claim's own machine)."""
-    return [not (c.machine_bound and claim.machine != here) for c in claim.checks]
+def judged(claim: Claim, where: str | list[str | None] | None) -> list[bool]:
+    """Per check: whether it is judged on runs of ``where`` (a machine's name, or one per run):
+    a speed only when every run was on the claim's own machine (never for a claim measured
+    before the ledger named machines); any other figure everywhere."""
+    machines = where if isinstance(where, list) else [where]
+    on_its_own = claim.machine is not None and all(m == claim.machine for m in machines)
+    return [not c.machine_bound or on_its_own for c in claim.checks]
 
 
-def verdict(claim: Claim, measured: list[list[float | None]], here: str | None) -> bool | None:
+def verdict(
+    claim: Claim, measured: list[list[float | None]], where: str | list[str | None] | None
+) -> bool | None:
     """Every judged check's median over the seeds holds; None where a run gave no figure or
-    no check is judged on this machine."""
+    no check is judged on the runs' machines (``where``, as for ``judged``)."""
     if any(v is None for values in measured for v in values):
         return None
     pairs = [
         (check, values)
-        for check, values, judge in zip(claim.checks, measured, judged(claim, here), strict=True)
+        for check, values, judge in zip(claim.checks, measured, judged(claim, where), strict=True)
         if judge
     ]
     if not pairs:
@@ -196,9 +211,11 @@ RUN_KEYS = frozenset({"name", "seed", "values", "error", "machine", "commit", "c
 
 
 def logged_runs(path: Path, here: dict) -> dict:
-    """The runs of ``path`` (a ``--log`` file) that count here: (name, seed) -> its row. A line
-    that is no run of this script (another benchmark's output appended to the file, a line cut
-    short by a crash) is skipped, and the count of such lines said on stderr."""
+    """The runs of ``path`` (a ``--log`` file) at the working tree's code: (name, seed) -> its
+    row, the latest run of this machine (``here``) where there is one, else the latest of any
+    other. A line that is no run of this script (another benchmark's output appended to the
+    file, a line cut short by a crash) is skipped, and the count of such lines said on stderr;
+    a run that failed (``error``) never counts."""
     runs, known, foreign = {}, {}, 0
     if not path.exists():
         return runs
@@ -210,13 +227,55 @@ def logged_runs(path: Path, here: dict) -> dict:
         if not isinstance(row, dict) or not row.keys() >= RUN_KEYS:
             foreign += 1
             continue
-        if row["machine"] != here or row["error"]:
+        if row["error"]:
             continue
+        key = row["name"], row["seed"]
+        if key in runs and runs[key]["machine"] == here and row["machine"] != here:
+            continue  # this machine's run before another's
         if same_code(row["commit"], code_paths(row["command"]), known):
-            runs[row["name"], row["seed"]] = row
+            runs[key] = row
     if foreign:
         print(f"{path}: {foreign} line(s) that are no run of claims.py, skipped", file=sys.stderr)
     return runs
+
+
+def counts_here(claim: Claim, row: dict, here: dict, here_name: str | None) -> bool:
+    """A logged run stands for a run now: the claim's command, and this machine's run where the
+    claim's speed is judged here (elsewhere another machine's accuracy is as good as one here)."""
+    if row["command"] != list(claim.command):
+        return False
+    speed_here = claim.machine is not None and claim.machine == here_name
+    return row["machine"] == here or not (speed_here and any(c.machine_bound for c in claim.checks))
+
+
+def status(ledger, path: Path, here: dict) -> dict[str, int]:
+    """Each rerunnable claim's state in the log ``path`` at the working tree's code, without
+    running anything: held / drifted (every seed logged; the medians judged as a run would),
+    unjudged (every seed logged, no check judged on their machines), partial (some seeds) or
+    none; a line per claim, then the counts (returned)."""
+    here_name = ledger.machine_named(here)
+    runs = logged_runs(path, here)
+    counts: dict[str, int] = {}
+    for claim in (c for c in ledger.claims if c.rerun):
+        rows = [runs.get((claim.name, seed)) for seed in claim.seeds]
+        rows = [r if r and counts_here(claim, r, here, here_name) else None for r in rows]
+        have = [r for r in rows if r]
+        machines = [ledger.machine_named(r["machine"]) or "unnamed" for r in have]
+        if len(have) == len(rows):
+            measured = [list(column) for column in zip(*(r["values"] for r in have), strict=True)]
+            held = verdict(claim, measured, machines)
+            state = {True: "held", False: "drifted", None: "unjudged"}[held]
+        else:
+            state = "partial" if have else "none"
+        counts[state] = counts.get(state, 0) + 1
+        shown = "; ".join(
+            f"seed {r['seed']}: " + " / ".join("-" if v is None else f"{v:g}" for v in r["values"])
+            for r in have
+        )
+        on = f" [{', '.join(sorted(set(machines)))}]" if have else ""
+        print(f"{claim.name:40} {claim.cost:8} {state:9} {len(have)}/{len(rows)}  {shown}{on}")
+    print(json.dumps({"log": str(path), "machine": here_name, **counts}))
+    return counts
 
 
 def selected(args: argparse.Namespace, claims: tuple[Claim, ...]) -> list[Claim]:
@@ -245,10 +304,23 @@ def main() -> None:
     parser.add_argument(
         "--resume", type=Path, help="take a run from this --log file where it still counts"
     )
+    parser.add_argument(
+        "--status",
+        nargs="?",
+        const=RUNS,
+        type=Path,
+        metavar="LOG",
+        help=f"each claim's state in a --log file (default {RUNS.relative_to(ROOT)}); runs nothing",
+    )
     args = parser.parse_args()
     ledger = load()
     if args.list:
         list_claims(ledger.claims)
+        return
+    if args.status:
+        from rlcore.runners.profiling import machine
+
+        status(ledger, args.status, machine())
         return
     if not (args.all or args.cost or args.name):
         parser.error("say which claims: --cost CLASS, --name NAME or --all (--list lists them)")
@@ -268,14 +340,19 @@ def main() -> None:
     reused = logged_runs(args.resume, here) if args.resume else {}
     commit = head_commit()
     measured = {c.name: [[] for _ in c.checks] for c in claims}
+    run_on: dict[str, list[str | None]] = {c.name: [] for c in claims}  # each run's machine
     outputs: dict = {}
     for round_ in range(max((len(c.seeds) for c in claims), default=0)):
         for claim in (c for c in claims if round_ < len(c.seeds)):
             seed, started = claim.seeds[round_], time.monotonic()
             row = reused.get((claim.name, seed))
-            if row is not None and row["command"] == list(claim.command):
+            if row is not None and counts_here(claim, row, here, here_name):
                 values, error, how = row["values"], "", f"from {args.resume} ({row['commit'][:7]})"
+                run_on[claim.name].append(ledger.machine_named(row["machine"]))
+                if row["machine"] != here:
+                    how += f" on {run_on[claim.name][-1] or 'an unnamed machine'}"
             else:
+                run_on[claim.name].append(here_name)
                 stdout, error = run_command(claim, seed, outputs)
                 values, unread = figures(claim, stdout)
                 error = error or unread
@@ -303,9 +380,9 @@ def main() -> None:
             )
     rows = []
     for claim in claims:
-        held = verdict(claim, measured[claim.name], here_name)
+        held = verdict(claim, measured[claim.name], run_on[claim.name])
         for check, values, judge in zip(
-            claim.checks, measured[claim.name], judged(claim, here_name), strict=True
+            claim.checks, measured[claim.name], judged(claim, run_on[claim.name]), strict=True
         ):
             shown = " / ".join("-" if v is None else f"{v:g}" for v in values)
             ok = None if None in values else check.holds(statistics.median(values))

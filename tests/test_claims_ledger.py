@@ -235,7 +235,7 @@ def test_resume_skips_log_lines_that_are_no_run_and_says_how_many(tmp_path, caps
     spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
     claims = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(claims)
-    here, other = {"cpus": 2}, {"cpus": 64}
+    here = {"cpus": 2}
     run = {
         "name": "a",
         "seed": 1,
@@ -248,11 +248,96 @@ def test_resume_skips_log_lines_that_are_no_run_and_says_how_many(tmp_path, caps
     lines = [
         json.dumps(run),
         json.dumps({"config": "x", "val_accuracy_after": 0.5}),  # another benchmark's line
-        json.dumps({**run, "seed": 2, "machine": other}),  # another machine's: not counted
         json.dumps({**run, "seed": 3})[:40],  # cut short
+        json.dumps({**run, "seed": 4, "error": "exit 1: boom"}),  # failed: never counts
     ]
     log = tmp_path / "runs.jsonl"
     log.write_text("\n".join(lines) + "\n")
     runs = claims.logged_runs(log, here)
     assert list(runs) == [("a", 1)] and runs["a", 1]["values"] == [1.0]
     assert "2 line(s) that are no run of claims.py, skipped" in capsys.readouterr().err
+
+
+def test_a_logged_run_of_another_machine_counts_unless_its_speed_is_judged_here(tmp_path):
+    """The log outlives the machine: another machine's run of the same code stands for a run
+    here (its accuracy judged as any seed's), this machine's run of the same seed first; where
+    this machine is the claim's own, its speed is judged, so only a run here counts."""
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    box, other = {"cpus": 2, "cpu": "X"}, {"cpus": 64, "cpu": "Y"}
+    ledger = tmp_path / "ledger.yaml"
+    ledger.write_text(
+        "machines: {box: {cpus: 2, cpu: X}, big: {cpus: 64, cpu: Y}}\n"
+        "claims:\n  - {name: c, where: [[README.md, q]], cost: seconds, machine: box,\n"
+        "     seeds: [1, 2], command: [a],\n"
+        "     checks: [{metric: acc, expected: 0.5, tolerance: 0.1},\n"
+        "              {metric: wall_s, expected: 10, tolerance: 1}]}\n"
+    )
+    loaded = cl.load(ledger)
+    claim = loaded.claim("c")
+    run = {"name": "c", "seed": 1, "error": "", "commit": claims.head_commit(), "command": ["a"]}
+    lines = [
+        {**run, "values": [0.9, 10.0], "machine": box},  # seed 1 here: drifted accuracy
+        {**run, "values": [0.5, 30.0], "machine": other},  # seed 1 elsewhere, later in the log
+        {**run, "seed": 2, "values": [0.52, 31.0], "machine": other},
+    ]
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    runs = claims.logged_runs(log, box)
+    assert runs["c", 1]["values"] == [0.9, 10.0]  # this machine's run first
+    assert runs["c", 2]["machine"] == other
+    # on its own machine ("box") the speed is judged: another machine's run does not count
+    assert claims.counts_here(claim, runs["c", 1], box, "box")
+    assert not claims.counts_here(claim, runs["c", 2], box, "box")
+    # elsewhere it counts: seen from a third machine, seed 2's run comes from "big"
+    assert claims.counts_here(claim, runs["c", 2], {"cpus": 8}, None)
+    assert not claims.counts_here(claim, {**runs["c", 2], "command": ["b"]}, {"cpus": 8}, None)
+    # judged per run: the speed only when every run was on the claim's machine
+    assert claims.judged(claim, ["box", "box"]) == [True, True]
+    assert claims.judged(claim, ["box", "big"]) == [True, False]
+    assert claims.verdict(claim, [[0.5, 0.52], [30.0, 31.0]], ["big", "big"]) is True
+    assert claims.verdict(claim, [[0.5, 0.52], [30.0, 31.0]], ["box", "box"]) is False
+    unplaced = cl.Claim(name="u", where=(), cost="seconds", checks=claim.checks, machine=None)
+    assert claims.judged(unplaced, [None]) == [True, False]  # a speed of no named machine
+
+
+def test_status_reads_each_claims_state_from_the_log(tmp_path, capsys):
+    """``--status`` judges what the log holds, running nothing: all seeds logged -> held or
+    drifted by the medians (a speed judged only on its machine), some -> partial, none -> none."""
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    ledger = tmp_path / "ledger.yaml"
+    entry = "where: [[README.md, q]], cost: seconds, command: [{n}], seeds: [1, 2, 3]"
+    checks = "checks: [{metric: acc, expected: 0.5, tolerance: 0.1}]"
+    ledger.write_text(
+        "machines: {box: {cpus: 2}}\nclaims:\n"
+        + "".join(f"  - {{name: {n}, {entry.format(n=n)}, {checks}}}\n" for n in "hdpn")
+        + "  - {name: s, where: [[README.md, q]], cost: seconds, command: [s], machine: box,\n"
+        "     checks: [{metric: wall_s, expected: 10, tolerance: 1}]}\n"
+    )
+    loaded = cl.load(ledger)
+    head = claims.head_commit()
+    values = {"h": [0.4, 0.5, 0.9], "d": [0.3, 0.7, 0.3], "p": [0.5]}  # medians 0.5, 0.3
+    lines = [
+        {"name": n, "seed": i + 1, "values": [v], "error": "", "commit": head, "command": [n]}
+        for n, vs in values.items()
+        for i, v in enumerate(vs)
+    ]
+    lines.append(
+        {"name": "s", "seed": 1, "values": [10.0], "error": "", "commit": head, "command": ["s"]}
+    )
+    log = tmp_path / "runs.jsonl"
+    log.write_text("".join(json.dumps({**line, "machine": {"cpus": 2}}) + "\n" for line in lines))
+    counts = claims.status(loaded, log, {"cpus": 2})
+    assert counts == {"held": 2, "drifted": 1, "partial": 1, "none": 1}
+    # seen from another machine the same: s's speed was measured on its own machine ("box")
+    assert claims.status(loaded, log, {"cpus": 4}) == counts
+    assert "partial   1/3  seed 1: 0.5 [box]" in capsys.readouterr().out
+    # a later run of s on an unnamed machine: seen from a third, the latest counts and its
+    # speed is not judged; seen from "box", box's own run comes first
+    with log.open("a") as file:
+        file.write(json.dumps({**lines[-1], "machine": {"cpus": 4}}) + "\n")
+    assert claims.status(loaded, log, {"cpus": 8}) == {**counts, "held": 1, "unjudged": 1}
+    assert claims.status(loaded, log, {"cpus": 2}) == counts
