@@ -15,7 +15,11 @@ Measured on the sampled tokens of one training batch of the tiny MoE (the config
 warm-up cached as a run caches it): ``routing_mismatch`` (share of the recorded token-layer
 routings the training pass's routers choose otherwise), and per replay on/off the mean and
 largest absolute log-prob difference from the rollout's and the share of tokens off by more than
-1e-3.
+1e-3; and, since the largest gap over all tokens may be the dtype's own rounding rather than a
+flip's (bfloat16 on one CPU puts it at 0.026, on another at 0.061, either way), the largest gap
+on the tokens a flip reaches (``tokens_a_flip_reaches``: where the passes with and without
+replay differ, a flip having changed the token's own routing or, through attention, an earlier
+token's).
 """
 
 from __future__ import annotations
@@ -55,13 +59,18 @@ def measure(config, dirs, rows: int, seed: int, device: str = "cpu") -> dict:
     plain = LMActor(ctx, _without_replay(config), dirs.actor)
     plain.model.load_state_dict(actor.model.state_dict())
     own = plain.compute_log_probs(free).float()
+    # the two training passes differ in routing alone: where their log-probs differ, a flip
+    # reached the token (its own routing, or an earlier token's through attention)
+    reached = (replayed != own) & valid
     for name, logp in (("replay", replayed), ("no_replay", own)):
-        gap = (logp - rollout).abs()[valid]
+        gap = (logp - rollout).abs()
         out[name] = {
-            "mean_abs_log_prob_gap": float(gap.mean()),
-            "max_abs_log_prob_gap": float(gap.max()),
-            "tokens_off_1e-3": float((gap > 1e-3).float().mean()),
+            "mean_abs_log_prob_gap": float(gap[valid].mean()),
+            "max_abs_log_prob_gap": float(gap[valid].max()),
+            "tokens_off_1e-3": float((gap[valid] > 1e-3).float().mean()),
+            "max_gap_where_flipped": float(gap[reached].max()) if reached.any() else 0.0,
         }
+    out["tokens_a_flip_reaches"] = float(reached.sum() / valid.sum())
     out["sampled_tokens"] = int(valid.sum())
     return out
 
