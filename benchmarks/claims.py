@@ -33,8 +33,8 @@ tree's: the package, the configs, the examples and the scripts the command runs
 accuracy is judged everywhere), except for a claim whose speed this machine judges: that one
 runs here. The sittings' log is ``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the
 repository, so that what one sitting ran counts in the next on whatever machine it gets, and
-``--status`` reads it without running anything: per claim, held / drifted / partial (some seeds
-logged) / none.
+``--status`` reads it without running anything: per claim, held / drifted / unjudged (a speed
+of another machine only) / partial (some seeds logged) / none.
 
     .venv/bin/python benchmarks/claims.py --all --log benchmarks/claims_runs.jsonl \
         --resume benchmarks/claims_runs.jsonl
