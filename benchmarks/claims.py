@@ -260,7 +260,7 @@ def status(ledger, path: Path, here: dict) -> dict[str, int]:
         rows = [runs.get((claim.name, seed)) for seed in claim.seeds]
         rows = [r if r and counts_here(claim, r, here, here_name) else None for r in rows]
         have = [r for r in rows if r]
-        machines = [ledger.machine_named(r["machine"]) or "unnamed" for r in have]
+        machines = [ledger.machine_named(r["machine"]) for r in have]  # None: unnamed
         if len(have) == len(rows):
             measured = [list(column) for column in zip(*(r["values"] for r in have), strict=True)]
             held = verdict(claim, measured, machines)
@@ -272,7 +272,7 @@ def status(ledger, path: Path, here: dict) -> dict[str, int]:
             f"seed {r['seed']}: " + " / ".join("-" if v is None else f"{v:g}" for v in r["values"])
             for r in have
         )
-        on = f" [{', '.join(sorted(set(machines)))}]" if have else ""
+        on = f" [{', '.join(sorted({m or 'unnamed' for m in machines}))}]" if have else ""
         print(f"{claim.name:40} {claim.cost:8} {state:9} {len(have)}/{len(rows)}  {shown}{on}")
     print(json.dumps({"log": str(path), "machine": here_name, **counts}))
     return counts

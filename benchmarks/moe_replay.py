@@ -64,10 +64,11 @@ def measure(config, dirs, rows: int, seed: int, device: str = "cpu") -> dict:
     reached = (replayed != own) & valid
     for name, logp in (("replay", replayed), ("no_replay", own)):
         gap = (logp - rollout).abs()
+        sampled_gap = gap[valid]
         out[name] = {
-            "mean_abs_log_prob_gap": float(gap[valid].mean()),
-            "max_abs_log_prob_gap": float(gap[valid].max()),
-            "tokens_off_1e-3": float((gap[valid] > 1e-3).float().mean()),
+            "mean_abs_log_prob_gap": float(sampled_gap.mean()),
+            "max_abs_log_prob_gap": float(sampled_gap.max()),
+            "tokens_off_1e-3": float((sampled_gap > 1e-3).float().mean()),
             "max_gap_where_flipped": float(gap[reached].max()) if reached.any() else 0.0,
         }
     out["tokens_a_flip_reaches"] = float(reached.sum() / valid.sum())
