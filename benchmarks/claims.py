@@ -28,8 +28,10 @@ verdict to the claim's other checks (``held`` null when it has none).
 A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
 run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
 instead of running it again when it ran the same command at a commit whose code is the working
-tree's: the package, the configs, the examples and the scripts the command runs
-(``code_paths``), comment lines and the docs aside. A run of another machine counts too (an
+tree's: the package, the examples, the scripts the command runs and the configs it read
+(``code_paths``; the configs are found as the run reads them, by an audit hook in each of its
+Python processes, ``benchmarks/claims_reads/sitecustomize.py``; a run logged before that is
+bound to every config), comment lines and the docs aside. A run of another machine counts too (an
 accuracy is judged everywhere), except for a claim whose speed this machine judges: that one
 runs here. The sittings' log is ``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the
 repository, so that what one sitting ran counts in the next on whatever machine it gets, and
@@ -63,14 +65,20 @@ TIMEOUT_S = {"seconds": 600, "minutes": 3600, "hour": 4 * 3600, "gpu": 4 * 3600}
 # what every run's figures depend on; with the scripts its command names (``code_paths``), a
 # logged run counts again while none of it changed (the docs and comment lines aside)
 CODE_PATHS = ("rlcore", "configs", "examples", "pyproject.toml")
+# the folder whose sitecustomize.py records the configs/ files a run's processes open
+READS_HOOK = Path(__file__).resolve().parent / "claims_reads"
 NOT_CODE = (":(exclude,glob)**/*.md",)
 _SCRIPT = re.compile(r"(?:benchmarks|tests|examples)/[\w/]+\.py")
 _IMPORT = re.compile(r"^\s*(?:from|import)\s+(\w+)", re.M)
 
 
-def code_paths(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def code_paths(
+    command: tuple[str, ...] | list[str], configs: list[str] | None = None
+) -> tuple[str, ...]:
     """``CODE_PATHS`` and the scripts ``command`` runs: each ``.py`` path it names, and the
-    modules of ``benchmarks/`` those import, and theirs (``from embodied import ...``)."""
+    modules of ``benchmarks/`` those import, and theirs (``from embodied import ...``); with
+    ``configs`` (the files under configs/ a run read, as its log line says), those files in
+    place of the whole folder."""
     found: list[str] = []
     todo = [m for arg in command for m in _SCRIPT.findall(arg)]
     while todo:
@@ -81,7 +89,12 @@ def code_paths(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         for name in _IMPORT.findall((ROOT / path).read_text()):
             if (ROOT / "benchmarks" / f"{name}.py").is_file():
                 todo.append(f"benchmarks/{name}.py")
-    return CODE_PATHS + tuple(sorted(found))
+    base = CODE_PATHS
+    if configs is not None:
+        base = tuple(p for p in CODE_PATHS if p != "configs") + tuple(
+            f"configs/{name}" for name in sorted(set(configs))
+        )
+    return base + tuple(sorted(found))
 
 
 def last_json(stdout: str, select: dict) -> dict | None:
@@ -124,20 +137,41 @@ def fill(arg: str, **values: str) -> str:
     return arg
 
 
-def run_command(claim: Claim, seed: int, cache: dict) -> tuple[str, str]:
-    """The stdout of ``claim``'s command on ``seed`` and an error line ('' if none); a command
-    that several claims share (their figures read from one benchmark's output) runs once."""
+def run_env(record: Path) -> dict[str, str]:
+    """The environment of a run: the repository importable, and the hook that writes to
+    ``record`` each file under configs/ that any of the run's Python processes opens."""
+    path = (str(READS_HOOK), str(ROOT), os.environ.get("PYTHONPATH"))
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in path if p),
+        "RLCORE_CLAIMS_CONFIGS": str(ROOT / "configs"),
+        "RLCORE_CLAIMS_READS": str(record),
+    }
+
+
+def read_configs(record: Path) -> list[str]:
+    """The configs/ files a run read (``run_env``'s record), each once, sorted."""
+    return sorted(set(record.read_text().splitlines())) if record.exists() else []
+
+
+def run_command(claim: Claim, seed: int, cache: dict) -> tuple[str, str, list[str]]:
+    """The stdout of ``claim``'s command on ``seed``, an error line ('' if none) and the
+    configs/ files it read; a command that several claims share (their figures read from one
+    benchmark's output) runs once."""
     key = (claim.command, seed)
     if key in cache:
         return cache[key]
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="claims-") as out:
+    with (
+        tempfile.TemporaryDirectory(prefix="claims-") as out,
+        tempfile.TemporaryDirectory(prefix="claims-reads-") as reads,
+    ):
+        record = Path(reads) / "read.txt"
         argv = [fill(a, python=sys.executable, seed=str(seed), out=out) for a in claim.command]
         try:
             done = subprocess.run(
                 argv,
                 cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": path},
+                env=run_env(record),
                 capture_output=True,
                 text=True,
                 timeout=TIMEOUT_S[claim.cost],
@@ -146,9 +180,10 @@ def run_command(claim: Claim, seed: int, cache: dict) -> tuple[str, str]:
             cache[key] = (
                 done.stdout,
                 "" if done.returncode == 0 else f"exit {done.returncode}: {tail}",
+                read_configs(record),
             )
         except subprocess.TimeoutExpired:
-            cache[key] = "", f"timed out after {TIMEOUT_S[claim.cost]} s"
+            cache[key] = "", f"timed out after {TIMEOUT_S[claim.cost]} s", read_configs(record)
     return cache[key]
 
 
@@ -206,7 +241,8 @@ def same_code(commit: str, paths: tuple[str, ...], known: dict) -> bool:
     return known[commit, paths]
 
 
-# what a ``--log`` line holds (``main`` writes them)
+# what a ``--log`` line holds (``main`` writes them; and ``configs``, the configs/ files the run
+# read, since the hook recorded them: without it, the run depends on every config)
 RUN_KEYS = frozenset({"name", "seed", "values", "error", "machine", "commit", "command"})
 
 
@@ -232,7 +268,7 @@ def logged_runs(path: Path, here: dict) -> dict:
         key = row["name"], row["seed"]
         if key in runs and runs[key]["machine"] == here and row["machine"] != here:
             continue  # this machine's run before another's
-        if same_code(row["commit"], code_paths(row["command"]), known):
+        if same_code(row["commit"], code_paths(row["command"], row.get("configs")), known):
             runs[key] = row
     if foreign:
         print(f"{path}: {foreign} line(s) that are no run of claims.py, skipped", file=sys.stderr)
@@ -353,7 +389,7 @@ def main() -> None:
                     how += f" on {run_on[claim.name][-1] or 'an unnamed machine'}"
             else:
                 run_on[claim.name].append(here_name)
-                stdout, error = run_command(claim, seed, outputs)
+                stdout, error, configs = run_command(claim, seed, outputs)
                 values, unread = figures(claim, stdout)
                 error = error or unread
                 how = f"in {time.monotonic() - started:.0f} s"
@@ -366,6 +402,7 @@ def main() -> None:
                         "machine": here,
                         "commit": commit,
                         "command": list(claim.command),
+                        "configs": configs,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                     }
                     with args.log.open("a") as log:

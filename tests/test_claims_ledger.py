@@ -341,3 +341,34 @@ def test_status_reads_each_claims_state_from_the_log(tmp_path, capsys):
         file.write(json.dumps({**lines[-1], "machine": {"cpus": 4}}) + "\n")
     assert claims.status(loaded, log, {"cpus": 8}) == {**counts, "held": 1, "unjudged": 1}
     assert claims.status(loaded, log, {"cpus": 2}) == counts
+
+
+def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone():
+    """Each file under configs/ that a run's Python processes open (a child process's too, and
+    the files a composition's defaults list pulls in) is recorded, nothing else; a logged run
+    with that record depends on those configs, not on every other, and one logged without it
+    on the whole folder."""
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    claims = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(claims)
+    child = "open('configs/embodied/cartpole_ppo.yaml').read()"
+    script = (
+        "import subprocess, sys; open('pyproject.toml').read(); "
+        f"subprocess.run([sys.executable, '-c', {child!r}], check=True); "
+        "from rlcore.config import load_config; "
+        "load_config('reasoning/tiny_visual_arith_grpo', []); print('{\"ok\": 1}')"
+    )
+    claim = cl.Claim(name="c", where=(), cost="seconds", command=("{python}", "-c", script))
+    stdout, error, configs = claims.run_command(claim, 1, {})
+    assert error == "" and stdout.strip().endswith('{"ok": 1}')
+    # the visual config's defaults list names the text task's config, and that the cluster group
+    assert configs == [
+        "cluster/local.yaml",
+        "embodied/cartpole_ppo.yaml",
+        "reasoning/tiny_arith_ppo.yaml",
+        "reasoning/tiny_visual_arith_grpo.yaml",
+    ]
+    paths = claims.code_paths(["{python}", "benchmarks/reasoning.py"], configs)
+    assert "configs" not in paths and "rlcore" in paths and "benchmarks/reasoning.py" in paths
+    assert "configs/reasoning/tiny_arith_ppo.yaml" in paths
+    assert "configs" in claims.code_paths(["{python}", "benchmarks/reasoning.py"])
