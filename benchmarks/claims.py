@@ -26,12 +26,13 @@ one of the ledger's ``machines``): elsewhere its check says "other machine" and 
 verdict to the claim's other checks (``held`` null when it has none).
 
 A whole ``--all`` takes hours, more than one sitting: ``--log FILE`` appends one JSON line per
-run (claim, seed, figures, machine, commit, command), and ``--resume FILE`` takes a run from it
-instead of running it again when it ran the same command at a commit whose code is the working
-tree's: the package, the examples, the scripts the command runs and the configs it read
-(``code_paths``; the configs are found as the run reads them, by an audit hook in each of its
-Python processes, ``benchmarks/claims_reads/sitecustomize.py``; a run logged before that is
-bound to every config), comment lines and the docs aside. A run of another machine counts too (an
+run (claim, seed, figures, machine, commit, command, the configs it read, its seconds), and
+``--resume FILE`` takes a run from it instead of running it again when it ran the same command
+at a commit whose code is the working tree's: the package, the examples, the scripts the
+command runs and the configs it read (``code_paths``; the configs are found as the run reads
+them, by an audit hook in each of its Python processes, ``benchmarks/claims_reads/
+sitecustomize.py``; a run logged before that is bound to every config), comment lines and the
+docs aside. A run of another machine counts too (an
 accuracy is judged everywhere), except for a claim whose speed this machine judges: that one
 runs here. The sittings' log is ``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the
 repository, so that what one sitting ran counts in the next on whatever machine it gets, and
@@ -404,6 +405,7 @@ def main() -> None:
                         "command": list(claim.command),
                         "configs": configs,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                        "run_s": round(time.monotonic() - started, 1),
                     }
                     with args.log.open("a") as log:
                         log.write(json.dumps(entry) + "\n")
