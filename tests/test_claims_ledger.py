@@ -345,7 +345,8 @@ def test_status_reads_each_claims_state_from_the_log(tmp_path, capsys):
 
 def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone():
     """Each file under configs/ that a run's Python processes open (a child process's too, and
-    the files a composition's defaults list pulls in) is recorded, nothing else; a logged run
+    the files a composition's defaults list pulls in) is recorded, nothing else (not the
+    description lines an entry point's help text reads from every config); a logged run
     with that record depends on those configs, not on every other, and one logged without it
     on the whole folder."""
     spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
@@ -356,7 +357,10 @@ def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone
         "import subprocess, sys; open('pyproject.toml').read(); "
         f"subprocess.run([sys.executable, '-c', {child!r}], check=True); "
         "from rlcore.config import load_config; "
-        "load_config('reasoning/tiny_visual_arith_grpo', []); print('{\"ok\": 1}')"
+        "load_config('reasoning/tiny_visual_arith_grpo', []); "
+        # (the help text's reader of every shipped config: no dependency, not recorded)
+        "from rlcore.config.composition import shipped_configs; shipped_configs('embodied'); "
+        "print('{\"ok\": 1}')"
     )
     claim = cl.Claim(name="c", where=(), cost="seconds", command=("{python}", "-c", script))
     stdout, error, configs = claims.run_command(claim, 1, {})

@@ -4,10 +4,31 @@ hook writes each file under ``$RLCORE_CLAIMS_CONFIGS`` (the configs/ folder) tha
 opens, relative to it, one a line, to ``$RLCORE_CLAIMS_READS``. claims.py logs them with the run,
 so that a logged run counts again while the configs it read are unchanged (a change to another
 config does not make it stale). Then any other ``sitecustomize`` on the path runs, as it would
-have without this one."""
+have without this one.
+
+Two readers are left out, named exactly: ``rlcore.config.composition``'s ``shipped_configs``
+(every shipped config's ``# description:`` line, for an entry point's ``--help`` text, built at
+each start) and ``_check_yaml_files`` (every YAML file parsed, only after a composition failed,
+to name the broken one): what they read decides no run's figures."""
 
 import os
 import sys
+
+# (file name, function) of the readers whose opens are not recorded
+NOT_A_DEPENDENCY = {
+    (os.path.join("rlcore", "config", "composition.py"), "shipped_configs"),
+    (os.path.join("rlcore", "config", "composition.py"), "_check_yaml_files"),
+}
+
+
+def _opened_by_a_lister() -> bool:
+    frame = sys._getframe(1)  # (the hook, then the frames that opened the file)
+    while frame is not None:
+        code = frame.f_code
+        if any(code.co_filename.endswith(f) and code.co_name == n for f, n in NOT_A_DEPENDENCY):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _record_config_reads() -> None:
@@ -29,7 +50,7 @@ def _record_config_reads() -> None:
             return
         try:
             full = os.path.realpath(os.path.join(os.getcwd(), path))
-            if full.startswith(root) and full not in seen:
+            if full.startswith(root) and full not in seen and not _opened_by_a_lister():
                 seen.add(full)
                 fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
