@@ -345,7 +345,8 @@ def test_status_reads_each_claims_state_from_the_log(tmp_path, capsys):
 
 def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone():
     """Each file under configs/ that a run's Python processes open (a child process's too, and
-    the files a composition's defaults list pulls in) is recorded, nothing else (not the
+    one opened by a path relative to a folder inside it, and the files a composition's
+    defaults list pulls in) is recorded, nothing else (not the
     description lines an entry point's help text reads from every config); a logged run
     with that record depends on those configs, not on every other, and one logged without it
     on the whole folder."""
@@ -353,9 +354,12 @@ def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone
     claims = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(claims)
     child = "open('configs/embodied/cartpole_ppo.yaml').read()"
+    inside = "open('cartpole_ppo_separate_trunks.yaml').read()"
     script = (
         "import subprocess, sys; open('pyproject.toml').read(); "
         f"subprocess.run([sys.executable, '-c', {child!r}], check=True); "
+        # (a relative path inside the folder, which names no 'configs')
+        f"subprocess.run([sys.executable, '-c', {inside!r}], cwd='configs/embodied', check=True); "
         "from rlcore.config import load_config; "
         "load_config('reasoning/tiny_visual_arith_grpo', []); "
         # (the help text's reader of every shipped config: no dependency, not recorded)
@@ -369,6 +373,7 @@ def test_a_run_records_the_configs_its_processes_read_and_depends_on_those_alone
     assert configs == [
         "cluster/local.yaml",
         "embodied/cartpole_ppo.yaml",
+        "embodied/cartpole_ppo_separate_trunks.yaml",
         "reasoning/tiny_arith_ppo.yaml",
         "reasoning/tiny_visual_arith_grpo.yaml",
     ]

@@ -46,7 +46,9 @@ def _record_config_reads() -> None:
             path = os.fsdecode(args[0])
         except TypeError:
             return
-        if name not in path:  # (the cheap test first: the hook sees every open)
+        # (the cheap test first: the hook sees every open; a relative path may lie under the
+        # folder without naming it, when the process works inside it)
+        if name not in path and os.path.isabs(path):
             return
         try:
             full = os.path.realpath(os.path.join(os.getcwd(), path))
