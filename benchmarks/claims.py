@@ -32,12 +32,12 @@ at a commit whose code is the working tree's: the package, the examples, the scr
 command runs and the configs it read (``code_paths``; the configs are found as the run reads
 them, by an audit hook in each of its Python processes, ``benchmarks/claims_reads/
 sitecustomize.py``; a run logged before that is bound to every config), comment lines and the
-docs aside. A run of another machine counts too (an
-accuracy is judged everywhere), except for a claim whose speed this machine judges: that one
-runs here. The sittings' log is ``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the
-repository, so that what one sitting ran counts in the next on whatever machine it gets, and
-``--status`` reads it without running anything: per claim, held / drifted / unjudged (a speed
-of another machine only) / partial (some seeds logged) / none.
+docs aside. A run of another machine counts too (an accuracy is judged everywhere), except for a
+claim whose speed this machine judges: that one runs here. The sittings' log is
+``benchmarks/claims_runs.jsonl`` (``RUNS``), committed with the repository, so that what one
+sitting ran counts in the next on whatever machine it gets, and ``--status`` reads it without
+running anything: per claim, held / drifted / unjudged (a speed of another machine only) /
+partial (some seeds logged) / none.
 
     .venv/bin/python benchmarks/claims.py --all --log benchmarks/claims_runs.jsonl \
         --resume benchmarks/claims_runs.jsonl
